@@ -1,0 +1,1 @@
+"""The beat schedule and the recovery sweep."""

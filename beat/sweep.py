@@ -1,0 +1,120 @@
+"""The recovery sweep (SPEC §6): bounded, indexed, safe to run beside itself; it only re-enqueues.
+
+``run_sweep(batch=…)`` is called at worker start (``worker_ready``), on the beat cadence (task
+``parkway.sweep``) and by ``parkway sweep --once``. Each category touches at most ``batch`` rows; one bad
+row is logged and skipped without stopping the pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from models import store
+from models.base import utcnow
+from parkway.crash import crash_point
+from parkway.db import transaction
+from parkway.settings import get_settings
+from tasks.celery_app import SWEEP, app
+from tasks.publish import publish
+
+log = logging.getLogger("parkway.sweep")
+
+CATEGORIES = ("republished", "lease_expired", "expired", "dead", "errors")
+
+
+@dataclass
+class SweepReport:
+    """What one pass did, per category, and how long it took."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+    duration_s: float = 0.0
+
+    def line(self) -> str:
+        parts = " ".join(f"{k}={v}" for k, v in self.counts.items())
+        return f"sweep pass: {parts} duration_ms={self.duration_s * 1000:.1f}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.counts, "duration_s": round(self.duration_s, 4)}
+
+
+def run_sweep(batch: int | None = None, *, now: datetime | None = None) -> SweepReport:
+    """One pass over every category; returns the report (also logged as one summary line)."""
+    settings = get_settings()
+    batch = batch or settings.sweep_batch
+    now = now or utcnow()
+    report = SweepReport()
+    started = time.monotonic()
+    to_publish: list[tuple[str, str]] = []
+    to_publish += _expired_leases(report, now=now, batch=batch, max_attempts=settings.max_attempts)
+    to_publish += _expire_interactions(report, now=now, batch=batch)
+    to_publish += _stale_ready(report, now=now, batch=batch, older_than=timedelta(seconds=settings.reenqueue_after_s))
+    _publish_batch(to_publish)
+    report.duration_s = time.monotonic() - started
+    log.info(report.line(), extra={"action": "sweep", **{f"n_{k}": v for k, v in report.counts.items()}})
+    return report
+
+
+def _publish_batch(items: list[tuple[str, str]]) -> None:
+    for index, item in enumerate(items):
+        publish([item])
+        if index == 0:
+            crash_point("sweep.mid_batch")
+
+
+def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attempts: int) -> list[tuple[str, str]]:
+    """Category 1 (claims whose lease ran out → ready again) and 3 (out of attempts → dead)."""
+    due: list[tuple[str, str]] = []
+    with transaction() as session:
+        for row in store.expired_claims(session, now=now, batch=batch):
+            try:
+                with session.begin_nested():
+                    if row.attempts >= max_attempts:
+                        reason = f"continuation {row.name} for step {row.step_id} gave up after {row.attempts} attempts"
+                        if store.give_up(session, row.id, reason=reason) is not None:
+                            report.counts["dead"] += 1
+                            log.warning(reason, extra={"action": "give_up", "continuation_id": row.id, "run_id": row.run_id})
+                        continue
+                    released = store.release_expired_claim(session, row.id, now=now)
+                    if released is not None:
+                        report.counts["lease_expired"] += 1
+                        due.append((released.id, released.kind))
+            except Exception:
+                report.counts["errors"] += 1
+                log.exception("sweep skipped a bad row", extra={"action": "sweep", "continuation_id": row.id})
+    return due
+
+
+def _expire_interactions(report: SweepReport, *, now: datetime, batch: int) -> list[tuple[str, str]]:
+    """Category 2: pending interactions past their expiry → expired; the continuation may become due."""
+    due: list[tuple[str, str]] = []
+    with transaction() as session:
+        for interaction_id in store.expirable_interactions(session, now=now, batch=batch):
+            try:
+                with session.begin_nested():
+                    continuation = store.expire_due(session, interaction_id, now=now)
+                    report.counts["expired"] += 1
+                    if continuation is not None:
+                        due.append((continuation.id, continuation.kind))
+            except Exception:
+                report.counts["errors"] += 1
+                log.exception("sweep skipped a bad row", extra={"action": "sweep", "interaction_id": interaction_id})
+    return due
+
+
+def _stale_ready(report: SweepReport, *, now: datetime, batch: int, older_than: timedelta) -> list[tuple[str, str]]:
+    """Category 1: ready continuations not enqueued recently (publish lost, broker flushed) → again."""
+    with transaction() as session:
+        ids = store.mark_for_republish(session, now=now, older_than=now - older_than, batch=batch)
+        rows = [(cid, kind) for cid, kind in store.continuation_kinds(session, ids)]
+    report.counts["republished"] += len(rows)
+    return rows
+
+
+@app.task(name=SWEEP, ignore_result=True, acks_late=False)
+def sweep_task() -> dict[str, Any]:
+    """One recovery sweep pass (beat cadence and worker start)."""
+    return run_sweep().as_dict()

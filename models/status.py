@@ -1,0 +1,68 @@
+"""One status enum per entity; each member names the transitions that reach it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"  # start; waiting -> running when a step's continuation becomes due
+    WAITING = "waiting"  # running -> waiting when a step parks
+    COMPLETED = "completed"  # running -> completed (canonical terminal event)
+    FAILED = "failed"  # running -> failed (the workflow's verdict)
+    CANCELED = "canceled"  # waiting|running -> canceled (a person's cancel)
+    INTERRUPTED = "interrupted"  # running|waiting -> interrupted (the system gave up)
+
+
+RUN_TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED, RunStatus.INTERRUPTED})
+RUN_LIVE = frozenset({RunStatus.RUNNING, RunStatus.WAITING})
+
+
+class StepStatus(StrEnum):
+    RUNNING = "running"  # created with its start continuation
+    PARKED = "parked"  # running -> parked (body returned Park)
+    RESUMING = "resuming"  # parked -> resuming (last interaction terminal, continuation due)
+    COMPLETED = "completed"  # running|resuming -> completed
+    FAILED = "failed"  # running|resuming -> failed
+    CANCELED = "canceled"  # parked -> canceled
+    INTERRUPTED = "interrupted"  # any live -> interrupted
+
+
+STEP_TERMINAL = frozenset(
+    {StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELED, StepStatus.INTERRUPTED}
+)
+
+
+class InteractionStatus(StrEnum):
+    PENDING = "pending"  # created when its step parks
+    ANSWERED = "answered"  # pending -> answered (first response wins)
+    REJECTED = "rejected"  # pending -> rejected (permission denied)
+    CANCELED = "canceled"  # pending -> canceled (cancel of the step)
+    EXPIRED = "expired"  # pending -> expired (sweep, past expires_at)
+    INTERRUPTED = "interrupted"  # pending -> interrupted (run given up)
+
+
+INTERACTION_TERMINAL = frozenset(set(InteractionStatus) - {InteractionStatus.PENDING})
+
+
+class InteractionKind(StrEnum):
+    QUESTION = "question"
+    PERMISSION = "permission"
+
+
+class ContinuationStatus(StrEnum):
+    READY = "ready"  # created due; claimed -> ready when a lease expires (sweep)
+    CLAIMED = "claimed"  # ready -> claimed (a worker holds the lease)
+    CONSUMED = "consumed"  # claimed -> consumed (committed with the step's outcome)
+    DEAD = "dead"  # ready|claimed -> dead (given up, with a reason)
+
+
+class ContinuationKind(StrEnum):
+    START = "start"  # runs a step body
+    RESUME = "resume"  # runs a continuation body after the step's wait
+
+
+class PrincipalKind(StrEnum):
+    AGENT = "agent"
+    HUMAN = "human"
+    ADMIN = "admin"

@@ -1,0 +1,952 @@
+"""The store: every state transition of Parkway, each a compare-and-set inside the caller's transaction.
+
+Functions take the caller's session and never commit; the caller owns ``with session.begin():`` (see
+``parkway.db.transaction``). A transition returns the changed row, or ``None``/``False`` when it lost
+the race: losing a race is a normal outcome. Only this module writes state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models.base import utcnow
+from models.status import (
+    RUN_LIVE,
+    RUN_TERMINAL,
+    ContinuationKind,
+    ContinuationStatus,
+    InteractionKind,
+    InteractionStatus,
+    PrincipalKind,
+    RunStatus,
+    StepStatus,
+)
+from models.tables import Continuation, Event, Grant, Interaction, Principal, Run, Step
+from parkway.errors import Conflict, Forbidden, Gone, NotFound
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def interaction_id(step_id: str, key: str, kind: str, resources: Iterable[str] | None) -> str:
+    """Deterministic id from (step, key, kind, resource set): a re-park rejoins the same row."""
+    material = canonical_json([step_id, key, kind, sorted(set(resources or ()))])
+    return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
+def _is_pg(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+# --------------------------------------------------------------------------- events
+
+
+def append_event(session: Session, run_id: str, type_: str, **data: Any) -> Event:
+    """Append one event to the run's log (never carries answer values)."""
+    event = Event(run_id=run_id, type=type_, at=utcnow(), data={"run_id": run_id, **data})
+    session.add(event)
+    return event
+
+
+# --------------------------------------------------------------------------- principals and grants
+
+
+def create_principal(session: Session, *, kind: str, name: str, token_hash: str | None) -> Principal | None:
+    """Insert a principal; ``None`` when the name is taken."""
+    principal = Principal(id=new_id(), kind=PrincipalKind(kind).value, name=name, token_hash=token_hash)
+    try:
+        with session.begin_nested():
+            session.add(principal)
+            session.flush()
+    except IntegrityError:
+        return None
+    return principal
+
+
+def principal_by_name(session: Session, name: str) -> Principal | None:
+    return session.scalar(select(Principal).where(Principal.name == name))
+
+
+def principal_by_token_hash(session: Session, token_hash: str) -> Principal | None:
+    return session.scalar(select(Principal).where(Principal.token_hash == token_hash))
+
+
+def create_grant(session: Session, *, principal_id: str, target: str) -> Grant:
+    """Give a principal access to a target (a new grant row each time; revoking one revokes it only)."""
+    grant = Grant(id=new_id(), principal_id=principal_id, target=target, created_at=utcnow())
+    session.add(grant)
+    session.flush()
+    return grant
+
+
+def revoke_grant(session: Session, grant_id: str) -> Grant | None:
+    """live -> revoked; ``None`` when the grant is unknown or already revoked."""
+    return session.scalar(
+        update(Grant)
+        .where(Grant.id == grant_id, Grant.revoked_at.is_(None))
+        .values(revoked_at=utcnow())
+        .returning(Grant)
+    )
+
+
+def is_granted(session: Session, principal: Principal, target: str) -> bool:
+    """Whether the principal holds a live grant on the target, read now (admins hold every target)."""
+    if principal.kind == PrincipalKind.ADMIN:
+        return True
+    found = session.scalar(
+        select(Grant.id).where(
+            Grant.principal_id == principal.id, Grant.target == target, Grant.revoked_at.is_(None)
+        )
+    )
+    return found is not None
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def create_run(
+    session: Session,
+    *,
+    workflow: str,
+    payload: Any,
+    owner: Principal,
+    target: str,
+    idempotency_key: str | None,
+    request_digest: str,
+) -> tuple[Run, Continuation | None]:
+    """Insert a run, its first step and that step's ready continuation.
+
+    With an idempotency key already used by this owner: the same body returns the existing run and
+    ``None`` for the continuation; a different body raises ``Conflict``.
+    """
+    if idempotency_key is not None:
+        existing = _run_by_key(session, owner.id, idempotency_key)
+        if existing is not None:
+            return _same_request(existing, request_digest), None
+    now = utcnow()
+    run = Run(
+        id=new_id(),
+        workflow=workflow,
+        status=RunStatus.RUNNING,
+        owner_id=owner.id,
+        target=target,
+        payload=payload,
+        idempotency_key=idempotency_key,
+        request_digest=request_digest,
+        created_at=now,
+        updated_at=now,
+    )
+    try:
+        with session.begin_nested():
+            session.add(run)
+            session.flush()
+    except IntegrityError:
+        # A concurrent request with the same key won the insert: answer as its retry.
+        existing = _run_by_key(session, owner.id, idempotency_key or "")
+        if existing is None:
+            raise
+        return _same_request(existing, request_digest), None
+    append_event(session, run.id, "run.created", workflow=workflow, owner=owner.name, target=target)
+    step = _insert_step(session, run.id, seq=1, name=workflow, payload=payload)
+    continuation = _insert_continuation(session, run.id, step.id, ContinuationKind.START, workflow)
+    return run, continuation
+
+
+def _run_by_key(session: Session, owner_id: str, key: str) -> Run | None:
+    return session.scalar(select(Run).where(Run.owner_id == owner_id, Run.idempotency_key == key))
+
+
+def _same_request(run: Run, request_digest: str) -> Run:
+    if run.request_digest != request_digest:
+        raise Conflict(
+            f"idempotency key {run.idempotency_key!r} was used for run {run.id} with a different request",
+            {"run_id": run.id, "status": run.status},
+        )
+    return run
+
+
+def _insert_step(session: Session, run_id: str, *, seq: int, name: str, payload: Any) -> Step:
+    now = utcnow()
+    step = Step(
+        id=new_id(),
+        run_id=run_id,
+        seq=seq,
+        name=name,
+        status=StepStatus.RUNNING,
+        payload=payload,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(step)
+    session.flush()
+    return step
+
+
+def _insert_continuation(
+    session: Session, run_id: str, step_id: str, kind: ContinuationKind, name: str
+) -> Continuation:
+    continuation = Continuation(
+        id=new_id(),
+        run_id=run_id,
+        step_id=step_id,
+        kind=kind.value,
+        name=name,
+        status=ContinuationStatus.READY,
+        attempts=0,
+        # Published right after this commit; if that publish is lost the sweep sends it again later.
+        publishes=1,
+        enqueued_at=utcnow(),
+        created_at=utcnow(),
+    )
+    session.add(continuation)
+    session.flush()
+    append_event(
+        session, run_id, "continuation.ready", continuation_id=continuation.id, step_id=step_id, name=name
+    )
+    return continuation
+
+
+def _set_run_status(
+    session: Session, run_id: str, from_: Iterable[str], to: RunStatus, **values: Any
+) -> Run | None:
+    """from -> to for a run; ``None`` when it is not in a ``from`` status any more."""
+    now = utcnow()
+    if to in RUN_TERMINAL:
+        values.setdefault("completed_at", now)
+    return session.scalar(
+        update(Run)
+        .where(Run.id == run_id, Run.status.in_([str(s) for s in from_]))
+        .values(status=to.value, updated_at=now, **values)
+        .returning(Run)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _set_step_status(
+    session: Session, step_id: str, from_: Iterable[str], to: StepStatus, **values: Any
+) -> Step | None:
+    """from -> to for a step; ``None`` when it is not in a ``from`` status any more."""
+    return session.scalar(
+        update(Step)
+        .where(Step.id == step_id, Step.status.in_([str(s) for s in from_]))
+        .values(status=to.value, updated_at=utcnow(), **values)
+        .returning(Step)
+        .execution_options(synchronize_session=False)
+    )
+
+
+# --------------------------------------------------------------------------- claim and consume
+
+
+@dataclass
+class Claim:
+    """A continuation this execution holds, with what its body needs to run."""
+
+    continuation: Continuation
+    run: Run
+    step: Step
+    owner: Principal
+
+
+def claim(
+    session: Session, continuation_id: str, *, execution_id: str, lease_s: float
+) -> Continuation | None:
+    """ready -> claimed (or an expired claim -> claimed), attempts + 1, with a lease.
+
+    ``None`` when the row is consumed, dead, unknown, or held under a live lease by someone else:
+    the caller's delivery is a duplicate and does nothing.
+    """
+    now = utcnow()
+    return session.scalar(
+        update(Continuation)
+        .where(
+            Continuation.id == continuation_id,
+            or_(
+                Continuation.status == ContinuationStatus.READY,
+                and_(
+                    Continuation.status == ContinuationStatus.CLAIMED,
+                    Continuation.lease_expires_at < now,
+                ),
+            ),
+        )
+        .values(
+            status=ContinuationStatus.CLAIMED,
+            attempts=Continuation.attempts + 1,
+            claimed_by=execution_id,
+            lease_expires_at=now + timedelta(seconds=lease_s),
+        )
+        .returning(Continuation)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def load_claim(session: Session, continuation: Continuation) -> Claim:
+    run = session.get_one(Run, continuation.run_id)
+    step = session.get_one(Step, continuation.step_id)
+    owner = session.get_one(Principal, run.owner_id)
+    return Claim(continuation=continuation, run=run, step=step, owner=owner)
+
+
+def renew_lease(session: Session, continuation_id: str, *, execution_id: str, lease_s: float) -> bool:
+    """claimed -> claimed with a later lease, only for the execution that holds it."""
+    row = session.scalar(
+        update(Continuation)
+        .where(
+            Continuation.id == continuation_id,
+            Continuation.status == ContinuationStatus.CLAIMED,
+            Continuation.claimed_by == execution_id,
+        )
+        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_s))
+        .returning(Continuation.id)
+    )
+    return row is not None
+
+
+def consume(session: Session, continuation_id: str, *, execution_id: str) -> Continuation | None:
+    """claimed -> consumed, only by the execution holding the claim; ``None`` when it lost the claim."""
+    return session.scalar(
+        update(Continuation)
+        .where(
+            Continuation.id == continuation_id,
+            Continuation.status == ContinuationStatus.CLAIMED,
+            Continuation.claimed_by == execution_id,
+        )
+        .values(status=ContinuationStatus.CONSUMED, consumed_at=utcnow(), lease_expires_at=None)
+        .returning(Continuation)
+        .execution_options(synchronize_session=False)
+    )
+
+
+@dataclass
+class Answer:
+    """What a continuation sees of one interaction."""
+
+    key: str
+    kind: str
+    status: str
+    value: Any
+    answered_by: str | None
+
+    @property
+    def approved(self) -> bool:
+        return (
+            self.kind == InteractionKind.PERMISSION
+            and self.status == InteractionStatus.ANSWERED
+            and isinstance(self.value, dict)
+            and self.value.get("approved") is True
+        )
+
+
+def answers_for_step(session: Session, step_id: str) -> dict[str, Answer]:
+    rows = session.execute(
+        select(Interaction, Principal.name)
+        .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
+        .where(Interaction.step_id == step_id)
+    ).all()
+    return {
+        i.key: Answer(
+            key=i.key,
+            kind=i.kind,
+            status=i.status,
+            value=i.value if i.status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED) else None,
+            answered_by=name,
+        )
+        for i, name in rows
+    }
+
+
+# --------------------------------------------------------------------------- outcomes (inside consume)
+
+
+@dataclass
+class InteractionSpec:
+    """A validated interaction to create when a step parks."""
+
+    key: str
+    kind: str
+    target: str
+    prompt: str | None = None
+    schema: Any = None
+    action: str | None = None
+    resources: list[str] | None = None
+    sensitive: list[str] = field(default_factory=list)
+    expires_in: float | None = None
+
+
+def finish_run(
+    session: Session,
+    step: Step,
+    *,
+    status: RunStatus,
+    execution_id: str,
+    result: Any = None,
+    error: str | None = None,
+    reason: str | None = None,
+) -> Run | None:
+    """The step ends and its run takes its canonical terminal status (written once, by CAS)."""
+    step_status = {
+        RunStatus.COMPLETED: StepStatus.COMPLETED,
+        RunStatus.FAILED: StepStatus.FAILED,
+        RunStatus.INTERRUPTED: StepStatus.INTERRUPTED,
+        RunStatus.CANCELED: StepStatus.CANCELED,
+    }[status]
+    _set_step_status(
+        session,
+        step.id,
+        [StepStatus.RUNNING, StepStatus.RESUMING, StepStatus.PARKED],
+        step_status,
+        result=result,
+        error=error,
+        reason=reason,
+    )
+    append_event(session, step.run_id, f"step.{step_status.value}", step_id=step.id, name=step.name)
+    run = _set_run_status(
+        session,
+        step.run_id,
+        RUN_LIVE,
+        status,
+        result=result,
+        error=error,
+        reason=reason,
+        finished_by=execution_id,
+    )
+    if run is not None:
+        data: dict[str, Any] = {"status": status.value, "execution_id": execution_id}
+        if error is not None:
+            data["error"] = error
+        if reason is not None:
+            data["reason"] = reason
+        append_event(session, step.run_id, f"run.{status.value}", **data)
+    return run
+
+
+def next_step(session: Session, step: Step, *, name: str, payload: Any) -> Continuation:
+    """The step completes and hands over to a new step with its own ready continuation."""
+    _set_step_status(
+        session,
+        step.id,
+        [StepStatus.RUNNING, StepStatus.RESUMING],
+        StepStatus.COMPLETED,
+        result={"next": name},
+    )
+    append_event(session, step.run_id, "step.completed", step_id=step.id, name=step.name, next=name)
+    new = _insert_step(session, step.run_id, seq=_next_seq(session, step.run_id), name=name, payload=payload)
+    return _insert_continuation(session, step.run_id, new.id, ContinuationKind.START, name)
+
+
+def _next_seq(session: Session, run_id: str) -> int:
+    current = session.scalar(select(Step.seq).where(Step.run_id == run_id).order_by(Step.seq.desc()).limit(1))
+    return (current or 0) + 1
+
+
+def park(
+    session: Session,
+    step: Step,
+    *,
+    continuation: str,
+    snapshot: Any,
+    interactions: Sequence[InteractionSpec],
+    from_continuation: bool,
+) -> Step:
+    """The step parks with all its interactions at once, and the run waits.
+
+    A continuation that parks again does so as a new step (every wait has its own step and at most one
+    continuation).
+    """
+    now = utcnow()
+    if from_continuation:
+        _set_step_status(
+            session, step.id, [StepStatus.RESUMING], StepStatus.COMPLETED, result={"parked": continuation}
+        )
+        append_event(session, step.run_id, "step.completed", step_id=step.id, name=step.name)
+        step = _insert_step(
+            session,
+            step.run_id,
+            seq=_next_seq(session, step.run_id),
+            name=continuation.split("@", 1)[0],
+            payload=None,
+        )
+    parked = _set_step_status(
+        session,
+        step.id,
+        [StepStatus.RUNNING],
+        StepStatus.PARKED,
+        snapshot=snapshot,
+        continuation=continuation,
+    )
+    if parked is None:  # pragma: no cover - the consume CAS already proved this execution owns the step
+        raise RuntimeError(f"step {step.id} is not running; cannot park")
+    for spec in interactions:
+        row = Interaction(
+            id=interaction_id(step.id, spec.key, spec.kind, spec.resources),
+            run_id=step.run_id,
+            step_id=step.id,
+            key=spec.key,
+            kind=spec.kind,
+            prompt=spec.prompt,
+            schema=spec.schema,
+            action=spec.action,
+            resources=spec.resources,
+            sensitive=list(spec.sensitive),
+            target=spec.target,
+            status=InteractionStatus.PENDING,
+            expires_at=(now + timedelta(seconds=spec.expires_in)) if spec.expires_in else None,
+            created_at=now,
+        )
+        session.add(row)
+    session.flush()
+    append_event(session, step.run_id, "step.parked", step_id=step.id, continuation=continuation)
+    for spec in interactions:
+        iid = interaction_id(step.id, spec.key, spec.kind, spec.resources)
+        append_event(
+            session,
+            step.run_id,
+            "interaction.asked",
+            interaction_id=iid,
+            step_id=step.id,
+            key=spec.key,
+            kind=spec.kind,
+            target=spec.target,
+        )
+    _set_run_status(session, step.run_id, [RunStatus.RUNNING], RunStatus.WAITING)
+    return parked
+
+
+# --------------------------------------------------------------------------- giving up (dead letter)
+
+
+def give_up(
+    session: Session, continuation_id: str, *, reason: str, execution_id: str | None = None
+) -> Continuation | None:
+    """ready|claimed -> dead, and its run, step and pending interactions -> interrupted with the reason.
+
+    ``None`` when the continuation is already consumed or dead (nothing to give up).
+    """
+    dead = session.scalar(
+        update(Continuation)
+        .where(
+            Continuation.id == continuation_id,
+            Continuation.status.in_([ContinuationStatus.READY, ContinuationStatus.CLAIMED]),
+        )
+        .values(status=ContinuationStatus.DEAD, reason=reason, lease_expires_at=None)
+        .returning(Continuation)
+        .execution_options(synchronize_session=False)
+    )
+    if dead is None:
+        return None
+    append_event(session, dead.run_id, "continuation.dead", continuation_id=dead.id, reason=reason)
+    interrupt_run(session, dead.run_id, reason=reason, execution_id=execution_id or f"give-up:{dead.id}")
+    return dead
+
+
+def interrupt_run(session: Session, run_id: str, *, reason: str, execution_id: str) -> Run | None:
+    """A live run -> interrupted; its live steps and pending interactions -> interrupted, each with an event.
+
+    ``None`` when the run is already terminal (a proven outcome is never overwritten).
+    """
+    run = _set_run_status(
+        session, run_id, RUN_LIVE, RunStatus.INTERRUPTED, reason=reason, finished_by=execution_id
+    )
+    if run is None:
+        return None
+    pending = session.scalars(
+        update(Interaction)
+        .where(Interaction.run_id == run_id, Interaction.status == InteractionStatus.PENDING)
+        .values(status=InteractionStatus.INTERRUPTED, closed_at=utcnow(), reason=reason)
+        .returning(Interaction)
+        .execution_options(synchronize_session=False)
+    ).all()
+    for i in pending:
+        append_event(
+            session, run_id, "interaction.interrupted", interaction_id=i.id, key=i.key, reason=reason
+        )
+    steps = session.scalars(
+        update(Step)
+        .where(
+            Step.run_id == run_id,
+            Step.status.in_([StepStatus.RUNNING, StepStatus.PARKED, StepStatus.RESUMING]),
+        )
+        .values(status=StepStatus.INTERRUPTED, reason=reason, updated_at=utcnow())
+        .returning(Step)
+        .execution_options(synchronize_session=False)
+    ).all()
+    for s in steps:
+        append_event(session, run_id, "step.interrupted", step_id=s.id, name=s.name, reason=reason)
+    # Any continuation of the run still waiting to be driven cannot be any more.
+    session.execute(
+        update(Continuation)
+        .where(
+            Continuation.run_id == run_id,
+            Continuation.status.in_([ContinuationStatus.READY, ContinuationStatus.CLAIMED]),
+        )
+        .values(status=ContinuationStatus.DEAD, reason=reason, lease_expires_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    append_event(session, run_id, "run.interrupted", status="interrupted", reason=reason)
+    return run
+
+
+# --------------------------------------------------------------------------- answer and cancel
+
+
+def interaction_state(session: Session, interaction: Interaction) -> dict[str, Any]:
+    """The authoritative state of an interaction as errors carry it (no values: they may be sensitive)."""
+    run_status = session.scalar(select(Run.status).where(Run.id == interaction.run_id))
+    answered_by = None
+    if interaction.answered_by_id:
+        answered_by = session.scalar(select(Principal.name).where(Principal.id == interaction.answered_by_id))
+    return {
+        "id": interaction.id,
+        "run_id": interaction.run_id,
+        "step_id": interaction.step_id,
+        "key": interaction.key,
+        "kind": interaction.kind,
+        "status": interaction.status,
+        "run_status": run_status,
+        "answered_by": answered_by,
+        "answered_at": interaction.answered_at.isoformat() if interaction.answered_at else None,
+        "expires_at": interaction.expires_at.isoformat() if interaction.expires_at else None,
+    }
+
+
+def _lock_interaction(session: Session, interaction_id_: str) -> Interaction:
+    """Read the interaction and lock its step: answers, cancels and expiry of one step are serialized,
+    so "was this the last pending one?" has one true answer."""
+    interaction = session.get(Interaction, interaction_id_)
+    if interaction is None:
+        raise NotFound(f"interaction {interaction_id_} does not exist")
+    if _is_pg(session):
+        session.execute(select(Step.id).where(Step.id == interaction.step_id).with_for_update())
+        session.refresh(interaction)
+    return interaction
+
+
+def _check_grant(session: Session, principal: Principal, interaction: Interaction) -> None:
+    if not is_granted(session, principal, interaction.target):
+        raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target}")
+
+
+@dataclass
+class AnswerReceipt:
+    status: str
+    response_id: str
+    answered_at: datetime
+    continuation: Continuation | None = None  # set when this answer made the step's continuation due
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "response_id": self.response_id, "answered_at": self.answered_at}
+
+
+def answer(
+    session: Session,
+    interaction_id_: str,
+    *,
+    value: Any,
+    stored_value: Any,
+    response_id: str,
+    response_digest: str,
+    principal: Principal,
+    validate: Any,
+) -> AnswerReceipt:
+    """pending -> answered|rejected, first response wins.
+
+    An exact retry (same ``response_id`` and digest) returns the first receipt. Raises ``Conflict`` when
+    another response won, ``Gone`` when the wait ended unanswered, ``Forbidden`` without a live grant,
+    ``InvalidAnswer`` (from ``validate``) before anything is written. When this was the step's last
+    pending interaction, the step's continuation is created ready in this transaction.
+    """
+    interaction = _lock_interaction(session, interaction_id_)
+    _check_grant(session, principal, interaction)
+    status = interaction.status
+    if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
+        if interaction.response_id == response_id and interaction.response_digest == response_digest:
+            assert interaction.answered_at is not None
+            return AnswerReceipt(status, response_id, interaction.answered_at)
+        raise Conflict(
+            f"interaction {interaction.id} was already {status} by another response",
+            interaction_state(session, interaction),
+        )
+    if status != InteractionStatus.PENDING:
+        raise Gone(
+            f"interaction {interaction.id} is {status}; it can no longer be answered",
+            interaction_state(session, interaction),
+        )
+    run = session.get_one(Run, interaction.run_id)
+    if run.status in RUN_TERMINAL:
+        raise Gone(
+            f"run {run.id} of interaction {interaction.id} is {run.status}",
+            interaction_state(session, interaction),
+        )
+    validate(interaction, value)
+    new_status = InteractionStatus.ANSWERED
+    if interaction.kind == InteractionKind.PERMISSION and not value.get("approved"):
+        new_status = InteractionStatus.REJECTED
+    now = utcnow()
+    won = session.scalar(
+        update(Interaction)
+        .where(Interaction.id == interaction.id, Interaction.status == InteractionStatus.PENDING)
+        .values(
+            status=new_status,
+            value=stored_value,
+            response_id=response_id,
+            response_digest=response_digest,
+            answered_by_id=principal.id,
+            answered_at=now,
+            closed_at=now,
+        )
+        .returning(Interaction.id)
+    )
+    if won is None:  # pragma: no cover - the step lock serializes answers; kept as the CAS backstop
+        raise Conflict(f"interaction {interaction.id} was answered concurrently")
+    append_event(
+        session,
+        interaction.run_id,
+        "interaction.answered" if new_status == InteractionStatus.ANSWERED else "interaction.rejected",
+        interaction_id=interaction.id,
+        step_id=interaction.step_id,
+        key=interaction.key,
+        status=new_status.value,
+        answered_by=principal.name,
+    )
+    receipt = AnswerReceipt(new_status.value, response_id, now)
+    receipt.continuation = make_due_if_settled(session, interaction.step_id)
+    return receipt
+
+
+def make_due_if_settled(session: Session, step_id: str) -> Continuation | None:
+    """parked -> resuming with a ready continuation once no interaction of the step is pending.
+
+    ``None`` while some interaction is still pending, or when the step is not parked any more.
+    """
+    pending = session.scalar(
+        select(Interaction.id)
+        .where(Interaction.step_id == step_id, Interaction.status == InteractionStatus.PENDING)
+        .limit(1)
+    )
+    if pending is not None:
+        return None
+    step = _set_step_status(session, step_id, [StepStatus.PARKED], StepStatus.RESUMING)
+    if step is None:
+        return None
+    _set_run_status(session, step.run_id, [RunStatus.WAITING], RunStatus.RUNNING)
+    assert step.continuation is not None
+    return _insert_continuation(session, step.run_id, step.id, ContinuationKind.RESUME, step.continuation)
+
+
+@dataclass
+class CancelReceipt:
+    response_id: str
+    canceled_at: datetime
+    status: str = "canceled"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "response_id": self.response_id, "canceled_at": self.canceled_at}
+
+
+def cancel(
+    session: Session,
+    interaction_id_: str,
+    *,
+    response_id: str,
+    principal: Principal,
+    reason: str | None,
+) -> CancelReceipt:
+    """pending -> canceled for the whole parked step: its pending interactions, the step and the run.
+
+    An exact retry (same ``response_id``) returns the first receipt. Raises ``Conflict`` when the
+    interaction was answered, ``Gone`` when its wait already ended, ``Forbidden`` without a live grant.
+    """
+    interaction = _lock_interaction(session, interaction_id_)
+    _check_grant(session, principal, interaction)
+    status = interaction.status
+    if status == InteractionStatus.CANCELED and interaction.response_id == response_id:
+        assert interaction.closed_at is not None
+        return CancelReceipt(response_id, interaction.closed_at)
+    if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
+        raise Conflict(
+            f"interaction {interaction.id} was already {status}; it cannot be canceled",
+            interaction_state(session, interaction),
+        )
+    if status != InteractionStatus.PENDING:
+        raise Gone(f"interaction {interaction.id} is {status}", interaction_state(session, interaction))
+    run = session.get_one(Run, interaction.run_id)
+    if run.status in RUN_TERMINAL:
+        raise Gone(
+            f"run {run.id} of interaction {interaction.id} is {run.status}",
+            interaction_state(session, interaction),
+        )
+    now = utcnow()
+    why = reason or f"canceled by {principal.name}"
+    closed = session.scalars(
+        update(Interaction)
+        .where(Interaction.step_id == interaction.step_id, Interaction.status == InteractionStatus.PENDING)
+        .values(status=InteractionStatus.CANCELED, closed_at=now, reason=why)
+        .returning(Interaction)
+        .execution_options(synchronize_session=False)
+    ).all()
+    session.execute(
+        update(Interaction)
+        .where(Interaction.id == interaction.id)
+        .values(response_id=response_id, answered_by_id=principal.id)
+    )
+    for i in closed:
+        append_event(
+            session,
+            i.run_id,
+            "interaction.canceled",
+            interaction_id=i.id,
+            step_id=i.step_id,
+            key=i.key,
+            canceled_by=principal.name,
+        )
+    step = session.get_one(Step, interaction.step_id)
+    finish_run(session, step, status=RunStatus.CANCELED, execution_id=f"cancel:{response_id}", reason=why)
+    return CancelReceipt(response_id, now)
+
+
+def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Continuation | None:
+    """pending -> expired past ``expires_at``; the step's continuation becomes due as for an answer."""
+    interaction = session.get(Interaction, interaction_id_)
+    if interaction is None:
+        return None
+    if _is_pg(session):
+        session.execute(select(Step.id).where(Step.id == interaction.step_id).with_for_update())
+    expired = session.scalar(
+        update(Interaction)
+        .where(
+            Interaction.id == interaction_id_,
+            Interaction.status == InteractionStatus.PENDING,
+            Interaction.expires_at <= now,
+        )
+        .values(status=InteractionStatus.EXPIRED, closed_at=now)
+        .returning(Interaction)
+        .execution_options(synchronize_session=False)
+    )
+    if expired is None:
+        return None
+    append_event(
+        session,
+        expired.run_id,
+        "interaction.expired",
+        interaction_id=expired.id,
+        step_id=expired.step_id,
+        key=expired.key,
+    )
+    return make_due_if_settled(session, expired.step_id)
+
+
+# --------------------------------------------------------------------------- sweep selections
+
+
+def _skip_locked(session: Session, stmt: Any) -> Any:
+    return stmt.with_for_update(skip_locked=True) if _is_pg(session) else stmt
+
+
+def mark_for_republish(session: Session, *, now: datetime, older_than: datetime, batch: int) -> list[str]:
+    """ready continuations not enqueued since ``older_than``: stamp ``enqueued_at`` (CAS) and return ids.
+
+    Concurrent sweeps skip each other's locked rows and the CAS on ``enqueued_at`` keeps one winner.
+    """
+    ids = session.scalars(
+        _skip_locked(
+            session,
+            select(Continuation.id)
+            .where(
+                Continuation.status == ContinuationStatus.READY,
+                or_(Continuation.enqueued_at.is_(None), Continuation.enqueued_at < older_than),
+            )
+            .order_by(Continuation.enqueued_at.asc().nulls_first())
+            .limit(batch),
+        )
+    ).all()
+    if not ids:
+        return []
+    won = session.scalars(
+        update(Continuation)
+        .where(
+            Continuation.id.in_(ids),
+            Continuation.status == ContinuationStatus.READY,
+            or_(Continuation.enqueued_at.is_(None), Continuation.enqueued_at < older_than),
+        )
+        .values(enqueued_at=now, publishes=Continuation.publishes + 1)
+        .returning(Continuation.id)
+        .execution_options(synchronize_session=False)
+    ).all()
+    return list(won)
+
+
+def expired_claims(session: Session, *, now: datetime, batch: int) -> list[Continuation]:
+    """claimed continuations whose lease ran out (the process running the body died)."""
+    return list(
+        session.scalars(
+            _skip_locked(
+                session,
+                select(Continuation)
+                .where(Continuation.status == ContinuationStatus.CLAIMED, Continuation.lease_expires_at < now)
+                .order_by(Continuation.lease_expires_at)
+                .limit(batch),
+            )
+        ).all()
+    )
+
+
+def release_expired_claim(session: Session, continuation_id: str, *, now: datetime) -> Continuation | None:
+    """claimed (lease expired) -> ready, stamped as enqueued now; ``None`` if it changed meanwhile."""
+    return session.scalar(
+        update(Continuation)
+        .where(
+            Continuation.id == continuation_id,
+            Continuation.status == ContinuationStatus.CLAIMED,
+            Continuation.lease_expires_at < now,
+        )
+        .values(
+            status=ContinuationStatus.READY,
+            claimed_by=None,
+            lease_expires_at=None,
+            enqueued_at=now,
+            publishes=Continuation.publishes + 1,
+        )
+        .returning(Continuation)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def expirable_interactions(session: Session, *, now: datetime, batch: int) -> list[str]:
+    return list(
+        session.scalars(
+            _skip_locked(
+                session,
+                select(Interaction.id)
+                .where(
+                    Interaction.status == InteractionStatus.PENDING,
+                    Interaction.expires_at.is_not(None),
+                    Interaction.expires_at <= now,
+                )
+                .order_by(Interaction.expires_at)
+                .limit(batch),
+            )
+        ).all()
+    )
+
+
+
+def continuation_kinds(session: Session, ids: Sequence[str]) -> list[tuple[str, str]]:
+    if not ids:
+        return []
+    rows = session.execute(select(Continuation.id, Continuation.kind).where(Continuation.id.in_(list(ids))))
+    return [(r[0], r[1]) for r in rows]

@@ -1,0 +1,183 @@
+"""SQLAlchemy 2 tables of SPEC §2. Partial indexes cover the statuses the sweep reads."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from models.base import Base, UTCDateTime, utcnow
+
+ID = String(64)
+# BIGINT on PostgreSQL, INTEGER (rowid alias, so autoincrementing) on SQLite.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Principal(Base):
+    __tablename__ = "principals"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    token_hash: Mapped[str | None] = mapped_column(String(128), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Grant(Base):
+    __tablename__ = "grants"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    principal_id: Mapped[str] = mapped_column(ForeignKey("principals.id"), index=True)
+    target: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index(
+            "ix_grants_live",
+            "principal_id",
+            "target",
+            postgresql_where=text("revoked_at IS NULL"),
+            sqlite_where=text("revoked_at IS NULL"),
+        ),
+    )
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    workflow: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    owner_id: Mapped[str] = mapped_column(ForeignKey("principals.id"), index=True)
+    target: Mapped[str] = mapped_column(String(200), index=True)
+    payload: Mapped[Any] = mapped_column(JSON)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    request_digest: Mapped[str | None] = mapped_column(String(64))
+    result: Mapped[Any | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_by: Mapped[str | None] = mapped_column(String(64))
+
+    __table_args__ = (UniqueConstraint("owner_id", "idempotency_key"),)
+
+
+class Step(Base):
+    __tablename__ = "steps"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16))
+    payload: Mapped[Any | None] = mapped_column(JSON)
+    snapshot: Mapped[Any | None] = mapped_column(JSON)
+    continuation: Mapped[str | None] = mapped_column(String(200))
+    result: Mapped[Any | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("run_id", "seq"),)
+
+
+class Interaction(Base):
+    __tablename__ = "interactions"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"), index=True)
+    key: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))
+    prompt: Mapped[str | None] = mapped_column(Text)
+    schema: Mapped[Any | None] = mapped_column(JSON)
+    action: Mapped[str | None] = mapped_column(String(200))
+    resources: Mapped[Any | None] = mapped_column(JSON)
+    sensitive: Mapped[Any | None] = mapped_column(JSON)
+    target: Mapped[str] = mapped_column(String(200), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    value: Mapped[Any | None] = mapped_column(JSON)
+    response_id: Mapped[str | None] = mapped_column(String(200))
+    response_digest: Mapped[str | None] = mapped_column(String(64))
+    answered_by_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))
+    answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        UniqueConstraint("step_id", "key"),
+        Index(
+            "ix_interactions_pending_expiry",
+            "expires_at",
+            postgresql_where=text("status = 'pending' AND expires_at IS NOT NULL"),
+            sqlite_where=text("status = 'pending' AND expires_at IS NOT NULL"),
+        ),
+    )
+
+
+class Continuation(Base):
+    __tablename__ = "continuations"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    publishes: Mapped[int] = mapped_column(Integer, default=0)
+    enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    claimed_by: Mapped[str | None] = mapped_column(String(64))
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        # At most one continuation per step wait: a double insert is a conflict, not a second unit.
+        UniqueConstraint("step_id", "kind"),
+        Index(
+            "ix_continuations_ready",
+            "enqueued_at",
+            postgresql_where=text("status = 'ready'"),
+            sqlite_where=text("status = 'ready'"),
+        ),
+        Index(
+            "ix_continuations_claimed",
+            "lease_expires_at",
+            postgresql_where=text("status = 'claimed'"),
+            sqlite_where=text("status = 'claimed'"),
+        ),
+    )
+
+
+class Event(Base):
+    __tablename__ = "events"
+
+    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    type: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    data: Mapped[Any] = mapped_column(JSON)
+
+    __table_args__ = (Index("ix_events_run_seq", "run_id", "seq"),)
+

@@ -1,0 +1,78 @@
+"""Parkway's exceptions: one root, each raised for one reason and carrying the ids involved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ParkwayError(Exception):
+    """Root of every error Parkway raises on purpose."""
+
+
+class ConfigError(ParkwayError):
+    """Raised when the configuration cannot be used (missing or weak secret key, bad URL)."""
+
+
+class SchemaMismatch(ParkwayError):
+    """Raised when the database schema is not the revision this code needs (SPEC invariant 10)."""
+
+
+class NotRegistered(ParkwayError):
+    """Raised when a step or continuation name is not in the registry of this process."""
+
+
+class WorkflowError(ParkwayError):
+    """Raised when a step or continuation returns something Parkway cannot commit."""
+
+
+class OutcomeError(ParkwayError):
+    """Root of the answer/cancel outcomes other than success; carries the authoritative state."""
+
+    status_code = 400
+    code = "error"
+
+    def __init__(self, detail: str, state: dict[str, Any] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.state = state
+
+
+class NotFound(OutcomeError):
+    """Raised when an id never existed (or the caller may not learn that it does)."""
+
+    status_code = 404
+    code = "not_found"
+
+
+class Forbidden(OutcomeError):
+    """Raised when the principal holds no current grant for what it asks."""
+
+    status_code = 403
+    code = "forbidden"
+
+
+class Conflict(OutcomeError):
+    """Raised when another response won, or a retry reuses a response id with another value."""
+
+    status_code = 409
+    code = "conflict"
+
+
+class Gone(OutcomeError):
+    """Raised when the wait ended without an answer (expired, canceled, interrupted, run ended)."""
+
+    status_code = 410
+    code = "gone"
+
+
+class InvalidAnswer(OutcomeError):
+    """Raised when a value fails the interaction's JSON Schema; nothing was stored."""
+
+    status_code = 422
+    code = "invalid_answer"
+
+    def __init__(
+        self, detail: str, state: dict[str, Any] | None = None, errors: list[str] | None = None
+    ) -> None:
+        super().__init__(detail, state)
+        self.errors = errors or []

@@ -1,0 +1,1 @@
+"""The Celery app, the worker tasks, the workflow SDK and publish-after-commit."""

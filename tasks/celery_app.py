@@ -1,0 +1,137 @@
+"""The Celery app (``tasks.celery_app:app``), configured for exactly-once continuations.
+
+Late acks with reject-on-worker-lost, prefetch 1, no results, ids-only JSON arguments, named queues,
+and one database engine per worker child made after fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from celery import Celery, signals
+from kombu import Exchange, Queue
+
+from parkway.settings import Settings, get_settings
+
+log = logging.getLogger("parkway.worker")
+
+STEPS_QUEUE = "parkway.steps"
+CONTINUATIONS_QUEUE = "parkway.continuations"
+SWEEP_QUEUE = "parkway.sweep"
+
+RUN_STEP = "parkway.run_step"
+RESUME_STEP = "parkway.resume_step"
+SWEEP = "parkway.sweep"
+
+
+def _queue(name: str) -> Queue:
+    # Each queue its own direct exchange and key: a message lands in exactly one queue.
+    return Queue(name, Exchange(name, type="direct"), routing_key=name)
+
+
+def broker_options(settings: Settings) -> dict[str, Any]:
+    if settings.broker_url:
+        # Redis redelivers unacked messages after this; keep it above the longest step body.
+        return {"visibility_timeout": 6 * 3600}
+    folder = settings.broker_folder
+    for sub in ("queue", "control", "processed"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    return {
+        "data_folder_in": str(folder / "queue"),
+        "data_folder_out": str(folder / "queue"),
+        "control_folder": str(folder / "control"),
+        "processed_folder": str(folder / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.2,
+    }
+
+
+def configure(app: Celery, settings: Settings) -> None:
+    app.conf.update(
+        broker_url=settings.effective_broker_url,
+        broker_transport_options=broker_options(settings),
+        broker_connection_retry_on_startup=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        result_backend=None,
+        task_serializer="json",
+        accept_content=["json"],
+        task_queues=tuple(_queue(q) for q in (STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE)),
+        task_default_queue=CONTINUATIONS_QUEUE,
+        task_routes={
+            RUN_STEP: {"queue": STEPS_QUEUE},
+            RESUME_STEP: {"queue": CONTINUATIONS_QUEUE},
+            SWEEP: {"queue": SWEEP_QUEUE},
+        },
+        task_publish_retry_policy={"max_retries": 3, "interval_start": 0.1, "interval_step": 0.5},
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        imports=["tasks.worker", "beat.sweep", *settings.import_modules],
+        beat_schedule={
+            "parkway-sweep": {
+                "task": SWEEP,
+                "schedule": settings.sweep_interval_s,
+                # Never let sweeps pile up while no worker is consuming.
+                "options": {"expires": settings.sweep_interval_s, "queue": SWEEP_QUEUE},
+            }
+        },
+        beat_schedule_filename=str(settings.broker_folder.parent / "celerybeat-schedule"),
+    )
+
+
+app = Celery("parkway")
+configure(app, get_settings())
+
+
+def _guard_schema(process: str) -> None:
+    from parkway.db import get_engine
+    from parkway.errors import SchemaMismatch
+    from parkway.migrate import require_current_schema
+
+    try:
+        get_settings().resolved_secret_key()
+        require_current_schema(get_engine())
+    except SchemaMismatch as exc:
+        sys.stderr.write(f"parkway {process}: refusing to start: {exc}\n")
+        raise SystemExit(3) from exc
+    except Exception as exc:
+        sys.stderr.write(f"parkway {process}: refusing to start: {exc}\n")
+        raise SystemExit(3) from exc
+
+
+@signals.worker_init.connect
+def _on_worker_init(**_: Any) -> None:
+    from parkway.logs import setup_logging
+
+    setup_logging()
+    _guard_schema("worker")
+
+
+@signals.beat_init.connect
+def _on_beat_init(**_: Any) -> None:
+    from parkway.logs import setup_logging
+
+    setup_logging()
+    _guard_schema("beat")
+
+
+@signals.worker_process_init.connect
+def _on_child_start(**_: Any) -> None:
+    # Never reuse the parent's pooled connections in a forked child.
+    from parkway.db import reset_engine
+
+    reset_engine()
+
+
+@signals.worker_ready.connect
+def _on_worker_ready(sender: Any = None, **_: Any) -> None:
+    """Send one recovery sweep at worker start: whatever a crash left behind is re-driven now."""
+    try:
+        app.send_task(SWEEP, queue=SWEEP_QUEUE)
+    except Exception:  # the beat cadence sweeps again soon; never stop the worker for this
+        log.exception("could not send the startup sweep")

@@ -1,0 +1,59 @@
+"""Registered step bodies (by name) and continuations (by ``name@version``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from parkway.errors import NotRegistered
+
+StepFn = Callable[..., Any]
+
+_steps: dict[str, StepFn] = {}
+_continuations: dict[str, StepFn] = {}
+
+
+def continuation_key(name: str, version: int) -> str:
+    return f"{name}@{version}"
+
+
+def register_step(name: str, fn: StepFn) -> None:
+    _register(_steps, name, fn, "step")
+
+
+def register_continuation(name: str, version: int, fn: StepFn) -> None:
+    if "@" in name or not isinstance(version, int) or version < 1:
+        raise ValueError(f"continuation {name!r} needs a plain name and an integer version >= 1")
+    _register(_continuations, continuation_key(name, version), fn, "continuation")
+
+
+def _register(table: dict[str, StepFn], key: str, fn: StepFn, what: str) -> None:
+    if not key or not isinstance(key, str):
+        raise ValueError(f"a {what} needs a non-empty name")
+    old = table.get(key)
+    # Re-importing a module registers the same function again; a different one is a mistake.
+    if old is not None and old.__qualname__ != fn.__qualname__:
+        raise ValueError(f"{what} {key} is already registered by {old.__module__}.{old.__qualname__}")
+    table[key] = fn
+
+
+def step_body(name: str) -> StepFn:
+    try:
+        return _steps[name]
+    except KeyError:
+        raise NotRegistered(f"step {name} is not registered in this process") from None
+
+
+def continuation_body(key: str) -> StepFn:
+    try:
+        return _continuations[key]
+    except KeyError:
+        raise NotRegistered(f"continuation {key} is not registered in this process") from None
+
+
+def has_step(name: str) -> bool:
+    return name in _steps
+
+
+def has_continuation(key: str) -> bool:
+    return key in _continuations

@@ -1,0 +1,357 @@
+"""The workflow SDK (SPEC §3): declare steps and continuations, start runs, answer and cancel."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from models import store
+from models.status import InteractionKind, PrincipalKind
+from models.store import Answer, InteractionSpec
+from models.tables import Interaction
+from parkway.crash import crash_point
+from parkway.db import transaction
+from parkway.errors import (
+    Conflict,
+    Forbidden,
+    Gone,
+    InvalidAnswer,
+    NotFound,
+    NotRegistered,
+    ParkwayError,
+    WorkflowError,
+)
+from parkway.settings import get_settings
+from tasks import registry
+from tasks.publish import publish
+
+__all__ = [
+    "Answer",
+    "Complete",
+    "Conflict",
+    "Context",
+    "Fail",
+    "Forbidden",
+    "Gone",
+    "InvalidAnswer",
+    "Next",
+    "NotFound",
+    "NotRegistered",
+    "Park",
+    "Permission",
+    "PossiblyRan",
+    "Question",
+    "answer",
+    "cancel",
+    "continuation",
+    "start_run",
+    "step",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PERMISSION_SCHEMA = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}},
+    "required": ["approved"],
+    "additionalProperties": False,
+}
+
+
+class PossiblyRan(ParkwayError):
+    """Raised in a step body when a ``never`` tool call may have run before a crash (it is not rerun)."""
+
+
+# --------------------------------------------------------------------------- declaring
+
+
+def step(name: str) -> Callable[[F], F]:
+    """Register ``fn(ctx, payload)`` as the body of step ``name`` (a workflow is its first step)."""
+
+    def decorate(fn: F) -> F:
+        registry.register_step(name, fn)
+        return fn
+
+    return decorate
+
+
+def continuation(name: str, *, version: int) -> Callable[[F], F]:
+    """Register ``fn(ctx, snapshot, answers)`` as continuation ``name@version``."""
+
+    def decorate(fn: F) -> F:
+        registry.register_continuation(name, version, fn)
+        return fn
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class Question:
+    key: str
+    prompt: str
+    schema: dict[str, Any]
+    target: str
+    expires_in: float | None = None
+    sensitive: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Permission:
+    key: str
+    action: str
+    resources: Sequence[str]
+    target: str
+    expires_in: float | None = None
+
+
+@dataclass(frozen=True)
+class Park:
+    continuation: str
+    interactions: Sequence[Question | Permission]
+    snapshot: Any = None
+
+
+@dataclass(frozen=True)
+class Next:
+    step: str
+    payload: Any = None
+
+
+@dataclass(frozen=True)
+class Complete:
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class Fail:
+    error: str
+    details: Any = None
+
+
+Outcome = Park | Next | Complete | Fail
+
+
+@dataclass
+class Context:
+    """What a body knows of where it runs. ``in_commit`` callbacks run inside the commit transaction."""
+
+    run_id: str
+    step_id: str
+    attempt: int
+    execution_id: str
+    _in_commit: list[Callable[[Any], None]] = field(default_factory=list, repr=False)
+
+    def in_commit(self, fn: Callable[[Any], None]) -> None:
+        """Run ``fn(session)`` inside the transaction that commits this step: it happens exactly once."""
+        self._in_commit.append(fn)
+
+
+# --------------------------------------------------------------------------- validating outcomes
+
+
+def _json_ok(value: Any, what: str) -> None:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise WorkflowError(f"{what} is not JSON-serializable: {exc}") from None
+
+
+def interaction_specs(items: Sequence[Question | Permission]) -> list[InteractionSpec]:
+    """Validate a Park's interactions; raises ``WorkflowError`` with a sentence naming the problem."""
+    if not items:
+        raise WorkflowError("Park needs at least one Question or Permission")
+    specs: list[InteractionSpec] = []
+    keys: set[str] = set()
+    for item in items:
+        if not isinstance(item, Question | Permission):
+            raise WorkflowError(f"Park interactions must be Question or Permission, not {type(item).__name__}")
+        if not item.key or item.key in keys:
+            raise WorkflowError(f"interaction key {item.key!r} is empty or used twice in one Park")
+        keys.add(item.key)
+        if not item.target:
+            raise WorkflowError(f"interaction {item.key} needs a target")
+        if item.expires_in is not None and item.expires_in <= 0:
+            raise WorkflowError(f"interaction {item.key}: expires_in must be positive seconds")
+        if isinstance(item, Question):
+            try:
+                Draft202012Validator.check_schema(item.schema)
+            except SchemaError as exc:
+                raise WorkflowError(f"question {item.key} has an invalid JSON Schema: {exc.message}") from None
+            specs.append(
+                InteractionSpec(
+                    key=item.key,
+                    kind=InteractionKind.QUESTION,
+                    target=item.target,
+                    prompt=item.prompt,
+                    schema=item.schema,
+                    sensitive=list(item.sensitive),
+                    expires_in=item.expires_in,
+                )
+            )
+        else:
+            resources = [str(r) for r in item.resources]
+            if not resources or not item.action:
+                raise WorkflowError(f"permission {item.key} needs an action and at least one resource")
+            specs.append(
+                InteractionSpec(
+                    key=item.key,
+                    kind=InteractionKind.PERMISSION,
+                    target=item.target,
+                    prompt=f"Allow {item.action} on {', '.join(resources)}?",
+                    schema=PERMISSION_SCHEMA,
+                    action=item.action,
+                    resources=sorted(set(resources)),
+                    expires_in=item.expires_in,
+                )
+            )
+    return specs
+
+
+def check_outcome(outcome: Any, where: str) -> Outcome:
+    """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable."""
+    if isinstance(outcome, Park):
+        if "@" not in outcome.continuation:
+            raise WorkflowError(f"Park from {where} must name a continuation as name@version")
+        if not registry.has_continuation(outcome.continuation):
+            raise WorkflowError(f"continuation {outcome.continuation} is not registered")
+        _json_ok(outcome.snapshot, "the Park snapshot")
+        interaction_specs(outcome.interactions)
+    elif isinstance(outcome, Next):
+        if not registry.has_step(outcome.step):
+            raise WorkflowError(f"step {outcome.step} named by Next from {where} is not registered")
+        _json_ok(outcome.payload, "the Next payload")
+    elif isinstance(outcome, Complete):
+        _json_ok(outcome.result, "the Complete result")
+    elif isinstance(outcome, Fail):
+        if not isinstance(outcome.error, str) or not outcome.error:
+            raise WorkflowError(f"Fail from {where} needs an error text")
+        _json_ok(outcome.details, "the Fail details")
+    else:
+        raise WorkflowError(
+            f"{where} returned {type(outcome).__name__}; expected Park, Next, Complete or Fail"
+        )
+    return outcome  # type: ignore[no-any-return]
+
+
+# --------------------------------------------------------------------------- starting runs
+
+
+def request_digest(workflow: str, payload: Any, target: str) -> str:
+    return hashlib.sha256(store.canonical_json([workflow, payload, target]).encode()).hexdigest()
+
+
+def start_run(
+    workflow: str,
+    payload: Any,
+    *,
+    principal: str,
+    target: str,
+    idempotency_key: str | None = None,
+) -> str:
+    """Start a run of ``workflow`` owned by ``principal`` (an agent granted on ``target``); returns its id.
+
+    Raises ``NotRegistered`` for an unknown workflow and ``Forbidden`` without a grant; nothing is stored
+    then. With ``idempotency_key``, a retry returns the same run and a different body raises ``Conflict``.
+    """
+    if not registry.has_step(workflow):
+        raise NotRegistered(f"workflow {workflow} is not a registered step")
+    _json_ok(payload, "the run payload")
+    with transaction() as session:
+        owner = _principal(session, principal)
+        if owner.kind == PrincipalKind.HUMAN:
+            raise Forbidden(f"principal {principal} is a human; runs are started by agents")
+        if not store.is_granted(session, owner, target):
+            raise Forbidden(f"principal {principal} holds no grant on target {target}")
+        run, due = store.create_run(
+            session,
+            workflow=workflow,
+            payload=payload,
+            owner=owner,
+            target=target,
+            idempotency_key=idempotency_key,
+            request_digest=request_digest(workflow, payload, target),
+        )
+        run_id = run.id
+        to_publish = [(due.id, due.kind)] if due is not None else []
+    publish(to_publish)
+    return run_id
+
+
+def _principal(session: Any, name: str) -> Any:
+    found = store.principal_by_name(session, name)
+    if found is None:
+        raise Forbidden(f"principal {name} does not exist")
+    return found
+
+
+# --------------------------------------------------------------------------- answering
+
+
+def response_digest(value: Any) -> str:
+    """A keyed digest of a response value: recognizes an exact retry without keeping the value."""
+    key = get_settings().resolved_secret_key().encode()
+    return hmac.new(key, store.canonical_json(value).encode(), hashlib.sha256).hexdigest()
+
+
+def validate_value(interaction: Interaction, value: Any) -> None:
+    """Raise ``InvalidAnswer`` (nothing stored) when the value fails the interaction's schema."""
+    schema = PERMISSION_SCHEMA if interaction.kind == InteractionKind.PERMISSION else interaction.schema
+    errors = sorted(Draft202012Validator(schema or {}).iter_errors(value), key=lambda e: list(e.path))
+    if errors:
+        messages = [f"{'/'.join(map(str, e.path)) or '(value)'}: {e.message}" for e in errors][:20]
+        raise InvalidAnswer(
+            f"the value does not match the schema of interaction {interaction.id} ({messages[0]})",
+            {"id": interaction.id, "status": interaction.status},
+            errors=messages,
+        )
+
+
+def answer(interaction_id: str, value: Any, *, response_id: str, principal: str) -> dict[str, Any]:
+    """Answer an interaction as ``principal``: first response wins, an exact retry gets the same receipt.
+
+    Returns ``{status, response_id, answered_at}``; raises ``Conflict``, ``Gone``, ``InvalidAnswer``,
+    ``Forbidden`` or ``NotFound`` carrying the authoritative state. The step's continuation is
+    published only after the answer that made it due has committed.
+    """
+    if not response_id:
+        raise InvalidAnswer("a response_id is required so that retries can be recognized")
+    digest = response_digest(value)
+    with transaction() as session:
+        who = _principal(session, principal)
+        receipt = store.answer(
+            session,
+            interaction_id,
+            value=value,
+            stored_value=value,
+            response_id=response_id,
+            response_digest=digest,
+            principal=who,
+            validate=validate_value,
+        )
+        due = receipt.continuation
+        to_publish = [(due.id, due.kind)] if due is not None else []
+    crash_point("answer.after_commit")
+    publish(to_publish)
+    return receipt.as_dict()
+
+
+def cancel(
+    interaction_id: str, *, response_id: str, principal: str, reason: str | None = None
+) -> dict[str, Any]:
+    """Cancel the parked step of an interaction: its pending interactions, the step and the run.
+
+    Returns ``{status: "canceled", response_id, canceled_at}``; raises like ``answer``.
+    """
+    if not response_id:
+        raise InvalidAnswer("a response_id is required so that retries can be recognized")
+    with transaction() as session:
+        who = _principal(session, principal)
+        receipt = store.cancel(session, interaction_id, response_id=response_id, principal=who, reason=reason)
+    return receipt.as_dict()

@@ -1,0 +1,165 @@
+"""Worker tasks: claim a continuation, run its body outside any transaction, commit its outcome once.
+
+Tasks are thin: a continuation id in, ``execute`` does claim → body → consume, and a duplicate delivery
+(consumed, dead, or held under a live lease) is a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from models import store
+from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
+from models.store import Claim
+from parkway.crash import crash_point
+from parkway.db import transaction
+from parkway.errors import NotRegistered, WorkflowError
+from parkway.settings import get_settings
+from tasks import registry
+from tasks.celery_app import RESUME_STEP, RUN_STEP, app
+from tasks.publish import publish
+from tasks.sdk import Complete, Context, Fail, Next, Outcome, Park, PossiblyRan, check_outcome, interaction_specs
+
+log = logging.getLogger("parkway.worker")
+
+
+@app.task(name=RUN_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def run_step(continuation_id: str) -> str:
+    """Run a step body for its start continuation (exactly one commit)."""
+    return execute(continuation_id)
+
+
+@app.task(name=RESUME_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def resume_step(continuation_id: str) -> str:
+    """Resume a parked step through its versioned continuation (exactly one commit)."""
+    return execute(continuation_id)
+
+
+class LeaseKeeper:
+    """Renews the claim's lease while the body runs, so the sweep re-drives only dead executions."""
+
+    def __init__(self, continuation_id: str, execution_id: str, lease_s: float) -> None:
+        self.args = (continuation_id, execution_id, lease_s)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="parkway-lease", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        continuation_id, execution_id, lease_s = self.args
+        while not self.stop.wait(lease_s / 3):
+            try:
+                with transaction() as session:
+                    held = store.renew_lease(
+                        session, continuation_id, execution_id=execution_id, lease_s=lease_s
+                    )
+                if not held:
+                    return
+            except Exception:
+                log.warning("lease renewal failed", exc_info=True, extra={"continuation_id": continuation_id})
+
+
+def execute(continuation_id: str) -> str:
+    """Claim, run and commit one continuation; returns what happened (for logs and tests)."""
+    settings = get_settings()
+    execution_id = store.new_id()
+    extra: dict[str, Any] = {"continuation_id": continuation_id, "execution_id": execution_id}
+    with transaction() as session:
+        row = store.claim(session, continuation_id, execution_id=execution_id, lease_s=settings.claim_lease_s)
+        if row is None:
+            log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
+            return "duplicate"
+        claim = store.load_claim(session, row)
+        extra.update(run_id=claim.run.id, step_id=claim.step.id)
+        refusal = _refusal(session, claim, settings.max_attempts)
+        if refusal is not None:
+            store.give_up(session, row.id, reason=refusal, execution_id=execution_id)
+            log.warning("continuation given up: %s", refusal, extra={**extra, "action": "give_up"})
+            return "dead"
+        answers = store.answers_for_step(session, claim.step.id) if row.kind == ContinuationKind.RESUME else {}
+        body_input = claim.step.snapshot if row.kind == ContinuationKind.RESUME else claim.step.payload
+        ctx = Context(
+            run_id=claim.run.id, step_id=claim.step.id, attempt=row.attempts, execution_id=execution_id
+        )
+    crash_point("resume.after_claim")
+    with LeaseKeeper(continuation_id, execution_id, settings.claim_lease_s):
+        outcome = _run_body(row.kind, row.name, ctx, body_input, answers)
+    crash_point("resume.before_commit")
+    with transaction() as session:
+        if store.consume(session, continuation_id, execution_id=execution_id) is None:
+            log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
+            return "lost"
+        due = _commit_outcome(session, claim, outcome, ctx, execution_id)
+        for fn in ctx._in_commit:
+            fn(session)
+        to_publish = [(c.id, c.kind) for c in due]
+    log.info("committed %s", type(outcome).__name__, extra={**extra, "action": "commit"})
+    crash_point("resume.after_commit")
+    publish(to_publish)
+    return "committed"
+
+
+def _refusal(session: Any, claim: Claim, max_attempts: int) -> str | None:
+    """Why this continuation can no longer be driven, or ``None`` (checked right after the claim)."""
+    row = claim.continuation
+    if claim.run.status in RUN_TERMINAL:
+        return f"run {claim.run.id} is already {claim.run.status}"
+    if row.attempts > max_attempts:
+        return f"continuation {row.name} for step {row.step_id} gave up after {max_attempts} attempts"
+    if not store.is_granted(session, claim.owner, claim.run.target):
+        return "authority revoked"
+    exists = registry.has_step if row.kind == ContinuationKind.START else registry.has_continuation
+    if not exists(row.name):
+        what = "step" if row.kind == ContinuationKind.START else "continuation version"
+        return f"{what} {row.name} is not registered"
+    return None
+
+
+def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict[str, Any]) -> Outcome:
+    """Run the body outside any transaction; an exception is the workflow's ``Fail`` verdict."""
+    try:
+        if kind == ContinuationKind.START:
+            result = registry.step_body(name)(ctx, body_input)
+        else:
+            result = registry.continuation_body(name)(ctx, body_input, answers)
+        return check_outcome(result, f"{kind} {name}")
+    except WorkflowError as exc:
+        return Fail(str(exc))
+    except PossiblyRan as exc:
+        return Fail(f"possibly ran: {exc}")
+    except NotRegistered as exc:
+        return Fail(str(exc))
+    except Exception as exc:
+        log.warning("step body raised", exc_info=True, extra={"run_id": ctx.run_id, "step_id": ctx.step_id})
+        return Fail(f"{type(exc).__name__}: {exc}")
+
+
+def _commit_outcome(session: Any, claim: Claim, outcome: Outcome, ctx: Context, execution_id: str) -> list[Any]:
+    """Write the step's outcome in the consume transaction; returns continuations to publish after it."""
+    step = claim.step
+    if isinstance(outcome, Complete):
+        store.finish_run(session, step, status=RunStatus.COMPLETED, execution_id=execution_id,
+                         result=outcome.result)
+    elif isinstance(outcome, Fail):
+        store.finish_run(session, step, status=RunStatus.FAILED, execution_id=execution_id,
+                         error=outcome.error, result={"details": outcome.details} if outcome.details else None)
+    elif isinstance(outcome, Next):
+        return [store.next_step(session, step, name=outcome.step, payload=outcome.payload)]
+    elif isinstance(outcome, Park):
+        store.park(
+            session,
+            step,
+            continuation=outcome.continuation,
+            snapshot=outcome.snapshot,
+            interactions=interaction_specs(outcome.interactions),
+            from_continuation=claim.continuation.kind == ContinuationKind.RESUME,
+        )
+    return []

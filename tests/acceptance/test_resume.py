@@ -1,0 +1,110 @@
+"""The heart, end to end: park, answer, resume exactly once, on real worker processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.publish import publish
+from tasks.sdk import answer
+from tests.support import (
+    HUMAN,
+    Stack,
+    continuations,
+    effects,
+    event_types,
+    new_response_id,
+    start,
+    wait_for,
+    wait_parked,
+    wait_status,
+)
+
+
+@pytest.fixture(scope="module")
+def worker(stack: Stack):  # type: ignore[no-untyped-def]
+    return stack.start_worker()
+
+
+def test_resume__second_answer_makes_one_continuation_due_and_run_completes(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
+    # Given a run parked on two questions
+    run_id = start("t.ask_two", {"service": "billing"})
+    asked = wait_parked(run_id)
+    assert set(asked) == {"window", "reason"}
+    before = [c.kind for c in continuations(run_id)]
+    assert before == ["start"]
+
+    # When the first is answered, nothing becomes due
+    answer(asked["window"].id, "tonight", response_id=new_response_id(), principal=HUMAN)
+    assert [c.kind for c in continuations(run_id)] == ["start"]
+    assert wait_status(run_id, "waiting", sweep=False)
+
+    # When the second is answered, exactly one continuation becomes due, runs, and completes the run
+    answer(asked["reason"].id, "maintenance", response_id=new_response_id(), principal=HUMAN)
+    run = wait_status(run_id, "completed")
+    assert run.result == {
+        "service": "billing",
+        "window": "tonight",
+        "window_status": "answered",
+        "reason": "maintenance",
+        "by": HUMAN,
+    }
+    assert run.completed_at is not None
+    assert [c.kind for c in continuations(run_id)] == ["start", "resume"]
+    assert all(c.status == "consumed" for c in continuations(run_id))
+    assert effects(run_id) == 1
+    types = event_types(run_id)
+    assert types.count("run.completed") == 1
+    assert types.index("interaction.answered") < types.index("step.completed")
+
+
+def test_next__becomes_its_own_continuation_and_runs(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
+    run_id = start("t.ask_one", {"then": "t.after"})
+    asked = wait_parked(run_id)
+    answer(asked["go"].id, "yes", response_id=new_response_id(), principal=HUMAN)
+    run = wait_status(run_id, "completed")
+    assert run.result == {"after": {"go": "yes"}}
+    assert [c.kind for c in continuations(run_id)] == ["start", "resume", "start"]
+    assert effects(run_id, "after") == 1
+
+
+def test_permission__rejected_reaches_the_continuation(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
+    run_id = start("t.permission", {"cmd": "rm -rf /tmp/x"})
+    asked = wait_parked(run_id)
+    receipt = answer(asked["shell"].id, {"approved": False}, response_id=new_response_id(), principal=HUMAN)
+    assert receipt["status"] == "rejected"
+    run = wait_status(run_id, "completed")
+    assert run.result == {"approved": False, "status": "rejected"}
+
+
+def test_same_continuation_published_five_times__commits_once(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
+    # Given a second worker, so two processes race for the same deliveries
+    stack.start_worker(concurrency=2)
+    run_id = start("t.ask_one")
+    asked = wait_parked(run_id)
+    answer(asked["go"].id, "x", response_id=new_response_id(), principal=HUMAN)
+    resume = next(c for c in continuations(run_id) if c.kind == "resume")
+    # When the same continuation is delivered four more times
+    publish([(resume.id, "resume")] * 4)
+    wait_status(run_id, "completed")
+    # Then its commit happened once
+    wait_for(lambda: all(c.status == "consumed" for c in continuations(run_id)), what="all consumed")
+    assert effects(run_id) == 1
+    assert event_types(run_id).count("run.completed") == 1
+
+
+def test_body_exception__fails_the_run_with_its_text(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
+    run_id = start("t.fail")
+    run = wait_status(run_id, "failed")
+    assert run.error == "RuntimeError: the body broke"
+
+
+def test_next_to_unregistered_step__fails_with_a_clear_reason(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
+    run_id = start("t.bad_next")
+    run = wait_status(run_id, "failed")
+    assert run.error is not None and "t.does_not_exist" in run.error and "not registered" in run.error
+
+
+def test_park_on_unregistered_continuation__fails_with_a_clear_reason(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
+    run_id = start("t.ask_one", {"continuation": "t.nowhere@1"})
+    run = wait_status(run_id, "failed")
+    assert run.error == "continuation t.nowhere@1 is not registered"

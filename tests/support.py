@@ -1,0 +1,247 @@
+"""Helpers for tests that drive real worker processes: start, SIGTERM, SIGKILL, wait for conditions."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import select, text
+
+from models import store
+from models.tables import Continuation, Event, Interaction, Run
+from parkway.db import transaction
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+AGENT, HUMAN, STRANGER, ADMIN = "bot", "ana", "eve", "boss"
+TARGET = "team:ops"
+
+
+def unavailable(pg_url: str, redis_url: str) -> str | None:
+    """Why PostgreSQL or Redis cannot be reached, or ``None``."""
+    from sqlalchemy import create_engine
+
+    try:
+        engine = create_engine(pg_url, connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        engine.dispose()
+    except Exception as exc:
+        return f"PostgreSQL at {pg_url}: {type(exc).__name__}: {exc}"
+    try:
+        import redis
+
+        redis.Redis.from_url(redis_url, socket_timeout=3).ping()
+    except Exception as exc:
+        return f"Redis at {redis_url}: {type(exc).__name__}: {exc}"
+    return None
+
+
+def wait_for(
+    condition: Callable[[], T], *, timeout: float = 30.0, sweep: bool = False, what: str = "condition"
+) -> T:
+    """Poll ``condition`` until it returns something truthy; with ``sweep``, run a sweep pass between polls."""
+    from beat.sweep import run_sweep
+
+    deadline = time.monotonic() + timeout
+    last_sweep = 0.0
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        if sweep and time.monotonic() - last_sweep > 0.5:
+            run_sweep()
+            last_sweep = time.monotonic()
+        time.sleep(0.05)
+
+
+def child_env(database_url: str, **overrides: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARKWAY_CRASH_AT")}
+    env["PARKWAY_DATABASE_URL"] = database_url
+    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONUNBUFFERED"] = "1"
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+@dataclass
+class Worker:
+    """A real ``celery worker`` subprocess in its own process group."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    name: str
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def wait_ready(self, timeout: float = 40.0) -> None:
+        wait_for(
+            lambda: "ready." in self.text() or self.proc.poll() is not None,
+            timeout=timeout,
+            what=f"worker {self.name} ready",
+        )
+        if self.proc.poll() is not None:
+            raise AssertionError(f"worker {self.name} exited with {self.proc.returncode}:\n{self.text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (main process and pool children)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=20)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM: warm shutdown. Returns the exit code."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@dataclass
+class Stack:
+    backend: str
+    database_url: str
+    broker_url: str
+    home: Path
+    logs: Path
+    workers: list[Worker] = field(default_factory=list)
+
+    # ----------------------------------------------------------------- processes
+
+    def start_worker(self, *, concurrency: int = 2, wait: bool = True, **env: str | None) -> Worker:
+        name = f"w{len(self.workers)}-{uuid.uuid4().hex[:6]}"
+        log = self.logs / f"{name}.log"
+        cmd = [
+            sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", "worker",
+            "-l", "info", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
+            "-Q", "parkway.steps,parkway.continuations,parkway.sweep",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+        ]  # fmt: skip
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=child_env(self.database_url, **env), stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        worker = Worker(proc=proc, log=log, name=name)
+        self.workers.append(worker)
+        if wait:
+            worker.wait_ready()
+        return worker
+
+    def run_python(self, code: str, *, timeout: float = 60.0, **env: str | None) -> subprocess.CompletedProcess[str]:
+        """Run Python in a fresh process against this stack (for crash points in the answering process)."""
+        return subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=child_env(self.database_url, **env),
+            capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+
+    def parkway(self, *args: str, timeout: float = 60.0, **env: str | None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "parkway.cli", *args], cwd=ROOT, env=child_env(self.database_url, **env),
+            capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+
+    def stop_all(self) -> None:
+        for worker in self.workers:
+            if worker.alive():
+                worker.kill()
+
+    # ----------------------------------------------------------------- broker
+
+    def flush_broker(self) -> None:
+        """Lose every queued message (Redis FLUSHDB, or empty the filesystem broker's folder)."""
+        if self.backend == "postgres":
+            import redis
+
+            redis.Redis.from_url(self.broker_url).flushdb()
+        else:
+            folder = self.home / "broker" / "queue"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True, exist_ok=True)
+
+    # ----------------------------------------------------------------- data
+
+    def setup_actors(self) -> None:
+        with transaction() as session:
+            session.execute(
+                text("CREATE TABLE IF NOT EXISTS test_effects (run_id VARCHAR(64) NOT NULL, tag VARCHAR(64) NOT NULL)")
+            )
+            for kind, name in (("agent", AGENT), ("human", HUMAN), ("human", STRANGER), ("admin", ADMIN)):
+                if store.principal_by_name(session, name) is None:
+                    store.create_principal(session, kind=kind, name=name, token_hash=None)
+            for name in (AGENT, HUMAN):
+                principal = store.principal_by_name(session, name)
+                assert principal is not None
+                store.create_grant(session, principal_id=principal.id, target=TARGET)
+
+
+def effects(run_id: str, tag: str | None = None) -> int:
+    with transaction() as session:
+        sql = "SELECT COUNT(*) FROM test_effects WHERE run_id = :r" + (" AND tag = :t" if tag else "")
+        return int(session.execute(text(sql), {"r": run_id, "t": tag}).scalar_one())
+
+
+def run_row(run_id: str) -> Run:
+    with transaction() as session:
+        return session.get_one(Run, run_id)
+
+
+def run_status(run_id: str) -> str:
+    return run_row(run_id).status
+
+
+def interactions(run_id: str) -> dict[str, Interaction]:
+    with transaction() as session:
+        rows = session.scalars(select(Interaction).where(Interaction.run_id == run_id)).all()
+        return {i.key: i for i in rows}
+
+
+def continuations(run_id: str) -> list[Continuation]:
+    with transaction() as session:
+        return list(
+            session.scalars(select(Continuation).where(Continuation.run_id == run_id).order_by(Continuation.created_at))
+        )
+
+
+def event_types(run_id: str) -> list[str]:
+    with transaction() as session:
+        return list(session.scalars(select(Event.type).where(Event.run_id == run_id).order_by(Event.seq)))
+
+
+def wait_parked(run_id: str, *, timeout: float = 30.0, sweep: bool = True) -> dict[str, Interaction]:
+    wait_for(lambda: run_status(run_id) == "waiting", timeout=timeout, sweep=sweep, what=f"run {run_id} waiting")
+    return interactions(run_id)
+
+
+def wait_status(run_id: str, status: str, *, timeout: float = 40.0, sweep: bool = True) -> Run:
+    wait_for(lambda: run_status(run_id) == status, timeout=timeout, sweep=sweep, what=f"run {run_id} {status}")
+    return run_row(run_id)
+
+
+def new_response_id() -> str:
+    return uuid.uuid4().hex
+
+
+def start(workflow: str, payload: Any = None, **kwargs: Any) -> str:
+    from tasks.sdk import start_run
+
+    return start_run(workflow, payload if payload is not None else {}, principal=AGENT, target=TARGET, **kwargs)
