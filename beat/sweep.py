@@ -72,11 +72,10 @@ def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attem
         for row in store.expired_claims(session, now=now, batch=batch):
             try:
                 with session.begin_nested():
-                    if row.attempts >= max_attempts:
-                        reason = f"continuation {row.name} for step {row.step_id} gave up after {row.attempts} attempts"
-                        if store.give_up(session, row.id, reason=reason) is not None:
-                            report.counts["dead"] += 1
-                            log.warning(reason, extra={"action": "give_up", "continuation_id": row.id, "run_id": row.run_id})
+                    dead = store.give_up_exhausted(session, row.id, max_attempts=max_attempts)
+                    if dead is not None:
+                        report.counts["dead"] += 1
+                        log.warning(dead.reason, extra={"action": "give_up", "continuation_id": row.id, "run_id": row.run_id})
                         continue
                     released = store.release_expired_claim(session, row.id, now=now)
                     if released is not None:
@@ -95,10 +94,11 @@ def _expire_interactions(report: SweepReport, *, now: datetime, batch: int) -> l
         for interaction_id in store.expirable_interactions(session, now=now, batch=batch):
             try:
                 with session.begin_nested():
-                    continuation = store.expire_due(session, interaction_id, now=now)
-                    report.counts["expired"] += 1
-                    if continuation is not None:
-                        due.append((continuation.id, continuation.kind))
+                    expiry = store.expire_due(session, interaction_id, now=now)
+                    if expiry.expired:
+                        report.counts["expired"] += 1
+                    if expiry.continuation is not None:
+                        due.append((expiry.continuation.id, expiry.continuation.kind))
             except Exception:
                 report.counts["errors"] += 1
                 log.exception("sweep skipped a bad row", extra={"action": "sweep", "interaction_id": interaction_id})

@@ -263,26 +263,28 @@ class Claim:
     owner: Principal
 
 
+def _claimable(now: datetime) -> Any:
+    return or_(
+        Continuation.status == ContinuationStatus.READY,
+        and_(Continuation.status == ContinuationStatus.CLAIMED, Continuation.lease_expires_at < now),
+    )
+
+
 def claim(
-    session: Session, continuation_id: str, *, execution_id: str, lease_s: float
+    session: Session, continuation_id: str, *, execution_id: str, lease_s: float, max_attempts: int
 ) -> Continuation | None:
     """ready -> claimed (or an expired claim -> claimed), attempts + 1, with a lease.
 
-    ``None`` when the row is consumed, dead, unknown, or held under a live lease by someone else:
-    the caller's delivery is a duplicate and does nothing.
+    ``None`` when the row is consumed, dead, unknown, held under a live lease by someone else, or out
+    of attempts (see ``give_up_exhausted``): the caller's delivery does nothing.
     """
     now = utcnow()
     return session.scalar(
         update(Continuation)
         .where(
             Continuation.id == continuation_id,
-            or_(
-                Continuation.status == ContinuationStatus.READY,
-                and_(
-                    Continuation.status == ContinuationStatus.CLAIMED,
-                    Continuation.lease_expires_at < now,
-                ),
-            ),
+            _claimable(now),
+            Continuation.attempts < max_attempts,
         )
         .values(
             status=ContinuationStatus.CLAIMED,
@@ -293,6 +295,24 @@ def claim(
         .returning(Continuation)
         .execution_options(synchronize_session=False)
     )
+
+
+def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: int) -> Continuation | None:
+    """A claimable continuation already executed ``max_attempts`` times -> dead, its run interrupted.
+
+    ``None`` when it is not claimable or still has attempts left.
+    """
+    row = session.scalar(
+        select(Continuation).where(
+            Continuation.id == continuation_id,
+            _claimable(utcnow()),
+            Continuation.attempts >= max_attempts,
+        )
+    )
+    if row is None:
+        return None
+    reason = f"continuation {row.name} for step {row.step_id} gave up after {row.attempts} attempts"
+    return give_up(session, row.id, reason=reason)
 
 
 def load_claim(session: Session, continuation: Continuation) -> Claim:
@@ -641,6 +661,21 @@ def _check_grant(session: Session, principal: Principal, interaction: Interactio
         raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target}")
 
 
+def _refuse_ended_wait(session: Session, interaction: Interaction) -> None:
+    """Raise ``Gone`` for a pending interaction whose wait has ended: past its deadline (the sweep will
+    record the expiry; the outcome never depends on when it runs) or its run already terminal."""
+    if interaction.expires_at is not None and interaction.expires_at <= utcnow():
+        state = interaction_state(session, interaction)
+        state["status"] = InteractionStatus.EXPIRED.value
+        raise Gone(f"interaction {interaction.id} expired at {interaction.expires_at.isoformat()}", state)
+    run = session.get_one(Run, interaction.run_id)
+    if run.status in RUN_TERMINAL:
+        raise Gone(
+            f"run {run.id} of interaction {interaction.id} is {run.status}",
+            interaction_state(session, interaction),
+        )
+
+
 @dataclass
 class AnswerReceipt:
     status: str
@@ -686,12 +721,7 @@ def answer(
             f"interaction {interaction.id} is {status}; it can no longer be answered",
             interaction_state(session, interaction),
         )
-    run = session.get_one(Run, interaction.run_id)
-    if run.status in RUN_TERMINAL:
-        raise Gone(
-            f"run {run.id} of interaction {interaction.id} is {run.status}",
-            interaction_state(session, interaction),
-        )
+    _refuse_ended_wait(session, interaction)
     validate(interaction, value)
     new_status = InteractionStatus.ANSWERED
     if interaction.kind == InteractionKind.PERMISSION and not value.get("approved"):
@@ -784,12 +814,7 @@ def cancel(
         )
     if status != InteractionStatus.PENDING:
         raise Gone(f"interaction {interaction.id} is {status}", interaction_state(session, interaction))
-    run = session.get_one(Run, interaction.run_id)
-    if run.status in RUN_TERMINAL:
-        raise Gone(
-            f"run {run.id} of interaction {interaction.id} is {run.status}",
-            interaction_state(session, interaction),
-        )
+    _refuse_ended_wait(session, interaction)
     now = utcnow()
     why = reason or f"canceled by {principal.name}"
     closed = session.scalars(
@@ -802,7 +827,7 @@ def cancel(
     session.execute(
         update(Interaction)
         .where(Interaction.id == interaction.id)
-        .values(response_id=response_id, answered_by_id=principal.id)
+        .values(response_id=response_id, closed_by_id=principal.id)
     )
     for i in closed:
         append_event(
@@ -819,13 +844,25 @@ def cancel(
     return CancelReceipt(response_id, now)
 
 
-def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Continuation | None:
-    """pending -> expired past ``expires_at``; the step's continuation becomes due as for an answer."""
-    interaction = session.get(Interaction, interaction_id_)
-    if interaction is None:
-        return None
+@dataclass
+class Expiry:
+    expired: bool
+    continuation: Continuation | None = None  # set when the expiry made the step's continuation due
+
+
+def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Expiry:
+    """pending -> expired past ``expires_at``; the step's continuation becomes due as for an answer.
+
+    Locks the step first, like answer and cancel (one lock order, no deadlock); a step locked by an
+    answer in flight is skipped this pass. ``expired`` is False when the CAS lost.
+    """
+    step_id = session.scalar(select(Interaction.step_id).where(Interaction.id == interaction_id_))
+    if step_id is None:
+        return Expiry(False)
     if _is_pg(session):
-        session.execute(select(Step.id).where(Step.id == interaction.step_id).with_for_update())
+        locked = session.scalar(select(Step.id).where(Step.id == step_id).with_for_update(skip_locked=True))
+        if locked is None:
+            return Expiry(False)
     expired = session.scalar(
         update(Interaction)
         .where(
@@ -838,7 +875,7 @@ def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Cont
         .execution_options(synchronize_session=False)
     )
     if expired is None:
-        return None
+        return Expiry(False)
     append_event(
         session,
         expired.run_id,
@@ -847,7 +884,7 @@ def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Cont
         step_id=expired.step_id,
         key=expired.key,
     )
-    return make_due_if_settled(session, expired.step_id)
+    return Expiry(True, make_due_if_settled(session, expired.step_id))
 
 
 # --------------------------------------------------------------------------- sweep selections
@@ -927,19 +964,17 @@ def release_expired_claim(session: Session, continuation_id: str, *, now: dateti
 
 
 def expirable_interactions(session: Session, *, now: datetime, batch: int) -> list[str]:
+    """pending interactions past their expiry (unlocked: ``expire_due`` takes the step lock, then CASes)."""
     return list(
         session.scalars(
-            _skip_locked(
-                session,
-                select(Interaction.id)
-                .where(
-                    Interaction.status == InteractionStatus.PENDING,
-                    Interaction.expires_at.is_not(None),
-                    Interaction.expires_at <= now,
-                )
-                .order_by(Interaction.expires_at)
-                .limit(batch),
+            select(Interaction.id)
+            .where(
+                Interaction.status == InteractionStatus.PENDING,
+                Interaction.expires_at.is_not(None),
+                Interaction.expires_at <= now,
             )
+            .order_by(Interaction.expires_at)
+            .limit(batch)
         ).all()
     )
 

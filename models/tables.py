@@ -74,8 +74,19 @@ class Run(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_by: Mapped[str | None] = mapped_column(String(64))
+    warnings: Mapped[Any | None] = mapped_column(JSON)
+    # Set with the canonical terminal event; cleared once every projection agrees with it.
+    projection_pending: Mapped[bool] = mapped_column(Boolean, default=False)
 
-    __table_args__ = (UniqueConstraint("owner_id", "idempotency_key"),)
+    __table_args__ = (
+        UniqueConstraint("owner_id", "idempotency_key"),
+        Index(
+            "ix_runs_projection_pending",
+            "completed_at",
+            postgresql_where=text("projection_pending"),
+            sqlite_where=text("projection_pending"),
+        ),
+    )
 
 
 class Step(Base):
@@ -115,11 +126,14 @@ class Interaction(Base):
     status: Mapped[str] = mapped_column(String(16))
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     value: Mapped[Any | None] = mapped_column(JSON)
+    # Sensitive top-level fields, encrypted (Fernet); erased in the transaction that consumes them.
+    secret: Mapped[str | None] = mapped_column(Text)
     response_id: Mapped[str | None] = mapped_column(String(200))
     response_digest: Mapped[str | None] = mapped_column(String(64))
     answered_by_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))
     answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    closed_by_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
@@ -181,3 +195,68 @@ class Event(Base):
 
     __table_args__ = (Index("ix_events_run_seq", "run_id", "seq"),)
 
+
+
+class Review(Base):
+    """A receipt row of a review pass over a run: running -> completed | failed | interrupted."""
+
+    __tablename__ = "reviews"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"))
+    kind: Mapped[str] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(16))
+    verdict: Mapped[str | None] = mapped_column(Text)
+    finding_count: Mapped[int] = mapped_column(Integer, default=0)
+    verification_count: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str | None] = mapped_column(Text)
+    execution_id: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        Index(
+            "ix_reviews_running",
+            "created_at",
+            postgresql_where=text("status = 'running'"),
+            sqlite_where=text("status = 'running'"),
+        ),
+    )
+
+
+class ToolCall(Base):
+    """The journal of one side effect inside a step: authorizing -> executing -> settled."""
+
+    __tablename__ = "tool_calls"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"))
+    key: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(200))
+    args_digest: Mapped[str] = mapped_column(String(64))
+    replay: Mapped[str] = mapped_column(String(8))
+    phase: Mapped[str] = mapped_column(String(16))
+    possibly_ran: Mapped[bool] = mapped_column(Boolean, default=False)
+    outcome: Mapped[Any | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    interaction_id: Mapped[str | None] = mapped_column(String(64))
+    runs: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("step_id", "key"),)
+
+
+class ScheduleHistory(Base):
+    """Projection of a run's terminal state, as a scheduler's history view reads it."""
+
+    __tablename__ = "schedule_history"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    workflow: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16))
+    completed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    execution_id: Mapped[str] = mapped_column(String(64))
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

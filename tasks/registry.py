@@ -22,7 +22,7 @@ def register_step(name: str, fn: StepFn) -> None:
 
 
 def register_continuation(name: str, version: int, fn: StepFn) -> None:
-    if "@" in name or not isinstance(version, int) or version < 1:
+    if "@" in name or isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ValueError(f"continuation {name!r} needs a plain name and an integer version >= 1")
     _register(_continuations, continuation_key(name, version), fn, "continuation")
 
@@ -32,7 +32,7 @@ def _register(table: dict[str, StepFn], key: str, fn: StepFn, what: str) -> None
         raise ValueError(f"a {what} needs a non-empty name")
     old = table.get(key)
     # Re-importing a module registers the same function again; a different one is a mistake.
-    if old is not None and old.__qualname__ != fn.__qualname__:
+    if old is not None and (old.__module__, old.__qualname__) != (fn.__module__, fn.__qualname__):
         raise ValueError(f"{what} {key} is already registered by {old.__module__}.{old.__qualname__}")
     table[key] = fn
 

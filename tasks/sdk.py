@@ -158,7 +158,7 @@ class Context:
 
 def _json_ok(value: Any, what: str) -> None:
     try:
-        json.dumps(value)
+        json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise WorkflowError(f"{what} is not JSON-serializable: {exc}") from None
 
@@ -265,8 +265,8 @@ def start_run(
     _json_ok(payload, "the run payload")
     with transaction() as session:
         owner = _principal(session, principal)
-        if owner.kind == PrincipalKind.HUMAN:
-            raise Forbidden(f"principal {principal} is a human; runs are started by agents")
+        if owner.kind != PrincipalKind.AGENT:
+            raise Forbidden(f"principal {principal} is a {owner.kind}; runs are started by agents")
         if not store.is_granted(session, owner, target):
             raise Forbidden(f"principal {principal} holds no grant on target {target}")
         run, due = store.create_run(

@@ -73,13 +73,23 @@ def execute(continuation_id: str) -> str:
     execution_id = store.new_id()
     extra: dict[str, Any] = {"continuation_id": continuation_id, "execution_id": execution_id}
     with transaction() as session:
-        row = store.claim(session, continuation_id, execution_id=execution_id, lease_s=settings.claim_lease_s)
+        row = store.claim(
+            session,
+            continuation_id,
+            execution_id=execution_id,
+            lease_s=settings.claim_lease_s,
+            max_attempts=settings.max_attempts,
+        )
         if row is None:
+            dead = store.give_up_exhausted(session, continuation_id, max_attempts=settings.max_attempts)
+            if dead is not None:
+                log.warning("continuation given up: %s", dead.reason, extra={**extra, "action": "give_up"})
+                return "dead"
             log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
             return "duplicate"
         claim = store.load_claim(session, row)
         extra.update(run_id=claim.run.id, step_id=claim.step.id)
-        refusal = _refusal(session, claim, settings.max_attempts)
+        refusal = _refusal(session, claim)
         if refusal is not None:
             store.give_up(session, row.id, reason=refusal, execution_id=execution_id)
             log.warning("continuation given up: %s", refusal, extra={**extra, "action": "give_up"})
@@ -107,13 +117,11 @@ def execute(continuation_id: str) -> str:
     return "committed"
 
 
-def _refusal(session: Any, claim: Claim, max_attempts: int) -> str | None:
+def _refusal(session: Any, claim: Claim) -> str | None:
     """Why this continuation can no longer be driven, or ``None`` (checked right after the claim)."""
     row = claim.continuation
     if claim.run.status in RUN_TERMINAL:
         return f"run {claim.run.id} is already {claim.run.status}"
-    if row.attempts > max_attempts:
-        return f"continuation {row.name} for step {row.step_id} gave up after {max_attempts} attempts"
     if not store.is_granted(session, claim.owner, claim.run.target):
         return "authority revoked"
     exists = registry.has_step if row.kind == ContinuationKind.START else registry.has_continuation

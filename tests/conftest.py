@@ -20,7 +20,26 @@ if BACKEND not in ("postgres", "sqlite"):
     raise RuntimeError(f"PARKWAY_TEST_BACKEND must be postgres or sqlite, not {BACKEND!r}")
 SESSION_HOME = Path(tempfile.mkdtemp(prefix=f"parkway-test-{BACKEND}-"))
 PG_ADMIN_URL = os.environ.get("PARKWAY_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("PARKWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+def _claim_redis_db() -> int:
+    """A Redis database index held by this pytest session alone (concurrent sessions never share a broker)."""
+    import fcntl
+
+    for index in range(1, 16):
+        handle = open(f"/tmp/parkway-test-redis-db-{index}.lock", "w")  # noqa: SIM115  (held for the session)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        _held_locks.append(handle)
+        return index
+    raise RuntimeError("no free Redis database index for this test session (1-15 all held)")
+
+
+_held_locks: list[object] = []
+REDIS_URL = os.environ.get("PARKWAY_TEST_REDIS_URL") or f"redis://127.0.0.1:6379/{_claim_redis_db()}"
 REQUIRE_SERVICES = os.environ.get("PARKWAY_REQUIRE_SERVICES") == "1"
 
 BASE_ENV = {

@@ -107,10 +107,13 @@ class Worker:
         self.proc.wait(timeout=20)
 
     def terminate(self, timeout: float = 30.0) -> int:
-        """SIGTERM: warm shutdown. Returns the exit code."""
+        """SIGTERM to the main process (warm shutdown, as a supervisor does). Returns the exit code."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.name} did not stop on SIGTERM:\n{self.text()[-3000:]}") from None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -146,6 +149,24 @@ class Stack:
         if wait:
             worker.wait_ready()
         return worker
+
+    def start_beat(self, **env: str | None) -> Worker:
+        """A real ``celery beat`` subprocess sending the sweep on its cadence."""
+        name = f"beat{len(self.workers)}-{uuid.uuid4().hex[:6]}"
+        log = self.logs / f"{name}.log"
+        cmd = [
+            sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", "beat", "-l", "info",
+            "-s", str(self.logs / f"{name}.schedule"),
+        ]  # fmt: skip
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=child_env(self.database_url, **env), stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        beat = Worker(proc=proc, log=log, name=name)
+        self.workers.append(beat)
+        wait_for(lambda: "Sending due task" in beat.text() or not beat.alive(), timeout=30, what="beat sending")
+        return beat
 
     def run_python(self, code: str, *, timeout: float = 60.0, **env: str | None) -> subprocess.CompletedProcess[str]:
         """Run Python in a fresh process against this stack (for crash points in the answering process)."""

@@ -1,8 +1,8 @@
-"""initial schema: runs, steps, interactions, continuations, events, principals, grants
+"""initial schema
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-12-01 00:37:35.239079
+Create Date: 2026-12-01 00:54:28.867916
 """
 
 from collections.abc import Sequence
@@ -69,12 +69,21 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("completed_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("finished_by", sa.String(length=64), nullable=True),
+        sa.Column("warnings", sa.JSON(), nullable=True),
+        sa.Column("projection_pending", sa.Boolean(), nullable=False),
         sa.ForeignKeyConstraint(["owner_id"], ["principals.id"], name=op.f("fk_runs_owner_id_principals")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_runs")),
         sa.UniqueConstraint("owner_id", "idempotency_key", name=op.f("uq_runs_owner_id_idempotency_key")),
     )
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_runs_owner_id"), ["owner_id"], unique=False)
+        batch_op.create_index(
+            "ix_runs_projection_pending",
+            ["completed_at"],
+            unique=False,
+            postgresql_where=sa.text("projection_pending"),
+            sqlite_where=sa.text("projection_pending"),
+        )
         batch_op.create_index(batch_op.f("ix_runs_status"), ["status"], unique=False)
         batch_op.create_index(batch_op.f("ix_runs_target"), ["target"], unique=False)
 
@@ -93,6 +102,17 @@ def upgrade() -> None:
     with op.batch_alter_table("events", schema=None) as batch_op:
         batch_op.create_index("ix_events_run_seq", ["run_id", "seq"], unique=False)
 
+    op.create_table(
+        "schedule_history",
+        sa.Column("run_id", sa.String(length=64), nullable=False),
+        sa.Column("workflow", sa.String(length=200), nullable=False),
+        sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("completed_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("execution_id", sa.String(length=64), nullable=False),
+        sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_schedule_history_run_id_runs")),
+        sa.PrimaryKeyConstraint("run_id", name=op.f("pk_schedule_history")),
+    )
     op.create_table(
         "steps",
         sa.Column("id", sa.String(length=64), nullable=False),
@@ -169,15 +189,20 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("value", sa.JSON(), nullable=True),
+        sa.Column("secret", sa.Text(), nullable=True),
         sa.Column("response_id", sa.String(length=200), nullable=True),
         sa.Column("response_digest", sa.String(length=64), nullable=True),
         sa.Column("answered_by_id", sa.String(length=64), nullable=True),
         sa.Column("answered_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("closed_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("closed_by_id", sa.String(length=64), nullable=True),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["answered_by_id"], ["principals.id"], name=op.f("fk_interactions_answered_by_id_principals")
+        ),
+        sa.ForeignKeyConstraint(
+            ["closed_by_id"], ["principals.id"], name=op.f("fk_interactions_closed_by_id_principals")
         ),
         sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_interactions_run_id_runs")),
         sa.ForeignKeyConstraint(["step_id"], ["steps.id"], name=op.f("fk_interactions_step_id_steps")),
@@ -196,11 +221,77 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f("ix_interactions_step_id"), ["step_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_interactions_target"), ["target"], unique=False)
 
+    op.create_table(
+        "reviews",
+        sa.Column("id", sa.String(length=64), nullable=False),
+        sa.Column("run_id", sa.String(length=64), nullable=False),
+        sa.Column("step_id", sa.String(length=64), nullable=False),
+        sa.Column("kind", sa.String(length=100), nullable=False),
+        sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("verdict", sa.Text(), nullable=True),
+        sa.Column("finding_count", sa.Integer(), nullable=False),
+        sa.Column("verification_count", sa.Integer(), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.Column("execution_id", sa.String(length=64), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_reviews_run_id_runs")),
+        sa.ForeignKeyConstraint(["step_id"], ["steps.id"], name=op.f("fk_reviews_step_id_steps")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_reviews")),
+    )
+    with op.batch_alter_table("reviews", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_reviews_run_id"), ["run_id"], unique=False)
+        batch_op.create_index(
+            "ix_reviews_running",
+            ["created_at"],
+            unique=False,
+            postgresql_where=sa.text("status = 'running'"),
+            sqlite_where=sa.text("status = 'running'"),
+        )
+
+    op.create_table(
+        "tool_calls",
+        sa.Column("id", sa.String(length=64), nullable=False),
+        sa.Column("run_id", sa.String(length=64), nullable=False),
+        sa.Column("step_id", sa.String(length=64), nullable=False),
+        sa.Column("key", sa.String(length=200), nullable=False),
+        sa.Column("name", sa.String(length=200), nullable=False),
+        sa.Column("args_digest", sa.String(length=64), nullable=False),
+        sa.Column("replay", sa.String(length=8), nullable=False),
+        sa.Column("phase", sa.String(length=16), nullable=False),
+        sa.Column("possibly_ran", sa.Boolean(), nullable=False),
+        sa.Column("outcome", sa.JSON(), nullable=True),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("interaction_id", sa.String(length=64), nullable=True),
+        sa.Column("runs", sa.Integer(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_tool_calls_run_id_runs")),
+        sa.ForeignKeyConstraint(["step_id"], ["steps.id"], name=op.f("fk_tool_calls_step_id_steps")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_tool_calls")),
+        sa.UniqueConstraint("step_id", "key", name=op.f("uq_tool_calls_step_id_key")),
+    )
+    with op.batch_alter_table("tool_calls", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_tool_calls_run_id"), ["run_id"], unique=False)
+
     # ### end Alembic commands ###
 
 
 def downgrade() -> None:
     # ### commands auto generated by Alembic - please adjust! ###
+    with op.batch_alter_table("tool_calls", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_tool_calls_run_id"))
+
+    op.drop_table("tool_calls")
+    with op.batch_alter_table("reviews", schema=None) as batch_op:
+        batch_op.drop_index(
+            "ix_reviews_running",
+            postgresql_where=sa.text("status = 'running'"),
+            sqlite_where=sa.text("status = 'running'"),
+        )
+        batch_op.drop_index(batch_op.f("ix_reviews_run_id"))
+
+    op.drop_table("reviews")
     with op.batch_alter_table("interactions", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_interactions_target"))
         batch_op.drop_index(batch_op.f("ix_interactions_step_id"))
@@ -230,6 +321,7 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_steps_run_id"))
 
     op.drop_table("steps")
+    op.drop_table("schedule_history")
     with op.batch_alter_table("events", schema=None) as batch_op:
         batch_op.drop_index("ix_events_run_seq")
 
@@ -237,6 +329,11 @@ def downgrade() -> None:
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_runs_target"))
         batch_op.drop_index(batch_op.f("ix_runs_status"))
+        batch_op.drop_index(
+            "ix_runs_projection_pending",
+            postgresql_where=sa.text("projection_pending"),
+            sqlite_where=sa.text("projection_pending"),
+        )
         batch_op.drop_index(batch_op.f("ix_runs_owner_id"))
 
     op.drop_table("runs")

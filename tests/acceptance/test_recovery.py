@@ -1,0 +1,153 @@
+"""Recovery with real processes: broker loss, warm shutdown, code changed while parked, crash loops,
+and the schema guard."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from parkway.db import transaction
+from tasks.sdk import answer
+from tests.support import (
+    HUMAN,
+    Stack,
+    continuations,
+    effects,
+    event_types,
+    interactions,
+    new_response_id,
+    run_row,
+    run_status,
+    start,
+    wait_for,
+    wait_parked,
+    wait_status,
+)
+
+
+@pytest.fixture(autouse=True)
+def own_workers(stack: Stack):  # type: ignore[no-untyped-def]
+    stack.stop_all()
+    yield
+    stack.stop_all()
+
+
+def test_broker_flushed__twenty_answered_runs_complete_exactly_once(stack: Stack) -> None:
+    # Given 20 parked runs, then the worker stopped and every run answered
+    worker = stack.start_worker()
+    run_ids = [start("t.ask_one") for _ in range(20)]
+    asked = {run_id: wait_parked(run_id)["go"].id for run_id in run_ids}
+    assert worker.terminate() == 0
+    for interaction_id in asked.values():
+        answer(interaction_id, "go", response_id=new_response_id(), principal=HUMAN)
+    # When the broker loses every message
+    stack.flush_broker()
+    # Then a new worker and the beat-driven sweep (no help from this process) complete all 20 once
+    stack.start_worker()
+    stack.start_beat()
+    for run_id in run_ids:
+        wait_status(run_id, "completed", timeout=60, sweep=False)
+    assert [effects(run_id, "one_done") for run_id in run_ids] == [1] * 20
+
+
+def test_sigterm_while_runs_wait__records_no_cancellation(stack: Stack) -> None:
+    worker = stack.start_worker()
+    run_ids = [start("t.ask_one") for _ in range(3)]
+    asked = {run_id: wait_parked(run_id)["go"].id for run_id in run_ids}
+    # When the worker is stopped with SIGTERM
+    assert worker.terminate() == 0
+    # Then nothing was canceled or interrupted: the runs still wait, their questions still pending
+    for run_id in run_ids:
+        assert run_status(run_id) == "waiting"
+        assert interactions(run_id)["go"].status == "pending"
+        assert not {"run.canceled", "run.interrupted", "interaction.canceled"} & set(event_types(run_id))
+    # And answered afterwards, a new worker completes them
+    for interaction_id in asked.values():
+        answer(interaction_id, "later", response_id=new_response_id(), principal=HUMAN)
+    stack.start_worker()
+    for run_id in run_ids:
+        assert wait_status(run_id, "completed").result == {"go": "later"}
+
+
+def test_continuation_version_removed_while_parked__fails_closed(stack: Stack) -> None:
+    # Given a step parked on t.one_done@2 by code that has it
+    old = stack.start_worker(PARKWAY_TEST_WITH_V2="1")
+    run_id = start("t.ask_one", {"continuation": "t.one_done@2"})
+    asked = wait_parked(run_id)
+    assert old.terminate() == 0
+    # When a deploy without that version resumes it
+    stack.start_worker()
+    answer(asked["go"].id, "go", response_id=new_response_id(), principal=HUMAN)
+    # Then step and run are interrupted with a reason naming the version, and nothing ran
+    run = wait_status(run_id, "interrupted")
+    assert run.reason == "continuation version t.one_done@2 is not registered"
+    assert effects(run_id) == 0
+    resume = [c for c in continuations(run_id) if c.kind == "resume"]
+    assert [c.status for c in resume] == ["dead"]
+    assert "run.interrupted" in event_types(run_id)
+
+
+def test_crash_loop__continuation_dead_after_max_attempts(stack: Stack) -> None:
+    # Given a worker that always dies before committing, with two attempts allowed
+    [parker] = [stack.start_worker()]
+    run_id = start("t.ask_one")
+    asked = wait_parked(run_id)
+    parker.kill()
+    crashing = stack.start_worker(PARKWAY_CRASH_AT="resume.before_commit", PARKWAY_MAX_ATTEMPTS="2")
+    stack.start_beat(PARKWAY_MAX_ATTEMPTS="2")
+    # When the continuation becomes due
+    answer(asked["go"].id, "go", response_id=new_response_id(), principal=HUMAN)
+    # Then after two executions it is given up: dead, run interrupted with the reason, no effect
+    run = wait_status(run_id, "interrupted", timeout=60, sweep=False)
+    assert run.reason is not None and "gave up after 2 attempts" in run.reason
+    assert crashing.text().count("crash point resume.before_commit reached") == 2
+    resume = [c for c in continuations(run_id) if c.kind == "resume"]
+    assert [(c.status, c.attempts) for c in resume] == [("dead", 2)]
+    assert effects(run_id) == 0
+
+
+@pytest.mark.parametrize(
+    ("revision", "message"),
+    [("ffffffffffff", "newer than this code knows"), (None, "run `parkway migrate`")],
+)
+def test_schema_guard__worker_refuses_a_schema_it_does_not_match(
+    stack: Stack, revision: str | None, message: str
+) -> None:
+    with transaction() as session:
+        current = session.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+        if revision is None:
+            session.execute(text("DELETE FROM alembic_version"))
+        else:
+            session.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": revision})
+    try:
+        worker = stack.start_worker(wait=False)
+        code = worker.proc.wait(timeout=40)
+        assert code != 0
+        assert "refusing to start" in worker.text() and message in worker.text()
+        refused = stack.parkway("sweep", "--once")
+        assert refused.returncode != 0 and message in refused.stderr
+    finally:
+        with transaction() as session:
+            session.execute(text("DELETE FROM alembic_version"))
+            session.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": current})
+
+
+def test_parkway_migrate__is_idempotent_at_head(stack: Stack) -> None:
+    result = stack.parkway("migrate")
+    assert result.returncode == 0, result.stderr
+    assert "-> 0001" in result.stderr
+
+
+def test_completed_run_keeps_its_terminal_record_across_restart_and_sweeps(stack: Stack) -> None:
+    worker = stack.start_worker()
+    run_id = start("t.ask_one")
+    asked = wait_parked(run_id)
+    answer(asked["go"].id, "go", response_id=new_response_id(), principal=HUMAN)
+    done = wait_status(run_id, "completed")
+    worker.kill()
+    stack.start_worker()
+    result = stack.parkway("sweep", "--once")
+    assert result.returncode == 0 and "sweep pass:" in result.stdout
+    again = run_row(run_id)
+    assert (again.status, again.completed_at, again.finished_by) == ("completed", done.completed_at, done.finished_by)
+    wait_for(lambda: True)

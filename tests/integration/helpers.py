@@ -1,0 +1,127 @@
+"""Helpers for integration tests that drive the store and the worker path in-process (no worker processes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select, text
+
+from models import store
+from models.tables import Continuation, Event, Grant, Interaction, Principal, Run, Step
+from parkway.db import transaction
+from tests.support import (
+    ADMIN,
+    AGENT,
+    HUMAN,
+    STRANGER,
+    TARGET,
+    continuations,
+    interactions,
+    run_status,
+    start,
+)
+
+EFFECTS_DDL = (
+    "CREATE TABLE IF NOT EXISTS test_effects (run_id VARCHAR(64) NOT NULL, tag VARCHAR(64) NOT NULL)"
+)
+
+
+def make_actors() -> None:
+    """The same principals and grants as ``Stack.setup_actors``, in whatever database is current."""
+    with transaction() as session:
+        session.execute(text(EFFECTS_DDL))
+        for kind, name in (("agent", AGENT), ("human", HUMAN), ("human", STRANGER), ("admin", ADMIN)):
+            if store.principal_by_name(session, name) is None:
+                store.create_principal(session, kind=kind, name=name, token_hash=None)
+        for name in (AGENT, HUMAN):
+            principal = store.principal_by_name(session, name)
+            assert principal is not None
+            store.create_grant(session, principal_id=principal.id, target=TARGET)
+
+
+def add_principal(name: str, kind: str, *, grant: str | None = None) -> None:
+    with transaction() as session:
+        principal = store.create_principal(session, kind=kind, name=name, token_hash=None)
+        assert principal is not None, f"principal {name} already exists"
+        if grant is not None:
+            store.create_grant(session, principal_id=principal.id, target=grant)
+
+
+def live_grant_ids(name: str, target: str = TARGET) -> list[str]:
+    with transaction() as session:
+        return list(
+            session.scalars(
+                select(Grant.id)
+                .join(Principal, Principal.id == Grant.principal_id)
+                .where(Principal.name == name, Grant.target == target, Grant.revoked_at.is_(None))
+            )
+        )
+
+
+def ready(run_id: str) -> list[Continuation]:
+    return [c for c in continuations(run_id) if c.status == "ready"]
+
+
+def execute_ready(run_id: str) -> Continuation:
+    """Run the run's only ready continuation through the real claim → body → consume path."""
+    from tasks.worker import execute
+
+    due = ready(run_id)
+    assert len(due) == 1, f"expected one ready continuation, found {[(c.kind, c.status) for c in due]}"
+    outcome = execute(due[0].id)
+    assert outcome == "committed", outcome
+    return due[0]
+
+
+def parked(workflow: str, payload: Any = None) -> tuple[str, dict[str, Interaction]]:
+    """Start a run and execute its start continuation in-process: the step parks; returns its interactions."""
+    run_id = start(workflow, payload if payload is not None else {})
+    execute_ready(run_id)
+    assert run_status(run_id) == "waiting", run_status(run_id)
+    return run_id, interactions(run_id)
+
+
+def continuation(continuation_id: str) -> Continuation:
+    with transaction() as session:
+        return session.get_one(Continuation, continuation_id)
+
+
+def interaction(interaction_id: str) -> Interaction:
+    with transaction() as session:
+        return session.get_one(Interaction, interaction_id)
+
+
+def step(step_id: str) -> Step:
+    with transaction() as session:
+        return session.get_one(Step, step_id)
+
+
+def events(run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    with transaction() as session:
+        rows = session.execute(
+            select(Event.type, Event.data).where(Event.run_id == run_id).order_by(Event.seq)
+        )
+        return [(t, d) for t, d in rows]
+
+
+def count(model: Any) -> int:
+    with transaction() as session:
+        return int(session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def count_runs() -> int:
+    return count(Run)
+
+
+@dataclass
+class Sent:
+    """Tasks published through ``app.send_task`` during a test: ``(task name, continuation id, queue)``."""
+
+    calls: list[tuple[str, Any, Any]] = field(default_factory=list)
+
+    def ids(self) -> list[Any]:
+        return [c[1] for c in self.calls]
+
+    def clear(self) -> None:
+        self.calls.clear()

@@ -1,0 +1,346 @@
+"""The recovery sweep (SPEC §6, invariant 9): re-enqueue, lease expiry, give-up, expiry; bounded and
+safe beside itself. Each test has a database of its own, because a pass looks at whole tables."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+
+from beat.sweep import SweepReport, run_sweep
+from models import store
+from models.base import utcnow
+from models.tables import Continuation
+from parkway.db import transaction
+from parkway.settings import get_settings
+from tasks.celery_app import RESUME_STEP, RUN_STEP
+from tasks.sdk import Gone, answer
+from tasks.worker import execute
+from tests.integration.helpers import Sent, continuation, events, execute_ready, interaction, parked, step
+from tests.support import HUMAN, continuations, event_types, new_response_id, run_row, start, wait_for
+
+
+def _later(seconds: float = 60.0) -> datetime:
+    return utcnow() + timedelta(seconds=seconds)
+
+
+def _start_ids(n: int, workflow: str = "t.after") -> list[str]:
+    """Start ``n`` runs and return their ready start continuations."""
+    ids = []
+    for i in range(n):
+        (c,) = continuations(start(workflow, {"i": i}))
+        ids.append(c.id)
+    return ids
+
+
+def _claim(continuation_id: str, lease_s: float, execution_id: str | None = None) -> None:
+    with transaction() as session:
+        row = store.claim(
+            session,
+            continuation_id,
+            execution_id=execution_id or store.new_id(),
+            lease_s=lease_s,
+            max_attempts=100,
+        )
+        assert row is not None
+
+
+def _claim_until_expired(continuation_id: str) -> None:
+    """One execution claims and dies: its short lease runs out for real."""
+    _claim(continuation_id, 0.01)
+    lease = continuation(continuation_id).lease_expires_at
+    assert lease is not None
+    wait_for(lambda: utcnow() > lease, timeout=5, what="the lease to expire")
+
+
+def _counts(report: SweepReport) -> dict[str, int]:
+    return {k: report.counts[k] for k in ("republished", "lease_expired", "expired", "dead", "errors")}
+
+
+# --------------------------------------------------------------------------- category 1: ready, not enqueued
+
+
+def test_sweep__republishes_a_ready_continuation_older_than_the_reenqueue_delay(
+    actors_db: str, sent: Sent
+) -> None:
+    # Given a committed start continuation whose publish was lost
+    (cid,) = _start_ids(1)
+    sent.clear()
+
+    # When a sweep runs before the re-enqueue delay passed, it leaves it alone
+    assert _counts(run_sweep())["republished"] == 0
+    assert sent.calls == [] and continuation(cid).publishes == 1
+
+    # When a sweep runs after the delay
+    now = _later(get_settings().reenqueue_after_s + 1)
+    report = run_sweep(now=now)
+
+    # Then it is published again once, stamped as enqueued now
+    assert _counts(report) == {"republished": 1, "lease_expired": 0, "expired": 0, "dead": 0, "errors": 0}
+    assert sent.calls == [(RUN_STEP, cid, "parkway.steps")]
+    row = continuation(cid)
+    assert (row.status, row.publishes, row.attempts) == ("ready", 2, 0)
+    assert row.enqueued_at == now
+
+    # And it is the same unit of work: executing it commits the run once
+    assert execute(cid) == "committed"
+    assert execute(cid) == "duplicate"
+    assert run_row(row.run_id).status == "completed"
+
+
+def test_sweep__republishes_a_resume_continuation_to_the_continuations_queue(
+    actors_db: str, sent: Sent
+) -> None:
+    run_id, asked = parked("t.ask_one")
+    answer(asked["go"].id, "yes", response_id=new_response_id(), principal=HUMAN)
+    (resume,) = [c for c in continuations(run_id) if c.kind == "resume"]
+    sent.clear()
+
+    run_sweep(now=_later())
+
+    assert sent.calls == [(RESUME_STEP, resume.id, "parkway.continuations")]
+
+
+def test_sweep__each_category_touches_at_most_batch_rows_per_pass(actors_db: str, sent: Sent) -> None:
+    # Given 30 stale ready continuations, 30 claims with expired leases and 30 questions past expiry
+    stale = _start_ids(30)
+    claimed = _start_ids(30)
+    for cid in claimed:
+        _claim(cid, lease_s=0.01)
+    expiring = [parked("t.ask_two", {"expires_in": 1})[1]["window"].id for _ in range(30)]
+    now = _later()
+
+    # When sweeps with batch=10 run at a time when all of them are due
+    reports = [_counts(run_sweep(batch=10, now=now)) for _ in range(4)]
+
+    # Then every pass handled at most 10 per category, and three passes handled all of them
+    per_pass = {"republished": 10, "lease_expired": 10, "expired": 10, "dead": 0, "errors": 0}
+    assert reports[:3] == [per_pass] * 3
+    assert reports[3] == dict.fromkeys(per_pass, 0)
+    assert {continuation(c).publishes for c in stale} == {2}
+    assert {(continuation(c).status, continuation(c).attempts) for c in claimed} == {("ready", 1)}
+    assert {interaction(i).status for i in expiring} == {"expired"}
+
+
+def test_sweep__two_concurrent_sweeps_republish_each_row_exactly_once(actors_db: str, sent: Sent) -> None:
+    # Given 200 ready continuations whose publish was lost
+    ids = _start_ids(200)
+    sent.clear()
+    now = _later()
+    barrier = threading.Barrier(2)
+
+    def sweeper() -> int:
+        barrier.wait(timeout=30)
+        total = 0
+        while True:
+            n = run_sweep(batch=25, now=now).counts["republished"]
+            total += n
+            if n == 0:
+                return total
+
+    # When two sweeps run concurrently over them
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        totals = list(pool.map(lambda _: sweeper(), range(2)))
+
+    # Then every row was republished by exactly one of them, exactly once
+    assert sum(totals) == 200
+    assert Counter(sent.ids()) == Counter(dict.fromkeys(ids, 1))
+    with transaction() as session:
+        publishes = Counter(session.scalars(select(Continuation.publishes)).all())
+    assert publishes == {2: 200}
+
+
+# --------------------------------------------------------------------------- category 1: expired leases
+
+
+def test_sweep__expired_claim_is_released_to_ready_and_republished(actors_db: str, sent: Sent) -> None:
+    # Given an execution that claimed a continuation and died (its lease ran out)
+    (cid,) = _start_ids(1)
+    _claim_until_expired(cid)
+    sent.clear()
+
+    # When the sweep runs
+    report = run_sweep()
+
+    # Then the claim is released, sent again, and the next execution commits it (attempt 2)
+    assert _counts(report)["lease_expired"] == 1
+    row = continuation(cid)
+    assert (row.status, row.claimed_by, row.lease_expires_at, row.attempts, row.publishes) == (
+        "ready",
+        None,
+        None,
+        1,
+        2,
+    )
+    assert sent.ids() == [cid]
+    assert execute(cid) == "committed"
+    assert continuation(cid).attempts == 2
+    assert run_row(row.run_id).status == "completed"
+
+
+def test_sweep__live_claim_is_left_alone(actors_db: str, sent: Sent) -> None:
+    (cid,) = _start_ids(1)
+    _claim(cid, lease_s=30, execution_id="alive")
+    sent.clear()
+
+    report = run_sweep(now=_later(5))
+
+    assert _counts(report)["lease_expired"] == 0
+    assert (continuation(cid).status, continuation(cid).claimed_by) == ("claimed", "alive")
+    assert sent.calls == []
+
+
+def test_sweep__expired_claim_out_of_attempts_becomes_dead_and_interrupts_its_run(
+    actors_db: str, sent: Sent
+) -> None:
+    max_attempts = get_settings().max_attempts
+    run_id = start("t.after")
+    (cid,) = [c.id for c in continuations(run_id)]
+
+    # Given executions that each claimed and died, one short of the limit: the sweep still re-drives it
+    for _ in range(max_attempts - 1):
+        _claim_until_expired(cid)
+    assert _counts(run_sweep())["lease_expired"] == 1
+    assert continuation(cid).status == "ready"
+
+    # When the last allowed execution dies as well
+    _claim_until_expired(cid)
+    assert continuation(cid).attempts == max_attempts
+    sent.clear()
+    report = run_sweep()
+
+    # Then the continuation is dead and its run and step are interrupted, with the reason
+    assert _counts(report)["dead"] == 1 and _counts(report)["lease_expired"] == 0
+    row = continuation(cid)
+    assert row.status == "dead" and row.reason is not None and "attempts" in row.reason
+    run = run_row(run_id)
+    assert run.status == "interrupted" and run.reason is not None and "attempts" in run.reason
+    assert run.completed_at is not None
+    assert step(row.step_id).status == "interrupted"
+    types = event_types(run_id)
+    assert types.count("continuation.dead") == 1 and types.count("run.interrupted") == 1
+    assert sent.calls == []
+
+    # And a later pass, or a late delivery, does nothing more
+    assert _counts(run_sweep(now=_later())) == dict.fromkeys(_counts(report), 0)
+    assert execute(cid) == "duplicate"
+
+
+# --------------------------------------------------------------------------- category 2: expiry
+
+
+def test_sweep__expired_question_closes_and_the_continuation_waits_for_its_sibling(
+    actors_db: str, sent: Sent
+) -> None:
+    # Given a run parked on "window" (expires in 1 s) and "reason" (no expiry)
+    run_id, asked = parked("t.ask_two", {"expires_in": 1})
+    window, reason = asked["window"], asked["reason"]
+    assert window.expires_at is not None and reason.expires_at is None
+
+    # When a sweep runs before the expiry, nothing happens
+    assert _counts(run_sweep())["expired"] == 0
+    assert interaction(window.id).status == "pending"
+
+    # When a sweep runs past the expiry
+    report = run_sweep(now=_later(5))
+
+    # Then "window" is expired, "reason" still pending, and no continuation is due yet
+    assert _counts(report)["expired"] == 1
+    assert interaction(window.id).status == "expired"
+    assert interaction(reason.id).status == "pending"
+    assert [c.kind for c in continuations(run_id)] == ["start"]
+    assert run_row(run_id).status == "waiting"
+    assert [d["interaction_id"] for t, d in events(run_id) if t == "interaction.expired"] == [window.id]
+
+    # And a late answer to it is 410 with status expired
+    with pytest.raises(Gone) as caught:
+        answer(window.id, "now", response_id=new_response_id(), principal=HUMAN)
+    assert caught.value.state is not None and caught.value.state["status"] == "expired"
+    assert interaction(window.id).value is None
+
+    # When the sibling is answered, exactly one continuation becomes due and sees the expiry
+    sent.clear()
+    answer(reason.id, "maintenance", response_id=new_response_id(), principal=HUMAN)
+    (resume,) = [c for c in continuations(run_id) if c.kind == "resume"]
+    assert sent.ids() == [resume.id]
+    execute_ready(run_id)
+    result = run_row(run_id).result
+    assert result["window"] is None and result["window_status"] == "expired"
+    assert result["reason"] == "maintenance"
+
+    # And expired stays closed: another pass changes nothing
+    assert _counts(run_sweep(now=_later(10)))["expired"] == 0
+    assert interaction(window.id).status == "expired"
+
+
+def test_sweep__expiry_of_the_last_pending_question_makes_the_continuation_due(
+    actors_db: str, sent: Sent
+) -> None:
+    run_id, asked = parked("t.ask_two", {"expires_in": 1})
+    answer(asked["reason"].id, "why not", response_id=new_response_id(), principal=HUMAN)
+    assert [c.kind for c in continuations(run_id)] == ["start"]
+    sent.clear()
+
+    # When the expiry passes for real and a sweep runs
+    expires_at = asked["window"].expires_at
+    assert expires_at is not None
+    wait_for(lambda: utcnow() > expires_at, timeout=5, what="the expiry to pass")
+    assert _counts(run_sweep())["expired"] == 1
+
+    # Then the step's continuation is due and sent once
+    (resume,) = [c for c in continuations(run_id) if c.kind == "resume"]
+    assert resume.status == "ready"
+    assert sent.ids() == [resume.id]
+    assert run_row(run_id).status == "running"
+
+
+def test_sweep__expiry_racing_an_answer_on_the_same_question_never_errors(
+    actors_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lock order: the answer locks the step, then writes the interaction; the expiry pass must not hold the
+    interaction while it waits for the step, or the two deadlock and one of them fails with a database error.
+    """
+    import tasks.sdk as sdk
+
+    # Given a question the sweep considers past its expiry while someone is answering it
+    _, asked = parked("t.ask_two", {"expires_in": 60})
+    window = asked["window"]
+    sweep_selected, answer_locked = threading.Event(), threading.Event()
+    real_expire_due, real_validate = store.expire_due, sdk.validate_value
+
+    def expire_due(session, interaction_id, *, now):  # type: ignore[no-untyped-def]
+        # the sweep has selected the row; let the answer take the step before expiring it
+        sweep_selected.set()
+        answer_locked.wait(timeout=2)
+        return real_expire_due(session, interaction_id, now=now)
+
+    def validate(interaction, value):  # type: ignore[no-untyped-def]
+        # the answer holds the step (validation runs under the lock, before the write)
+        answer_locked.set()
+        return real_validate(interaction, value)
+
+    monkeypatch.setattr(store, "expire_due", expire_due)
+    monkeypatch.setattr(sdk, "validate_value", validate)
+
+    def answering() -> object:
+        assert sweep_selected.wait(timeout=10)
+        try:
+            return answer(window.id, "now", response_id=new_response_id(), principal=HUMAN)
+        except Exception as exc:
+            return exc
+
+    # When the sweep's expiry and the answer interleave
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        sweeping = pool.submit(run_sweep, now=_later(120))
+        answered = pool.submit(answering)
+        report, outcome = sweeping.result(timeout=60), answered.result(timeout=60)
+
+    # Then one of them wins cleanly: a receipt or a 410, never a database error on either side
+    assert isinstance(outcome, dict | Gone), f"the answer failed with {type(outcome).__name__}: {outcome}"
+    assert report.counts["errors"] == 0
+    final = interaction(window.id).status
+    assert final == ("answered" if isinstance(outcome, dict) else "expired")

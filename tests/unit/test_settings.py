@@ -1,0 +1,75 @@
+"""Settings (SPEC §1): the secret key is refused when weak, required with a configured database, and made
+once into a 0600 file on the embedded default."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from parkway.errors import ConfigError
+from parkway.settings import Settings
+
+GOOD_KEY = "k" * 32
+
+
+def _settings(**values: str) -> Settings:
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["short", "x" * 31])
+def test_secret_key__shorter_than_32_characters_is_refused(key: str) -> None:
+    with pytest.raises(ConfigError, match="32"):
+        _settings(secret_key=key, database_url="sqlite:///x.db").resolved_secret_key()
+
+
+def test_secret_key__32_characters_are_enough() -> None:
+    assert _settings(secret_key=GOOD_KEY, database_url="sqlite:///x.db").resolved_secret_key() == GOOD_KEY
+
+
+@pytest.mark.parametrize(
+    "key", ["please-change-me-to-a-long-random-string", "PLEASE-CHANGE-ME-TO-A-LONG-RANDOM-STRING"]
+)
+def test_secret_key__placeholder_is_refused_even_when_long(key: str) -> None:
+    assert len(key) >= 32
+    with pytest.raises(ConfigError):
+        _settings(secret_key=key, database_url="sqlite:///x.db").resolved_secret_key()
+
+
+def test_secret_key__missing_is_refused_when_a_database_url_is_configured(tmp_path: Path) -> None:
+    settings = _settings(secret_key="", database_url="postgresql://db/parkway", home=str(tmp_path))
+    with pytest.raises(ConfigError, match="PARKWAY_SECRET_KEY"):
+        settings.resolved_secret_key()
+    assert not (tmp_path / "secret.key").exists()
+
+
+def test_secret_key__embedded_default_creates_a_0600_key_file_once_and_reuses_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    settings = _settings(secret_key="", database_url="", home=str(home))
+    assert settings.embedded_database
+
+    key = settings.resolved_secret_key()
+
+    path = home / "secret.key"
+    assert path.is_file()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(key) >= 32
+    assert path.read_text().strip() == key
+    inode = path.stat().st_ino
+
+    # A second call, and a second process's settings, reuse the same key and file
+    assert settings.resolved_secret_key() == key
+    assert _settings(secret_key="", database_url="", home=str(home)).resolved_secret_key() == key
+    assert path.stat().st_ino == inode
+
+    # Another home gets another key
+    other = _settings(secret_key="", database_url="", home=str(tmp_path / "other")).resolved_secret_key()
+    assert other != key
+
+
+def test_secret_key__environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARKWAY_SECRET_KEY", "too-short")
+    monkeypatch.setenv("PARKWAY_DATABASE_URL", "sqlite:///x.db")
+    with pytest.raises(ConfigError):
+        Settings().resolved_secret_key()
