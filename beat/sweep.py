@@ -51,7 +51,9 @@ def run_sweep(batch: int | None = None, *, now: datetime | None = None) -> Sweep
     to_publish: list[tuple[str, str]] = []
     to_publish += _expired_leases(report, now=now, batch=batch, max_attempts=settings.max_attempts)
     to_publish += _expire_interactions(report, now=now, batch=batch)
-    to_publish += _stale_ready(report, now=now, batch=batch, older_than=timedelta(seconds=settings.reenqueue_after_s))
+    to_publish += _stale_ready(
+        report, now=now, batch=batch, older_than=timedelta(seconds=settings.reenqueue_after_s)
+    )
     _publish_batch(to_publish)
     report.duration_s = time.monotonic() - started
     log.info(report.line(), extra={"action": "sweep", **{f"n_{k}": v for k, v in report.counts.items()}})
@@ -65,7 +67,9 @@ def _publish_batch(items: list[tuple[str, str]]) -> None:
             crash_point("sweep.mid_batch")
 
 
-def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attempts: int) -> list[tuple[str, str]]:
+def _expired_leases(
+    report: SweepReport, *, now: datetime, batch: int, max_attempts: int
+) -> list[tuple[str, str]]:
     """Category 1 (claims whose lease ran out → ready again) and 3 (out of attempts → dead)."""
     due: list[tuple[str, str]] = []
     with transaction() as session:
@@ -75,7 +79,10 @@ def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attem
                     dead = store.give_up_exhausted(session, row.id, max_attempts=max_attempts)
                     if dead is not None:
                         report.counts["dead"] += 1
-                        log.warning(dead.reason, extra={"action": "give_up", "continuation_id": row.id, "run_id": row.run_id})
+                        log.warning(
+                            dead.reason,
+                            extra={"action": "give_up", "continuation_id": row.id, "run_id": row.run_id},
+                        )
                         continue
                     released = store.release_expired_claim(session, row.id, now=now)
                     if released is not None:
@@ -101,11 +108,15 @@ def _expire_interactions(report: SweepReport, *, now: datetime, batch: int) -> l
                         due.append((expiry.continuation.id, expiry.continuation.kind))
             except Exception:
                 report.counts["errors"] += 1
-                log.exception("sweep skipped a bad row", extra={"action": "sweep", "interaction_id": interaction_id})
+                log.exception(
+                    "sweep skipped a bad row", extra={"action": "sweep", "interaction_id": interaction_id}
+                )
     return due
 
 
-def _stale_ready(report: SweepReport, *, now: datetime, batch: int, older_than: timedelta) -> list[tuple[str, str]]:
+def _stale_ready(
+    report: SweepReport, *, now: datetime, batch: int, older_than: timedelta
+) -> list[tuple[str, str]]:
     """Category 1: ready continuations not enqueued recently (publish lost, broker flushed) → again."""
     with transaction() as session:
         ids = store.mark_for_republish(session, now=now, older_than=now - older_than, batch=batch)

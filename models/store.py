@@ -979,7 +979,6 @@ def expirable_interactions(session: Session, *, now: datetime, batch: int) -> li
     )
 
 
-
 def continuation_kinds(session: Session, ids: Sequence[str]) -> list[tuple[str, str]]:
     if not ids:
         return []

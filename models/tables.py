@@ -196,7 +196,6 @@ class Event(Base):
     __table_args__ = (Index("ix_events_run_seq", "run_id", "seq"),)
 
 
-
 class Review(Base):
     """A receipt row of a review pass over a run: running -> completed | failed | interrupted."""
 

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from celery import Celery, signals
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 
 from parkway.settings import Settings, get_settings
 

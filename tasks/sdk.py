@@ -171,7 +171,9 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
     keys: set[str] = set()
     for item in items:
         if not isinstance(item, Question | Permission):
-            raise WorkflowError(f"Park interactions must be Question or Permission, not {type(item).__name__}")
+            raise WorkflowError(
+                f"Park interactions must be Question or Permission, not {type(item).__name__}"
+            )
         if not item.key or item.key in keys:
             raise WorkflowError(f"interaction key {item.key!r} is empty or used twice in one Park")
         keys.add(item.key)
@@ -183,7 +185,9 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
             try:
                 Draft202012Validator.check_schema(item.schema)
             except SchemaError as exc:
-                raise WorkflowError(f"question {item.key} has an invalid JSON Schema: {exc.message}") from None
+                raise WorkflowError(
+                    f"question {item.key} has an invalid JSON Schema: {exc.message}"
+                ) from None
             specs.append(
                 InteractionSpec(
                     key=item.key,

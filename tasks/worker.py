@@ -20,7 +20,17 @@ from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
 from tasks.publish import publish
-from tasks.sdk import Complete, Context, Fail, Next, Outcome, Park, PossiblyRan, check_outcome, interaction_specs
+from tasks.sdk import (
+    Complete,
+    Context,
+    Fail,
+    Next,
+    Outcome,
+    Park,
+    PossiblyRan,
+    check_outcome,
+    interaction_specs,
+)
 
 log = logging.getLogger("parkway.worker")
 
@@ -94,7 +104,9 @@ def execute(continuation_id: str) -> str:
             store.give_up(session, row.id, reason=refusal, execution_id=execution_id)
             log.warning("continuation given up: %s", refusal, extra={**extra, "action": "give_up"})
             return "dead"
-        answers = store.answers_for_step(session, claim.step.id) if row.kind == ContinuationKind.RESUME else {}
+        answers = (
+            store.answers_for_step(session, claim.step.id) if row.kind == ContinuationKind.RESUME else {}
+        )
         body_input = claim.step.snapshot if row.kind == ContinuationKind.RESUME else claim.step.payload
         ctx = Context(
             run_id=claim.run.id, step_id=claim.step.id, attempt=row.attempts, execution_id=execution_id
@@ -105,7 +117,9 @@ def execute(continuation_id: str) -> str:
     crash_point("resume.before_commit")
     with transaction() as session:
         if store.consume(session, continuation_id, execution_id=execution_id) is None:
-            log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
+            log.info(
+                "claim lost before commit; another execution owns it", extra={**extra, "action": "consume"}
+            )
             return "lost"
         due = _commit_outcome(session, claim, outcome, ctx, execution_id)
         for fn in ctx._in_commit:
@@ -150,15 +164,24 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
         return Fail(f"{type(exc).__name__}: {exc}")
 
 
-def _commit_outcome(session: Any, claim: Claim, outcome: Outcome, ctx: Context, execution_id: str) -> list[Any]:
+def _commit_outcome(
+    session: Any, claim: Claim, outcome: Outcome, ctx: Context, execution_id: str
+) -> list[Any]:
     """Write the step's outcome in the consume transaction; returns continuations to publish after it."""
     step = claim.step
     if isinstance(outcome, Complete):
-        store.finish_run(session, step, status=RunStatus.COMPLETED, execution_id=execution_id,
-                         result=outcome.result)
+        store.finish_run(
+            session, step, status=RunStatus.COMPLETED, execution_id=execution_id, result=outcome.result
+        )
     elif isinstance(outcome, Fail):
-        store.finish_run(session, step, status=RunStatus.FAILED, execution_id=execution_id,
-                         error=outcome.error, result={"details": outcome.details} if outcome.details else None)
+        store.finish_run(
+            session,
+            step,
+            status=RunStatus.FAILED,
+            execution_id=execution_id,
+            error=outcome.error,
+            result={"details": outcome.details} if outcome.details else None,
+        )
     elif isinstance(outcome, Next):
         return [store.next_step(session, step, name=outcome.step, payload=outcome.payload)]
     elif isinstance(outcome, Park):

@@ -149,5 +149,9 @@ def test_completed_run_keeps_its_terminal_record_across_restart_and_sweeps(stack
     result = stack.parkway("sweep", "--once")
     assert result.returncode == 0 and "sweep pass:" in result.stdout
     again = run_row(run_id)
-    assert (again.status, again.completed_at, again.finished_by) == ("completed", done.completed_at, done.finished_by)
+    assert (again.status, again.completed_at, again.finished_by) == (
+        "completed",
+        done.completed_at,
+        done.finished_by,
+    )
     wait_for(lambda: True)

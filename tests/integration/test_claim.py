@@ -16,7 +16,10 @@ from tests.support import HUMAN, Stack, continuations, event_types, new_response
 
 def _claim(continuation_id: str, execution_id: str, lease_s: float = 30.0) -> bool:
     with transaction() as session:
-        return store.claim(session, continuation_id, execution_id=execution_id, lease_s=lease_s, max_attempts=5) is not None
+        return (
+            store.claim(session, continuation_id, execution_id=execution_id, lease_s=lease_s, max_attempts=5)
+            is not None
+        )
 
 
 def _consume(continuation_id: str, execution_id: str) -> bool:
