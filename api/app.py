@@ -1,0 +1,70 @@
+"""The FastAPI app (``api.app:app``). It refuses to start on a schema it does not match or a bad key."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from api import errors
+from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
+from api.metrics import MetricsMiddleware
+from api.routes import events, grants, health, interactions, principals, runs
+from parkway.db import get_engine
+from parkway.errors import ConfigError
+from parkway.logs import setup_logging
+from parkway.migrate import schema_problem
+from parkway.settings import get_settings
+
+DESCRIPTION = """Durable human-in-the-loop waits for agent workflows.
+
+Every `/v1` route needs `Authorization: Bearer <token>`. Errors are JSON
+`{"error": code, "detail": text, "state"?: {...}, "errors"?: [...]}`. See docs/api.md.
+"""
+
+
+def startup_problem() -> str | None:
+    """Why this process must not serve, or ``None`` (invariant 10 and the secret key)."""
+    try:
+        get_settings().resolved_secret_key()
+    except ConfigError as exc:
+        return str(exc)
+    try:
+        return schema_problem(get_engine())
+    except Exception as exc:
+        return f"cannot read the database schema: {type(exc).__name__}: {exc}"
+
+
+def import_workflows() -> None:
+    """Import ``PARKWAY_IMPORTS`` so ``POST /v1/runs`` knows the workflows."""
+    for module in get_settings().import_modules:
+        importlib.import_module(module)
+
+
+@asynccontextmanager
+async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    setup_logging()
+    problem = await run_in_threadpool(startup_problem)
+    if problem is not None:
+        message = f"parkway api: refusing to start: {problem}"
+        sys.stderr.write(message + "\n")
+        raise RuntimeError(message)
+    import_workflows()
+    yield
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="Parkway", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    errors.install(app)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
+    app.add_middleware(MetricsMiddleware)  # outermost: every request is observed, refused ones too
+    for module in (runs, interactions, principals, grants, events, health):
+        app.include_router(module.router)
+    return app
+
+
+app = create_app()

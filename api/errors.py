@@ -1,0 +1,176 @@
+"""Every error the API returns, as JSON ``{"error", "detail", "state"?, "errors"?}``; the texts live here.
+
+Store and SDK outcomes (``parkway.errors.OutcomeError``) keep their own status, code and state. Validation
+errors (422), unknown routes (404), wrong methods (405), too large bodies (413) and unexpected failures
+(500) are rendered in the same shape, so a client has one error format to read.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.schemas import ErrorBody
+from parkway.errors import InvalidAnswer, OutcomeError
+
+log = logging.getLogger("parkway.api")
+
+# --------------------------------------------------------------------------- texts
+
+NO_TOKEN = "send `Authorization: Bearer <token>`"
+BAD_TOKEN = "the bearer token is not valid"
+WRONG_KIND = "this needs a principal of kind {kinds}; you are {kind} {name}"
+RUN_FORBIDDEN = "principal {name} holds no grant on the target of run {id}"
+RUN_NOT_FOUND = "run {id} does not exist"
+INTERACTION_FORBIDDEN = "principal {name} holds no grant on the target of interaction {id}"
+INTERACTION_NOT_FOUND = "interaction {id} does not exist"
+NAME_TAKEN = "a principal named {name!r} already exists"
+UNKNOWN_PRINCIPAL = "no principal is named {name!r}"
+GRANT_NOT_FOUND = "grant {id} does not exist"
+TOO_LARGE = "the request body is larger than {limit} bytes"
+NOT_READY = "not ready: {reason}"
+INTERNAL = "an internal error occurred; it has been logged"
+UNPARSABLE = "the body could not be parsed"
+
+STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    410: "gone",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    500: "internal",
+    503: "not_ready",
+}
+
+
+class ApiError(Exception):
+    """Raised by routes and dependencies for an HTTP error with the API's JSON shape."""
+
+    def __init__(
+        self,
+        status_code: int,
+        detail: str,
+        *,
+        code: str | None = None,
+        state: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status_code = status_code
+        self.code = code or STATUS_CODES.get(status_code, "error")
+        self.detail = detail
+        self.state = state
+        self.headers = headers
+
+
+def error_response(
+    status_code: int,
+    code: str,
+    detail: str,
+    *,
+    state: dict[str, Any] | None = None,
+    errors: list[str] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body: dict[str, Any] = {"error": code, "detail": detail}
+    if state is not None:
+        body["state"] = jsonable_encoder(state)
+    if errors is not None:
+        body["errors"] = errors
+    return JSONResponse(body, status_code=status_code, headers=headers)
+
+
+# --------------------------------------------------------------------------- OpenAPI
+
+DESCRIPTIONS = {
+    401: "No bearer token, or a token that is not valid.",
+    403: "The principal is of the wrong kind, or holds no live grant on the target.",
+    404: "No such resource.",
+    409: "Another response won (or a key was reused with another body); `state` is authoritative.",
+    410: "The wait ended without an answer; `state` is the interaction with `run_status`.",
+    413: "The request body is larger than 1 MiB.",
+    422: "The request (or the answer's value) is not valid; nothing was stored.",
+    503: "Not ready; `detail` says why.",
+}
+
+
+def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for these error codes, all with the ``ErrorBody`` shape."""
+    return {code: {"model": ErrorBody, "description": DESCRIPTIONS[code]} for code in codes}
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def _validation_messages(exc: RequestValidationError) -> list[str]:
+    messages = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        messages.append(f"{where}: {error.get('msg', 'invalid')}")
+    return messages[:50]
+
+
+async def _on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    # Authentication comes first: a request without a valid token learns nothing, not even its 422.
+    from api.deps import authentication_problem
+
+    problem = await run_in_threadpool(authentication_problem, request)
+    if problem is not None:
+        return _on_api_error(request, problem)
+    messages = _validation_messages(exc)
+    detail = "the request is not valid: " + "; ".join(messages[:3]) if messages else "the request is not valid"
+    return error_response(422, "validation_error", detail, errors=messages)
+
+
+def _on_api_error(_: Request, exc: ApiError) -> JSONResponse:
+    return error_response(exc.status_code, exc.code, exc.detail, state=exc.state, headers=exc.headers)
+
+
+async def _on_api_error_async(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return _on_api_error(request, exc)
+
+
+async def _on_outcome(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, OutcomeError)
+    errors = exc.errors if isinstance(exc, InvalidAnswer) else None
+    return error_response(exc.status_code, exc.code, exc.detail, state=exc.state, errors=errors)
+
+
+async def _on_http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        # A body that cannot be parsed (not UTF-8, a broken form) is invalid like broken JSON: 422.
+        return await _on_validation(request, RequestValidationError([{"loc": ("body",), "msg": UNPARSABLE}]))
+    code = STATUS_CODES.get(exc.status_code, "error")
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = "no such resource"
+    return error_response(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal", INTERNAL)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that give every error the API's JSON shape."""
+    app.add_exception_handler(RequestValidationError, _on_validation)  # type: ignore[arg-type]
+    app.add_exception_handler(ApiError, _on_api_error_async)
+    app.add_exception_handler(OutcomeError, _on_outcome)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(Exception, _on_unexpected)

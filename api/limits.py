@@ -1,0 +1,65 @@
+"""Refuse request bodies over 1 MiB with 413 before they are read into memory."""
+
+from __future__ import annotations
+
+from fastapi import HTTPException
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api import errors
+from api.errors import error_response
+
+MAX_BODY_BYTES = 1 << 20
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from ``receive`` when a streamed body passes the limit (FastAPI re-raises HTTP exceptions)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, errors.TOO_LARGE.format(limit=limit))
+
+
+class BodyLimitMiddleware:
+    """A declared ``Content-Length`` over the limit is refused at once; a streamed body is counted as read."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, receive, send)
+            return
+        received = 0
+        started = False
+
+        async def capped_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise BodyTooLarge(self.limit)
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, capped_receive, tracked_send)
+        except BodyTooLarge:
+            if started:
+                raise
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(
+            413, "too_large", errors.TOO_LARGE.format(limit=self.limit), headers={"Connection": "close"}
+        )
+        await response(scope, receive, send)

@@ -1,0 +1,47 @@
+"""Grants (admins): give a principal a target, revoke it; every request reads them anew."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+
+from api import errors
+from api.deps import AdminDep
+from api.errors import ApiError, documented
+from api.schemas import ID, GrantCreate, GrantOut
+from models import access, store
+from parkway.db import transaction
+
+router = APIRouter(prefix="/v1/grants", tags=["grants"])
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=GrantOut,
+    summary="Grant a principal (by name) access to a target",
+    responses=documented(401, 403, 413, 422),
+)
+def create_grant(body: GrantCreate, admin: AdminDep) -> GrantOut:
+    with transaction() as session:
+        principal = store.principal_by_name(session, body.principal)
+        if principal is None:
+            raise ApiError(422, errors.UNKNOWN_PRINCIPAL.format(name=body.principal), code="unknown_principal")
+        grant = store.create_grant(session, principal_id=principal.id, target=body.target)
+        return GrantOut.of(grant, principal.name)
+
+
+@router.delete(
+    "/{grant_id}",
+    status_code=204,
+    response_class=Response,
+    summary="Revoke a grant; reads and answers are denied from the next request on",
+    responses=documented(401, 403, 404, 422),
+)
+def revoke_grant(grant_id: Annotated[str, Path(pattern=ID, description="the grant's id")], admin: AdminDep) -> Response:
+    """Revoking an already revoked grant is a no-op (204); an unknown id is 404."""
+    with transaction() as session:
+        if store.revoke_grant(session, grant_id) is None and access.grant_by_id(session, grant_id) is None:
+            raise ApiError(404, errors.GRANT_NOT_FOUND.format(id=grant_id))
+    return Response(status_code=204)

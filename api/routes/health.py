@@ -1,0 +1,68 @@
+"""Liveness, readiness (schema current and broker reachable) and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from api import errors
+from api.errors import ApiError, documented
+from api.metrics import REGISTRY
+from api.schemas import Health, Readiness
+from parkway.db import get_engine
+from parkway.migrate import head_revision, schema_problem
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
+def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    summary="Readiness: the database schema is the one this code needs and the broker is reachable",
+    responses=documented(503),
+)
+def readyz() -> Readiness:
+    problem = readiness_problem()
+    if problem is not None:
+        raise ApiError(503, errors.NOT_READY.format(reason=problem))
+    return Readiness(status="ready", schema_revision=head_revision())
+
+
+def readiness_problem() -> str | None:
+    """Why this process should not get traffic now, or ``None``."""
+    try:
+        problem = schema_problem(get_engine())
+    except Exception as exc:
+        return f"the database is unreachable ({type(exc).__name__})"
+    if problem is not None:
+        return problem
+    return broker_problem()
+
+
+def broker_problem() -> str | None:
+    from tasks.celery_app import app as celery_app
+
+    try:
+        with celery_app.connection_for_write() as connection:
+            connection.ensure_connection(
+                max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.5, timeout=3
+            )
+    except Exception as exc:
+        return f"the broker is unreachable ({type(exc).__name__}: {exc})"
+    return None
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    summary="Prometheus metrics",
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+def metrics() -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,113 @@
+"""Interactions: list and read what the caller may see; answer and cancel through the SDK."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query
+
+from api import errors
+from api.deps import AnswererDep, PrincipalDep, SessionDep
+from api.errors import ApiError, documented
+from api.metrics import ANSWERS
+from api.schemas import (
+    ID,
+    TEXT,
+    AnswerIn,
+    AnswerReceiptOut,
+    CancelIn,
+    CancelReceiptOut,
+    InteractionOut,
+    InteractionPage,
+)
+from models import access
+from parkway.db import transaction
+from parkway.errors import Conflict, Gone, OutcomeError
+from tasks import sdk
+
+router = APIRouter(prefix="/v1/interactions", tags=["interactions"])
+
+InteractionId = Annotated[str, Path(pattern=ID, description="the interaction's id")]
+StatusFilter = Literal["pending", "answered", "rejected", "canceled", "expired", "interrupted"]
+
+
+@router.get(
+    "",
+    response_model=InteractionPage,
+    summary="Interactions the caller may see (granted targets; own runs for agents; all for admins)",
+    responses=documented(401, 422),
+)
+def list_interactions(
+    principal: PrincipalDep,
+    session: SessionDep,
+    status: StatusFilter | None = None,
+    target: Annotated[str | None, Query(max_length=200, pattern=TEXT)] = None,
+    run_id: Annotated[str | None, Query(pattern=ID)] = None,
+    cursor: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,500}$", description="a list's `next`")] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> InteractionPage:
+    try:
+        page = access.list_interactions(
+            session, principal, status=status, target=target, run_id=run_id, cursor=cursor, limit=limit
+        )
+    except access.InvalidCursor as exc:
+        raise ApiError(422, str(exc), code="invalid_cursor") from None
+    return InteractionPage(items=[InteractionOut.of(v) for v in page.items], next=page.next)
+
+
+@router.get(
+    "/{interaction_id}",
+    response_model=InteractionOut,
+    summary="Prompt, schema, status, expiry and who answered; never a sensitive value",
+    responses=documented(401, 403, 404, 422),
+)
+def read_interaction(interaction_id: InteractionId, principal: PrincipalDep, session: SessionDep) -> InteractionOut:
+    view = access.interaction_view(session, interaction_id)
+    if view is None:
+        raise ApiError(404, errors.INTERACTION_NOT_FOUND.format(id=interaction_id))
+    if not access.can_see_interaction(session, principal, interaction_id):
+        raise ApiError(403, errors.INTERACTION_FORBIDDEN.format(name=principal.name, id=interaction_id))
+    return InteractionOut.of(view)
+
+
+@router.post(
+    "/{interaction_id}/answer",
+    response_model=AnswerReceiptOut,
+    summary="Answer: the first response wins; an exact retry gets the same receipt",
+    responses=documented(401, 403, 404, 409, 410, 413, 422),
+)
+def answer(interaction_id: InteractionId, body: AnswerIn, principal: AnswererDep) -> dict[str, Any]:
+    try:
+        receipt = sdk.answer(interaction_id, body.value, response_id=body.response_id, principal=principal.name)
+    except OutcomeError as exc:
+        ANSWERS.labels(outcome=exc.code).inc()
+        raise _authoritative(exc) from None
+    ANSWERS.labels(outcome=receipt["status"]).inc()
+    return receipt
+
+
+@router.post(
+    "/{interaction_id}/cancel",
+    response_model=CancelReceiptOut,
+    summary="Cancel the parked step: its pending interactions, the step and the run become canceled",
+    responses=documented(401, 403, 404, 409, 410, 413, 422),
+)
+def cancel(interaction_id: InteractionId, body: CancelIn, principal: PrincipalDep) -> dict[str, Any]:
+    try:
+        return sdk.cancel(interaction_id, response_id=body.response_id, principal=principal.name, reason=body.reason)
+    except OutcomeError as exc:
+        raise _authoritative(exc) from None
+
+
+def _authoritative(exc: OutcomeError) -> OutcomeError:
+    """409/410 carry the whole interaction as it is now (values redacted as on reads) and ``run_status``."""
+    if not isinstance(exc, Conflict | Gone) or not exc.state or "id" not in exc.state:
+        return exc
+    with transaction() as session:
+        view = access.interaction_view(session, str(exc.state["id"]))
+        if view is None:
+            return exc
+        state = InteractionOut.of(view).model_dump(mode="json", by_alias=True)
+        state["run_status"] = access.run_status_of(session, view.interaction.run_id)
+    exc.state = state
+    return exc

@@ -1,0 +1,69 @@
+"""Runs: start one (agents), read one (a live grant on its target, or admin)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path
+
+from api import errors
+from api.deps import AgentDep, PrincipalDep, SessionDep
+from api.errors import ApiError, documented
+from api.schemas import ID, TEXT, RunCreate, RunOut
+from models import access
+from parkway.db import transaction
+from parkway.errors import NotRegistered
+from tasks import sdk
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+
+RunId = Annotated[str, Path(pattern=ID, description="the run's id")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        min_length=1,
+        max_length=200,
+        pattern=TEXT,
+        description="a retry with the same key and body returns the same run; another body gets 409",
+    ),
+]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=RunOut,
+    summary="Start a run (agents granted on the target)",
+    responses=documented(401, 403, 409, 413, 422),
+)
+def start_run(body: RunCreate, agent: AgentDep, idempotency_key: IdempotencyKey = None) -> RunOut:
+    """The owner is the authenticated agent; a body naming an `owner` is refused (422)."""
+    try:
+        run_id = sdk.start_run(
+            body.workflow,
+            body.payload,
+            principal=agent.name,
+            target=body.target,
+            idempotency_key=idempotency_key,
+        )
+    except NotRegistered as exc:
+        raise ApiError(422, str(exc), code="unknown_workflow") from None
+    with transaction() as session:
+        run = access.get_run(session, run_id)
+        assert run is not None
+        return RunOut.of(access.run_view(session, run))
+
+
+@router.get(
+    "/{run_id}",
+    response_model=RunOut,
+    summary="A run's canonical status, result or error, steps and open interactions",
+    responses=documented(401, 403, 404, 422),
+)
+def read_run(run_id: RunId, principal: PrincipalDep, session: SessionDep) -> RunOut:
+    run = access.get_run(session, run_id)
+    if run is None:
+        raise ApiError(404, errors.RUN_NOT_FOUND.format(id=run_id))
+    if not access.can_see_run(session, principal, run.id):
+        raise ApiError(403, errors.RUN_FORBIDDEN.format(name=principal.name, id=run.id))
+    return RunOut.of(access.run_view(session, run))

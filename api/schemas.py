@@ -1,0 +1,277 @@
+"""Request and response bodies of the HTTP API (SPEC §4 "Resource shapes"). Times are ISO 8601 UTC."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.access import InteractionView, RunView, public_value
+from models.tables import Event, Grant, Step
+
+# Text columns cannot hold NUL (PostgreSQL refuses it): every string the API stores or looks up excludes it.
+TEXT = r"^[^\x00]*$"
+ID = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class Body(BaseModel):
+    """Request bodies refuse unknown fields: a field the API does not read (``owner``) is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="a stable machine-readable code, e.g. `conflict`, `gone`, `forbidden`")
+    detail: str = Field(description="a sentence for people")
+    state: dict[str, Any] | None = Field(
+        default=None, description="the authoritative state of what the request was about (409, 410)"
+    )
+    errors: list[str] | None = Field(default=None, description="each validation problem (422)")
+
+
+# --------------------------------------------------------------------------- runs
+
+
+class RunCreate(Body):
+    workflow: str = Field(
+        min_length=1, max_length=200, pattern=TEXT, description="the name of the workflow's first step"
+    )
+    payload: Any = Field(default_factory=dict, description="any JSON value, handed to the first step")
+    target: str = Field(min_length=1, max_length=200, description="the target the run is for, e.g. `team:ops`")
+
+
+class StepOut(BaseModel):
+    id: str
+    seq: int
+    name: str
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    error: str | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, step: Step) -> StepOut:
+        return cls(
+            id=step.id,
+            seq=step.seq,
+            name=step.name,
+            status=step.status,
+            created_at=step.created_at,
+            updated_at=step.updated_at,
+            error=step.error,
+            reason=step.reason,
+        )
+
+
+class ToolCallOut(BaseModel):
+    key: str
+    name: str
+    phase: Literal["authorizing", "executing", "settled"]
+    replay: Literal["safe", "never"]
+    possibly_ran: bool
+
+
+class ReviewOut(BaseModel):
+    id: str
+    kind: str
+    status: str
+    verdict: str | None
+    finding_count: int | None
+    verification_count: int | None
+    reason: str | None
+
+
+class InteractionOut(BaseModel):
+    id: str
+    run_id: str
+    step_id: str
+    key: str
+    kind: Literal["question", "permission"]
+    prompt: str | None
+    schema_: Any = Field(alias="schema", description="the JSON Schema of the answer's value")
+    action: str | None
+    resources: list[str] | None
+    target: str
+    status: Literal["pending", "answered", "rejected", "canceled", "expired", "interrupted"]
+    expires_at: datetime | None
+    answered_by: str | None
+    answered_at: datetime | None
+    value: Any = Field(description='null unless answered; sensitive fields are always "***"')
+    sensitive: list[str]
+    created_at: datetime
+    closed_at: datetime | None
+    reason: str | None
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    @classmethod
+    def of(cls, view: InteractionView) -> InteractionOut:
+        i = view.interaction
+        return cls(
+            id=i.id,
+            run_id=i.run_id,
+            step_id=i.step_id,
+            key=i.key,
+            kind=i.kind,  # type: ignore[arg-type]
+            prompt=i.prompt,
+            schema=i.schema,
+            action=i.action,
+            resources=i.resources,
+            target=i.target,
+            status=i.status,  # type: ignore[arg-type]
+            expires_at=i.expires_at,
+            answered_by=view.answered_by,
+            answered_at=i.answered_at,
+            value=public_value(i),
+            sensitive=[str(k) for k in (i.sensitive or [])],
+            created_at=i.created_at,
+            closed_at=i.closed_at,
+            reason=i.reason,
+        )
+
+
+RunStatusLiteral = Literal["running", "waiting", "completed", "failed", "canceled", "interrupted"]
+
+
+class RunOut(BaseModel):
+    id: str
+    workflow: str
+    status: RunStatusLiteral
+    owner: str = Field(description="the agent that started the run (from its token, never from a body)")
+    target: str
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    result: Any
+    error: str | None
+    reason: str | None
+    interactions: list[InteractionOut] = Field(description="the open (pending) interactions")
+    tool_calls: list[ToolCallOut]
+    reviews: list[ReviewOut]
+    steps: list[StepOut]
+
+    @classmethod
+    def of(cls, view: RunView) -> RunOut:
+        run = view.run
+        return cls(
+            id=run.id,
+            workflow=run.workflow,
+            status=run.status,  # type: ignore[arg-type]
+            owner=view.owner,
+            target=run.target,
+            created_at=run.created_at,
+            updated_at=run.updated_at,
+            completed_at=run.completed_at,
+            result=run.result,
+            error=run.error,
+            reason=run.reason,
+            interactions=[InteractionOut.of(i) for i in view.open_interactions],
+            tool_calls=[],
+            reviews=[],
+            steps=[StepOut.of(s) for s in view.steps],
+        )
+
+
+# --------------------------------------------------------------------------- interactions
+
+
+class AnswerIn(Body):
+    response_id: str = Field(min_length=1, max_length=200, pattern=TEXT, description="the client's id for it")
+    value: Any = Field(description="a JSON value matching the interaction's schema")
+
+
+class CancelIn(Body):
+    response_id: str = Field(min_length=1, max_length=200, pattern=TEXT)
+    reason: str | None = Field(default=None, max_length=2000, pattern=TEXT)
+
+
+class AnswerReceiptOut(BaseModel):
+    status: Literal["answered", "rejected"]
+    response_id: str
+    answered_at: datetime
+
+
+class CancelReceiptOut(BaseModel):
+    status: Literal["canceled"]
+    response_id: str
+    canceled_at: datetime
+
+
+class InteractionPage(BaseModel):
+    items: list[InteractionOut]
+    next: str | None = Field(description="pass back as `?cursor=` for the next page; null on the last")
+
+
+# --------------------------------------------------------------------------- principals and grants
+
+
+class PrincipalCreate(Body):
+    kind: Literal["agent", "human", "admin"]
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")
+
+
+class PrincipalCreated(BaseModel):
+    id: str
+    kind: Literal["agent", "human", "admin"]
+    name: str
+    token: str = Field(description="shown once; only its hash is stored")
+
+
+class GrantCreate(Body):
+    principal: str = Field(min_length=1, max_length=200, pattern=TEXT, description="the principal's name")
+    target: str = Field(min_length=1, max_length=200, pattern=TEXT, description="e.g. `team:ops`, `user:ana`")
+
+
+class GrantOut(BaseModel):
+    id: str
+    principal: str
+    target: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+    @classmethod
+    def of(cls, grant: Grant, principal: str) -> GrantOut:
+        return cls(
+            id=grant.id,
+            principal=principal,
+            target=grant.target,
+            created_at=grant.created_at,
+            revoked_at=grant.revoked_at,
+        )
+
+
+# --------------------------------------------------------------------------- events
+
+
+class EventOut(BaseModel):
+    seq: int
+    run_id: str
+    type: str
+    at: datetime
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: Event) -> EventOut:
+        return cls(seq=event.seq, run_id=event.run_id, type=event.type, at=event.at, data=event.data or {})
+
+
+class EventPage(BaseModel):
+    items: list[EventOut]
+    next: str | None = Field(description="pass back as `?cursor=` (or `?after=`) for the next page")
+
+
+# --------------------------------------------------------------------------- health
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    status: Literal["ready"]
+    schema_revision: str

@@ -1,0 +1,290 @@
+"""Reads for the HTTP API: who is calling, what they may see, and pages of runs, interactions and events.
+
+Nothing here writes state. Visibility is decided in SQL against the grants as they are now, so a revoked
+grant hides rows at the next request. The rules (SPEC §2, §4):
+
+- admins see everything;
+- a run, and its events, is visible to whoever holds a live grant on the run's target (its owner too);
+- an interaction is visible to whoever holds a live grant on the interaction's target, and to the agent
+  that owns its run while that agent holds a live grant on the run's target.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import itertools
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import ColumnElement, and_, func, or_, select, true
+from sqlalchemy.orm import Session
+
+from models.base import utcnow
+from models.status import InteractionStatus, PrincipalKind
+from models.tables import Continuation, Event, Grant, Interaction, Principal, Run, Step
+from parkway.errors import ParkwayError
+
+T = TypeVar("T")
+
+REDACTED = "***"
+# A gap in ``events.seq`` followed by an event younger than this may still be filled by a transaction
+# that has not committed yet (PostgreSQL hands out sequence numbers before commit): readers stop before it.
+GAP_GRACE = timedelta(seconds=2)
+GAP_SCAN = 500
+
+
+class InvalidCursor(ParkwayError):
+    """Raised when a paging cursor was not produced by this API (or was altered)."""
+
+
+@dataclass
+class Page(Generic[T]):
+    items: list[T]
+    next: str | None
+
+
+@dataclass
+class InteractionView:
+    interaction: Interaction
+    answered_by: str | None
+
+
+@dataclass
+class RunView:
+    run: Run
+    owner: str
+    steps: list[Step]
+    open_interactions: list[InteractionView]
+
+
+# --------------------------------------------------------------------------- principals
+
+
+def principal_by_token(session: Session, token_hash: str) -> Principal | None:
+    """The principal holding this token hash, compared in constant time after the indexed lookup."""
+    found = session.scalar(select(Principal).where(Principal.token_hash == token_hash))
+    if found is None or found.token_hash is None:
+        return None
+    return found if hmac.compare_digest(found.token_hash, token_hash) else None
+
+
+def grant_by_id(session: Session, grant_id: str) -> tuple[Grant, str] | None:
+    """A grant with its principal's name, revoked or not; ``None`` when it never existed."""
+    row = session.execute(
+        select(Grant, Principal.name).join(Principal, Principal.id == Grant.principal_id).where(Grant.id == grant_id)
+    ).first()
+    return (row[0], row[1]) if row is not None else None
+
+
+# --------------------------------------------------------------------------- visibility
+
+
+def _live_targets(principal: Principal) -> Any:
+    return select(Grant.target).where(Grant.principal_id == principal.id, Grant.revoked_at.is_(None))
+
+
+def run_visible(principal: Principal) -> ColumnElement[bool]:
+    """SQL condition on ``Run``: the caller may read this run and its events."""
+    if principal.kind == PrincipalKind.ADMIN:
+        return true()
+    return Run.target.in_(_live_targets(principal))
+
+
+def interaction_visible(principal: Principal) -> ColumnElement[bool]:
+    """SQL condition on ``Interaction`` joined with its ``Run``: the caller may read this interaction."""
+    if principal.kind == PrincipalKind.ADMIN:
+        return true()
+    granted = Interaction.target.in_(_live_targets(principal))
+    if principal.kind != PrincipalKind.AGENT:
+        return granted
+    owns = and_(Run.owner_id == principal.id, Run.target.in_(_live_targets(principal)))
+    return or_(granted, owns)
+
+
+def _listed_interactions(principal: Principal) -> ColumnElement[bool]:
+    """What ``GET /v1/interactions`` lists: granted targets (humans), own runs (agents), all (admins)."""
+    if principal.kind == PrincipalKind.AGENT:
+        return and_(Run.owner_id == principal.id, interaction_visible(principal))
+    return interaction_visible(principal)
+
+
+def can_see_run(session: Session, principal: Principal, run_id: str) -> bool:
+    found = session.scalar(select(Run.id).where(Run.id == run_id, run_visible(principal)))
+    return found is not None
+
+
+def can_see_interaction(session: Session, principal: Principal, interaction_id: str) -> bool:
+    found = session.scalar(
+        select(Interaction.id)
+        .join(Run, Run.id == Interaction.run_id)
+        .where(Interaction.id == interaction_id, interaction_visible(principal))
+    )
+    return found is not None
+
+
+# --------------------------------------------------------------------------- runs and interactions
+
+
+def public_value(interaction: Interaction) -> Any:
+    """The answer as readers may see it: ``None`` unless answered; sensitive fields always ``"***"``."""
+    if interaction.status not in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
+        return None
+    sensitive = [str(k) for k in (interaction.sensitive or [])]
+    value = interaction.value
+    if not sensitive:
+        return value
+    if value is None or isinstance(value, dict):
+        # Whether the field is stored in clear, encrypted apart, or already erased: it reads as "***".
+        return {**(value or {}), **dict.fromkeys(sensitive, REDACTED)}
+    return REDACTED
+
+
+def get_run(session: Session, run_id: str) -> Run | None:
+    return session.get(Run, run_id)
+
+
+def run_view(session: Session, run: Run) -> RunView:
+    """A run with its owner's name, its steps in order and its open (pending) interactions."""
+    owner = session.scalar(select(Principal.name).where(Principal.id == run.owner_id)) or ""
+    steps = list(session.scalars(select(Step).where(Step.run_id == run.id).order_by(Step.seq)))
+    open_rows = session.scalars(
+        select(Interaction)
+        .where(Interaction.run_id == run.id, Interaction.status == InteractionStatus.PENDING)
+        .order_by(Interaction.created_at, Interaction.id)
+    )
+    return RunView(run=run, owner=owner, steps=steps, open_interactions=[InteractionView(i, None) for i in open_rows])
+
+
+def interaction_view(session: Session, interaction_id: str) -> InteractionView | None:
+    row = session.execute(
+        select(Interaction, Principal.name)
+        .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
+        .where(Interaction.id == interaction_id)
+    ).first()
+    return InteractionView(row[0], row[1]) if row is not None else None
+
+
+def run_status_of(session: Session, run_id: str) -> str | None:
+    return session.scalar(select(Run.status).where(Run.id == run_id))
+
+
+def list_interactions(
+    session: Session,
+    principal: Principal,
+    *,
+    status: str | None,
+    target: str | None,
+    run_id: str | None,
+    cursor: str | None,
+    limit: int,
+) -> Page[InteractionView]:
+    """Interactions the caller may see, oldest first, ``limit`` at a time."""
+    stmt = (
+        select(Interaction, Principal.name)
+        .join(Run, Run.id == Interaction.run_id)
+        .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
+        .where(_listed_interactions(principal))
+    )
+    if status is not None:
+        stmt = stmt.where(Interaction.status == status)
+    if target is not None:
+        stmt = stmt.where(Interaction.target == target)
+    if run_id is not None:
+        stmt = stmt.where(Interaction.run_id == run_id)
+    if cursor is not None:
+        after_at, after_id = _decode_cursor(cursor)
+        stmt = stmt.where(
+            or_(
+                Interaction.created_at > after_at,
+                and_(Interaction.created_at == after_at, Interaction.id > after_id),
+            )
+        )
+    rows = session.execute(stmt.order_by(Interaction.created_at, Interaction.id).limit(limit + 1)).all()
+    items = [InteractionView(r[0], r[1]) for r in rows[:limit]]
+    more = len(rows) > limit
+    last = items[-1].interaction if items else None
+    return Page(items, _encode_cursor(last.created_at, last.id) if more and last is not None else None)
+
+
+def _encode_cursor(at: datetime, id_: str) -> str:
+    raw = json.dumps([at.isoformat(), id_], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, id_ = json.loads(raw)
+        parsed = datetime.fromisoformat(at)
+        if not isinstance(id_, str) or parsed.tzinfo is None:
+            raise ValueError(cursor)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+        raise InvalidCursor(f"cursor {cursor[:40]!r} is not one this API handed out") from exc
+    return parsed, id_
+
+
+# --------------------------------------------------------------------------- events
+
+
+def event_horizon(session: Session, *, now: datetime | None = None) -> int | None:
+    """The highest ``seq`` readers may hand out now, or ``None`` when every committed event is safe.
+
+    PostgreSQL assigns ``seq`` when a row is inserted, not when it commits: a reader that skipped past a
+    fresh gap could lose the event that later fills it. SQLite writers are serialized, so it has no such
+    gap. A gap whose following event is older than ``GAP_GRACE`` is taken as a rolled-back insert.
+    """
+    if session.get_bind().dialect.name != "postgresql":
+        return None
+    fresh = (now or utcnow()) - GAP_GRACE
+    rows = list(session.execute(select(Event.seq, Event.at).order_by(Event.seq.desc()).limit(GAP_SCAN)))
+    rows.reverse()
+    for before, after in itertools.pairwise(rows):
+        if after.seq != before.seq + 1 and after.at > fresh:
+            return int(before.seq)
+    return None
+
+
+def run_events(session: Session, run_id: str, *, after: int, limit: int) -> Page[Event]:
+    """One run's events with ``seq > after``, in order, ``limit`` at a time."""
+    stmt = select(Event).where(Event.run_id == run_id, Event.seq > after)
+    horizon = event_horizon(session)
+    if horizon is not None:
+        stmt = stmt.where(Event.seq <= horizon)
+    rows = list(session.scalars(stmt.order_by(Event.seq).limit(limit + 1)))
+    items = rows[:limit]
+    return Page(items, str(items[-1].seq) if len(rows) > limit else None)
+
+
+def visible_events(session: Session, principal: Principal, *, after: int, limit: int) -> tuple[list[Event], int]:
+    """Events after ``after`` of runs the caller may see now, and the cursor to poll from next.
+
+    The cursor moves past events the caller may not see too, so a quiet stream does not rescan them.
+    """
+    horizon = event_horizon(session)
+    scan_to = horizon if horizon is not None else session.scalar(select(func.max(Event.seq)))
+    if scan_to is None or scan_to <= after:
+        return [], after
+    rows = list(
+        session.scalars(
+            select(Event)
+            .join(Run, Run.id == Event.run_id)
+            .where(Event.seq > after, Event.seq <= scan_to, run_visible(principal))
+            .order_by(Event.seq)
+            .limit(limit)
+        )
+    )
+    if len(rows) == limit:
+        return rows, rows[-1].seq
+    return rows, int(scan_to)
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def continuation_counts(session: Session) -> dict[str, int]:
+    rows = session.execute(select(Continuation.status, func.count()).group_by(Continuation.status)).all()
+    return {str(status): int(count) for status, count in rows}

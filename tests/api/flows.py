@@ -1,0 +1,38 @@
+"""Workflows only the API tests use, driven inline in the test process (never by a worker subprocess)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.sdk import Complete, Context, Park, Question, continuation, step
+
+OTP_SCHEMA = {
+    "type": "object",
+    "properties": {"user": {"type": "string"}, "otp": {"type": "string", "pattern": "^[0-9]{6}$"}},
+    "required": ["user", "otp"],
+    "additionalProperties": False,
+}
+
+
+@step("api.login")
+def login(ctx: Context, payload: Any) -> Park:
+    return Park(
+        continuation="api.login_done@1",
+        interactions=[
+            Question(key="otp", prompt="Your code?", schema=OTP_SCHEMA, target="team:ops", sensitive=["otp"])
+        ],
+    )
+
+
+@continuation("api.login_done", version=1)
+def login_done(ctx: Context, snapshot: Any, answers: dict[str, Any]) -> Complete:
+    return Complete(result={"user": answers["otp"].value["user"]})
+
+
+@step("api.elsewhere")
+def elsewhere(ctx: Context, payload: Any) -> Park:
+    """A question for a target other than the run's own."""
+    return Park(
+        continuation="api.login_done@1",
+        interactions=[Question(key="otp", prompt="Code?", schema=OTP_SCHEMA, target=payload["ask"])],
+    )

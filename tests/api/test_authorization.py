@@ -1,0 +1,239 @@
+"""Who may do what over HTTP: 401 without a valid token, 403 for the wrong kind or no live grant."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from models.tables import Run
+from parkway.db import transaction
+from tests.api.conftest import ADMIN, AGENT, AGENT2, HUMAN, STRANGER, Actors, drive
+from tests.support import TARGET, interactions
+
+
+@pytest.fixture(scope="module")
+def parked(client: TestClient, actors: Actors) -> dict[str, Any]:
+    """A run of AGENT parked on two questions for team:ops."""
+    made = client.post(
+        "/v1/runs",
+        json={"workflow": "t.ask_two", "payload": {}, "target": TARGET},
+        headers=actors.auth(AGENT),
+    )
+    assert made.status_code == 201, made.text
+    run_id = made.json()["id"]
+    drive(run_id)
+    asked = interactions(run_id)
+    return {"run_id": run_id, "window": asked["window"].id, "reason": asked["reason"].id}
+
+
+def routes(parked: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    run_id, iid = parked["run_id"], parked["window"]
+    return [
+        ("POST", "/v1/runs", {"workflow": "t.ask_one", "payload": {}, "target": TARGET}),
+        ("GET", f"/v1/runs/{run_id}", None),
+        ("GET", f"/v1/runs/{run_id}/events", None),
+        ("GET", "/v1/events/stream", None),
+        ("GET", "/v1/interactions", None),
+        ("GET", f"/v1/interactions/{iid}", None),
+        ("POST", f"/v1/interactions/{iid}/answer", {"response_id": "r", "value": "now"}),
+        ("POST", f"/v1/interactions/{iid}/cancel", {"response_id": "r"}),
+        ("POST", "/v1/principals", {"kind": "human", "name": "someone"}),
+        ("POST", "/v1/grants", {"principal": HUMAN, "target": TARGET}),
+        ("DELETE", "/v1/grants/whatever", None),
+    ]
+
+
+def call(client: TestClient, method: str, path: str, body: Any, headers: dict[str, str]) -> Any:
+    return client.request(method, path, json=body, headers=headers)
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer pk_not-a-token"}, {"Authorization": "Basic eDp5"}])
+def test_every_v1_route__without_a_valid_token_is_401_json(
+    client: TestClient, parked: dict[str, Any], headers: dict[str, str]
+) -> None:
+    for method, path, body in routes(parked):
+        response = call(client, method, path, body, headers)
+        assert response.status_code == 401, (method, path, response.text)
+        assert response.json()["error"] == "unauthorized"
+        assert response.json()["detail"]
+        assert response.headers["www-authenticate"] == "Bearer"
+    # Nothing happened: the question is still pending
+    assert interactions(parked["run_id"])["window"].status == "pending"
+
+
+def test_invalid_body_without_a_token__is_401_not_422(client: TestClient) -> None:
+    response = client.post("/v1/runs", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert response.status_code == 401
+
+
+def test_token_of_a_principal_made_by_the_store_without_token__never_matches(client: TestClient) -> None:
+    # The suite's stack principals have token_hash NULL: no bearer value can authenticate as them.
+    response = client.get("/v1/interactions", headers={"Authorization": "Bearer "})
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("who", "method", "path", "body"),
+    [
+        (HUMAN, "POST", "/v1/runs", {"workflow": "t.ask_one", "payload": {}, "target": TARGET}),
+        (ADMIN, "POST", "/v1/runs", {"workflow": "t.ask_one", "payload": {}, "target": TARGET}),
+        (AGENT, "POST", "/v1/principals", {"kind": "admin", "name": "sneaky"}),
+        (HUMAN, "POST", "/v1/principals", {"kind": "admin", "name": "sneaky"}),
+        (HUMAN, "POST", "/v1/grants", {"principal": STRANGER, "target": TARGET}),
+        (AGENT, "POST", "/v1/grants", {"principal": AGENT, "target": "team:finance"}),
+        (HUMAN, "DELETE", "/v1/grants/anything", None),
+    ],
+)
+def test_wrong_kind__is_403(client: TestClient, actors: Actors, who: str, method: str, path: str, body: Any) -> None:
+    response = call(client, method, path, body, actors.auth(who))
+    assert response.status_code == 403, response.text
+    assert response.json()["error"] == "forbidden"
+    assert "state" not in response.json()
+
+
+def test_agent_cannot_answer__people_answer(client: TestClient, actors: Actors, parked: dict[str, Any]) -> None:
+    response = client.post(
+        f"/v1/interactions/{parked['window']}/answer",
+        json={"response_id": "agent", "value": "now"},
+        headers=actors.auth(AGENT),
+    )
+    assert response.status_code == 403
+    assert interactions(parked["run_id"])["window"].status == "pending"
+
+
+def assert_denied(client: TestClient, actors: Actors, who: str, parked: dict[str, Any]) -> None:
+    """``who`` can neither list, read, answer nor cancel the parked run's questions, nor read the run."""
+    auth = actors.auth(who)
+    listed = client.get("/v1/interactions", headers=auth)
+    assert listed.status_code == 200
+    assert parked["run_id"] not in {i["run_id"] for i in listed.json()["items"]}
+    for path in (
+        f"/v1/interactions/{parked['window']}",
+        f"/v1/runs/{parked['run_id']}",
+        f"/v1/runs/{parked['run_id']}/events",
+    ):
+        read = client.get(path, headers=auth)
+        assert read.status_code == 403, (path, read.text)
+        assert "state" not in read.json()
+        assert "t.ask_two" not in read.text and "When?" not in read.text  # nothing of the resource leaks
+    answered = client.post(
+        f"/v1/interactions/{parked['window']}/answer", json={"response_id": "x", "value": "now"}, headers=auth
+    )
+    assert answered.status_code == 403
+    assert "state" not in answered.json()
+    canceled = client.post(f"/v1/interactions/{parked['window']}/cancel", json={"response_id": "y"}, headers=auth)
+    assert canceled.status_code == 403
+    asked = interactions(parked["run_id"])
+    assert asked["window"].status == "pending" and asked["reason"].status == "pending"
+
+
+def test_human_without_a_grant__cannot_list_read_answer_or_cancel(
+    client: TestClient, actors: Actors, parked: dict[str, Any]
+) -> None:
+    assert_denied(client, actors, STRANGER, parked)
+
+
+def test_revoked_grant__denies_at_once(client: TestClient, actors: Actors, parked: dict[str, Any]) -> None:
+    # Given a new human granted on team:ops, who can see the question
+    admin = actors.auth(ADMIN)
+    name = f"temp-{uuid.uuid4().hex[:6]}"
+    actors.tokens[name] = client.post("/v1/principals", json={"kind": "human", "name": name}, headers=admin).json()[
+        "token"
+    ]
+    grant = client.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=admin).json()
+    assert grant["principal"] == name and grant["target"] == TARGET
+    assert client.get(f"/v1/interactions/{parked['window']}", headers=actors.auth(name)).status_code == 200
+    listed = client.get("/v1/interactions", params={"run_id": parked["run_id"]}, headers=actors.auth(name))
+    assert len(listed.json()["items"]) == 2
+    # When the grant is revoked
+    assert client.delete(f"/v1/grants/{grant['id']}", headers=admin).status_code == 204
+    # Then the very next requests are denied
+    assert_denied(client, actors, name, parked)
+    # And revoking again is a no-op; an unknown grant is 404
+    assert client.delete(f"/v1/grants/{grant['id']}", headers=admin).status_code == 204
+    assert client.delete("/v1/grants/nope", headers=admin).status_code == 404
+
+
+def test_unknown_ids__are_404_for_anyone(client: TestClient, actors: Actors) -> None:
+    for who in (HUMAN, STRANGER, ADMIN):
+        for path in ("/v1/runs/nope", "/v1/runs/nope/events", "/v1/interactions/nope"):
+            response = client.get(path, headers=actors.auth(who))
+            assert response.status_code == 404, (who, path)
+            assert response.json()["error"] == "not_found"
+        answered = client.post(
+            "/v1/interactions/nope/answer", json={"response_id": "x", "value": 1}, headers=actors.auth(HUMAN)
+        )
+        assert answered.status_code == 404
+
+
+def run_count() -> int:
+    with transaction() as session:
+        return int(session.scalar(select(func.count()).select_from(Run)) or 0)
+
+
+def test_body_naming_an_owner__is_refused_and_never_makes_an_owner(client: TestClient, actors: Actors) -> None:
+    before = run_count()
+    for field in ("owner", "owner_id", "principal"):
+        body = {"workflow": "t.ask_one", "payload": {}, "target": TARGET, field: HUMAN}
+        response = client.post("/v1/runs", json=body, headers=actors.auth(AGENT))
+        assert response.status_code == 422, response.text
+        assert field in response.json()["detail"]
+    assert run_count() == before
+    # The owner is always the authenticated agent, also when the payload talks about owners
+    body = {"workflow": "t.ask_one", "payload": {"owner": HUMAN}, "target": TARGET}
+    made = client.post("/v1/runs", json=body, headers=actors.auth(AGENT2))
+    assert made.status_code == 201
+    assert made.json()["owner"] == AGENT2
+    assert client.get(f"/v1/runs/{made.json()['id']}", headers=actors.auth(HUMAN)).json()["owner"] == AGENT2
+
+
+def test_agent_without_a_grant_on_the_target__cannot_start_a_run(client: TestClient, actors: Actors) -> None:
+    before = run_count()
+    body = {"workflow": "t.ask_one", "payload": {}, "target": "team:finance"}
+    response = client.post("/v1/runs", json=body, headers=actors.auth(AGENT))
+    assert response.status_code == 403
+    assert run_count() == before
+
+
+def test_admin_sees_everything_and_agents_list_their_own_runs(
+    client: TestClient, actors: Actors, parked: dict[str, Any]
+) -> None:
+    admin = client.get("/v1/interactions", params={"run_id": parked["run_id"]}, headers=actors.auth(ADMIN))
+    assert len(admin.json()["items"]) == 2
+    assert client.get(f"/v1/runs/{parked['run_id']}", headers=actors.auth(ADMIN)).status_code == 200
+    own = client.get("/v1/interactions", params={"run_id": parked["run_id"]}, headers=actors.auth(AGENT))
+    assert len(own.json()["items"]) == 2
+    other = client.get("/v1/interactions", params={"run_id": parked["run_id"]}, headers=actors.auth(AGENT2))
+    assert other.json()["items"] == []
+
+
+def test_owner_losing_its_grant_while_parked__run_fails_closed(client: TestClient, actors: Actors) -> None:
+    # Given an agent of its own whose run is parked
+    admin = actors.auth(ADMIN)
+    name = f"agent-{uuid.uuid4().hex[:6]}"
+    token = client.post("/v1/principals", json={"kind": "agent", "name": name}, headers=admin).json()["token"]
+    grant = client.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=admin).json()
+    body = {"workflow": "t.ask_one", "payload": {}, "target": TARGET}
+    run_id = client.post("/v1/runs", json=body, headers={"Authorization": f"Bearer {token}"}).json()["id"]
+    drive(run_id)
+    iid = interactions(run_id)["go"].id
+    # When the owner's grant is revoked and then a person answers
+    assert client.delete(f"/v1/grants/{grant['id']}", headers=admin).status_code == 204
+    answered = client.post(
+        f"/v1/interactions/{iid}/answer",
+        json={"response_id": "r1", "value": "go"},
+        headers=actors.auth(HUMAN),
+    )
+    assert answered.status_code == 200
+    drive(run_id)
+    # Then the continuation fails closed, and its body never ran
+    run = client.get(f"/v1/runs/{run_id}", headers=actors.auth(HUMAN)).json()
+    assert run["status"] == "interrupted"
+    assert run["reason"] == "authority revoked"
+    assert run["result"] is None
+    # And the agent itself can no longer read its run
+    assert client.get(f"/v1/runs/{run_id}", headers={"Authorization": f"Bearer {token}"}).status_code == 403
