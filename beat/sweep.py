@@ -19,11 +19,14 @@ from parkway.crash import crash_point
 from parkway.db import transaction
 from parkway.settings import get_settings
 from tasks.celery_app import SWEEP, app
+from tasks.projection import project, project_quietly
 from tasks.publish import publish
 
 log = logging.getLogger("parkway.sweep")
 
-CATEGORIES = ("republished", "lease_expired", "expired", "dead", "errors")
+# In SPEC §6 order: 1 republished + lease_expired, 2 expired, 3 dead, 4 reviews_interrupted, 5 projections;
+# errors counts rows skipped after an exception.
+CATEGORIES = ("republished", "lease_expired", "expired", "dead", "reviews_interrupted", "projections", "errors")
 
 
 @dataclass
@@ -51,12 +54,14 @@ def run_sweep(batch: int | None = None, *, now: datetime | None = None) -> Sweep
     to_publish: list[tuple[str, str]] = []
     to_publish += _expired_leases(report, now=now, batch=batch, max_attempts=settings.max_attempts)
     to_publish += _expire_interactions(report, now=now, batch=batch)
-    to_publish += _stale_ready(
-        report, now=now, batch=batch, older_than=timedelta(seconds=settings.reenqueue_after_s)
-    )
+    to_publish += _stale_ready(report, now=now, batch=batch, older_than=timedelta(seconds=settings.reenqueue_after_s))
+    _stranded_reviews(report, now=now, batch=batch)
     _publish_batch(to_publish)
+    _projections(report, batch=batch)
     report.duration_s = time.monotonic() - started
-    log.info(report.line(), extra={"action": "sweep", **{f"n_{k}": v for k, v in report.counts.items()}})
+    with transaction() as session:
+        store.record_sweep(session, report.counts, duration_s=report.duration_s)
+    log.info(report.line(), extra={"action": "sweep", "counts": report.counts})
     return report
 
 
@@ -67,11 +72,10 @@ def _publish_batch(items: list[tuple[str, str]]) -> None:
             crash_point("sweep.mid_batch")
 
 
-def _expired_leases(
-    report: SweepReport, *, now: datetime, batch: int, max_attempts: int
-) -> list[tuple[str, str]]:
+def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attempts: int) -> list[tuple[str, str]]:
     """Category 1 (claims whose lease ran out → ready again) and 3 (out of attempts → dead)."""
     due: list[tuple[str, str]] = []
+    dead_runs: list[str] = []
     with transaction() as session:
         for row in store.expired_claims(session, now=now, batch=batch):
             try:
@@ -79,6 +83,7 @@ def _expired_leases(
                     dead = store.give_up_exhausted(session, row.id, max_attempts=max_attempts)
                     if dead is not None:
                         report.counts["dead"] += 1
+                        dead_runs.append(dead.run_id)
                         log.warning(
                             dead.reason,
                             extra={"action": "give_up", "continuation_id": row.id, "run_id": row.run_id},
@@ -91,6 +96,7 @@ def _expired_leases(
             except Exception:
                 report.counts["errors"] += 1
                 log.exception("sweep skipped a bad row", extra={"action": "sweep", "continuation_id": row.id})
+    project_quietly(dead_runs)
     return due
 
 
@@ -108,21 +114,44 @@ def _expire_interactions(report: SweepReport, *, now: datetime, batch: int) -> l
                         due.append((expiry.continuation.id, expiry.continuation.kind))
             except Exception:
                 report.counts["errors"] += 1
-                log.exception(
-                    "sweep skipped a bad row", extra={"action": "sweep", "interaction_id": interaction_id}
-                )
+                log.exception("sweep skipped a bad row", extra={"action": "sweep", "interaction_id": interaction_id})
     return due
 
 
-def _stale_ready(
-    report: SweepReport, *, now: datetime, batch: int, older_than: timedelta
-) -> list[tuple[str, str]]:
+def _stale_ready(report: SweepReport, *, now: datetime, batch: int, older_than: timedelta) -> list[tuple[str, str]]:
     """Category 1: ready continuations not enqueued recently (publish lost, broker flushed) → again."""
     with transaction() as session:
         ids = store.mark_for_republish(session, now=now, older_than=now - older_than, batch=batch)
         rows = [(cid, kind) for cid, kind in store.continuation_kinds(session, ids)]
     report.counts["republished"] += len(rows)
     return rows
+
+
+def _stranded_reviews(report: SweepReport, *, now: datetime, batch: int) -> None:
+    """Category 4: running reviews whose owner is gone → interrupted, counts kept, evidence in the reason."""
+    with transaction() as session:
+        for review in store.stranded_reviews(session, now=now, batch=batch):
+            try:
+                with session.begin_nested():
+                    evidence = store.owner_evidence(session, review.execution_id)
+                    if store.interrupt_review(session, review, evidence=evidence) is not None:
+                        report.counts["reviews_interrupted"] += 1
+            except Exception:
+                report.counts["errors"] += 1
+                log.exception("sweep skipped a bad row", extra={"action": "sweep", "run_id": review.run_id})
+
+
+def _projections(report: SweepReport, *, batch: int) -> None:
+    """Category 5: terminal runs whose projections do not agree yet → write them again."""
+    with transaction() as session:
+        run_ids = store.pending_projections(session, batch=batch)
+    for run_id in run_ids:
+        try:
+            if project(run_id):
+                report.counts["projections"] += 1
+        except Exception:
+            report.counts["errors"] += 1
+            log.exception("sweep skipped a bad row", extra={"action": "sweep", "run_id": run_id})
 
 
 @app.task(name=SWEEP, ignore_result=True, acks_late=False)

@@ -28,9 +28,7 @@ class StepStatus(StrEnum):
     INTERRUPTED = "interrupted"  # any live -> interrupted
 
 
-STEP_TERMINAL = frozenset(
-    {StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELED, StepStatus.INTERRUPTED}
-)
+STEP_TERMINAL = frozenset({StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELED, StepStatus.INTERRUPTED})
 
 
 class InteractionStatus(StrEnum):
@@ -66,3 +64,37 @@ class PrincipalKind(StrEnum):
     AGENT = "agent"
     HUMAN = "human"
     ADMIN = "admin"
+
+
+class ReviewStatus(StrEnum):
+    RUNNING = "running"  # ctx.start_review
+    COMPLETED = "completed"  # running -> completed (ctx.record_review)
+    FAILED = "failed"  # running -> failed (ctx.record_review with failed=True)
+    INTERRUPTED = "interrupted"  # running -> interrupted (sweep: its owner is gone)
+
+
+class ToolPhase(StrEnum):
+    AUTHORIZING = "authorizing"  # intent recorded, waiting for a permission
+    EXECUTING = "executing"  # intent durable, run() may be in progress
+    SETTLED = "settled"  # outcome durable
+
+
+LEGACY_RUN_STATUS = {
+    "success": (RunStatus.COMPLETED, None),
+    "succeeded": (RunStatus.COMPLETED, None),
+    "error": (RunStatus.FAILED, None),
+    "stopped": (RunStatus.CANCELED, None),
+    "cancelled": (RunStatus.CANCELED, None),
+    "completed_with_persistence_error": (RunStatus.COMPLETED, "completed with a persistence error"),
+}
+
+
+def normalize_run_status(word: str) -> tuple[RunStatus, str | None]:
+    """Read a stored status word, old or new, as a canonical status and an optional warning."""
+    try:
+        return RunStatus(word), None
+    except ValueError:
+        pass
+    if word in LEGACY_RUN_STATUS:
+        return LEGACY_RUN_STATUS[word]
+    raise ValueError(f"unknown run status {word!r}")

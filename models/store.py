@@ -28,10 +28,23 @@ from models.status import (
     InteractionKind,
     InteractionStatus,
     PrincipalKind,
+    ReviewStatus,
     RunStatus,
     StepStatus,
+    normalize_run_status,
 )
-from models.tables import Continuation, Event, Grant, Interaction, Principal, Run, Step
+from models.tables import (
+    Continuation,
+    Event,
+    Grant,
+    Interaction,
+    Principal,
+    Review,
+    Run,
+    ScheduleHistory,
+    Step,
+    SweepTotal,
+)
 from parkway.errors import Conflict, Forbidden, Gone, NotFound
 
 
@@ -109,9 +122,7 @@ def is_granted(session: Session, principal: Principal, target: str) -> bool:
     if principal.kind == PrincipalKind.ADMIN:
         return True
     found = session.scalar(
-        select(Grant.id).where(
-            Grant.principal_id == principal.id, Grant.target == target, Grant.revoked_at.is_(None)
-        )
+        select(Grant.id).where(Grant.principal_id == principal.id, Grant.target == target, Grant.revoked_at.is_(None))
     )
     return found is not None
 
@@ -215,19 +226,17 @@ def _insert_continuation(
     )
     session.add(continuation)
     session.flush()
-    append_event(
-        session, run_id, "continuation.ready", continuation_id=continuation.id, step_id=step_id, name=name
-    )
+    append_event(session, run_id, "continuation.ready", continuation_id=continuation.id, step_id=step_id, name=name)
     return continuation
 
 
-def _set_run_status(
-    session: Session, run_id: str, from_: Iterable[str], to: RunStatus, **values: Any
-) -> Run | None:
+def _set_run_status(session: Session, run_id: str, from_: Iterable[str], to: RunStatus, **values: Any) -> Run | None:
     """from -> to for a run; ``None`` when it is not in a ``from`` status any more."""
     now = utcnow()
     if to in RUN_TERMINAL:
+        # The canonical terminal event; projections follow it and clear the flag once they agree.
         values.setdefault("completed_at", now)
+        values["projection_pending"] = True
     return session.scalar(
         update(Run)
         .where(Run.id == run_id, Run.status.in_([str(s) for s in from_]))
@@ -490,9 +499,7 @@ def park(
     """
     now = utcnow()
     if from_continuation:
-        _set_step_status(
-            session, step.id, [StepStatus.RESUMING], StepStatus.COMPLETED, result={"parked": continuation}
-        )
+        _set_step_status(session, step.id, [StepStatus.RESUMING], StepStatus.COMPLETED, result={"parked": continuation})
         append_event(session, step.run_id, "step.completed", step_id=step.id, name=step.name)
         step = _insert_step(
             session,
@@ -579,9 +586,7 @@ def interrupt_run(session: Session, run_id: str, *, reason: str, execution_id: s
 
     ``None`` when the run is already terminal (a proven outcome is never overwritten).
     """
-    run = _set_run_status(
-        session, run_id, RUN_LIVE, RunStatus.INTERRUPTED, reason=reason, finished_by=execution_id
-    )
+    run = _set_run_status(session, run_id, RUN_LIVE, RunStatus.INTERRUPTED, reason=reason, finished_by=execution_id)
     if run is None:
         return None
     pending = session.scalars(
@@ -592,9 +597,7 @@ def interrupt_run(session: Session, run_id: str, *, reason: str, execution_id: s
         .execution_options(synchronize_session=False)
     ).all()
     for i in pending:
-        append_event(
-            session, run_id, "interaction.interrupted", interaction_id=i.id, key=i.key, reason=reason
-        )
+        append_event(session, run_id, "interaction.interrupted", interaction_id=i.id, key=i.key, reason=reason)
     steps = session.scalars(
         update(Step)
         .where(
@@ -984,3 +987,213 @@ def continuation_kinds(session: Session, ids: Sequence[str]) -> list[tuple[str, 
         return []
     rows = session.execute(select(Continuation.id, Continuation.kind).where(Continuation.id.in_(list(ids))))
     return [(r[0], r[1]) for r in rows]
+
+
+# --------------------------------------------------------------------------- reviews
+
+
+def start_review(session: Session, *, run_id: str, step_id: str, kind: str, execution_id: str) -> Review:
+    """-> running: a review receipt, owned by the execution that started it."""
+    now = utcnow()
+    review = Review(
+        id=new_id(),
+        run_id=run_id,
+        step_id=step_id,
+        kind=kind,
+        status=ReviewStatus.RUNNING,
+        finding_count=0,
+        verification_count=0,
+        execution_id=execution_id,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(review)
+    session.flush()
+    append_event(session, run_id, "review.started", review_id=review.id, step_id=step_id, kind=kind)
+    return review
+
+
+def review_progress(
+    session: Session, review_id: str, *, execution_id: str, finding_count: int, verification_count: int
+) -> Review | None:
+    """running -> running with new counts, only by its owner; ``None`` when not running or not owned."""
+    return session.scalar(
+        update(Review)
+        .where(Review.id == review_id, Review.status == ReviewStatus.RUNNING, Review.execution_id == execution_id)
+        .values(finding_count=finding_count, verification_count=verification_count, updated_at=utcnow())
+        .returning(Review)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def record_review(
+    session: Session,
+    review_id: str,
+    *,
+    execution_id: str,
+    verdict: str,
+    finding_count: int,
+    verification_count: int,
+    failed: bool = False,
+) -> Review | None:
+    """running -> completed|failed with its verdict and counts; ``None`` when not running or not owned."""
+    status = ReviewStatus.FAILED if failed else ReviewStatus.COMPLETED
+    review = session.scalar(
+        update(Review)
+        .where(Review.id == review_id, Review.status == ReviewStatus.RUNNING, Review.execution_id == execution_id)
+        .values(
+            status=status,
+            verdict=verdict,
+            finding_count=finding_count,
+            verification_count=verification_count,
+            updated_at=utcnow(),
+        )
+        .returning(Review)
+        .execution_options(synchronize_session=False)
+    )
+    if review is not None:
+        append_event(
+            session, review.run_id, f"review.{status.value}", review_id=review.id, verdict=verdict,
+            finding_count=finding_count, verification_count=verification_count,
+        )  # fmt: skip
+    return review
+
+
+def running_reviews(session: Session, step_id: str) -> list[Review]:
+    return list(
+        session.scalars(select(Review).where(Review.step_id == step_id, Review.status == ReviewStatus.RUNNING)).all()
+    )
+
+
+def _owner_alive(now: datetime) -> Any:
+    return (
+        select(Continuation.id)
+        .where(
+            Continuation.claimed_by == Review.execution_id,
+            Continuation.status == ContinuationStatus.CLAIMED,
+            Continuation.lease_expires_at >= now,
+        )
+        .exists()
+    )
+
+
+def stranded_reviews(session: Session, *, now: datetime, batch: int) -> list[Review]:
+    """running reviews whose owning execution no longer holds a live claim (it died or moved on)."""
+    return list(
+        session.scalars(
+            _skip_locked(
+                session,
+                select(Review)
+                .where(Review.status == ReviewStatus.RUNNING, ~_owner_alive(now))
+                .order_by(Review.created_at)
+                .limit(batch),
+            )
+        ).all()
+    )
+
+
+def interrupt_review(session: Session, review: Review, *, evidence: str) -> Review | None:
+    """running -> interrupted; only status, verdict and reason change (the counts are kept)."""
+    reason = (
+        f"owner execution {review.execution_id} is gone ({evidence}); "
+        f"{review.finding_count} findings and {review.verification_count} verifications were recorded"
+    )
+    done = session.scalar(
+        update(Review)
+        .where(Review.id == review.id, Review.status == ReviewStatus.RUNNING)
+        .values(status=ReviewStatus.INTERRUPTED, verdict="incomplete", reason=reason, updated_at=utcnow())
+        .returning(Review)
+        .execution_options(synchronize_session=False)
+    )
+    if done is not None:
+        append_event(session, done.run_id, "review.interrupted", review_id=done.id, reason=reason)
+    return done
+
+
+def owner_evidence(session: Session, execution_id: str) -> str:
+    """What is known of an execution: the continuation it claimed and what became of it."""
+    row = session.scalar(select(Continuation).where(Continuation.claimed_by == execution_id))
+    if row is None:
+        return "its claim was released after its lease expired"
+    if row.status == ContinuationStatus.CLAIMED:
+        return f"its lease on continuation {row.id} expired at {row.lease_expires_at}"
+    return f"continuation {row.id} it ran is {row.status}"
+
+
+# --------------------------------------------------------------------------- projections
+
+
+def pending_projections(session: Session, *, batch: int) -> list[str]:
+    return list(
+        session.scalars(
+            _skip_locked(
+                session,
+                select(Run.id).where(Run.projection_pending.is_(True)).order_by(Run.completed_at).limit(batch),
+            )
+        ).all()
+    )
+
+
+def lock_run_for_projection(session: Session, run_id: str) -> Run | None:
+    """The run, locked for its projector; ``None`` when unknown or another projector holds it."""
+    run: Run | None = session.scalar(_skip_locked(session, select(Run).where(Run.id == run_id)))
+    return run
+
+
+def record_schedule_history(session: Session, run: Run) -> ScheduleHistory:
+    """Write (or correct) the run's schedule-history row to its canonical terminal record."""
+    assert run.completed_at is not None and run.finished_by is not None
+    row = session.get(ScheduleHistory, run.id)
+    status, _ = normalize_run_status(run.status)
+    values = {"status": status.value, "completed_at": run.completed_at, "execution_id": run.finished_by}
+    if row is None:
+        row = ScheduleHistory(run_id=run.id, workflow=run.workflow, recorded_at=utcnow(), **values)
+        session.add(row)
+    else:
+        for key, value in values.items():
+            setattr(row, key, value)
+    session.flush()
+    return row
+
+
+def clear_projection_pending(session: Session, run: Run) -> bool:
+    """projection_pending -> done, only while the run's terminal record is what was projected."""
+    row = session.scalar(
+        update(Run)
+        .where(
+            Run.id == run.id,
+            Run.projection_pending.is_(True),
+            Run.status == run.status,
+            Run.finished_by == run.finished_by,
+        )
+        .values(projection_pending=False)
+        .returning(Run.id)
+    )
+    return row is not None
+
+
+# --------------------------------------------------------------------------- sweep totals
+
+
+def record_sweep(session: Session, counts: dict[str, int], *, duration_s: float) -> None:
+    """Add one pass's counts to the running totals (an upsert per category)."""
+    now = utcnow()
+    if _is_pg(session):
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # type: ignore[assignment]
+    for category, count in counts.items():
+        stmt = dialect_insert(SweepTotal).values(
+            category=category, total=count, last_count=count, last_duration_s=duration_s, last_at=now
+        )
+        session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[SweepTotal.category],
+                set_={
+                    "total": SweepTotal.total + count,
+                    "last_count": count,
+                    "last_duration_s": duration_s,
+                    "last_at": now,
+                },
+            )
+        )

@@ -9,6 +9,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -181,6 +182,13 @@ class Continuation(Base):
             postgresql_where=text("status = 'claimed'"),
             sqlite_where=text("status = 'claimed'"),
         ),
+        # Is the execution that owns a review still alive? (stranded-review sweep)
+        Index(
+            "ix_continuations_claimed_by",
+            "claimed_by",
+            postgresql_where=text("status = 'claimed'"),
+            sqlite_where=text("status = 'claimed'"),
+        ),
     )
 
 
@@ -259,3 +267,15 @@ class ScheduleHistory(Base):
     completed_at: Mapped[datetime] = mapped_column(UTCDateTime)
     execution_id: Mapped[str] = mapped_column(String(64))
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class SweepTotal(Base):
+    """Running totals of the recovery sweep per category, read by ``/metrics`` at scrape time."""
+
+    __tablename__ = "sweep_totals"
+
+    category: Mapped[str] = mapped_column(String(32), primary_key=True)
+    total: Mapped[int] = mapped_column(BigId, default=0)
+    last_count: Mapped[int] = mapped_column(Integer, default=0)
+    last_duration_s: Mapped[float] = mapped_column(Float, default=0.0)
+    last_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

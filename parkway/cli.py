@@ -35,9 +35,7 @@ def cmd_migrate(_: argparse.Namespace) -> int:
     engine = get_engine()
     before = current_revision(engine)
     after = upgrade(engine)
-    where = (
-        "embedded SQLite" if settings.embedded_database else engine.url.render_as_string(hide_password=True)
-    )
+    where = "embedded SQLite" if settings.embedded_database else engine.url.render_as_string(hide_password=True)
     print(f"parkway migrate: {where}: {before or 'empty'} -> {after}", file=sys.stderr)
     return 0
 
@@ -50,9 +48,7 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     require_current_schema(get_engine())
     token = new_token()
     with transaction() as session:
-        principal = store.create_principal(
-            session, kind=args.kind, name=args.name, token_hash=hash_token(token)
-        )
+        principal = store.create_principal(session, kind=args.kind, name=args.name, token_hash=hash_token(token))
     if principal is None:
         print(f"parkway token create: the name {args.name!r} is taken", file=sys.stderr)
         return 1
@@ -145,9 +141,7 @@ def _importable(module: str) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parkway", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("migrate", help="bring the database schema to the current revision").set_defaults(
-        fn=cmd_migrate
-    )
+    sub.add_parser("migrate", help="bring the database schema to the current revision").set_defaults(fn=cmd_migrate)
     token = sub.add_parser("token", help="manage principals' tokens")
     token_sub = token.add_subparsers(dest="token_command", required=True)
     create = token_sub.add_parser("create", help="create a principal and print its token once")

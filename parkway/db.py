@@ -62,9 +62,7 @@ def get_engine() -> Engine:
             if old is not None:
                 old.dispose(close=False)
             engine = make_engine(get_settings().effective_database_url)
-            _state.update(
-                pid=os.getpid(), engine=engine, factory=sessionmaker(engine, expire_on_commit=False)
-            )
+            _state.update(pid=os.getpid(), engine=engine, factory=sessionmaker(engine, expire_on_commit=False))
         engine_: Engine = _state["engine"]
         return engine_
 

@@ -71,8 +71,6 @@ class InvalidAnswer(OutcomeError):
     status_code = 422
     code = "invalid_answer"
 
-    def __init__(
-        self, detail: str, state: dict[str, Any] | None = None, errors: list[str] | None = None
-    ) -> None:
+    def __init__(self, detail: str, state: dict[str, Any] | None = None, errors: list[str] | None = None) -> None:
         super().__init__(detail, state)
         self.errors = errors or []

@@ -7,7 +7,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-_FIELDS = ("action", "run_id", "step_id", "continuation_id", "interaction_id", "execution_id", "outcome")
+_FIELDS = ("action", "run_id", "step_id", "continuation_id", "interaction_id", "execution_id", "outcome", "counts")
 
 
 class JsonFormatter(logging.Formatter):

@@ -59,10 +59,7 @@ def schema_problem(engine: Engine) -> str | None:
             f"the database schema is at revision {current}, newer than this code knows (head {head}); "
             "deploy the newer code"
         )
-    return (
-        f"the database schema is at revision {current}, older than this code needs ({head}); "
-        "run `parkway migrate`"
-    )
+    return f"the database schema is at revision {current}, older than this code needs ({head}); run `parkway migrate`"
 
 
 def require_current_schema(engine: Engine) -> None:

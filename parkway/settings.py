@@ -69,9 +69,7 @@ class Settings(BaseSettings):
                 raise ConfigError("PARKWAY_SECRET_KEY must be a random string of at least 32 characters")
             return key
         if not self.embedded_database:
-            raise ConfigError(
-                "PARKWAY_SECRET_KEY is not set; it is required when PARKWAY_DATABASE_URL is configured"
-            )
+            raise ConfigError("PARKWAY_SECRET_KEY is not set; it is required when PARKWAY_DATABASE_URL is configured")
         return _embedded_key(Path(self.home).resolve() / "secret.key")
 
 

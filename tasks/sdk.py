@@ -152,6 +152,44 @@ class Context:
         """Run ``fn(session)`` inside the transaction that commits this step: it happens exactly once."""
         self._in_commit.append(fn)
 
+    def start_review(self, kind: str) -> str:
+        """Commit a ``running`` review receipt now (its own transaction) and return its id."""
+        if not kind:
+            raise WorkflowError("a review needs a kind")
+        with transaction() as session:
+            review = store.start_review(
+                session, run_id=self.run_id, step_id=self.step_id, kind=kind, execution_id=self.execution_id
+            )
+            return review.id
+
+    def review_progress(self, review_id: str, *, finding_count: int, verification_count: int) -> None:
+        """Commit the counts of a running review now, so they survive a crash of this execution."""
+        with transaction() as session:
+            if store.review_progress(
+                session, review_id, execution_id=self.execution_id,
+                finding_count=finding_count, verification_count=verification_count,
+            ) is None:  # fmt: skip
+                raise WorkflowError(f"review {review_id} is not running under this execution")
+
+    def record_review(
+        self,
+        review_id: str,
+        verdict: str,
+        finding_count: int,
+        verification_count: int,
+        *,
+        failed: bool = False,
+    ) -> None:
+        """Commit the review's completion now; an empty verdict is refused."""
+        if not verdict or not verdict.strip():
+            raise WorkflowError(f"review {review_id} needs a verdict")
+        with transaction() as session:
+            if store.record_review(
+                session, review_id, execution_id=self.execution_id, verdict=verdict,
+                finding_count=finding_count, verification_count=verification_count, failed=failed,
+            ) is None:  # fmt: skip
+                raise WorkflowError(f"review {review_id} is not running under this execution")
+
 
 # --------------------------------------------------------------------------- validating outcomes
 
@@ -171,9 +209,7 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
     keys: set[str] = set()
     for item in items:
         if not isinstance(item, Question | Permission):
-            raise WorkflowError(
-                f"Park interactions must be Question or Permission, not {type(item).__name__}"
-            )
+            raise WorkflowError(f"Park interactions must be Question or Permission, not {type(item).__name__}")
         if not item.key or item.key in keys:
             raise WorkflowError(f"interaction key {item.key!r} is empty or used twice in one Park")
         keys.add(item.key)
@@ -185,9 +221,7 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
             try:
                 Draft202012Validator.check_schema(item.schema)
             except SchemaError as exc:
-                raise WorkflowError(
-                    f"question {item.key} has an invalid JSON Schema: {exc.message}"
-                ) from None
+                raise WorkflowError(f"question {item.key} has an invalid JSON Schema: {exc.message}") from None
             specs.append(
                 InteractionSpec(
                     key=item.key,
@@ -238,9 +272,7 @@ def check_outcome(outcome: Any, where: str) -> Outcome:
             raise WorkflowError(f"Fail from {where} needs an error text")
         _json_ok(outcome.details, "the Fail details")
     else:
-        raise WorkflowError(
-            f"{where} returned {type(outcome).__name__}; expected Park, Next, Complete or Fail"
-        )
+        raise WorkflowError(f"{where} returned {type(outcome).__name__}; expected Park, Next, Complete or Fail")
     return outcome  # type: ignore[no-any-return]
 
 
@@ -346,9 +378,7 @@ def answer(interaction_id: str, value: Any, *, response_id: str, principal: str)
     return receipt.as_dict()
 
 
-def cancel(
-    interaction_id: str, *, response_id: str, principal: str, reason: str | None = None
-) -> dict[str, Any]:
+def cancel(interaction_id: str, *, response_id: str, principal: str, reason: str | None = None) -> dict[str, Any]:
     """Cancel the parked step of an interaction: its pending interactions, the step and the run.
 
     Returns ``{status: "canceled", response_id, canceled_at}``; raises like ``answer``.
@@ -358,4 +388,8 @@ def cancel(
     with transaction() as session:
         who = _principal(session, principal)
         receipt = store.cancel(session, interaction_id, response_id=response_id, principal=who, reason=reason)
+        run_id = session.get_one(Interaction, interaction_id).run_id
+    from tasks.projection import project_quietly
+
+    project_quietly([run_id])
     return receipt.as_dict()

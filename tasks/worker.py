@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from models import store
@@ -19,6 +20,7 @@ from parkway.errors import NotRegistered, WorkflowError
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
+from tasks.projection import project_quietly
 from tasks.publish import publish
 from tasks.sdk import (
     Complete,
@@ -68,13 +70,21 @@ class LeaseKeeper:
         while not self.stop.wait(lease_s / 3):
             try:
                 with transaction() as session:
-                    held = store.renew_lease(
-                        session, continuation_id, execution_id=execution_id, lease_s=lease_s
-                    )
+                    held = store.renew_lease(session, continuation_id, execution_id=execution_id, lease_s=lease_s)
                 if not held:
                     return
             except Exception:
                 log.warning("lease renewal failed", exc_info=True, extra={"continuation_id": continuation_id})
+
+
+@dataclass
+class Prepared:
+    """A claimed continuation with everything its body needs, read in the claim's transaction."""
+
+    claim: Claim
+    ctx: Context
+    body_input: Any
+    answers: dict[str, Any]
 
 
 def execute(continuation_id: str) -> str:
@@ -82,6 +92,36 @@ def execute(continuation_id: str) -> str:
     settings = get_settings()
     execution_id = store.new_id()
     extra: dict[str, Any] = {"continuation_id": continuation_id, "execution_id": execution_id}
+    prepared = _claim(continuation_id, execution_id, extra)
+    if isinstance(prepared, str):
+        return prepared
+    claim, ctx = prepared.claim, prepared.ctx
+    crash_point("resume.after_claim")
+    with LeaseKeeper(continuation_id, execution_id, settings.claim_lease_s):
+        outcome = _run_body(claim.continuation.kind, claim.continuation.name, ctx, prepared.body_input,
+                            prepared.answers)  # fmt: skip
+    crash_point("resume.before_commit")
+    with transaction() as session:
+        if store.consume(session, continuation_id, execution_id=execution_id) is None:
+            log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
+            return "lost"
+        outcome = _review_guard(session, claim, outcome, execution_id)
+        due = _commit_outcome(session, claim, outcome, ctx, execution_id)
+        if not isinstance(outcome, Fail):
+            for fn in ctx._in_commit:
+                fn(session)
+        to_publish = [(c.id, c.kind) for c in due]
+    log.info("committed %s", type(outcome).__name__, extra={**extra, "action": "commit"})
+    crash_point("resume.after_commit")
+    publish(to_publish)
+    if isinstance(outcome, Complete | Fail):
+        project_quietly([claim.run.id])
+    return "committed"
+
+
+def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Prepared | str:
+    """One transaction: claim (or give up a row out of attempts or one that cannot be driven)."""
+    settings = get_settings()
     with transaction() as session:
         row = store.claim(
             session,
@@ -92,43 +132,26 @@ def execute(continuation_id: str) -> str:
         )
         if row is None:
             dead = store.give_up_exhausted(session, continuation_id, max_attempts=settings.max_attempts)
-            if dead is not None:
-                log.warning("continuation given up: %s", dead.reason, extra={**extra, "action": "give_up"})
-                return "dead"
-            log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
-            return "duplicate"
-        claim = store.load_claim(session, row)
-        extra.update(run_id=claim.run.id, step_id=claim.step.id)
-        refusal = _refusal(session, claim)
-        if refusal is not None:
-            store.give_up(session, row.id, reason=refusal, execution_id=execution_id)
-            log.warning("continuation given up: %s", refusal, extra={**extra, "action": "give_up"})
-            return "dead"
-        answers = (
-            store.answers_for_step(session, claim.step.id) if row.kind == ContinuationKind.RESUME else {}
-        )
-        body_input = claim.step.snapshot if row.kind == ContinuationKind.RESUME else claim.step.payload
-        ctx = Context(
-            run_id=claim.run.id, step_id=claim.step.id, attempt=row.attempts, execution_id=execution_id
-        )
-    crash_point("resume.after_claim")
-    with LeaseKeeper(continuation_id, execution_id, settings.claim_lease_s):
-        outcome = _run_body(row.kind, row.name, ctx, body_input, answers)
-    crash_point("resume.before_commit")
-    with transaction() as session:
-        if store.consume(session, continuation_id, execution_id=execution_id) is None:
-            log.info(
-                "claim lost before commit; another execution owns it", extra={**extra, "action": "consume"}
-            )
-            return "lost"
-        due = _commit_outcome(session, claim, outcome, ctx, execution_id)
-        for fn in ctx._in_commit:
-            fn(session)
-        to_publish = [(c.id, c.kind) for c in due]
-    log.info("committed %s", type(outcome).__name__, extra={**extra, "action": "commit"})
-    crash_point("resume.after_commit")
-    publish(to_publish)
-    return "committed"
+            if dead is None:
+                log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
+                return "duplicate"
+            reason, run_id = dead.reason, dead.run_id
+        else:
+            claim = store.load_claim(session, row)
+            extra.update(run_id=claim.run.id, step_id=claim.step.id)
+            reason, run_id = _refusal(session, claim), claim.run.id
+            if reason is None:
+                resume = row.kind == ContinuationKind.RESUME
+                return Prepared(
+                    claim=claim,
+                    ctx=Context(run_id=run_id, step_id=claim.step.id, attempt=row.attempts, execution_id=execution_id),
+                    body_input=claim.step.snapshot if resume else claim.step.payload,
+                    answers=store.answers_for_step(session, claim.step.id) if resume else {},
+                )
+            store.give_up(session, row.id, reason=reason, execution_id=execution_id)
+    log.warning("continuation given up: %s", reason, extra={**extra, "action": "give_up"})
+    project_quietly([run_id])
+    return "dead"
 
 
 def _refusal(session: Any, claim: Claim) -> str | None:
@@ -164,15 +187,41 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
         return Fail(f"{type(exc).__name__}: {exc}")
 
 
-def _commit_outcome(
-    session: Any, claim: Claim, outcome: Outcome, ctx: Context, execution_id: str
-) -> list[Any]:
+def _review_guard(session: Any, claim: Claim, outcome: Outcome, execution_id: str) -> Outcome:
+    """A step cannot complete while a review it started is running: it fails with that context.
+
+    Reviews left running by an earlier execution of this step are stranded (this execution holds the
+    claim, so theirs is gone): they are interrupted here, with their counts kept.
+    """
+    running = store.running_reviews(session, claim.step.id)
+    mine = []
+    for review in running:
+        if review.execution_id == execution_id:
+            mine.append(review)
+        else:
+            store.interrupt_review(session, review, evidence=store.owner_evidence(session, review.execution_id))
+    if mine and isinstance(outcome, Complete):
+        names = ", ".join(f"{r.id} ({r.kind})" for r in mine)
+        return Fail(
+            f"partial failure: step {claim.step.name} returned Complete while review {names} was still running",
+            details={
+                "partial_failure": True,
+                "running_reviews": [
+                    {"id": r.id, "kind": r.kind, "finding_count": r.finding_count,
+                     "verification_count": r.verification_count}
+                    for r in mine
+                ],
+                "result": outcome.result,
+            },
+        )  # fmt: skip
+    return outcome
+
+
+def _commit_outcome(session: Any, claim: Claim, outcome: Outcome, ctx: Context, execution_id: str) -> list[Any]:
     """Write the step's outcome in the consume transaction; returns continuations to publish after it."""
     step = claim.step
     if isinstance(outcome, Complete):
-        store.finish_run(
-            session, step, status=RunStatus.COMPLETED, execution_id=execution_id, result=outcome.result
-        )
+        store.finish_run(session, step, status=RunStatus.COMPLETED, execution_id=execution_id, result=outcome.result)
     elif isinstance(outcome, Fail):
         store.finish_run(
             session,

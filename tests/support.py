@@ -48,9 +48,7 @@ def unavailable(pg_url: str, redis_url: str) -> str | None:
     return None
 
 
-def wait_for(
-    condition: Callable[[], T], *, timeout: float = 30.0, sweep: bool = False, what: str = "condition"
-) -> T:
+def wait_for(condition: Callable[[], T], *, timeout: float = 30.0, sweep: bool = False, what: str = "condition") -> T:
     """Poll ``condition`` until it returns something truthy; with ``sweep``, sweep between polls."""
     from beat.sweep import run_sweep
 
@@ -99,9 +97,7 @@ class Worker:
             what=f"worker {self.name} ready",
         )
         if self.proc.poll() is not None:
-            raise AssertionError(
-                f"worker {self.name} exited with {self.proc.returncode}:\n{self.text()[-3000:]}"
-            )
+            raise AssertionError(f"worker {self.name} exited with {self.proc.returncode}:\n{self.text()[-3000:]}")
 
     def kill(self) -> None:
         """SIGKILL the whole worker (main process and pool children)."""
@@ -176,23 +172,17 @@ class Stack:
             )
         beat = Worker(proc=proc, log=log, name=name)
         self.workers.append(beat)
-        wait_for(
-            lambda: "Sending due task" in beat.text() or not beat.alive(), timeout=30, what="beat sending"
-        )
+        wait_for(lambda: "Sending due task" in beat.text() or not beat.alive(), timeout=30, what="beat sending")
         return beat
 
-    def run_python(
-        self, code: str, *, timeout: float = 60.0, **env: str | None
-    ) -> subprocess.CompletedProcess[str]:
+    def run_python(self, code: str, *, timeout: float = 60.0, **env: str | None) -> subprocess.CompletedProcess[str]:
         """Run Python in a fresh process against this stack (for crash points in the answering process)."""
         return subprocess.run(
             [sys.executable, "-c", code], cwd=ROOT, env=child_env(self.database_url, **env),
             capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
 
-    def parkway(
-        self, *args: str, timeout: float = 60.0, **env: str | None
-    ) -> subprocess.CompletedProcess[str]:
+    def parkway(self, *args: str, timeout: float = 60.0, **env: str | None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "parkway.cli", *args], cwd=ROOT, env=child_env(self.database_url, **env),
             capture_output=True, text=True, timeout=timeout,
@@ -254,9 +244,7 @@ def interactions(run_id: str) -> dict[str, Interaction]:
 def continuations(run_id: str) -> list[Continuation]:
     with transaction() as session:
         return list(
-            session.scalars(
-                select(Continuation).where(Continuation.run_id == run_id).order_by(Continuation.created_at)
-            )
+            session.scalars(select(Continuation).where(Continuation.run_id == run_id).order_by(Continuation.created_at))
         )
 
 
@@ -266,16 +254,12 @@ def event_types(run_id: str) -> list[str]:
 
 
 def wait_parked(run_id: str, *, timeout: float = 30.0, sweep: bool = True) -> dict[str, Interaction]:
-    wait_for(
-        lambda: run_status(run_id) == "waiting", timeout=timeout, sweep=sweep, what=f"run {run_id} waiting"
-    )
+    wait_for(lambda: run_status(run_id) == "waiting", timeout=timeout, sweep=sweep, what=f"run {run_id} waiting")
     return interactions(run_id)
 
 
 def wait_status(run_id: str, status: str, *, timeout: float = 40.0, sweep: bool = True) -> Run:
-    wait_for(
-        lambda: run_status(run_id) == status, timeout=timeout, sweep=sweep, what=f"run {run_id} {status}"
-    )
+    wait_for(lambda: run_status(run_id) == status, timeout=timeout, sweep=sweep, what=f"run {run_id} {status}")
     return run_row(run_id)
 
 
@@ -286,6 +270,4 @@ def new_response_id() -> str:
 def start(workflow: str, payload: Any = None, **kwargs: Any) -> str:
     from tasks.sdk import start_run
 
-    return start_run(
-        workflow, payload if payload is not None else {}, principal=AGENT, target=TARGET, **kwargs
-    )
+    return start_run(workflow, payload if payload is not None else {}, principal=AGENT, target=TARGET, **kwargs)

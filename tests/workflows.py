@@ -9,18 +9,14 @@ from sqlalchemy import text
 
 from tasks.sdk import Complete, Context, Fail, Next, Park, Permission, Question, continuation, step
 
-EFFECTS_DDL = (
-    "CREATE TABLE IF NOT EXISTS test_effects (run_id VARCHAR(64) NOT NULL, tag VARCHAR(64) NOT NULL)"
-)
+EFFECTS_DDL = "CREATE TABLE IF NOT EXISTS test_effects (run_id VARCHAR(64) NOT NULL, tag VARCHAR(64) NOT NULL)"
 
 
 def record_effect(ctx: Context, tag: str) -> None:
     """The committed effect the tests count: written in the step's commit transaction, so exactly once."""
 
     def write(session: Any) -> None:
-        session.execute(
-            text("INSERT INTO test_effects (run_id, tag) VALUES (:r, :t)"), {"r": ctx.run_id, "t": tag}
-        )
+        session.execute(text("INSERT INTO test_effects (run_id, tag) VALUES (:r, :t)"), {"r": ctx.run_id, "t": tag})
 
     ctx.in_commit(write)
 
@@ -38,9 +34,7 @@ def ask_two(ctx: Context, payload: dict[str, Any]) -> Park:
                 target="team:ops",
                 expires_in=payload.get("expires_in"),
             ),
-            Question(
-                key="reason", prompt="Why?", schema={"type": "string", "minLength": 1}, target="team:ops"
-            ),
+            Question(key="reason", prompt="Why?", schema={"type": "string", "minLength": 1}, target="team:ops"),
         ],
     )
 
@@ -87,9 +81,7 @@ def permission(ctx: Context, payload: dict[str, Any]) -> Park:
     return Park(
         continuation="t.permission_done@1",
         snapshot={},
-        interactions=[
-            Permission(key="shell", action="shell.exec", resources=[payload["cmd"]], target="team:ops")
-        ],
+        interactions=[Permission(key="shell", action="shell.exec", resources=[payload["cmd"]], target="team:ops")],
     )
 
 

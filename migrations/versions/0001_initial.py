@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-12-01 00:54:28.867916
+Create Date: 2026-12-01 01:06:25.011465
 """
 
 from collections.abc import Sequence
@@ -30,15 +30,22 @@ def upgrade() -> None:
         sa.UniqueConstraint("token_hash", name=op.f("uq_principals_token_hash")),
     )
     op.create_table(
+        "sweep_totals",
+        sa.Column("category", sa.String(length=32), nullable=False),
+        sa.Column("total", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("last_count", sa.Integer(), nullable=False),
+        sa.Column("last_duration_s", sa.Float(), nullable=False),
+        sa.Column("last_at", sa.DateTime(timezone=True), nullable=True),
+        sa.PrimaryKeyConstraint("category", name=op.f("pk_sweep_totals")),
+    )
+    op.create_table(
         "grants",
         sa.Column("id", sa.String(length=64), nullable=False),
         sa.Column("principal_id", sa.String(length=64), nullable=False),
         sa.Column("target", sa.String(length=200), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["principal_id"], ["principals.id"], name=op.f("fk_grants_principal_id_principals")
-        ),
+        sa.ForeignKeyConstraint(["principal_id"], ["principals.id"], name=op.f("fk_grants_principal_id_principals")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_grants")),
     )
     with op.batch_alter_table("grants", schema=None) as batch_op:
@@ -88,9 +95,7 @@ def upgrade() -> None:
 
     op.create_table(
         "events",
-        sa.Column(
-            "seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
+        sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False),
         sa.Column("run_id", sa.String(length=64), nullable=False),
         sa.Column("type", sa.String(length=64), nullable=False),
         sa.Column("at", sa.DateTime(timezone=True), nullable=False),
@@ -159,6 +164,13 @@ def upgrade() -> None:
         batch_op.create_index(
             "ix_continuations_claimed",
             ["lease_expires_at"],
+            unique=False,
+            postgresql_where=sa.text("status = 'claimed'"),
+            sqlite_where=sa.text("status = 'claimed'"),
+        )
+        batch_op.create_index(
+            "ix_continuations_claimed_by",
+            ["claimed_by"],
             unique=False,
             postgresql_where=sa.text("status = 'claimed'"),
             sqlite_where=sa.text("status = 'claimed'"),
@@ -310,6 +322,11 @@ def downgrade() -> None:
             sqlite_where=sa.text("status = 'ready'"),
         )
         batch_op.drop_index(
+            "ix_continuations_claimed_by",
+            postgresql_where=sa.text("status = 'claimed'"),
+            sqlite_where=sa.text("status = 'claimed'"),
+        )
+        batch_op.drop_index(
             "ix_continuations_claimed",
             postgresql_where=sa.text("status = 'claimed'"),
             sqlite_where=sa.text("status = 'claimed'"),
@@ -339,11 +356,10 @@ def downgrade() -> None:
     with op.batch_alter_table("grants", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_grants_principal_id"))
         batch_op.drop_index(
-            "ix_grants_live",
-            postgresql_where=sa.text("revoked_at IS NULL"),
-            sqlite_where=sa.text("revoked_at IS NULL"),
+            "ix_grants_live", postgresql_where=sa.text("revoked_at IS NULL"), sqlite_where=sa.text("revoked_at IS NULL")
         )
 
     op.drop_table("grants")
+    op.drop_table("sweep_totals")
     op.drop_table("principals")
     # ### end Alembic commands ###

@@ -31,9 +31,7 @@ def own_workers(stack: Stack):  # type: ignore[no-untyped-def]
 WORKER_POINTS = ["resume.after_claim", "resume.before_commit", "resume.after_commit", "publish.before_send"]
 
 
-def _parked(
-    stack: Stack, workflow: str, payload: dict[str, object], n: int = 1
-) -> list[tuple[str, dict[str, object]]]:
+def _parked(stack: Stack, workflow: str, payload: dict[str, object], n: int = 1) -> list[tuple[str, dict[str, object]]]:
     """Runs parked by a clean worker, which is then killed while idle (nothing in flight)."""
     clean = stack.start_worker()
     run_ids = [start(workflow, payload) for _ in range(n)]
@@ -92,9 +90,7 @@ def test_sweep_crash_mid_batch__next_pass_publishes_the_rest(stack: Stack) -> No
         answer(asked["go"].id, "go", response_id=new_response_id(), principal=HUMAN)  # type: ignore[attr-defined]
     stack.flush_broker()
     # When a sweep dies after publishing the first of them
-    result = stack.parkway(
-        "sweep", "--once", PARKWAY_CRASH_AT="sweep.mid_batch", PARKWAY_REENQUEUE_AFTER_S="0"
-    )
+    result = stack.parkway("sweep", "--once", PARKWAY_CRASH_AT="sweep.mid_batch", PARKWAY_REENQUEUE_AFTER_S="0")
     assert result.returncode == 137, result.stderr
     assert "crash point sweep.mid_batch reached" in result.stderr
     # Then a worker and later sweeps complete every run exactly once

@@ -22,9 +22,7 @@ from tests.support import (
     start,
 )
 
-EFFECTS_DDL = (
-    "CREATE TABLE IF NOT EXISTS test_effects (run_id VARCHAR(64) NOT NULL, tag VARCHAR(64) NOT NULL)"
-)
+EFFECTS_DDL = "CREATE TABLE IF NOT EXISTS test_effects (run_id VARCHAR(64) NOT NULL, tag VARCHAR(64) NOT NULL)"
 
 
 def make_actors() -> None:
@@ -99,9 +97,7 @@ def step(step_id: str) -> Step:
 
 def events(run_id: str) -> list[tuple[str, dict[str, Any]]]:
     with transaction() as session:
-        rows = session.execute(
-            select(Event.type, Event.data).where(Event.run_id == run_id).order_by(Event.seq)
-        )
+        rows = session.execute(select(Event.type, Event.data).where(Event.run_id == run_id).order_by(Event.seq))
         return [(t, d) for t, d in rows]
 
 

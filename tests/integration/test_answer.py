@@ -306,9 +306,7 @@ def test_permission__rejected_then_exact_retry_and_other_response(stack: Stack) 
     assert caught.value.state is not None and caught.value.state["status"] == "rejected"
 
 
-@pytest.mark.parametrize(
-    "value", ["yes", True, {"approved": "yes"}, {"approved": 1}, {}, {"approved": True, "x": 1}]
-)
+@pytest.mark.parametrize("value", ["yes", True, {"approved": "yes"}, {"approved": 1}, {}, {"approved": True, "x": 1}])
 def test_permission__value_that_is_not_an_approved_bool_is_422(stack: Stack, value: Any) -> None:
     run_id, asked = parked("t.permission", {"cmd": "ls"})
     before = event_types(run_id)

@@ -146,16 +146,11 @@ def test_give_up__interrupts_pending_interactions_with_events(stack: Stack) -> N
     # is the shape of work that can no longer make progress (e.g. a version that is not registered).
     run_id, asked = parked("t.ask_two")
     with transaction() as session:
-        stranded = store._insert_continuation(
-            session, run_id, asked["window"].step_id, ContinuationKind.RESUME, "x@1"
-        )
+        stranded = store._insert_continuation(session, run_id, asked["window"].step_id, ContinuationKind.RESUME, "x@1")
         stranded_id = stranded.id
 
     with transaction() as session:
-        assert (
-            store.give_up(session, stranded_id, reason="continuation version x@1 is not registered")
-            is not None
-        )
+        assert store.give_up(session, stranded_id, reason="continuation version x@1 is not registered") is not None
 
     for key in ("window", "reason"):
         row = interaction(asked[key].id)

@@ -64,9 +64,7 @@ def _counts(report: SweepReport) -> dict[str, int]:
 # --------------------------------------------------------------------------- category 1: ready, not enqueued
 
 
-def test_sweep__republishes_a_ready_continuation_older_than_the_reenqueue_delay(
-    actors_db: str, sent: Sent
-) -> None:
+def test_sweep__republishes_a_ready_continuation_older_than_the_reenqueue_delay(actors_db: str, sent: Sent) -> None:
     # Given a committed start continuation whose publish was lost
     (cid,) = _start_ids(1)
     sent.clear()
@@ -92,9 +90,7 @@ def test_sweep__republishes_a_ready_continuation_older_than_the_reenqueue_delay(
     assert run_row(row.run_id).status == "completed"
 
 
-def test_sweep__republishes_a_resume_continuation_to_the_continuations_queue(
-    actors_db: str, sent: Sent
-) -> None:
+def test_sweep__republishes_a_resume_continuation_to_the_continuations_queue(actors_db: str, sent: Sent) -> None:
     run_id, asked = parked("t.ask_one")
     answer(asked["go"].id, "yes", response_id=new_response_id(), principal=HUMAN)
     (resume,) = [c for c in continuations(run_id) if c.kind == "resume"]
@@ -194,9 +190,7 @@ def test_sweep__live_claim_is_left_alone(actors_db: str, sent: Sent) -> None:
     assert sent.calls == []
 
 
-def test_sweep__expired_claim_out_of_attempts_becomes_dead_and_interrupts_its_run(
-    actors_db: str, sent: Sent
-) -> None:
+def test_sweep__expired_claim_out_of_attempts_becomes_dead_and_interrupts_its_run(actors_db: str, sent: Sent) -> None:
     max_attempts = get_settings().max_attempts
     run_id = start("t.after")
     (cid,) = [c.id for c in continuations(run_id)]
@@ -233,9 +227,7 @@ def test_sweep__expired_claim_out_of_attempts_becomes_dead_and_interrupts_its_ru
 # --------------------------------------------------------------------------- category 2: expiry
 
 
-def test_sweep__expired_question_closes_and_the_continuation_waits_for_its_sibling(
-    actors_db: str, sent: Sent
-) -> None:
+def test_sweep__expired_question_closes_and_the_continuation_waits_for_its_sibling(actors_db: str, sent: Sent) -> None:
     # Given a run parked on "window" (expires in 1 s) and "reason" (no expiry)
     run_id, asked = parked("t.ask_two", {"expires_in": 1})
     window, reason = asked["window"], asked["reason"]
@@ -277,9 +269,7 @@ def test_sweep__expired_question_closes_and_the_continuation_waits_for_its_sibli
     assert interaction(window.id).status == "expired"
 
 
-def test_sweep__expiry_of_the_last_pending_question_makes_the_continuation_due(
-    actors_db: str, sent: Sent
-) -> None:
+def test_sweep__expiry_of_the_last_pending_question_makes_the_continuation_due(actors_db: str, sent: Sent) -> None:
     run_id, asked = parked("t.ask_two", {"expires_in": 1})
     answer(asked["reason"].id, "why not", response_id=new_response_id(), principal=HUMAN)
     assert [c.kind for c in continuations(run_id)] == ["start"]

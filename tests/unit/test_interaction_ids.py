@@ -36,9 +36,7 @@ def test_interaction_id__differs_for_step_key_and_kind() -> None:
 
 def test_interaction_id__is_not_fooled_by_separators_in_names() -> None:
     assert interaction_id("a", "b|c", "question", None) != interaction_id("a|b", "c", "question", None)
-    assert interaction_id("s", "k", "permission", ["x,y"]) != interaction_id(
-        "s", "k", "permission", ["x", "y"]
-    )
+    assert interaction_id("s", "k", "permission", ["x,y"]) != interaction_id("s", "k", "permission", ["x", "y"])
 
 
 def test_permission_spec__resource_set_is_normalized_as_the_id_sees_it() -> None:

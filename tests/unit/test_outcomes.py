@@ -52,9 +52,7 @@ def _park(**changes: Any) -> Park:
             r"permission p needs an action and at least one resource",
             id="permission-without-resources",
         ),
-        pytest.param(
-            _park(interactions=[{"key": "q"}]), r"must be Question or Permission", id="not-a-question"
-        ),
+        pytest.param(_park(interactions=[{"key": "q"}]), r"must be Question or Permission", id="not-a-question"),
         pytest.param(Next("t.nowhere", payload={}), r"t\.nowhere.*not registered", id="next-unregistered"),
         pytest.param(Next("t.after", payload={1, 2}), r"Next payload is not JSON", id="next-payload"),
         pytest.param(Complete(result=object()), r"Complete result is not JSON", id="complete-result"),

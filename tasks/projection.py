@@ -1,0 +1,90 @@
+"""Terminal projections: ``run_metadata.json`` in the run's workspace and a schedule-history row.
+
+Both are written after the canonical terminal event commits, idempotently, from that record alone.
+A failure leaves the run ``projection_pending``; the sweep calls ``project`` again until all agree.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from models import store
+from models.status import RUN_TERMINAL, normalize_run_status
+from models.tables import Run
+from parkway.db import transaction
+from parkway.settings import get_settings
+
+log = logging.getLogger("parkway.projection")
+
+
+def metadata_path(run_id: str) -> Path:
+    return Path(get_settings().workspace_dir).resolve() / run_id / "run_metadata.json"
+
+
+def metadata(run: Run) -> dict[str, Any]:
+    """The projected record: canonical status (legacy words normalized), time, execution, warnings."""
+    assert run.completed_at is not None
+    status, warning = normalize_run_status(run.status)
+    warnings = list(run.warnings or []) + ([warning] if warning else [])
+    return {
+        "run_id": run.id,
+        "status": status.value,
+        "completed_at": run.completed_at.isoformat(),
+        "execution_id": run.finished_by,
+        "warnings": warnings,
+    }
+
+
+def write_atomically(path: Path, content: dict[str, Any]) -> None:
+    """Temp file in the same directory, fsync, rename, fsync the directory: all or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".run_metadata.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(content, handle, indent=2, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def project(run_id: str) -> bool:
+    """Bring every projection of a terminal run to its canonical record; True when they all agree.
+
+    Runs under the run's row lock (a concurrent projector of the same run skips it), so the file, the
+    history row and the cleared flag are written by one projector from one read of the record.
+    """
+    with transaction() as session:
+        run = store.lock_run_for_projection(session, run_id)
+        if run is None or run.completed_at is None or normalize_run_status(run.status)[0] not in RUN_TERMINAL:
+            return False
+        if not run.projection_pending:
+            return True
+        try:
+            write_atomically(metadata_path(run_id), metadata(run))
+        except OSError as exc:
+            log.warning("projection write failed; the sweep retries it: %s", exc, extra={"run_id": run_id})
+            return False
+        store.record_schedule_history(session, run)
+        return store.clear_projection_pending(session, run)
+
+
+def project_quietly(run_ids: list[str]) -> None:
+    """After a commit: try the projections now; any failure is left to the sweep."""
+    for run_id in run_ids:
+        try:
+            project(run_id)
+        except Exception:
+            log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": run_id})
