@@ -370,6 +370,7 @@ class Answer:
     status: str
     value: Any
     answered_by: str | None
+    sealed: str | None = field(default=None, repr=False)
 
     @property
     def approved(self) -> bool:
@@ -379,6 +380,18 @@ class Answer:
             and isinstance(self.value, dict)
             and self.value.get("approved") is True
         )
+
+
+def erase_secrets(session: Session, *, step_id: str | None = None, run_id: str | None = None) -> int:
+    """Sealed sensitive values -> NULL (ciphertext too), for a consumed step or an ended run."""
+    where = Interaction.step_id == step_id if step_id is not None else Interaction.run_id == run_id
+    result = session.execute(
+        update(Interaction)
+        .where(where, Interaction.secret.is_not(None))
+        .values(secret=None)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def answers_for_step(session: Session, step_id: str) -> dict[str, Answer]:
@@ -394,6 +407,7 @@ def answers_for_step(session: Session, step_id: str) -> dict[str, Answer]:
             status=i.status,
             value=i.value if i.status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED) else None,
             answered_by=name,
+            sealed=i.secret if i.status == InteractionStatus.ANSWERED else None,
         )
         for i, name in rows
     }
@@ -454,6 +468,7 @@ def finish_run(
         reason=reason,
         finished_by=execution_id,
     )
+    erase_secrets(session, run_id=step.run_id)
     if run is not None:
         data: dict[str, Any] = {"status": status.value, "execution_id": execution_id}
         if error is not None:
@@ -589,6 +604,7 @@ def interrupt_run(session: Session, run_id: str, *, reason: str, execution_id: s
     run = _set_run_status(session, run_id, RUN_LIVE, RunStatus.INTERRUPTED, reason=reason, finished_by=execution_id)
     if run is None:
         return None
+    erase_secrets(session, run_id=run_id)
     pending = session.scalars(
         update(Interaction)
         .where(Interaction.run_id == run_id, Interaction.status == InteractionStatus.PENDING)
@@ -695,7 +711,7 @@ def answer(
     interaction_id_: str,
     *,
     value: Any,
-    stored_value: Any,
+    seal: Any,
     response_id: str,
     response_digest: str,
     principal: Principal,
@@ -726,6 +742,8 @@ def answer(
         )
     _refuse_ended_wait(session, interaction)
     validate(interaction, value)
+    # Sensitive fields are stored only sealed, apart from the clear value.
+    stored_value, secret = seal(interaction, value)
     new_status = InteractionStatus.ANSWERED
     if interaction.kind == InteractionKind.PERMISSION and not value.get("approved"):
         new_status = InteractionStatus.REJECTED
@@ -736,6 +754,7 @@ def answer(
         .values(
             status=new_status,
             value=stored_value,
+            secret=secret,
             response_id=response_id,
             response_digest=response_digest,
             answered_by_id=principal.id,

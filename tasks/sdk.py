@@ -17,6 +17,7 @@ from models.status import InteractionKind, PrincipalKind
 from models.store import Answer, InteractionSpec
 from models.tables import Interaction
 from parkway.crash import crash_point
+from parkway.crypto import split_sensitive
 from parkway.db import transaction
 from parkway.errors import (
     Conflict,
@@ -349,6 +350,11 @@ def validate_value(interaction: Interaction, value: Any) -> None:
         )
 
 
+def seal_value(interaction: Interaction, value: Any) -> tuple[Any, str | None]:
+    """Split a value into what is stored in clear and the sealed (encrypted) sensitive fields."""
+    return split_sensitive(value, [str(k) for k in (interaction.sensitive or [])])
+
+
 def answer(interaction_id: str, value: Any, *, response_id: str, principal: str) -> dict[str, Any]:
     """Answer an interaction as ``principal``: first response wins, an exact retry gets the same receipt.
 
@@ -365,7 +371,7 @@ def answer(interaction_id: str, value: Any, *, response_id: str, principal: str)
             session,
             interaction_id,
             value=value,
-            stored_value=value,
+            seal=seal_value,
             response_id=response_id,
             response_digest=digest,
             principal=who,

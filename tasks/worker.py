@@ -15,6 +15,7 @@ from models import store
 from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
 from models.store import Claim
 from parkway.crash import crash_point
+from parkway.crypto import join_sensitive
 from parkway.db import transaction
 from parkway.errors import NotRegistered, WorkflowError
 from parkway.settings import get_settings
@@ -106,6 +107,8 @@ def execute(continuation_id: str) -> str:
             log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
             return "lost"
         outcome = _review_guard(session, claim, outcome, execution_id)
+        # Read once, by this continuation: the sealed values go in the same transaction as the consume.
+        store.erase_secrets(session, step_id=claim.step.id)
         due = _commit_outcome(session, claim, outcome, ctx, execution_id)
         if not isinstance(outcome, Fail):
             for fn in ctx._in_commit:
@@ -146,12 +149,21 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
                     claim=claim,
                     ctx=Context(run_id=run_id, step_id=claim.step.id, attempt=row.attempts, execution_id=execution_id),
                     body_input=claim.step.snapshot if resume else claim.step.payload,
-                    answers=store.answers_for_step(session, claim.step.id) if resume else {},
+                    answers=_unsealed(store.answers_for_step(session, claim.step.id)) if resume else {},
                 )
             store.give_up(session, row.id, reason=reason, execution_id=execution_id)
     log.warning("continuation given up: %s", reason, extra={**extra, "action": "give_up"})
     project_quietly([run_id])
     return "dead"
+
+
+def _unsealed(answers: dict[str, Any]) -> dict[str, Any]:
+    """Sensitive fields are decrypted only here, for the continuation that consumes them."""
+    for item in answers.values():
+        if item.sealed is not None:
+            item.value = join_sensitive(item.value, item.sealed)
+            item.sealed = None
+    return answers
 
 
 def _refusal(session: Any, claim: Claim) -> str | None:

@@ -26,6 +26,9 @@ def login(ctx: Context, payload: Any) -> Park:
 
 @continuation("api.login_done", version=1)
 def login_done(ctx: Context, snapshot: Any, answers: dict[str, Any]) -> Complete:
+    code = answers["otp"].value["otp"]  # the sensitive field, readable here only
+    if not (isinstance(code, str) and len(code) == 6):
+        raise ValueError("the code did not reach its continuation")
     return Complete(result={"user": answers["otp"].value["user"]})
 
 
