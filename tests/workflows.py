@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
@@ -58,7 +60,15 @@ def ask_one(ctx: Context, payload: dict[str, Any]) -> Park:
     return Park(
         continuation=payload.get("continuation", "t.one_done@1"),
         snapshot=payload,
-        interactions=[Question(key="go", prompt="Go?", schema={"type": "string"}, target="team:ops")],
+        interactions=[
+            Question(
+                key="go",
+                prompt="Go?",
+                schema={"type": "string"},
+                target="team:ops",
+                expires_in=payload.get("expires_in"),
+            )
+        ],
     )
 
 
@@ -68,6 +78,28 @@ def one_done(ctx: Context, snapshot: dict[str, Any], answers: dict[str, Any]) ->
         return Next(snapshot["then"], payload={"go": answers["go"].value})
     record_effect(ctx, "one_done")
     return Complete(result={"go": answers["go"].value})
+
+
+@continuation("t.expiry_done", version=1)
+def expiry_done(ctx: Context, snapshot: dict[str, Any], answers: dict[str, Any]) -> Complete:
+    record_effect(ctx, "expiry_done")
+    return Complete(result={"status": answers["go"].status, "value": answers["go"].value})
+
+
+@step("t.review")
+def review(ctx: Context, payload: dict[str, Any]) -> Complete:
+    """Starts a review, records progress, optionally waits for a flag file (to be killed there)."""
+    review_id = ctx.start_review("lint")
+    ctx.review_progress(review_id, finding_count=3, verification_count=2)
+    flag = payload.get("wait_for")
+    if flag and ctx.attempt == 1:
+        deadline = time.monotonic() + 60
+        while not Path(flag).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    if not payload.get("leave_running"):
+        ctx.record_review(review_id, "clean", 3, 2)
+    record_effect(ctx, "review")
+    return Complete(result={"review": review_id})
 
 
 @step("t.after")

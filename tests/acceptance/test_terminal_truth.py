@@ -1,0 +1,233 @@
+"""Sweep categories 2, 4 and 5 driven by real processes, and the canonical terminal record."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, update
+
+from models.base import utcnow
+from models.tables import Continuation, Review, ScheduleHistory
+from parkway.db import transaction
+from parkway.errors import Gone
+from parkway.settings import reset_settings
+from tasks.sdk import answer
+from tests.support import (
+    HUMAN,
+    ROOT,
+    Stack,
+    child_env,
+    continuations,
+    effects,
+    event_types,
+    new_response_id,
+    run_row,
+    start,
+    wait_for,
+    wait_parked,
+    wait_status,
+)
+
+
+@pytest.fixture(autouse=True)
+def own_workers(stack: Stack) -> Iterator[None]:
+    stack.stop_all()
+    yield
+    stack.stop_all()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A workspace directory of this test's own, for this process and the workers it starts."""
+    path = tmp_path / "workspaces"
+    path.mkdir()
+    monkeypatch.setenv("PARKWAY_WORKSPACE_DIR", str(path))
+    reset_settings()
+    yield path  # type: ignore[misc]
+    reset_settings()
+
+
+def _projection(path: Path, run_id: str) -> dict[str, object]:
+    return json.loads((path / run_id / "run_metadata.json").read_text())  # type: ignore[no-any-return]
+
+
+def _history(run_id: str) -> ScheduleHistory | None:
+    with transaction() as session:
+        return session.get(ScheduleHistory, run_id)
+
+
+def _agree(path: Path, run_id: str) -> None:
+    run = run_row(run_id)
+    assert run.completed_at is not None and not run.projection_pending
+    file = _projection(path, run_id)
+    assert (file["status"], file["completed_at"], file["execution_id"]) == (
+        run.status,
+        run.completed_at.isoformat(),
+        run.finished_by,
+    )
+    history = _history(run_id)
+    assert history is not None
+    assert (history.status, history.completed_at, history.execution_id) == (
+        run.status,
+        run.completed_at,
+        run.finished_by,
+    )
+
+
+def test_expiry__continuation_runs_once_with_the_expired_outcome(stack: Stack) -> None:
+    stack.start_worker()
+    stack.start_beat()
+    run_id = start("t.ask_one", {"continuation": "t.expiry_done@1", "expires_in": 1})
+    asked = wait_parked(run_id, sweep=False)
+    # When nobody answers within a second, the beat-driven sweep expires the question
+    run = wait_status(run_id, "completed", sweep=False)
+    assert run.result == {"status": "expired", "value": None}
+    # Then a late answer learns it expired, and stays so
+    with pytest.raises(Gone) as late:
+        answer(asked["go"].id, "too late", response_id=new_response_id(), principal=HUMAN)
+    assert late.value.state is not None and late.value.state["status"] == "expired"
+    assert effects(run_id, "expiry_done") == 1
+    assert [(c.kind, c.status, c.attempts) for c in continuations(run_id)] == [
+        ("start", "consumed", 1),
+        ("resume", "consumed", 1),
+    ]
+    assert event_types(run_id).count("interaction.expired") == 1
+
+
+def test_stranded_review__interrupted_by_the_sweep_with_counts_kept(stack: Stack, tmp_path: Path) -> None:
+    # Given a step that started a review and recorded progress, killed while it runs
+    flag = tmp_path / "go-on"
+    worker = stack.start_worker()
+    run_id = start("t.review", {"wait_for": str(flag)})
+
+    def started() -> list[Review]:
+        with transaction() as session:
+            rows = session.scalars(select(Review).where(Review.run_id == run_id)).all()
+            return [r for r in rows if r.finding_count == 3]
+
+    [first] = wait_for(started, what="review in progress")
+    worker.kill()
+
+    # When the sweep finds its owner gone (lease expired), with no worker to re-run the step yet
+    def interrupted() -> Review | None:
+        with transaction() as session:
+            row = session.get_one(Review, first.id)
+            return row if row.status == "interrupted" else None
+
+    review = wait_for(interrupted, sweep=True, what="stranded review interrupted")
+    # Then only status, verdict and reason changed, and the reason names the evidence
+    assert (review.finding_count, review.verification_count) == (3, 2)
+    assert review.verdict == "incomplete" and review.kind == "lint"
+    assert review.reason is not None and first.execution_id in review.reason
+    assert "3 findings and 2 verifications" in review.reason
+    assert "review.interrupted" in event_types(run_id)
+    # And the step, re-driven, completes with a review of its own
+    flag.touch()
+    stack.start_worker()
+    assert wait_status(run_id, "completed").result != {"review": first.id}
+    assert effects(run_id, "review") == 1
+
+
+def test_running_review__step_cannot_complete(stack: Stack) -> None:
+    stack.start_worker()
+    run_id = start("t.review", {"leave_running": True})
+    run = wait_status(run_id, "failed")
+    assert run.error is not None and run.error.startswith("partial failure:")
+    assert "still running" in run.error
+    assert effects(run_id, "review") == 0  # the Complete did not commit its effects
+
+
+def test_projection_write_fails__pending_until_the_sweep_converges(stack: Stack, workspace: Path) -> None:
+    # Given a workspace that cannot be written (root ignores permission bits: a file stands in its place)
+    shutil.rmtree(workspace)
+    workspace.write_text("not a directory")
+    stack.start_worker()
+    run_id = start("t.ask_one")
+    asked = wait_parked(run_id, sweep=False)
+    answer(asked["go"].id, "go", response_id=new_response_id(), principal=HUMAN)
+    run = wait_status(run_id, "completed", sweep=False)
+    # Then the canonical record is written, the projections are pending, and nothing contradicts it
+    assert run.projection_pending
+    assert _history(run_id) is None
+    result = stack.parkway("sweep", "--once", PARKWAY_WORKSPACE_DIR=str(workspace))
+    assert result.returncode == 0, result.stderr
+    assert run_row(run_id).projection_pending
+    # When the workspace is writable again, the next sweep converges every projection
+    workspace.unlink()
+    workspace.mkdir()
+    result = stack.parkway("sweep", "--once", "--json", PARKWAY_WORKSPACE_DIR=str(workspace))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["projections"] >= 1
+    _agree(workspace, run_id)
+    assert run_row(run_id).completed_at == run.completed_at
+
+
+def test_completed_run__survives_sigkill_of_everything_and_two_sweeps(stack: Stack, workspace: Path) -> None:
+    worker = stack.start_worker()
+    beat = stack.start_beat()
+    run_id = start("t.ask_one")
+    asked = wait_parked(run_id)
+    answer(asked["go"].id, "go", response_id=new_response_id(), principal=HUMAN)
+    done = wait_status(run_id, "completed")
+    wait_for(lambda: not run_row(run_id).projection_pending, what="projections written")
+    worker.kill()
+    beat.kill()
+    stack.start_worker()
+    sweeps = [
+        subprocess.Popen(
+            [sys.executable, "-m", "parkway.cli", "sweep", "--once"],
+            cwd=ROOT,
+            env=child_env(stack.database_url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    assert [p.wait(timeout=60) for p in sweeps] == [0, 0]
+    again = run_row(run_id)
+    assert (again.status, again.completed_at, again.finished_by) == ("completed", done.completed_at, done.finished_by)
+    _agree(workspace, run_id)
+    assert event_types(run_id).count("run.completed") == 1
+    assert "run.interrupted" not in event_types(run_id)
+
+
+def test_two_sweeps_at_once__each_due_row_republished_exactly_once(stack: Stack) -> None:
+    # Given 1,000 ready continuations whose messages were lost (no worker runs)
+    run_ids = [start("t.ask_one") for _ in range(1000)]
+    stack.flush_broker()
+    with transaction() as session:  # what a minute-old crash leaves: published long ago, message lost
+        session.execute(
+            update(Continuation)
+            .where(Continuation.run_id.in_(run_ids))
+            .values(enqueued_at=utcnow() - timedelta(seconds=60))
+        )
+    # When two sweep processes run at the same time
+    sweeps = [
+        subprocess.Popen(
+            [sys.executable, "-m", "parkway.cli", "sweep", "--once", "--json", "--batch", "1000"],
+            cwd=ROOT,
+            env=child_env(stack.database_url, PARKWAY_REENQUEUE_AFTER_S="30"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=120) for p in sweeps]
+    assert [p.returncode for p in sweeps] == [0, 0], outputs
+    reports = [json.loads(out.splitlines()[-1]) for out, _ in outputs]
+    # Then every row was republished once: by one sweep or the other, never both
+    assert sum(r["republished"] for r in reports) >= 1000
+    ours = set(run_ids)
+    with transaction() as session:
+        rows = session.scalars(select(Continuation).where(Continuation.run_id.in_(ours))).all()
+    assert len(rows) == 1000
+    assert {c.publishes for c in rows} == {2}  # one publish at creation, exactly one by a sweep
+    stack.flush_broker()
