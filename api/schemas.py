@@ -8,7 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.access import InteractionView, RunView, public_value
-from models.tables import Event, Grant, Step
+from models.status import normalize_run_status
+from models.tables import Event, Grant, Review, Step, ToolCall
 
 # Text columns cannot hold NUL (PostgreSQL refuses it): every string the API stores or looks up excludes it.
 TEXT = r"^[^\x00]*$"
@@ -74,6 +75,23 @@ class ToolCallOut(BaseModel):
     phase: Literal["authorizing", "executing", "settled"]
     replay: Literal["safe", "never"]
     possibly_ran: bool
+    outcome: str | None = Field(
+        default=None, description='a summary once settled: "ok" or "error: …" (never arguments or values)'
+    )
+
+    @classmethod
+    def of(cls, call: ToolCall) -> ToolCallOut:
+        summary = None
+        if call.phase == "settled":
+            summary = "ok" if call.error is None else f"error: {call.error[:200]}"
+        return cls(
+            key=call.key,
+            name=call.name,
+            phase=call.phase,  # type: ignore[arg-type]
+            replay=call.replay,  # type: ignore[arg-type]
+            possibly_ran=call.possibly_ran,
+            outcome=summary,
+        )
 
 
 class ReviewOut(BaseModel):
@@ -84,6 +102,18 @@ class ReviewOut(BaseModel):
     finding_count: int | None
     verification_count: int | None
     reason: str | None
+
+    @classmethod
+    def of(cls, review: Review) -> ReviewOut:
+        return cls(
+            id=review.id,
+            kind=review.kind,
+            status=review.status,
+            verdict=review.verdict,
+            finding_count=review.finding_count,
+            verification_count=review.verification_count,
+            reason=review.reason,
+        )
 
 
 class InteractionOut(BaseModel):
@@ -154,14 +184,16 @@ class RunOut(BaseModel):
     tool_calls: list[ToolCallOut]
     reviews: list[ReviewOut]
     steps: list[StepOut]
+    warnings: list[str] = Field(default_factory=list, description="e.g. a legacy status word normalized on read")
 
     @classmethod
     def of(cls, view: RunView) -> RunOut:
         run = view.run
+        status, warning = normalize_run_status(run.status)
         return cls(
             id=run.id,
             workflow=run.workflow,
-            status=run.status,  # type: ignore[arg-type]
+            status=status.value,
             owner=view.owner,
             target=run.target,
             created_at=run.created_at,
@@ -171,9 +203,10 @@ class RunOut(BaseModel):
             error=run.error,
             reason=run.reason,
             interactions=[InteractionOut.of(i) for i in view.open_interactions],
-            tool_calls=[],
-            reviews=[],
+            tool_calls=[ToolCallOut.of(c) for c in view.tool_calls],
+            reviews=[ReviewOut.of(r) for r in view.reviews],
             steps=[StepOut.of(s) for s in view.steps],
+            warnings=[*(run.warnings or []), *([warning] if warning else [])],
         )
 
 

@@ -16,7 +16,7 @@ import binascii
 import hmac
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.status import InteractionStatus, PrincipalKind
-from models.tables import Continuation, Event, Grant, Interaction, Principal, Run, Step
+from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, ToolCall
 from parkway.errors import ParkwayError
 
 T = TypeVar("T")
@@ -59,6 +59,8 @@ class RunView:
     owner: str
     steps: list[Step]
     open_interactions: list[InteractionView]
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    reviews: list[Review] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- principals
@@ -156,7 +158,16 @@ def run_view(session: Session, run: Run) -> RunView:
         .where(Interaction.run_id == run.id, Interaction.status == InteractionStatus.PENDING)
         .order_by(Interaction.created_at, Interaction.id)
     )
-    return RunView(run=run, owner=owner, steps=steps, open_interactions=[InteractionView(i, None) for i in open_rows])
+    return RunView(
+        run=run,
+        owner=owner,
+        steps=steps,
+        open_interactions=[InteractionView(i, None) for i in open_rows],
+        tool_calls=list(
+            session.scalars(select(ToolCall).where(ToolCall.run_id == run.id).order_by(ToolCall.created_at))
+        ),
+        reviews=list(session.scalars(select(Review).where(Review.run_id == run.id).order_by(Review.created_at))),
+    )
 
 
 def interaction_view(session: Session, interaction_id: str) -> InteractionView | None:

@@ -429,6 +429,10 @@ class InteractionSpec:
     resources: list[str] | None = None
     sensitive: list[str] = field(default_factory=list)
     expires_in: float | None = None
+    id: str | None = None  # a deterministic id chosen by the caller (tool permission requests)
+
+    def interaction_id(self, step_id: str) -> str:
+        return self.id or interaction_id(step_id, self.key, self.kind, self.resources)
 
 
 def finish_run(
@@ -535,7 +539,7 @@ def park(
         raise RuntimeError(f"step {step.id} is not running; cannot park")
     for spec in interactions:
         row = Interaction(
-            id=interaction_id(step.id, spec.key, spec.kind, spec.resources),
+            id=spec.interaction_id(step.id),
             run_id=step.run_id,
             step_id=step.id,
             key=spec.key,
@@ -554,7 +558,7 @@ def park(
     session.flush()
     append_event(session, step.run_id, "step.parked", step_id=step.id, continuation=continuation)
     for spec in interactions:
-        iid = interaction_id(step.id, spec.key, spec.kind, spec.resources)
+        iid = spec.interaction_id(step.id)
         append_event(
             session,
             step.run_id,

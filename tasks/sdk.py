@@ -47,8 +47,10 @@ __all__ = [
     "NotRegistered",
     "Park",
     "Permission",
+    "PermissionRejected",
     "PossiblyRan",
     "Question",
+    "ToolFailed",
     "answer",
     "cancel",
     "continuation",
@@ -68,6 +70,14 @@ PERMISSION_SCHEMA = {
 
 class PossiblyRan(ParkwayError):
     """Raised in a step body when a ``never`` tool call may have run before a crash (it is not rerun)."""
+
+
+class ToolFailed(ParkwayError):
+    """Raised in a step body when a journaled tool call settled with an error (replayed, not rerun)."""
+
+
+class PermissionRejected(ToolFailed):
+    """Raised in a step body when the permission a tool call asked for was rejected (or ended unanswered)."""
 
 
 # --------------------------------------------------------------------------- declaring
@@ -110,6 +120,7 @@ class Permission:
     resources: Sequence[str]
     target: str
     expires_in: float | None = None
+    request_id: str | None = None  # set by ctx.tool's preflight: deterministic for (call, action, resources)
 
 
 @dataclass(frozen=True)
@@ -147,7 +158,27 @@ class Context:
     step_id: str
     attempt: int
     execution_id: str
+    step_name: str = ""
+    payload: Any = None
+    journal_step_id: str = ""  # the step whose tool-call journal this body uses (kept across a preflight)
+    in_step_body: bool = True
     _in_commit: list[Callable[[Any], None]] = field(default_factory=list, repr=False)
+    _tool_keys: set[str] = field(default_factory=set, repr=False)
+
+    def tool(
+        self,
+        name: str,
+        *,
+        key: str,
+        args: Any,
+        replay: str,
+        run: Callable[[], Any],
+        permissions: Sequence[Permission] = (),
+    ) -> Any:
+        """Run a side effect through the durable journal (see ``tasks.tools.run_tool``)."""
+        from tasks.tools import run_tool
+
+        return run_tool(self, name, key=key, args=args, replay=replay, run=run, permissions=permissions)
 
     def in_commit(self, fn: Callable[[Any], None]) -> None:
         """Run ``fn(session)`` inside the transaction that commits this step: it happens exactly once."""
@@ -248,6 +279,7 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
                     action=item.action,
                     resources=sorted(set(resources)),
                     expires_in=item.expires_in,
+                    id=item.request_id,
                 )
             )
     return specs

@@ -34,6 +34,7 @@ from tasks.sdk import (
     check_outcome,
     interaction_specs,
 )
+from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 
 log = logging.getLogger("parkway.worker")
 
@@ -145,9 +146,19 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
             reason, run_id = _refusal(session, claim), claim.run.id
             if reason is None:
                 resume = row.kind == ContinuationKind.RESUME
+                ctx = Context(
+                    run_id=run_id,
+                    step_id=claim.step.id,
+                    attempt=row.attempts,
+                    execution_id=execution_id,
+                    step_name=claim.step.name,
+                    payload=claim.step.payload,
+                    journal_step_id=claim.step.id,
+                    in_step_body=not resume,
+                )
                 return Prepared(
                     claim=claim,
-                    ctx=Context(run_id=run_id, step_id=claim.step.id, attempt=row.attempts, execution_id=execution_id),
+                    ctx=ctx,
                     body_input=claim.step.snapshot if resume else claim.step.payload,
                     answers=_unsealed(store.answers_for_step(session, claim.step.id)) if resume else {},
                 )
@@ -188,6 +199,10 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
         else:
             result = registry.continuation_body(name)(ctx, body_input, answers)
         return check_outcome(result, f"{kind} {name}")
+    except ParkForPermission as wait:
+        # The body stops before its effect; it runs again on the same journal once answered.
+        snapshot = {"step": ctx.step_name, "payload": ctx.payload, "journal": ctx.journal_step_id or ctx.step_id}
+        return Park(continuation=f"{RERUN}@{RERUN_VERSION}", snapshot=snapshot, interactions=wait.requests)
     except WorkflowError as exc:
         return Fail(str(exc))
     except PossiblyRan as exc:

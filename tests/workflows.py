@@ -9,7 +9,19 @@ from typing import Any
 
 from sqlalchemy import text
 
-from tasks.sdk import Complete, Context, Fail, Next, Park, Permission, Question, continuation, step
+from tasks.sdk import (
+    Complete,
+    Context,
+    Fail,
+    Next,
+    Park,
+    Permission,
+    PermissionRejected,
+    PossiblyRan,
+    Question,
+    continuation,
+    step,
+)
 
 EFFECTS_DDL = "CREATE TABLE IF NOT EXISTS test_effects (run_id VARCHAR(64) NOT NULL, tag VARCHAR(64) NOT NULL)"
 
@@ -139,3 +151,74 @@ if os.environ.get("PARKWAY_TEST_WITH_V2") == "1":
     def one_done_v2(ctx: Context, snapshot: Any, answers: dict[str, Any]) -> Complete:
         record_effect(ctx, "one_done_v2")
         return Complete(result={"v": 2})
+
+
+def tool_effect(run_id: str, tag: str) -> str:
+    """A side effect outside any Parkway transaction: committed the moment it happens."""
+    from parkway.db import transaction
+
+    with transaction() as session:
+        session.execute(text("INSERT INTO test_effects (run_id, tag) VALUES (:r, :t)"), {"r": run_id, "t": tag})
+    return f"did {tag}"
+
+
+def wait_for_flag(payload: dict[str, Any], name: str, ctx: Context) -> None:
+    flag = payload.get(name)
+    if flag and ctx.attempt == 1:
+        deadline = time.monotonic() + 60
+        while not Path(flag).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+@step("t.tool")
+def one_tool(ctx: Context, payload: dict[str, Any]) -> Complete:
+    """One tool call; catches PossiblyRan so the test can see the step learned it."""
+    try:
+        out = ctx.tool(
+            "effect",
+            key="apply",
+            args={"cmd": payload.get("cmd", "x")},
+            replay=payload.get("replay", "never"),
+            run=lambda: tool_effect(ctx.run_id, "tool"),
+        )
+    except PossiblyRan as exc:
+        return Complete(result={"possibly_ran": str(exc)})
+    return Complete(result={"out": out})
+
+
+@step("t.three_tools")
+def three_tools(ctx: Context, payload: dict[str, Any]) -> Complete:
+    outs = [ctx.tool("effect", key="one", args={}, replay="never", run=lambda: tool_effect(ctx.run_id, "one"))]
+    outs.append(ctx.tool("effect", key="two", args={}, replay="never", run=lambda: tool_effect(ctx.run_id, "two")))
+    wait_for_flag(payload, "wait_for", ctx)
+    outs.append(ctx.tool("effect", key="three", args={}, replay="never", run=lambda: tool_effect(ctx.run_id, "three")))
+    return Complete(result={"outs": outs})
+
+
+@step("t.guarded")
+def guarded(ctx: Context, payload: dict[str, Any]) -> Complete:
+    """A tool behind a permission preflight for a resource set given by the payload (or a file)."""
+    resources = payload["resources"]
+    if payload.get("resources_file") and Path(payload["resources_file"]).exists():
+        resources = Path(payload["resources_file"]).read_text().split(",")
+    try:
+        out = ctx.tool(
+            "shell",
+            key="apply",
+            args={"cmd": payload["cmd"]},
+            replay="never",
+            run=lambda: tool_effect(ctx.run_id, "guarded"),
+            permissions=[Permission(key="p", action="shell.exec", resources=resources, target="team:ops")],
+        )
+    except PermissionRejected as exc:
+        return Complete(result={"rejected": str(exc)})
+    return Complete(result={"out": out})
+
+
+@step("t.args_change")
+def args_change(ctx: Context, payload: dict[str, Any]) -> Complete:
+    """The same tool key with arguments that differ between executions."""
+    ctx.tool("effect", key="apply", args={"attempt": ctx.attempt}, replay="never",
+             run=lambda: tool_effect(ctx.run_id, "args"))  # fmt: skip
+    wait_for_flag(payload, "wait_for", ctx)
+    return Complete(result={})

@@ -1,0 +1,133 @@
+"""The store's tool-call journal: intent, authorization and outcome of each side effect in a step.
+
+Same rules as ``models.store``: compare-and-set in the caller's transaction, ``None`` when a race
+was lost, never a commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models.base import utcnow
+from models.status import ToolPhase
+from models.store import append_event, canonical_json
+from models.tables import ToolCall
+
+
+def tool_call_id(journal_step_id: str, key: str) -> str:
+    return hashlib.sha256(canonical_json(["tool", journal_step_id, key]).encode()).hexdigest()[:32]
+
+
+def args_digest(args: Any) -> str:
+    """Arguments are journaled only as a digest: they may hold secrets, and identity is all we need."""
+    return hashlib.sha256(canonical_json(args).encode()).hexdigest()
+
+
+def record_intent(
+    session: Session,
+    *,
+    run_id: str,
+    journal_step_id: str,
+    key: str,
+    name: str,
+    digest: str,
+    replay: str,
+    phase: ToolPhase,
+    interaction_id: str | None,
+) -> tuple[ToolCall, bool]:
+    """-> authorizing|executing: the intent, durable before anything runs. Returns (row, created);
+    an existing row for the same key is returned as it is (the caller compares name and digest)."""
+    existing = session.get(ToolCall, tool_call_id(journal_step_id, key))
+    if existing is not None:
+        return existing, False
+    now = utcnow()
+    row = ToolCall(
+        id=tool_call_id(journal_step_id, key),
+        run_id=run_id,
+        step_id=journal_step_id,
+        key=key,
+        name=name,
+        args_digest=digest,
+        replay=replay,
+        phase=phase.value,
+        possibly_ran=False,
+        interaction_id=interaction_id,
+        runs=0,
+        created_at=now,
+        updated_at=now,
+    )
+    try:
+        with session.begin_nested():
+            session.add(row)
+            session.flush()
+    except IntegrityError:
+        found = session.get(ToolCall, row.id)
+        assert found is not None
+        return found, False
+    append_event(session, run_id, "toolcall.intent", key=key, name=name, replay=replay, phase=phase.value)
+    return row, True
+
+
+def reauthorize(session: Session, call_id: str, *, interaction_id: str) -> ToolCall | None:
+    """authorizing -> authorizing for a new permission request (the resource set changed)."""
+    return _transition(session, call_id, ToolPhase.AUTHORIZING, ToolPhase.AUTHORIZING, interaction_id=interaction_id)
+
+
+def authorize(session: Session, call_id: str) -> ToolCall | None:
+    """authorizing -> executing, once its permission was approved; durable before the body runs."""
+    row = _transition(session, call_id, ToolPhase.AUTHORIZING, ToolPhase.EXECUTING)
+    if row is not None:
+        append_event(session, row.run_id, "toolcall.authorized", key=row.key, name=row.name)
+    return row
+
+
+def mark_running(session: Session, call_id: str) -> ToolCall | None:
+    """executing -> executing with one more recorded start of ``run`` (a safe replay)."""
+    return session.scalar(
+        update(ToolCall)
+        .where(ToolCall.id == call_id, ToolCall.phase == ToolPhase.EXECUTING)
+        .values(runs=ToolCall.runs + 1, updated_at=utcnow())
+        .returning(ToolCall)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def settle(
+    session: Session,
+    call_id: str,
+    *,
+    from_: ToolPhase,
+    outcome: Any = None,
+    error: str | None = None,
+    possibly_ran: bool = False,
+) -> ToolCall | None:
+    """executing|authorizing -> settled with its outcome (or error); ``None`` if it settled already."""
+    row = _transition(
+        session, call_id, from_, ToolPhase.SETTLED, outcome=outcome, error=error, possibly_ran=possibly_ran
+    )
+    if row is None:
+        return None
+    if possibly_ran:
+        append_event(session, row.run_id, "toolcall.possibly_ran", key=row.key, name=row.name)
+    else:
+        append_event(session, row.run_id, "toolcall.settled", key=row.key, name=row.name, ok=error is None)
+    return row
+
+
+def _transition(session: Session, call_id: str, from_: ToolPhase, to: ToolPhase, **values: Any) -> ToolCall | None:
+    return session.scalar(
+        update(ToolCall)
+        .where(ToolCall.id == call_id, ToolCall.phase == from_)
+        .values(phase=to.value, updated_at=utcnow(), **values)
+        .returning(ToolCall)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def calls_of_run(session: Session, run_id: str) -> list[ToolCall]:
+    return list(session.scalars(select(ToolCall).where(ToolCall.run_id == run_id).order_by(ToolCall.created_at)))
