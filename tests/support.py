@@ -205,6 +205,10 @@ class Stack:
             folder = self.home / "broker" / "queue"
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True, exist_ok=True)
+            # Bindings of dead workers' pidbox and event queues would otherwise collect broadcasts forever.
+            control = self.home / "broker" / "control"
+            shutil.rmtree(control, ignore_errors=True)
+            control.mkdir(parents=True, exist_ok=True)
 
     # ----------------------------------------------------------------- data
 

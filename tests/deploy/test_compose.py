@@ -1,0 +1,358 @@
+"""docker-compose.yml (issue 7, part 2), checked without a Docker engine.
+
+Every Parkway service must run an entry point the suite itself runs (same program, same subcommand, no
+option the suite never passes), every ``PARKWAY_*`` name it is given must be a setting, and the production
+facts of CELERY-NOTES.md must hold: Redis persistent and never evicting, one beat, warm worker shutdown,
+healthchecks behind every ``service_healthy``, Flower behind basic auth.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from sqlalchemy.engine import make_url
+
+from parkway.errors import ConfigError
+from parkway.settings import Settings
+from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP_QUEUE
+from tasks.celery_app import app as celery_app
+from tests.deploy.flower import flower_command
+from tests.support import ROOT, Stack
+
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+APP_SERVICES = ("migrate", "api", "worker", "beat", "flower")
+QUEUES = {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE}
+# Options whose value is where a process listens or who may log in: the deployment's to choose.
+PER_DEPLOYMENT = {"--host", "--port", "--address", "--basic-auth"}
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """``NAME=value`` lines, as Docker Compose reads an env file (comments and blank lines skipped)."""
+    values = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, _, value = line.partition("=")
+            values[name.strip()] = value.strip()
+    return values
+
+
+ENV_EXAMPLE = env_file(ROOT / ".env.example")
+
+
+def argv(service: str) -> list[str]:
+    command = SERVICES[service]["command"]
+    assert isinstance(command, list), f"{service}: use the exec form, so signals reach the process itself"
+    return [str(part) for part in command]
+
+
+def console_scripts() -> dict[str, str]:
+    """Module → console script, from pyproject.toml (``python -m parkway.cli`` is ``parkway``)."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    return {target.partition(":")[0]: name for name, target in scripts.items()}
+
+
+def as_installed(command: list[str]) -> list[str]:
+    """``<python> -m celery …`` → ``celery …``: the form a container runs the same entry point in."""
+    if command[0] == sys.executable and command[1] == "-m":
+        return [console_scripts().get(command[2], command[2]), *command[3:]]
+    return command
+
+
+def parse(command: list[str]) -> tuple[str, list[str], dict[str, str | bool]]:
+    """(program, positional arguments, options); ``--opt=v``, ``--opt v`` and bare flags."""
+    program, rest = command[0], command[1:]
+    positional: list[str] = []
+    options: dict[str, str | bool] = {}
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        if token.startswith("-"):
+            name, eq, value = token.partition("=")
+            if eq:
+                options[name] = value
+            elif i + 1 < len(rest) and not rest[i + 1].startswith("-"):
+                options[name] = rest[i + 1]
+                i += 1
+            else:
+                options[name] = True
+        else:
+            positional.append(token)
+        i += 1
+    return program, positional, options
+
+
+def role(command: list[str]) -> str:
+    """Which compose service a command is: ``api`` for uvicorn, else Celery's or parkway's subcommand."""
+    program, positional, _ = parse(command)
+    if program == "uvicorn":
+        return "api"
+    return positional[0] if program in ("celery", "parkway") and positional else program
+
+
+class Recorder:
+    """Stands in for ``subprocess.Popen``/``run``: records the command, is a process that already exited."""
+
+    commands: list[list[str]]
+
+    def __init__(self, args: list[str], **_: Any) -> None:
+        Recorder.commands.append([str(a) for a in args])
+        self.pid, self.returncode, self.stdout, self.stderr = 0, 0, "", ""
+
+    def poll(self) -> int:
+        return 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+    def send_signal(self, _: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    Recorder.commands = []
+    monkeypatch.setattr(subprocess, "Popen", Recorder)
+    monkeypatch.setattr(subprocess, "run", Recorder)
+    return Recorder.commands
+
+
+@pytest.fixture
+def suite_commands(recorded: list[list[str]], tmp_path: Path) -> dict[str, list[str]]:
+    """The commands the suite starts its processes with, taken from the helpers that start them."""
+    from tests.api.conftest import ApiServer
+
+    stack = Stack(backend="sqlite", database_url="sqlite://", broker_url="", home=tmp_path, logs=tmp_path)
+    stack.start_worker(wait=False)
+    stack.start_beat()
+    stack.parkway("migrate")
+    ApiServer(database_url="sqlite://", log=tmp_path / "api.log").start(wait=False)
+    commands = [as_installed(command) for command in recorded]
+    commands.append(as_installed(flower_command(5555, "user:password")))
+    return {role(command): command for command in commands}
+
+
+@pytest.fixture
+def parkway_up_commands(recorded: list[list[str]], monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """The commands ``parkway up`` starts its children with (they 'exit' at once, so it returns)."""
+    import parkway.cli
+
+    monkeypatch.setattr(parkway.cli, "cmd_migrate", lambda _: 0)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        args = parkway.cli.build_parser().parse_args(["up", "--grace", "0.1"])
+        args.fn(args)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    commands = [as_installed(command) for command in recorded]
+    return {role(command): command for command in commands}
+
+
+def assert_same_entry_point(service: str, suite: list[str], source: str) -> None:
+    program, positional, options = parse(argv(service))
+    suite_program, suite_positional, suite_options = parse(suite)
+    assert (program, positional) == (suite_program, suite_positional), f"{service} vs {source}: {suite}"
+    for name, value in options.items():
+        assert name in suite_options, f"{service} passes {name}, which {source} never does: {suite}"
+        if name not in PER_DEPLOYMENT:
+            assert value == suite_options[name], f"{service}: {name}={value}, {source}: {suite_options[name]}"
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def test_compose__has_the_services_of_the_stack() -> None:
+    assert set(SERVICES) == {"postgres", "redis", *APP_SERVICES}
+
+
+@pytest.mark.parametrize("service", APP_SERVICES)
+def test_compose__each_app_service_runs_an_entry_point_the_suite_runs(
+    service: str, suite_commands: dict[str, list[str]]
+) -> None:
+    assert_same_entry_point(service, suite_commands[service], "the test suite")
+
+
+def test_compose__services_parkway_up_also_runs_use_its_entry_points(
+    parkway_up_commands: dict[str, list[str]],
+) -> None:
+    assert {"api", "worker", "beat"} <= set(parkway_up_commands)
+    for service in set(APP_SERVICES) & set(parkway_up_commands):
+        assert_same_entry_point(service, parkway_up_commands[service], "parkway up")
+
+
+def test_compose__migrate_is_the_parkway_migrate_command() -> None:
+    import parkway.cli
+
+    assert argv("migrate") == ["parkway", "migrate"]
+    assert console_scripts()["parkway.cli"] == "parkway"
+    assert parkway.cli.build_parser().parse_args(["migrate"]).fn is parkway.cli.cmd_migrate
+
+
+def test_compose__worker_consumes_the_three_named_queues_and_beat_stays_out_of_it() -> None:
+    _, _, options = parse(argv("worker"))
+    assert set(str(options["-Q"]).split(",")) == QUEUES
+    assert {queue.name for queue in celery_app.conf.task_queues} == QUEUES
+    assert not {"-B", "--beat"} & set(options), "an embedded beat would be a second scheduler"
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def test_env_example__every_parkway_name_is_a_setting() -> None:
+    assert Settings.model_config["env_prefix"] == "PARKWAY_"
+    settings = {f"PARKWAY_{name.upper()}" for name in Settings.model_fields}
+    names = {name for name in ENV_EXAMPLE if name.startswith("PARKWAY_")}
+    assert names - settings == set()
+    required = {"PARKWAY_DATABASE_URL", "PARKWAY_BROKER_URL", "PARKWAY_SECRET_KEY", "PARKWAY_IMPORTS"}
+    assert required <= names
+
+
+def test_env_example__values_parse_and_the_placeholder_key_is_refused() -> None:
+    values = {
+        name.removeprefix("PARKWAY_").lower(): value
+        for name, value in ENV_EXAMPLE.items()
+        if name.startswith("PARKWAY_")
+    }
+    settings = Settings.model_validate(values)
+    with pytest.raises(ConfigError):
+        settings.resolved_secret_key()
+    real_key = "r" * 48
+    assert Settings.model_validate({**values, "secret_key": real_key}).resolved_secret_key() == real_key
+
+
+def test_env_example__points_at_the_compose_postgres_and_redis() -> None:
+    database = make_url(ENV_EXAMPLE["PARKWAY_DATABASE_URL"])
+    postgres = SERVICES["postgres"]["environment"]
+    assert database.drivername == "postgresql+psycopg"
+    assert (database.host, database.port) == ("postgres", 5432)
+    assert (database.username, database.password, database.database) == (
+        postgres["POSTGRES_USER"],
+        postgres["POSTGRES_PASSWORD"],
+        postgres["POSTGRES_DB"],
+    )
+    broker = urlsplit(ENV_EXAMPLE["PARKWAY_BROKER_URL"])
+    assert (broker.scheme, broker.hostname, broker.port) == ("redis", "redis", 6379)
+
+
+def test_compose__app_services_share_one_image_and_take_env_from_env_example() -> None:
+    builds = {str(SERVICES[service]["build"]) for service in APP_SERVICES}
+    images = {SERVICES[service]["image"] for service in APP_SERVICES}
+    assert builds == {"."} and len(images) == 1
+    for service in APP_SERVICES:
+        files = [entry["path"] if isinstance(entry, dict) else entry for entry in SERVICES[service]["env_file"]]
+        assert files[0] == ".env.example", service
+        assert "environment" not in SERVICES[service], f"{service}: configure through .env.example"
+
+
+def test_compose__every_interpolated_variable_is_documented_in_env_example() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    variables = set(re.findall(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)", text))
+    assert variables <= set(ENV_EXAMPLE)
+
+
+def test_compose__workspaces_are_a_volume_shared_by_the_api_and_the_worker() -> None:
+    workspace = ENV_EXAMPLE["PARKWAY_WORKSPACE_DIR"]
+    for service in ("api", "worker"):
+        targets = {mount.split(":")[1] for mount in SERVICES[service]["volumes"]}
+        assert workspace in targets, service
+
+
+# --------------------------------------------------------------------------- production facts
+
+
+def test_compose__beat_has_exactly_one_replica() -> None:
+    assert SERVICES["beat"]["deploy"]["replicas"] == 1
+    assert "scale" not in SERVICES["beat"]
+
+
+def test_compose__redis_keeps_an_append_only_file_and_never_evicts() -> None:
+    command = SERVICES["redis"]["command"]
+    assert SERVICES["redis"]["image"].startswith("redis:7")
+    options = parse(command)[2]
+    assert options["--appendonly"] == "yes"
+    assert options["--maxmemory-policy"] == "noeviction"
+    assert any(mount.endswith(":/data") for mount in SERVICES["redis"]["volumes"])
+
+
+def test_compose__dependencies_wait_for_health_or_successful_completion() -> None:
+    for service, spec in SERVICES.items():
+        for dependency, how in spec.get("depends_on", {}).items():
+            condition = how["condition"]
+            assert condition in ("service_healthy", "service_completed_successfully"), (service, dependency)
+            if condition == "service_healthy":
+                assert "healthcheck" in SERVICES[dependency], f"{service} waits on {dependency}'s health"
+            else:
+                assert SERVICES[dependency].get("restart") == "no", f"{dependency} must be one-shot"
+    assert SERVICES["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for service in ("api", "worker", "beat"):
+        depends = SERVICES[service]["depends_on"]
+        assert depends["migrate"]["condition"] == "service_completed_successfully", service
+        assert depends["redis"]["condition"] == "service_healthy", service
+    assert SERVICES["flower"]["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+def test_compose__postgres_redis_and_api_have_healthchecks() -> None:
+    def probe(service: str) -> list[str]:
+        test = SERVICES[service]["healthcheck"]["test"]
+        assert test[0] in ("CMD", "CMD-SHELL"), service
+        return [str(part) for part in test[1:]]
+
+    assert probe("postgres")[0] == "pg_isready"
+    assert probe("redis") == ["redis-cli", "ping"]
+    assert "http://127.0.0.1:8000/healthz" in " ".join(probe("api"))
+    assert "/healthcheck" in " ".join(probe("flower"))
+    from api.app import app as api
+
+    assert "get" in api.openapi()["paths"]["/healthz"]
+
+
+def test_compose__worker_stops_warm_on_sigterm_with_a_grace_period() -> None:
+    worker = SERVICES["worker"]
+    assert worker["stop_signal"] == "SIGTERM"
+    assert seconds(worker["stop_grace_period"]) >= 60
+
+
+def test_compose__flower_needs_basic_auth_and_keeps_no_state_file() -> None:
+    _, positional, options = parse(argv("flower"))
+    assert positional == ["flower"]
+    # Compose refuses to start while the credentials are unset: never an open Flower.
+    assert re.fullmatch(r"\$\{FLOWER_BASIC_AUTH:\?[^}]+\}", str(options["--basic-auth"]))
+    assert options["--persistent"] == "False"
+    assert options["--port"] == "5555" and "5555:5555" in SERVICES["flower"]["ports"]
+
+
+def test_dockerfile__installs_the_package_as_a_non_root_user() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    instructions = [line.split(None, 1) for line in dockerfile.splitlines() if line and line[0].isupper()]
+    assert instructions[0] == ["FROM", "python:3.11-slim"]
+    assert "pip install ." in dockerfile
+    users = [rest.strip() for keyword, rest in instructions if keyword == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    copied = {source for keyword, rest in instructions if keyword == "COPY" for source in rest.split()[:-1]}
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    for package in packages["find"]["include"]:
+        assert package.rstrip("*") in copied, f"the image would be built without {package}"
+    for path in copied:
+        assert (ROOT / path).exists(), path
+
+
+def seconds(duration: str | int) -> float:
+    """A Compose duration (``90s``, ``2m``, ``1m30s``) in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    if isinstance(duration, int):
+        return float(duration)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|m|s)", duration)
+    assert "".join(number + unit for number, unit in parts) == duration, duration
+    return sum(float(number) * units[unit] for number, unit in parts)
