@@ -130,25 +130,15 @@ class Stack:
     # ----------------------------------------------------------------- processes
 
     def start_worker(self, *, concurrency: int = 2, wait: bool = True, **env: str | None) -> Worker:
+        """A real ``celery worker`` subprocess (prefork) consuming the three named queues."""
         name = f"w{len(self.workers)}-{uuid.uuid4().hex[:6]}"
-        log = self.logs / f"{name}.log"
-        cmd = [
-            sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", "worker",
-            "-l", "info", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
-            "-Q", "parkway.steps,parkway.continuations,parkway.sweep",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-        ]  # fmt: skip
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=ROOT,
-                env=child_env(self.database_url, **env),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        worker = Worker(proc=proc, log=log, name=name)
-        self.workers.append(worker)
+        worker = self._spawn(
+            name,
+            ["worker", "-l", "info", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
+             "-Q", "parkway.steps,parkway.continuations,parkway.sweep",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            env,
+        )  # fmt: skip
         if wait:
             worker.wait_ready()
         return worker
@@ -156,24 +146,21 @@ class Stack:
     def start_beat(self, **env: str | None) -> Worker:
         """A real ``celery beat`` subprocess sending the sweep on its cadence."""
         name = f"beat{len(self.workers)}-{uuid.uuid4().hex[:6]}"
-        log = self.logs / f"{name}.log"
-        cmd = [
-            sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", "beat", "-l", "info",
-            "-s", str(self.logs / f"{name}.schedule"),
-        ]  # fmt: skip
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=ROOT,
-                env=child_env(self.database_url, **env),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        beat = Worker(proc=proc, log=log, name=name)
-        self.workers.append(beat)
+        beat = self._spawn(name, ["beat", "-l", "info", "-s", str(self.logs / f"{name}.schedule")], env)
         wait_for(lambda: "Sending due task" in beat.text() or not beat.alive(), timeout=30, what="beat sending")
         return beat
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str | None]) -> Worker:
+        log = self.logs / f"{name}.log"
+        cmd = [sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", *args]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=child_env(self.database_url, **env), stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        process = Worker(proc=proc, log=log, name=name)
+        self.workers.append(process)
+        return process
 
     def run_python(self, code: str, *, timeout: float = 60.0, **env: str | None) -> subprocess.CompletedProcess[str]:
         """Run Python in a fresh process against this stack (for crash points in the answering process)."""

@@ -19,13 +19,7 @@ from tests.support import (
     wait_status,
 )
 
-
-@pytest.fixture(autouse=True)
-def own_workers(stack: Stack):  # type: ignore[no-untyped-def]
-    """Each test starts the workers it needs and none outlive it (a leftover would take its messages)."""
-    stack.stop_all()
-    yield
-    stack.stop_all()
+pytestmark = pytest.mark.usefixtures("own_workers")
 
 
 WORKER_POINTS = ["resume.after_claim", "resume.before_commit", "resume.after_commit", "publish.before_send"]

@@ -24,12 +24,7 @@ from tests.support import (
     wait_status,
 )
 
-
-@pytest.fixture(autouse=True)
-def own_workers(stack: Stack):  # type: ignore[no-untyped-def]
-    stack.stop_all()
-    yield
-    stack.stop_all()
+pytestmark = pytest.mark.usefixtures("own_workers")
 
 
 def test_broker_flushed__twenty_answered_runs_complete_exactly_once(stack: Stack) -> None:

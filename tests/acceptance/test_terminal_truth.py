@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -35,12 +34,7 @@ from tests.support import (
     wait_status,
 )
 
-
-@pytest.fixture(autouse=True)
-def own_workers(stack: Stack) -> Iterator[None]:
-    stack.stop_all()
-    yield
-    stack.stop_all()
+pytestmark = pytest.mark.usefixtures("own_workers")
 
 
 @pytest.fixture

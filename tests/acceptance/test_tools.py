@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,12 +25,7 @@ from tests.support import (
     wait_status,
 )
 
-
-@pytest.fixture(autouse=True)
-def own_workers(stack: Stack) -> Iterator[None]:
-    stack.stop_all()
-    yield
-    stack.stop_all()
+pytestmark = pytest.mark.usefixtures("own_workers")
 
 
 def calls(run_id: str) -> dict[str, ToolCall]:
