@@ -1,0 +1,68 @@
+"""Running ``parkway`` as a user does: a subprocess on the embedded defaults, in a home of its own.
+
+The test session's ``PARKWAY_*`` settings (tests/conftest.py puts them in ``os.environ``) are left out
+of the child's environment, so it truly runs on SQLite + the filesystem broker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from contextlib import suppress
+from pathlib import Path
+
+from tests.support import ROOT, wait_for
+
+
+def embedded_env(**extra: str) -> dict[str, str]:
+    """This environment without any ``PARKWAY_*``/``FLOWER_*`` name: nothing configured."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PARKWAY_", "FLOWER_"))}
+    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8", **extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def parkway(*args: str, env: dict[str, str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "parkway.cli", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def child_pids(stdout: str) -> dict[str, int]:
+    """``starting api (pid 12)… worker (pid 13)…`` → ``{"api": 12, "worker": 13}``."""
+    return {name: int(pid) for name, pid in re.findall(r"(\w+) \(pid (\d+)\)…", stdout)}
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process is left in a process group (each child of ``parkway up`` leads its own)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop(proc: subprocess.Popen[bytes], groups: list[int], *, grace: float = 20) -> None:
+    """Stop a ``parkway`` process and everything it started, whatever state the test left them in:
+    SIGINT first (it stops its children), then SIGKILL to its group and to each child's group."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+    for pgid in [proc.pid, *groups]:
+        if pgid > 0:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    with suppress(AssertionError):
+        wait_for(lambda: not any(group_alive(g) for g in groups if g > 0), timeout=10, what="children gone")

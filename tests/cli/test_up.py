@@ -1,0 +1,198 @@
+"""``parkway up`` on the embedded defaults, as a user runs it (issue 7, item 1).
+
+One real ``parkway up`` (API, worker, beat, Flower) in a fresh ``PARKWAY_HOME`` with nothing configured:
+it prints its progress and each URL, answers ``/healthz``, processes a run end to end over HTTP, and on
+SIGINT stops every child cleanly (exit 0, no process left).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.cli.support import child_pids, embedded_env, free_port, group_alive, parkway, stop
+from tests.support import wait_for
+from tests.workflows import EFFECTS_DDL
+
+TARGET = "team:ops"
+
+
+@dataclass
+class Up:
+    proc: subprocess.Popen[bytes]
+    home: Path
+    out: Path
+    err: Path
+    env: dict[str, str]
+    api: str
+    flower: str
+    groups: list[int] = field(default_factory=list)
+
+    def stdout(self) -> str:
+        return self.out.read_text(encoding="utf-8", errors="replace")
+
+    def logs(self) -> str:
+        return f"stdout:\n{self.stdout()}\nstderr (last 4000 chars):\n{self.err.read_text(errors='replace')[-4000:]}"
+
+    def printed(self, text: str) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"parkway up exited with {self.proc.returncode}\n{self.logs()}")
+        return text in self.stdout()
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Up]:
+    home = tmp_path / "home"
+    env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows")
+    api_port, flower_port = free_port(), free_port()
+    out, err = tmp_path / "up.out", tmp_path / "up.err"
+    cmd = [sys.executable, "-m", "parkway.cli", "up", "--port", str(api_port), "--flower-port", str(flower_port),
+           "--concurrency", "1", "--grace", "30"]  # fmt: skip
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
+    running = Up(proc, home, out, err, env, f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{flower_port}")
+    try:
+        yield running
+    finally:
+        stop(proc, running.groups or list(child_pids(running.stdout()).values()))
+
+
+def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sigint(up: Up, tmp_path: Path) -> None:
+    # Given `parkway up` with nothing configured
+    wait_for(lambda: up.printed("all up in"), timeout=120, what="parkway up ready")
+    stdout = up.stdout()
+    pids = child_pids(stdout)
+    up.groups = list(pids.values())
+    assert set(pids) == {"api", "worker", "beat", "flower"}, stdout
+    assert "parkway up: starting api (pid" in stdout
+    for name in ("api", "worker", "beat", "flower"):
+        assert f"parkway up: {name} ready" in stdout
+    assert f"api ready: {up.api}" in stdout
+    assert "embedded SQLite" in stdout and "filesystem broker" in stdout
+    assert (up.home / "parkway.sqlite3").exists() and (up.home / "broker").is_dir()
+    assert not (tmp_path / "var").exists(), "./var must not be used when PARKWAY_HOME is set"
+
+    # Then it answers /healthz, and Flower only with the credentials it printed once
+    assert httpx.get(f"{up.api}/healthz", timeout=10).json() == {"status": "ok"}
+    found = re.search(r"flower ready: (\S+)\s+\(user:password (\S+?):(\S+)\)", stdout)
+    assert found is not None and found.group(1) == up.flower, stdout
+    assert stdout.count(found.group(3)) == 1, "the generated Flower password is printed exactly once"
+    assert httpx.get(f"{up.flower}/healthcheck", timeout=10).status_code == 200
+    assert httpx.get(f"{up.flower}/api/workers", timeout=10).status_code == 401
+    flower_auth = (found.group(2), found.group(3))
+    assert httpx.get(f"{up.flower}/api/workers", auth=flower_auth, timeout=30).status_code == 200
+
+    # (the table the test workflows record their committed effects in)
+    with closing(sqlite3.connect(up.home / "parkway.sqlite3")) as db, db:
+        db.execute(EFFECTS_DDL)
+
+    # When an admin made with `parkway token create` sets up principals and grants over HTTP
+    made = parkway("token", "create", "--kind", "admin", "--name", "root", env=up.env, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    tokens = {"root": made.stdout.strip()}
+    with httpx.Client(base_url=up.api, timeout=30) as http:
+
+        def auth(name: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {tokens[name]}"}
+
+        for kind, name in (("agent", "bot"), ("human", "ana")):
+            principal = http.post("/v1/principals", json={"kind": kind, "name": name}, headers=auth("root"))
+            assert principal.status_code == 201, principal.text
+            tokens[name] = principal.json()["token"]
+            grant = http.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=auth("root"))
+            assert grant.status_code == 201, grant.text
+
+        # And an agent starts t.ask_one, which parks on one question
+        body = {"workflow": "t.ask_one", "payload": {}, "target": TARGET}
+        started = http.post("/v1/runs", json=body, headers=auth("bot"))
+        assert started.status_code == 201, started.text
+        run_id = started.json()["id"]
+
+        def status() -> str:
+            response = http.get(f"/v1/runs/{run_id}", headers=auth("ana"))
+            assert response.status_code == 200, response.text
+            return str(response.json()["status"])
+
+        wait_for(lambda: status() == "waiting", timeout=60, what="run waiting")
+        pending = http.get("/v1/interactions", params={"status": "pending", "run_id": run_id}, headers=auth("ana"))
+        [question] = pending.json()["items"]
+        assert question["key"] == "go"
+
+        # And a person answers it
+        answered = http.post(
+            f"/v1/interactions/{question['id']}/answer",
+            json={"response_id": "r-1", "value": "ship"},
+            headers=auth("ana"),
+        )
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["status"] == "answered"
+
+        # Then the stack's worker resumes it to completion
+        wait_for(lambda: status() == "completed", timeout=60, what="run completed")
+        run = http.get(f"/v1/runs/{run_id}", headers=auth("ana")).json()
+        assert run["result"] == {"go": "ship"}
+        assert run["completed_at"] is not None
+
+        # And a second run is left waiting on its question
+        second = http.post("/v1/runs", json=body, headers=auth("bot")).json()["id"]
+        wait_for(lambda: http.get(f"/v1/runs/{second}", headers=auth("ana")).json()["status"] == "waiting",
+                 timeout=60, what="second run waiting")  # fmt: skip
+
+    # When parkway up gets SIGINT (a terminal's Ctrl-C)
+    up.proc.send_signal(signal.SIGINT)
+    code = up.proc.wait(timeout=90)
+
+    # Then it stopped every child cleanly, exit 0, and none of them (nor their children) is left
+    stdout = up.stdout()
+    assert code == 0, up.logs()
+    assert "SIGINT received" in stdout and "parkway up: stopped (" in stdout, stdout
+    wait_for(lambda: not any(group_alive(pid) for pid in pids.values()), timeout=10, what="no child left")
+    # And stopping recorded no cancellation: the waiting run still waits on its pending question
+    with closing(sqlite3.connect(up.home / "parkway.sqlite3")) as db:
+        statuses = dict(db.execute("SELECT id, status FROM runs").fetchall())
+        asked = db.execute("SELECT status FROM interactions WHERE run_id = ?", (second,)).fetchall()
+        effects = db.execute("SELECT run_id, tag FROM test_effects").fetchall()
+        closed = db.execute(
+            "SELECT type FROM events WHERE type LIKE '%.canceled' OR type LIKE '%.interrupted'"
+        ).fetchall()
+    assert statuses == {run_id: "completed", second: "waiting"}
+    assert effects == [(run_id, "one_done")]
+    assert asked == [("pending",)]
+    assert closed == []
+
+
+def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path) -> None:
+    # Given the API's port already taken by someone else
+    home = tmp_path / "home"
+    env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cmd = [sys.executable, "-m", "parkway.cli", "up", "--port", str(port), "--no-flower", "--grace", "20"]
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
+        try:
+            out, err = proc.communicate(timeout=120)
+        finally:
+            stop(proc, [])
+    stdout = out.decode(errors="replace")
+    pids = child_pids(stdout)
+    # Then it says which child died, stops the others, and exits non-zero with nothing left behind
+    assert proc.returncode == 1, stdout + err.decode(errors="replace")[-3000:]
+    assert set(pids) == {"api", "worker", "beat"}, stdout
+    assert "api exited during startup" in stdout, stdout
+    assert "flower" not in stdout
+    assert not any(group_alive(pid) for pid in pids.values())
