@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from api import errors
 from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from api.metrics import MetricsMiddleware
+from api.pages import decisions
 from api.routes import events, grants, health, interactions, principals, runs
 from parkway.db import get_engine
 from parkway.errors import ConfigError
@@ -62,7 +63,7 @@ def create_app() -> FastAPI:
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware)  # outermost: every request is observed, refused ones too
-    for module in (runs, interactions, principals, grants, events, health):
+    for module in (runs, interactions, principals, grants, events, health, decisions):
         app.include_router(module.router)
     return app
 

@@ -16,16 +16,17 @@ import binascii
 import hmac
 import itertools
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, true
+from sqlalchemy import ColumnElement, and_, func, literal_column, or_, select, text, true
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.status import InteractionStatus, PrincipalKind
-from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, ToolCall
+from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, SweepTotal, ToolCall
 from parkway.errors import ParkwayError
 
 T = TypeVar("T")
@@ -299,3 +300,84 @@ def visible_events(session: Session, principal: Principal, *, after: int, limit:
 def continuation_counts(session: Session) -> dict[str, int]:
     rows = session.execute(select(Continuation.status, func.count()).group_by(Continuation.status)).all()
     return {str(status): int(count) for status, count in rows}
+
+
+def oldest_ready(session: Session) -> tuple[datetime | None, datetime | None]:
+    """``(created_at, enqueued_at)`` of the oldest ``ready`` continuation by each, or ``None`` for none.
+
+    Both read only the rows of the partial index ``ix_continuations_ready``: the cost follows the number
+    of ready rows, never the size of the table. The status is rendered literally so SQLite's planner and
+    PostgreSQL's generic plans can match the index's ``WHERE status = 'ready'``.
+    """
+    ready = Continuation.status == literal_column("'ready'")
+    created = session.scalar(select(Continuation.created_at).where(ready).order_by(Continuation.created_at).limit(1))
+    enqueued = session.scalar(
+        select(Continuation.enqueued_at)
+        .where(ready, Continuation.enqueued_at.is_not(None))
+        .order_by(Continuation.enqueued_at)
+        .limit(1)
+    )
+    return created, enqueued
+
+
+def projection_pending_count(session: Session) -> int:
+    """Terminal runs whose projections do not agree yet: counted on the partial index
+    ``ix_runs_projection_pending`` (its predicate written literally so both planners match it)."""
+    return int(session.scalar(select(func.count()).select_from(Run).where(text("projection_pending"))) or 0)
+
+
+def sweep_totals(session: Session) -> list[SweepTotal]:
+    """The sweep's running totals, one row per category (a handful of rows)."""
+    return list(session.scalars(select(SweepTotal).order_by(SweepTotal.category)))
+
+
+# --------------------------------------------------------------------------- the Decisions page
+
+CLOSED_EVENT_TYPES = (
+    "interaction.answered",
+    "interaction.rejected",
+    "interaction.expired",
+    "interaction.canceled",
+    "interaction.interrupted",
+)
+
+
+def runs_by_id(session: Session, run_ids: Iterable[str]) -> dict[str, Run]:
+    ids = sorted(set(run_ids))
+    if not ids:
+        return {}
+    return {run.id: run for run in session.scalars(select(Run).where(Run.id.in_(ids)))}
+
+
+def stream_cursor(session: Session) -> int:
+    """The event cursor a stream opened after this read should start from: nothing after it is missed."""
+    horizon = event_horizon(session)
+    if horizon is not None:
+        return horizon
+    return int(session.scalar(select(func.max(Event.seq))) or 0)
+
+
+def recently_closed(session: Session, principal: Principal, *, scan: int) -> list[InteractionView]:
+    """Interactions the caller may see that closed (answered, rejected, expired, canceled, interrupted)
+    within the last ``scan`` events, most recently closed first.
+
+    "Recently" is measured on the event log, so the read is a primary-key range of at most ``scan`` rows
+    whatever the size of the interactions table.
+    """
+    top = session.scalar(select(func.max(Event.seq)))
+    if top is None:
+        return []
+    rows = session.scalars(
+        select(Event.data).where(Event.seq > top - scan, Event.type.in_(CLOSED_EVENT_TYPES)).order_by(Event.seq.desc())
+    )
+    ids = list(dict.fromkeys(d["interaction_id"] for d in rows if isinstance((d or {}).get("interaction_id"), str)))
+    if not ids:
+        return []
+    visible = session.execute(
+        select(Interaction, Principal.name)
+        .join(Run, Run.id == Interaction.run_id)
+        .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
+        .where(Interaction.id.in_(ids), Interaction.status != InteractionStatus.PENDING, interaction_visible(principal))
+    ).all()
+    by_id = {row[0].id: InteractionView(row[0], row[1]) for row in visible}
+    return [by_id[i] for i in ids if i in by_id]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -916,6 +916,12 @@ def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Expi
 # --------------------------------------------------------------------------- sweep selections
 
 
+def _literal(value: str) -> Any:
+    """A status rendered into the SQL text, so the planner matches the partial index on it (SQLite does
+    not for a bound parameter; PostgreSQL's generic plans may not either)."""
+    return literal(str(value), literal_execute=True)
+
+
 def _skip_locked(session: Session, stmt: Any) -> Any:
     return stmt.with_for_update(skip_locked=True) if _is_pg(session) else stmt
 
@@ -930,7 +936,7 @@ def mark_for_republish(session: Session, *, now: datetime, older_than: datetime,
             session,
             select(Continuation.id)
             .where(
-                Continuation.status == ContinuationStatus.READY,
+                Continuation.status == _literal(ContinuationStatus.READY),
                 or_(Continuation.enqueued_at.is_(None), Continuation.enqueued_at < older_than),
             )
             .order_by(Continuation.enqueued_at.asc().nulls_first())
@@ -960,7 +966,7 @@ def expired_claims(session: Session, *, now: datetime, batch: int) -> list[Conti
             _skip_locked(
                 session,
                 select(Continuation)
-                .where(Continuation.status == ContinuationStatus.CLAIMED, Continuation.lease_expires_at < now)
+                .where(Continuation.status == _literal(ContinuationStatus.CLAIMED), Continuation.lease_expires_at < now)
                 .order_by(Continuation.lease_expires_at)
                 .limit(batch),
             )
@@ -995,7 +1001,7 @@ def expirable_interactions(session: Session, *, now: datetime, batch: int) -> li
         session.scalars(
             select(Interaction.id)
             .where(
-                Interaction.status == InteractionStatus.PENDING,
+                Interaction.status == _literal(InteractionStatus.PENDING),
                 Interaction.expires_at.is_not(None),
                 Interaction.expires_at <= now,
             )
@@ -1093,7 +1099,7 @@ def _owner_alive(now: datetime) -> Any:
         select(Continuation.id)
         .where(
             Continuation.claimed_by == Review.execution_id,
-            Continuation.status == ContinuationStatus.CLAIMED,
+            Continuation.status == _literal(ContinuationStatus.CLAIMED),
             Continuation.lease_expires_at >= now,
         )
         .exists()
@@ -1107,7 +1113,7 @@ def stranded_reviews(session: Session, *, now: datetime, batch: int) -> list[Rev
             _skip_locked(
                 session,
                 select(Review)
-                .where(Review.status == ReviewStatus.RUNNING, ~_owner_alive(now))
+                .where(Review.status == _literal(ReviewStatus.RUNNING), ~_owner_alive(now))
                 .order_by(Review.created_at)
                 .limit(batch),
             )
@@ -1151,7 +1157,7 @@ def pending_projections(session: Session, *, batch: int) -> list[str]:
         session.scalars(
             _skip_locked(
                 session,
-                select(Run.id).where(Run.projection_pending.is_(True)).order_by(Run.completed_at).limit(batch),
+                select(Run.id).where(Run.projection_pending).order_by(Run.completed_at).limit(batch),
             )
         ).all()
     )

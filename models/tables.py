@@ -85,7 +85,7 @@ class Run(Base):
             "ix_runs_projection_pending",
             "completed_at",
             postgresql_where=text("projection_pending"),
-            sqlite_where=text("projection_pending"),
+            sqlite_where=text("projection_pending = 1"),
         ),
     )
 

@@ -374,7 +374,8 @@ def validate_value(interaction: Interaction, value: Any) -> None:
     schema = PERMISSION_SCHEMA if interaction.kind == InteractionKind.PERMISSION else interaction.schema
     errors = sorted(Draft202012Validator(schema or {}).iter_errors(value), key=lambda e: list(e.path))
     if errors:
-        messages = [f"{'/'.join(map(str, e.path)) or '(value)'}: {e.message}" for e in errors][:20]
+        sensitive = {str(k) for k in (interaction.sensitive or [])}
+        messages = [_describe(e, sensitive) for e in errors][:20]
         raise InvalidAnswer(
             f"the value does not match the schema of interaction {interaction.id} ({messages[0]})",
             {"id": interaction.id, "status": interaction.status},
@@ -385,6 +386,15 @@ def validate_value(interaction: Interaction, value: Any) -> None:
 def seal_value(interaction: Interaction, value: Any) -> tuple[Any, str | None]:
     """Split a value into what is stored in clear and the sealed (encrypted) sensitive fields."""
     return split_sensitive(value, [str(k) for k in (interaction.sensitive or [])])
+
+
+def _describe(error: Any, sensitive: set[str]) -> str:
+    """A schema violation as a sentence; never quoting a sensitive field's value."""
+    where = "/".join(map(str, error.path)) or "(value)"
+    secret = bool(sensitive) and (not error.path or str(error.path[0]) in sensitive)
+    if secret and error.validator not in ("required", "additionalProperties"):
+        return f"{where}: does not match the schema ({error.validator})"
+    return f"{where}: {error.message}"
 
 
 def answer(interaction_id: str, value: Any, *, response_id: str, principal: str) -> dict[str, Any]:

@@ -77,7 +77,7 @@ async def stream(
 ) -> StreamingResponse:
     start = int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else after
     return StreamingResponse(
-        _sse(request, principal, start),
+        sse_events(request, principal, start),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
@@ -90,7 +90,7 @@ def _poll(principal: Principal, after: int) -> tuple[list[tuple[int, str]], int]
         return [(e.seq, EventOut.of(e).model_dump_json()) for e in events], cursor
 
 
-async def _sse(request: Request, principal: Principal, after: int) -> AsyncIterator[str]:
+async def sse_events(request: Request, principal: Principal, after: int) -> AsyncIterator[str]:
     """Poll the database every ``POLL_S``; grants are read on every poll; ends when the client leaves."""
     OPEN_STREAMS.inc()
     try:

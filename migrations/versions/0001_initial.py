@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-12-01 01:06:25.011465
+Create Date: 2026-12-01 01:43:57.366227
 """
 
 from collections.abc import Sequence
@@ -88,7 +88,7 @@ def upgrade() -> None:
             ["completed_at"],
             unique=False,
             postgresql_where=sa.text("projection_pending"),
-            sqlite_where=sa.text("projection_pending"),
+            sqlite_where=sa.text("projection_pending = 1"),
         )
         batch_op.create_index(batch_op.f("ix_runs_status"), ["status"], unique=False)
         batch_op.create_index(batch_op.f("ix_runs_target"), ["target"], unique=False)
@@ -348,7 +348,7 @@ def downgrade() -> None:
         batch_op.drop_index(
             "ix_runs_projection_pending",
             postgresql_where=sa.text("projection_pending"),
-            sqlite_where=sa.text("projection_pending"),
+            sqlite_where=sa.text("projection_pending = 1"),
         )
         batch_op.drop_index(batch_op.f("ix_runs_owner_id"))
 

@@ -122,6 +122,8 @@ class ApiServer:
             "127.0.0.1",
             "--port",
             str(self.port),
+            "--timeout-graceful-shutdown",
+            "5",
         ]
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(

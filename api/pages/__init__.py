@@ -1,0 +1,1 @@
+"""Server-rendered pages of the API: the Decisions page, where people answer what their runs ask."""

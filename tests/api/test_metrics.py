@@ -1,0 +1,127 @@
+"""``GET /metrics`` reads the broker and the database at scrape time: queue length, unacked, oldest ready
+continuation, sweep totals. Runs on Redis (default backend) and on the filesystem broker (sqlite)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from beat.sweep import CATEGORIES, run_sweep
+from models.base import utcnow
+from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP, SWEEP_QUEUE
+from tasks.celery_app import app as celery_app
+from tests.support import Stack, start, wait_for, wait_parked, wait_status
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+QUEUES = (STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE)
+
+
+def scrape(client: TestClient) -> Samples:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    samples: Samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def lengths(client: TestClient) -> dict[str, float | None]:
+    samples = scrape(client)
+    return {queue: value(samples, "parkway_queue_length", queue=queue) for queue in QUEUES}
+
+
+def test_metrics__queue_length_oldest_ready_and_sweep_totals_with_no_worker(client: TestClient, stack: Stack) -> None:
+    # Given an empty broker and no worker
+    stack.flush_broker()
+    before = scrape(client)
+    assert value(before, "parkway_broker_up") == 1
+    assert {queue: value(before, "parkway_queue_length", queue=queue) for queue in QUEUES} == dict.fromkeys(QUEUES, 0)
+    # When a run starts (its step is published) and two sweeps are sent, nobody consuming
+    run_id = start("t.ask_one")
+    for _ in range(2):
+        celery_app.send_task(SWEEP, queue=SWEEP_QUEUE)
+    # Then each queue's length shows its messages
+    assert lengths(client) == {STEPS_QUEUE: 1, CONTINUATIONS_QUEUE: 0, SWEEP_QUEUE: 2}
+    # And the ready continuation is counted and ages
+    wait_for(
+        lambda: (value(scrape(client), "parkway_continuation_oldest_ready_age_seconds") or 0) > 0.2,
+        timeout=10,
+        what="the oldest ready continuation to age",
+    )
+    samples = scrape(client)
+    assert (value(samples, "parkway_continuations", status="ready") or 0) >= 1
+    assert (value(samples, "parkway_continuation_ready_publish_age_seconds") or 0) > 0
+    assert value(samples, "parkway_runs_projection_pending") == 0
+    if stack.backend == "postgres":  # Redis: nothing delivered, so nothing unacknowledged
+        assert value(samples, "parkway_broker_unacked") == 0
+        assert {q: value(samples, "parkway_queue_unacked", queue=q) for q in QUEUES} == dict.fromkeys(QUEUES, 0)
+    else:  # the filesystem broker keeps no record of deliveries: not exported rather than a made-up 0
+        assert not any(name in ("parkway_queue_unacked", "parkway_broker_unacked") for name, _ in samples)
+
+    # When a sweep pass finds the ready continuation stale, it publishes it again and records its totals
+    republished_before = value(samples, "parkway_sweep_rows_total", category="republished") or 0
+    report = run_sweep(now=utcnow() + timedelta(seconds=30))
+    assert report.counts["republished"] >= 1
+    after = scrape(client)
+    for category in CATEGORIES:
+        assert value(after, "parkway_sweep_last_rows", category=category) == report.counts[category]
+    assert (
+        value(after, "parkway_sweep_rows_total", category="republished")
+        == republished_before + (report.counts["republished"])
+    )
+    assert abs((value(after, "parkway_sweep_last_timestamp_seconds") or 0) - time.time()) < 30
+    assert (value(after, "parkway_sweep_last_duration_seconds") or -1) >= 0
+    assert value(after, "parkway_queue_length", queue=STEPS_QUEUE) == 2
+    # The publish age restarted with the re-publish; the continuation's own age did not
+    assert (value(after, "parkway_continuation_ready_publish_age_seconds") or 0) < (
+        value(after, "parkway_continuation_oldest_ready_age_seconds") or 0
+    )
+
+    # When a worker starts, it drains every queue; the run parks; nothing is ready any more
+    stack.start_worker()
+    wait_for(lambda: lengths(client) == dict.fromkeys(QUEUES, 0), timeout=40, what="queues drained")
+    wait_parked(run_id)
+    wait_for(
+        lambda: value(scrape(client), "parkway_continuation_oldest_ready_age_seconds") == 0,
+        timeout=20,
+        what="no ready continuation left",
+    )
+
+
+def test_metrics__unacked_counts_a_message_held_by_a_busy_worker(
+    client: TestClient, stack: Stack, tmp_path: Path
+) -> None:
+    if stack.backend != "postgres":
+        # The filesystem broker keeps no unacknowledged deliveries: the metric is absent, not a false 0.
+        samples = scrape(client)
+        assert not [name for name, _ in samples if name in ("parkway_queue_unacked", "parkway_broker_unacked")]
+        return
+    if not any(worker.alive() for worker in stack.workers):
+        stack.start_worker()
+    # Given a step whose body blocks until a flag file exists (acks_late: its message stays unacknowledged)
+    flag = tmp_path / "go"
+    run_id = start("t.review", {"wait_for": str(flag)})
+
+    def held() -> bool:
+        samples = scrape(client)
+        return (
+            value(samples, "parkway_queue_unacked", queue=STEPS_QUEUE) == 1
+            and value(samples, "parkway_broker_unacked") == 1
+        )
+
+    # Then the message shows as unacknowledged on its queue while the body runs
+    wait_for(held, timeout=30, what="the step's message unacknowledged")
+    assert value(scrape(client), "parkway_queue_length", queue=STEPS_QUEUE) == 0
+    # And once the body finishes and the task is acknowledged, it is gone
+    flag.touch()
+    wait_status(run_id, "completed", sweep=False)
+    wait_for(lambda: value(scrape(client), "parkway_broker_unacked") == 0, timeout=20, what="the acknowledgement")

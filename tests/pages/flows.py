@@ -1,0 +1,83 @@
+"""Workflows of the Decisions page tests (imported by the API and worker subprocesses through
+PARKWAY_IMPORTS=tests.workflows,tests.pages.flows, and by the test process through conftest)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tasks.sdk import Complete, Context, Park, Permission, Question, continuation, step
+
+IMPORTS = "tests.workflows,tests.pages.flows"
+
+PLAN_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "window": {"type": "string", "enum": ["now", "tonight"], "description": "when the deploy may start"},
+        "replicas": {"type": "integer", "minimum": 1, "maximum": 20},
+        "notify": {"type": "boolean", "title": "notify the on-call channel"},
+        "otp": {"type": "string", "pattern": "^[0-9]{6}$", "description": "the 6-digit code of your authenticator"},
+        "labels": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["window", "replicas", "otp"],
+    "additionalProperties": False,
+}
+
+
+@step("pages.deploy")
+def deploy(ctx: Context, payload: dict[str, Any]) -> Park:
+    """A permission and a question whose answer is an object with a sensitive field."""
+    service = payload["service"]
+    return Park(
+        continuation="pages.deploy_done@1",
+        snapshot={"service": service},
+        interactions=[
+            Permission(key="shell", action="shell.exec", resources=[f"deploy {service}"], target="team:ops"),
+            Question(
+                key="plan",
+                prompt=f"How should {service} be deployed?",
+                schema=PLAN_SCHEMA,
+                target="team:ops",
+                sensitive=["otp"],
+            ),
+        ],
+    )
+
+
+@continuation("pages.deploy_done", version=1)
+def deploy_done(ctx: Context, snapshot: dict[str, Any], answers: dict[str, Any]) -> Complete:
+    plan = answers["plan"].value or {}
+    return Complete(
+        result={
+            "service": snapshot["service"],
+            "approved": answers["shell"].approved,
+            "window": plan.get("window"),
+            "replicas": plan.get("replicas"),
+            "notify": plan.get("notify"),
+            "labels": plan.get("labels"),
+            "otp_ok": bool(re.fullmatch(r"[0-9]{6}", str(plan.get("otp")))),  # the code itself never leaves
+            "by": answers["plan"].answered_by,
+        }
+    )
+
+
+@step("pages.ask")
+def ask(ctx: Context, payload: dict[str, Any]) -> Park:
+    """One question whose prompt, schema and expiry come from the payload."""
+    return Park(
+        continuation="pages.ask_done@1",
+        interactions=[
+            Question(
+                key="q",
+                prompt=payload.get("prompt", "Go?"),
+                schema=payload.get("schema", {"type": "string"}),
+                target=payload.get("target", "team:ops"),
+                expires_in=payload.get("expires_in"),
+            )
+        ],
+    )
+
+
+@continuation("pages.ask_done", version=1)
+def ask_done(ctx: Context, snapshot: Any, answers: dict[str, Any]) -> Complete:
+    return Complete(result={"status": answers["q"].status, "value": answers["q"].value})
