@@ -5,9 +5,58 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
+from typing import Any
 
-_FIELDS = ("action", "run_id", "step_id", "continuation_id", "interaction_id", "execution_id", "outcome", "counts")
+_FIELDS = (
+    "action",
+    "run_id",
+    "step_id",
+    "continuation_id",
+    "interaction_id",
+    "execution_id",
+    "task_id",
+    "outcome",
+    "counts",
+)
+
+
+_context: ContextVar[dict[str, Any] | None] = ContextVar("parkway_log_context", default=None)
+
+
+@contextmanager
+def bound(**ids: Any) -> Iterator[None]:
+    """Every log line inside this block carries these ids (run, step, continuation, execution)."""
+    token = _context.set({**(_context.get() or {}), **ids})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def set_context(ids: dict[str, Any] | None) -> None:
+    """Replace the ids of the current context (Celery's task start and end)."""
+    _context.set(dict(ids) if ids else None)
+
+
+def bind(**ids: Any) -> None:
+    """Add ids to the current block's context (after a claim reveals the run and step)."""
+    current = _context.get()
+    if current is not None:
+        current.update(ids)
+
+
+class ContextFilter(logging.Filter):
+    """Copies the bound ids onto each record that does not carry them already."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for name, value in (_context.get() or {}).items():
+            if not hasattr(record, name):
+                setattr(record, name, value)
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -36,14 +85,21 @@ class TextFormatter(logging.Formatter):
         return text
 
 
-def setup_logging(level: int = logging.INFO) -> None:
-    """Attach one handler to the ``parkway`` logger (idempotent)."""
-    logger = logging.getLogger("parkway")
+def setup_logging(level: int = logging.INFO, *, root: bool = False) -> None:
+    """Attach one structured handler (idempotent): to the ``parkway`` logger, or with ``root`` to the
+    root logger so Celery's own lines are structured too."""
+    logger = logging.getLogger() if root else logging.getLogger("parkway")
     if any(getattr(h, "_parkway", False) for h in logger.handlers):
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(TextFormatter() if sys.stderr.isatty() else JsonFormatter())
+    handler.addFilter(ContextFilter())
     handler._parkway = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
     logger.setLevel(level)
-    logger.propagate = False
+    if root:
+        parkway = logging.getLogger("parkway")
+        parkway.handlers = [h for h in parkway.handlers if not getattr(h, "_parkway", False)]
+        parkway.propagate = True
+    else:
+        logger.propagate = False

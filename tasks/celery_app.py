@@ -104,20 +104,41 @@ def _guard_schema(process: str) -> None:
         raise SystemExit(3) from exc
 
 
-@signals.worker_init.connect
-def _on_worker_init(**_: Any) -> None:
+@signals.setup_logging.connect
+def _on_setup_logging(loglevel: Any = None, **_: Any) -> None:
+    """Celery's processes log structured lines too (JSON when not a terminal); Celery adds no handler."""
     from parkway.logs import setup_logging
 
-    setup_logging()
+    level = logging.getLevelName(loglevel) if isinstance(loglevel, str) else (loglevel or logging.INFO)
+    setup_logging(level if isinstance(level, int) else logging.INFO, root=True)
+
+
+@signals.worker_init.connect
+def _on_worker_init(**_: Any) -> None:
     _guard_schema("worker")
 
 
 @signals.beat_init.connect
 def _on_beat_init(**_: Any) -> None:
-    from parkway.logs import setup_logging
-
-    setup_logging()
     _guard_schema("beat")
+
+
+@signals.task_prerun.connect
+def _on_task_start(task_id: str | None = None, args: Any = None, **_: Any) -> None:
+    """Lines Celery writes about a task (its outcome) carry the continuation id as well."""
+    from parkway.logs import set_context
+
+    ids: dict[str, Any] = {"task_id": task_id}
+    if args and isinstance(args[0], str):
+        ids["continuation_id"] = args[0]
+    set_context(ids)
+
+
+@signals.task_postrun.connect
+def _on_task_end(**_: Any) -> None:
+    from parkway.logs import set_context
+
+    set_context(None)
 
 
 @signals.worker_process_init.connect

@@ -18,6 +18,7 @@ from parkway.crash import crash_point
 from parkway.crypto import join_sensitive
 from parkway.db import transaction
 from parkway.errors import NotRegistered, WorkflowError
+from parkway.logs import bind, bound
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
@@ -91,8 +92,13 @@ class Prepared:
 
 def execute(continuation_id: str) -> str:
     """Claim, run and commit one continuation; returns what happened (for logs and tests)."""
-    settings = get_settings()
     execution_id = store.new_id()
+    with bound(continuation_id=continuation_id, execution_id=execution_id):
+        return _execute(continuation_id, execution_id)
+
+
+def _execute(continuation_id: str, execution_id: str) -> str:
+    settings = get_settings()
     extra: dict[str, Any] = {"continuation_id": continuation_id, "execution_id": execution_id}
     prepared = _claim(continuation_id, execution_id, extra)
     if isinstance(prepared, str):
@@ -143,6 +149,7 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
         else:
             claim = store.load_claim(session, row)
             extra.update(run_id=claim.run.id, step_id=claim.step.id)
+            bind(run_id=claim.run.id, step_id=claim.step.id)
             reason, run_id = _refusal(session, claim), claim.run.id
             if reason is None:
                 resume = row.kind == ContinuationKind.RESUME
