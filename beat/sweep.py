@@ -66,10 +66,7 @@ def run_sweep(batch: int | None = None, *, now: datetime | None = None) -> Sweep
 
 
 def _publish_batch(items: list[tuple[str, str]]) -> None:
-    for index, item in enumerate(items):
-        publish([item])
-        if index == 0:
-            crash_point("sweep.mid_batch")
+    publish(items, after_first=lambda: crash_point("sweep.mid_batch"))
 
 
 def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attempts: int) -> list[tuple[str, str]]:

@@ -7,6 +7,7 @@ import hmac
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from jsonschema import Draft202012Validator
@@ -369,10 +370,17 @@ def response_digest(value: Any) -> str:
     return hmac.new(key, store.canonical_json(value).encode(), hashlib.sha256).hexdigest()
 
 
+@lru_cache(maxsize=512)
+def _validator(schema_json: str) -> Draft202012Validator:
+    """Compiled validators, by schema text: building one costs far more than validating with it."""
+    return Draft202012Validator(json.loads(schema_json))
+
+
 def validate_value(interaction: Interaction, value: Any) -> None:
     """Raise ``InvalidAnswer`` (nothing stored) when the value fails the interaction's schema."""
     schema = PERMISSION_SCHEMA if interaction.kind == InteractionKind.PERMISSION else interaction.schema
-    errors = sorted(Draft202012Validator(schema or {}).iter_errors(value), key=lambda e: list(e.path))
+    validator = _validator(store.canonical_json(schema or {}))
+    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.path))
     if errors:
         sensitive = {str(k) for k in (interaction.sensitive or [])}
         messages = [_describe(e, sensitive) for e in errors][:20]
