@@ -40,5 +40,13 @@ migrate: $(STAMP)
 sweep: $(STAMP)
 	$(VENV)/bin/parkway sweep --once
 
+## demo: the restart story with real processes, on the embedded defaults in a temporary home (< 1 minute)
+demo: $(STAMP)
+	$(VENV)/bin/parkway demo
+
+## bench: the benchmark suite against local PostgreSQL + Redis (never part of `make test`); BENCH_ARGS=--quick
+bench: $(STAMP)
+	$(PY) -m bench $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,175 @@
+"""What the bench runs in real worker processes (imported through ``PARKWAY_IMPORTS=bench.workflows``).
+
+- ``bench.ask`` parks on one question; ``bench.done@1`` completes the run. In latency mode (snapshot
+  ``{"lat": true}``) the continuation records when its body started and when its commit happened.
+- ``bench.cas`` / ``bench.cas_lat`` are the baseline: a bare Celery task on the same app, broker, queue and
+  worker settings (acks_late, prefetch 1) doing one ``UPDATE … WHERE status = 'queued' RETURNING`` on
+  PostgreSQL through its own minimal engine (no pre-ping, one pooled connection per process).
+
+Timestamps are ``time.time()`` on one machine, so the producer and the workers share a clock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.orm import Session
+
+from parkway.db import normalize_url
+from parkway.settings import get_settings
+from tasks.celery_app import CONTINUATIONS_QUEUE, app
+from tasks.sdk import Complete, Context, Park, Question, continuation, step
+
+TARGET = "team:bench"
+ASK = "bench.ask"
+DONE = "bench.done@1"
+CAS = "bench.cas"
+CAS_LAT = "bench.cas_lat"
+QUEUE = CONTINUATIONS_QUEUE  # the baseline travels the same queue as parkway.resume_step
+COMMIT_KEY = "bench:commit"  # Redis list of "<kind>:<id> <time>" written right after a commit
+
+BENCH_DDL = (
+    "CREATE TABLE IF NOT EXISTS bench_rows ("
+    " id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, started DOUBLE PRECISION)",
+    "CREATE TABLE IF NOT EXISTS bench_latency ("
+    " step_id VARCHAR(64) PRIMARY KEY, started DOUBLE PRECISION NOT NULL,"
+    " precommit DOUBLE PRECISION NOT NULL)",
+)
+
+
+# --------------------------------------------------------------------------- the Parkway side
+
+
+@step(ASK)
+def ask(ctx: Context, payload: dict[str, Any]) -> Park:
+    return Park(
+        continuation=DONE,
+        snapshot=payload,
+        interactions=[Question(key="go", prompt="Go?", schema={"type": "string"}, target=TARGET)],
+    )
+
+
+@continuation("bench.done", version=1)
+def done(ctx: Context, snapshot: dict[str, Any], answers: dict[str, Any]) -> Complete:
+    if snapshot and snapshot.get("lat"):
+        started = time.time()
+        step_id = ctx.step_id
+
+        def record(session: Any) -> None:
+            session.execute(
+                text("INSERT INTO bench_latency (step_id, started, precommit) VALUES (:s, :t, :p)"),
+                {"s": step_id, "t": started, "p": time.time()},
+            )
+            session.info["bench_commit"] = f"p:{step_id}"
+
+        ctx.in_commit(record)
+    return Complete(result={"go": answers["go"].value})
+
+
+# --------------------------------------------------------------------------- commit timestamps
+
+_local: dict[str, Any] = {"pid": None, "redis": None}
+_lock = threading.Lock()
+
+
+def _redis() -> Any:
+    import redis
+
+    with _lock:
+        if _local["pid"] != os.getpid():
+            _local.update(pid=os.getpid(), redis=redis.Redis.from_url(get_settings().effective_broker_url))
+        return _local["redis"]
+
+
+def push_commit(tag: str) -> None:
+    _redis().rpush(COMMIT_KEY, f"{tag} {time.time():.6f}")
+
+
+@event.listens_for(Session, "after_commit")
+def _after_commit(session: Session) -> None:
+    # Fires for every session in the process; only commits marked by the latency continuation report.
+    tag = session.info.pop("bench_commit", None)
+    if tag is not None:
+        push_commit(tag)
+
+
+# --------------------------------------------------------------------------- the baseline
+
+_engine: dict[str, Any] = {"pid": None, "engine": None}
+
+CAS_SQL = text("UPDATE bench_rows SET status = 'done' WHERE id = :id AND status = 'queued' RETURNING id")
+CAS_LAT_SQL = text(
+    "UPDATE bench_rows SET status = 'done', started = :t WHERE id = :id AND status = 'queued' RETURNING id"
+)
+
+
+def bare_engine() -> Engine:
+    """One minimal engine per process (made again after fork): no pre-ping, one pooled connection."""
+    if _engine["pid"] != os.getpid():
+        url = normalize_url(get_settings().effective_database_url)
+        _engine.update(pid=os.getpid(), engine=create_engine(url, pool_size=1, max_overflow=1))
+    engine: Engine = _engine["engine"]
+    return engine
+
+
+@app.task(name=CAS, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def cas(row_id: int) -> bool:
+    """The minimum an exactly-once consume costs: one compare-and-set, committed."""
+    with bare_engine().begin() as conn:
+        return conn.execute(CAS_SQL, {"id": row_id}).first() is not None
+
+
+@app.task(name=CAS_LAT, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def cas_lat(row_id: int) -> bool:
+    """The baseline for latency: records its start time in the CAS row and its commit time in Redis."""
+    started = time.time()
+    with bare_engine().begin() as conn:
+        won = conn.execute(CAS_LAT_SQL, {"id": row_id, "t": started}).first() is not None
+    push_commit(f"b:{row_id}")
+    return won
+
+
+# --------------------------------------------------------------------------- what-if experiments
+
+# ``--what-if a,b`` (env BENCH_WHAT_IF) changes Parkway in the bench's processes only, to measure what a
+# proposed change would buy before anyone makes it. Results are labelled; never use them as Parkway's.
+WHAT_IF = frozenset(x.strip() for x in os.environ.get("BENCH_WHAT_IF", "").split(",") if x.strip())
+KNOWN_WHAT_IF = {
+    "no-pre-ping": "engine without pool_pre_ping (no SELECT 1 round trip per checkout)",
+    "no-inline-projection": "the worker leaves terminal projections to the sweep (no 3rd transaction)",
+    "no-erase-secrets": "skip the secret-erasing UPDATEs (what skipping them without sensitive fields saves)",
+}
+
+
+def _apply_what_if() -> None:
+    unknown = WHAT_IF - set(KNOWN_WHAT_IF)
+    if unknown:
+        raise RuntimeError(f"unknown BENCH_WHAT_IF: {', '.join(sorted(unknown))}")
+    if "no-pre-ping" in WHAT_IF:
+        import parkway.db
+
+        original = parkway.db.make_engine
+
+        def make_engine(url: str) -> Engine:
+            url = normalize_url(url)
+            if not url.startswith("postgresql"):
+                return original(url)
+            return create_engine(url, pool_pre_ping=False, pool_size=5, max_overflow=10)
+
+        parkway.db.make_engine = make_engine
+        parkway.db.reset_engine()
+    if "no-erase-secrets" in WHAT_IF:
+        import models.store
+
+        models.store.erase_secrets = lambda session, **_: 0  # type: ignore[assignment]
+    if "no-inline-projection" in WHAT_IF:
+        import tasks.worker
+
+        tasks.worker.project_quietly = lambda run_ids: None  # type: ignore[assignment]
+
+
+_apply_what_if()
