@@ -61,7 +61,8 @@ def stop_process(proc: subprocess.Popen[bytes], *, grace_s: float = 10.0) -> Non
 
 
 def cleanup() -> None:
-    for proc in list(_procs):
+    # Newest first: workers and the API stop before the broker they talk to.
+    for proc in reversed(list(_procs)):
         with contextlib.suppress(Exception):
             stop_process(proc, grace_s=3.0)
 
@@ -75,14 +76,38 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 def install_cleanup() -> None:
     atexit.register(cleanup)
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
 
 
-def spawn(cmd: list[str], *, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def _die_with_parent(sig: int) -> Any:
+    """For ``preexec_fn``: the kernel sends ``sig`` to the child when the bench dies, even by SIGKILL
+    (when no ``finally`` or signal handler can run)."""
+
+    def preexec() -> None:
+        import ctypes
+
+        with contextlib.suppress(Exception):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+
+    return preexec
+
+
+def spawn(
+    cmd: list[str], *, env: dict[str, str], log_path: Path, on_parent_death: int = signal.SIGKILL
+) -> subprocess.Popen[bytes]:
+    """Start a subprocess in its own session, registered for cleanup and tied to this process's life."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(on_parent_death),
+        )
     _procs.append(proc)
     return proc
 
@@ -279,7 +304,13 @@ class Services:
             "-l", self.loglevel, "-P", "prefork", "-c", str(self.concurrency), "-n", f"{name}@%h",
             "-Q", QUEUES, "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip
-        proc = spawn(cmd, env=self.child_env(), log_path=self.out_dir / "logs" / f"{name}.log")
+        # SIGTERM when the bench dies: a warm shutdown that also takes the pool children down.
+        proc = spawn(
+            cmd,
+            env=self.child_env(),
+            log_path=self.out_dir / "logs" / f"{name}.log",
+            on_parent_death=signal.SIGTERM,
+        )
         worker = Worker(proc=proc, log_path=self.out_dir / "logs" / f"{name}.log", name=name)
         self.workers.append(worker)
         if wait:
