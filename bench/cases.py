@@ -90,7 +90,7 @@ class Producers:
         self.started = 0.0
         self.finished = 0.0
         self._barrier = threading.Barrier(threads + 1)
-        self._threads = [
+        self.threads = [
             threading.Thread(target=self._work, args=(list(items[i::threads]), fn), daemon=True) for i in range(threads)
         ]
 
@@ -103,21 +103,28 @@ class Producers:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
 
     def start(self) -> float:
-        for thread in self._threads:
+        for thread in self.threads:
             thread.start()
         self.started = time.time()
         self._barrier.wait()
         return self.started
 
     def join(self) -> float:
-        for thread in self._threads:
+        for thread in self.threads:
             thread.join()
         self.finished = time.time()
         return self.finished
 
 
+def check_workers(services: Services) -> None:
+    """A worker that died mid-case fails the case at once, with its last output."""
+    for worker in services.workers:
+        if worker.proc.poll() is not None:
+            raise RuntimeError(f"worker {worker.name} died:\n{worker.text()[-3000:]}")
+
+
 def wait_count(
-    count: Callable[[], int], target: int, *, timeout: float, what: str, services: Services, poll: float = 0.02
+    count: Callable[[], int], target: int, *, timeout: float, what: str, services: Services, poll: float = 0.05
 ) -> float:
     """Poll until ``count() >= target``; returns the time it was first seen."""
     deadline = time.monotonic() + timeout
@@ -127,9 +134,7 @@ def wait_count(
         now = time.time()
         if value >= target:
             return now
-        for worker in services.workers:
-            if worker.proc.poll() is not None:
-                raise RuntimeError(f"worker {worker.name} died:\n{worker.text()[-3000:]}")
+        check_workers(services)
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out after {timeout}s waiting for {what}: {value}/{target}")
         if time.monotonic() - last_report > 15:
@@ -193,6 +198,35 @@ def record_cpu(bench: Bench, variant: str, cpu: dict[str, float]) -> None:
         if (kind == "redis" and private_redis_pid() is None) or (kind == "api" and "HTTP" not in variant):
             continue
         bench.metric("cpu", f"{variant}: CPU per unit, {kind}", "ms").add(cpu[kind])
+
+
+def wait_drained(
+    bench: Bench, producers_done: Callable[[], bool], *, timeout: float, what: str, poll: float = 0.05
+) -> float:
+    """Once the producers are done, wait until no continuation is ``ready`` or ``claimed``: everything
+    they made due is consumed. Returns the time that was first seen."""
+    deadline = time.monotonic() + timeout
+    last_report = time.monotonic()
+    while True:
+        done = producers_done()
+        pending = seed.count_pending_continuations()
+        now = time.time()
+        if done and pending == 0:
+            return now
+        check_workers(bench.services)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}: {pending} still pending")
+        if time.monotonic() - last_report > 15:
+            log(f"    … {what}: {pending} pending{'' if done else ', producers still running'}")
+            last_report = time.monotonic()
+        time.sleep(poll)
+
+
+def check_consumed(before: int, expected: int, what: str) -> None:
+    """After the timed window: the consumed count moved by exactly what was expected."""
+    got = seed.count_consumed_resumes() - before
+    if got != expected:
+        raise RuntimeError(f"{what}: {got} continuations consumed, expected {expected}")
 
 
 def answer_fn(principal: str) -> Callable[[seed.Parked], Any]:
@@ -318,7 +352,7 @@ def run_baseline_throughput(bench: Bench, n: int) -> float:
     t1 = wait_count(
         lambda: seed.count_done_rows(ids[0], ids[-1]),
         n,
-        timeout=max(120, n / 20),
+        timeout=max(300, n / 2),
         what="baseline CAS rows done",
         services=bench.services,
     )
@@ -371,15 +405,14 @@ def run_parkway_throughput(bench: Bench, n: int, *, http_base: str | None) -> tu
     spies = start_py_spy(bench, f"throughput-{variant}") if bench.args.py_spy else []
     try:
         t0 = producers.start()
-        # Stop waiting early when answers fail: only the successful ones can be consumed.
-        t1 = wait_count(
-            lambda: seed.count_consumed_resumes() - before + len(producers.errors),
-            n,
-            timeout=max(180, n / 10),
-            what=f"parkway ({variant}) continuations consumed",
-            services=bench.services,
+        t1 = wait_drained(
+            bench,
+            lambda: not any(t.is_alive() for t in producers.threads),
+            timeout=max(300, n / 2),
+            what=f"parkway ({variant}) continuations",
         )
         producers.join()
+        check_consumed(before, n - len(producers.errors), f"parkway ({variant})")
     finally:
         stop_py_spy(spies)
         if client is not None:
@@ -424,14 +457,14 @@ def run_consume_throughput(bench: Bench, n: int) -> float:
     before = seed.count_consumed_resumes()
     producers = Producers(ids, lambda cid: publish([(cid, "resume")]), bench.args.threads)
     t0 = producers.start()
-    t1 = wait_count(
-        lambda: seed.count_consumed_resumes() - before,
-        n,
-        timeout=max(180, n / 10),
-        what="parkway (consume only) continuations consumed",
-        services=bench.services,
+    t1 = wait_drained(
+        bench,
+        lambda: not any(t.is_alive() for t in producers.threads),
+        timeout=max(300, n / 2),
+        what="parkway (consume only) continuations",
     )
     producers.join()
+    check_consumed(before, n, "parkway (consume only)")
     rate = n / (t1 - t0)
     bench.record(
         "throughput",
@@ -588,7 +621,7 @@ def latency_baseline(bench: Bench, count: int, rate: float) -> dict[str, list[fl
     wait_count(
         lambda: len(read_commits(bench, "b")) if seed.count_done_rows(ids[0], ids[-1]) >= count else 0,
         count,
-        timeout=120,
+        timeout=max(120, count / 5),
         what="baseline latency tasks",
         services=bench.services,
         poll=0.1,
@@ -639,7 +672,14 @@ def latency_parkway(bench: Bench, count: int, rate: float) -> dict[str, list[flo
             ).scalar_one()
         return len(read_commits(bench, "p")) if rows >= count else 0
 
-    wait_count(recorded, count, timeout=120, what="parkway latency continuations", services=bench.services, poll=0.1)
+    wait_count(
+        recorded,
+        count,
+        timeout=max(120, count / 5),
+        what="parkway latency continuations",
+        services=bench.services,
+        poll=0.1,
+    )
     commits = read_commits(bench, "p")
     with transaction() as session:
         started = dict(
@@ -793,14 +833,13 @@ def recovery_phase(bench: Bench, n: int, *, lost: bool) -> dict[str, Any]:
     services.start_worker()
     t0 = time.time()
     with SweepLoop(interval) as sweeps:
-        t1 = wait_count(
-            lambda: seed.count_consumed_resumes() - before,
-            n - len(errors),
-            timeout=max(600, n / 5),
-            what=f"recovery ({'lost' if lost else 'undisturbed'}) consumed",
-            services=services,
-            poll=0.05,
+        t1 = wait_drained(
+            bench,
+            lambda: True,
+            timeout=max(900, n / 2),
+            what=f"recovery ({'lost' if lost else 'undisturbed'})",
         )
+    check_consumed(before, n - len(errors), f"recovery ({'lost' if lost else 'undisturbed'})")
     step_ids = [p.step_id for p in parked]
     with transaction() as session:
         publishes = session.execute(

@@ -287,7 +287,15 @@ def main(argv: list[str] | None = None) -> int:
         OUT.mkdir(parents=True, exist_ok=True)
         path = OUT / f"results-{stamp}.json"
         path.write_text(json.dumps(results, indent=2, default=str))
-        print(f"\nresults: {path.relative_to(ROOT)}", flush=True)
+        md = path.with_suffix(".md")
+        m = results.get("machine", {})
+        md.write_text(
+            f"`python -m bench {' '.join(argv if argv is not None else sys.argv[1:])}` at {stamp} "
+            f"({m.get('nproc')} CPUs {m.get('cpu')}, {m.get('memory_gb')} GB, Python {m.get('python')}, "
+            f"PostgreSQL {m.get('postgresql')}, Redis {m.get('redis')}; load at start "
+            f"{results.get('load_at_start')})\n\n{table(metrics)}\n"
+        )
+        print(f"\nresults: {path.relative_to(ROOT)} (table: {md.name})", flush=True)
     return code
 
 

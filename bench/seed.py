@@ -115,6 +115,20 @@ def count_consumed_resumes() -> int:
         )
 
 
+def count_pending_continuations() -> int:
+    """``ready`` + ``claimed`` continuations, each counted on its partial index: cheap to poll whatever
+    the size of the table (a plain count of consumed rows is a scan that grows with every run)."""
+    with transaction() as session:
+        return int(
+            session.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM continuations WHERE status = 'ready')"
+                    " + (SELECT count(*) FROM continuations WHERE status = 'claimed')"
+                )
+            ).scalar_one()
+        )
+
+
 def count_done_rows(ids_from: int, ids_to: int) -> int:
     with transaction() as session:
         return int(
