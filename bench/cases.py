@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import cProfile
+import io
 import math
 import os
+import pstats
 import statistics
 import sys
 import threading
@@ -1040,6 +1043,7 @@ def case_anatomy(bench: Bench, samples: int = 50) -> None:
     parked = seed.seed_parked(samples)
     engine = get_engine()
     profiles: dict[str, list[dict[str, Any]]] = {"answer": [], "resume": [], "baseline": []}
+    cprof = cProfile.Profile() if bench.args.profile else None
     for p in parked:
         with StatementProfile(engine) as prof:
             started = time.perf_counter()
@@ -1052,7 +1056,11 @@ def case_anatomy(bench: Bench, samples: int = 50) -> None:
             ).scalar_one()
         with StatementProfile(engine) as prof:
             started = time.perf_counter()
+            if cprof is not None:
+                cprof.enable()
             outcome = execute(cid)
+            if cprof is not None:
+                cprof.disable()
             ms = (time.perf_counter() - started) * 1000
         assert outcome == "committed", outcome
         profiles["resume"].append({**prof.counts(), "ms": ms, "detail": prof.summary(top=30)})
@@ -1082,3 +1090,9 @@ def case_anatomy(bench: Bench, samples: int = 50) -> None:
             f"({out[kind]['statement_ms']:.2f} ms in SQL)"
         )
     bench.record("anatomy", {"medians": out, "resume_statements": profiles["resume"][-1]["detail"]})
+    if cprof is not None:
+        path = bench.services.out_dir / "anatomy-resume.pstats"
+        cprof.dump_stats(path)
+        listing = io.StringIO()
+        pstats.Stats(cprof, stream=listing).sort_stats("cumulative").print_stats(40)
+        log(f"    resume profile (cProfile, {samples} resumes, cumulative; pstats in {path}):\n{listing.getvalue()}")

@@ -169,7 +169,7 @@ def _apply_what_if() -> None:
     if "no-inline-projection" in WHAT_IF:
         import tasks.worker
 
-        tasks.worker.project_quietly = lambda run_ids: None  # type: ignore[assignment]
+        tasks.worker.project_committed = lambda record: False  # type: ignore[assignment]
 
 
 _apply_what_if()

@@ -13,9 +13,9 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, cast
 
-from sqlalchemy import and_, literal, or_, select, update
+from sqlalchemy import Row, Table, and_, bindparam, exists, insert, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -66,14 +66,41 @@ def _is_pg(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
 
 
+def _literal(value: str) -> Any:
+    """A status rendered into the SQL text, so the planner matches the partial index on it (SQLite does
+    not for a bound parameter; PostgreSQL's generic plans may not either)."""
+    return literal(str(value), literal_execute=True)
+
+
+# The hot path (claim, consume, a step's outcome, events) runs Core statements built once at import, on
+# the tables themselves: no ORM unit of work, no per-call statement construction or cache-key work.
+_C = cast(Table, Continuation.__table__)
+_S = cast(Table, Step.__table__)
+_R = cast(Table, Run.__table__)
+_P = cast(Table, Principal.__table__)
+_G = cast(Table, Grant.__table__)
+_I = cast(Table, Interaction.__table__)
+_V = cast(Table, Review.__table__)
+_H = cast(Table, ScheduleHistory.__table__)
+
+
+def _bp(name: str, column: Any) -> Any:
+    """A named bound parameter typed like ``column`` (JSON and UTC datetimes keep their processing)."""
+    return bindparam(name, type_=column.type)
+
+
+_INSERT_EVENT = insert(cast(Table, Event.__table__))
+_INSERT_HISTORY = insert(_H)
+
+
 # --------------------------------------------------------------------------- events
 
 
-def append_event(session: Session, run_id: str, type_: str, **data: Any) -> Event:
-    """Append one event to the run's log (never carries answer values)."""
-    event = Event(run_id=run_id, type=type_, at=utcnow(), data={"run_id": run_id, **data})
-    session.add(event)
-    return event
+def append_event(session: Session, run_id: str, type_: str, **data: Any) -> None:
+    """Append one event to the run's log (never carries answer values), inserted now, in statement order."""
+    session.execute(
+        _INSERT_EVENT, {"run_id": run_id, "type": type_, "at": utcnow(), "data": {"run_id": run_id, **data}}
+    )
 
 
 # --------------------------------------------------------------------------- principals and grants
@@ -139,7 +166,7 @@ def create_run(
     target: str,
     idempotency_key: str | None,
     request_digest: str,
-) -> tuple[Run, Continuation | None]:
+) -> tuple[Run, Due | None]:
     """Insert a run, its first step and that step's ready continuation.
 
     With an idempotency key already used by this owner: the same body returns the existing run and
@@ -208,26 +235,41 @@ def _insert_step(session: Session, run_id: str, *, seq: int, name: str, payload:
     return step
 
 
-def _insert_continuation(
-    session: Session, run_id: str, step_id: str, kind: ContinuationKind, name: str
-) -> Continuation:
-    continuation = Continuation(
-        id=new_id(),
-        run_id=run_id,
-        step_id=step_id,
-        kind=kind.value,
-        name=name,
-        status=ContinuationStatus.READY,
-        attempts=0,
-        # Published right after this commit; if that publish is lost the sweep sends it again later.
-        publishes=1,
-        enqueued_at=utcnow(),
-        created_at=utcnow(),
+@dataclass(frozen=True)
+class Due:
+    """A continuation made ready in this transaction: publish it once the transaction has committed."""
+
+    id: str
+    kind: str
+    run_id: str
+    step_id: str
+    name: str
+
+
+_INSERT_CONTINUATION = insert(_C)
+
+
+def _insert_continuation(session: Session, run_id: str, step_id: str, kind: ContinuationKind, name: str) -> Due:
+    now = utcnow()
+    due = Due(id=new_id(), kind=kind.value, run_id=run_id, step_id=step_id, name=name)
+    session.execute(
+        _INSERT_CONTINUATION,
+        {
+            "id": due.id,
+            "run_id": run_id,
+            "step_id": step_id,
+            "kind": due.kind,
+            "name": name,
+            "status": ContinuationStatus.READY.value,
+            "attempts": 0,
+            # Published right after this commit; if that publish is lost the sweep sends it again later.
+            "publishes": 1,
+            "enqueued_at": now,
+            "created_at": now,
+        },
     )
-    session.add(continuation)
-    session.flush()
-    append_event(session, run_id, "continuation.ready", continuation_id=continuation.id, step_id=step_id, name=name)
-    return continuation
+    append_event(session, run_id, "continuation.ready", continuation_id=due.id, step_id=step_id, name=name)
+    return due
 
 
 def _set_run_status(session: Session, run_id: str, from_: Iterable[str], to: RunStatus, **values: Any) -> Run | None:
@@ -237,12 +279,33 @@ def _set_run_status(session: Session, run_id: str, from_: Iterable[str], to: Run
         # The canonical terminal event; projections follow it and clear the flag once they agree.
         values.setdefault("completed_at", now)
         values["projection_pending"] = True
-    return session.scalar(
+    run = session.scalar(
         update(Run)
         .where(Run.id == run_id, Run.status.in_([str(s) for s in from_]))
         .values(status=to.value, updated_at=now, **values)
         .returning(Run)
         .execution_options(synchronize_session=False)
+    )
+    if run is not None and to in RUN_TERMINAL:
+        # From what this CAS wrote, not from ``run``: an instance already in the session keeps old values.
+        record = RunRecord(run.id, run.workflow, to.value, values["completed_at"], values.get("finished_by"), None)
+        _record_terminal_history(session, record)
+    return run
+
+
+def _record_terminal_history(session: Session, run: RunRecord) -> None:
+    """The schedule-history row commits with the canonical terminal record it projects (the CAS that
+    made the run terminal ran once, so no row exists yet); only ``run_metadata.json`` is written after."""
+    session.execute(
+        _INSERT_HISTORY,
+        {
+            "run_id": run.id,
+            "workflow": run.workflow,
+            "status": run.status,
+            "completed_at": run.completed_at,
+            "execution_id": run.finished_by,
+            "recorded_at": utcnow(),
+        },
     )
 
 
@@ -262,14 +325,48 @@ def _set_step_status(
 # --------------------------------------------------------------------------- claim and consume
 
 
-@dataclass
-class Claim:
-    """A continuation this execution holds, with what its body needs to run."""
+class StepLike(Protocol):
+    """What the outcome transitions need of a step: an ORM ``Step`` or the claim's ``StepRef``."""
 
-    continuation: Continuation
-    run: Run
-    step: Step
-    owner: Principal
+    @property
+    def id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class StepRef:
+    id: str
+    run_id: str
+    name: str
+    payload: Any
+    snapshot: Any
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A continuation this execution holds, with what its body needs to run (read at claim)."""
+
+    continuation: Row[Any]  # id, run_id, step_id, kind, name, attempts
+    step: StepRef
+    run_id: str
+    run_status: str
+    owner_name: str
+    granted: bool  # the owner holds a live grant on the run's target now (admins hold every target)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run's canonical terminal record, as the terminal CAS returned it (what projections are made of)."""
+
+    id: str
+    workflow: str
+    status: str
+    completed_at: datetime | None
+    finished_by: str | None
+    warnings: Any
 
 
 def _claimable(now: datetime) -> Any:
@@ -279,31 +376,67 @@ def _claimable(now: datetime) -> Any:
     )
 
 
+_CLAIM = (
+    update(_C)
+    .where(
+        _C.c.id == bindparam("cid"),
+        or_(
+            _C.c.status == _literal(ContinuationStatus.READY),
+            and_(
+                _C.c.status == _literal(ContinuationStatus.CLAIMED),
+                _C.c.lease_expires_at < _bp("now", _C.c.lease_expires_at),
+            ),
+        ),
+        _C.c.attempts < bindparam("max_attempts"),
+    )
+    .values(
+        status=ContinuationStatus.CLAIMED.value,
+        attempts=_C.c.attempts + 1,
+        claimed_by=bindparam("eid"),
+        lease_expires_at=_bp("lease", _C.c.lease_expires_at),
+    )
+    .returning(_C.c.id, _C.c.run_id, _C.c.step_id, _C.c.kind, _C.c.name, _C.c.attempts)
+)
+
+_CLAIM_CONTEXT = (
+    select(
+        _S.c.id,
+        _S.c.run_id,
+        _S.c.name,
+        _S.c.payload,
+        _S.c.snapshot,
+        _R.c.status.label("run_status"),
+        _P.c.name.label("owner_name"),
+        or_(
+            _P.c.kind == _literal(PrincipalKind.ADMIN),
+            exists().where(_G.c.principal_id == _P.c.id, _G.c.target == _R.c.target, _G.c.revoked_at.is_(None)),
+        ).label("granted"),
+    )
+    .select_from(_S.join(_R, _R.c.id == _S.c.run_id).join(_P, _P.c.id == _R.c.owner_id))
+    .where(_S.c.id == bindparam("sid"))
+)
+
+
 def claim(
     session: Session, continuation_id: str, *, execution_id: str, lease_s: float, max_attempts: int
-) -> Continuation | None:
+) -> Row[Any] | None:
     """ready -> claimed (or an expired claim -> claimed), attempts + 1, with a lease.
 
-    ``None`` when the row is consumed, dead, unknown, held under a live lease by someone else, or out
-    of attempts (see ``give_up_exhausted``): the caller's delivery does nothing.
+    Returns the claimed row (id, run_id, step_id, kind, name, attempts). ``None`` when the row is
+    consumed, dead, unknown, held under a live lease by someone else, or out of attempts (see
+    ``give_up_exhausted``): the caller's delivery does nothing.
     """
     now = utcnow()
-    return session.scalar(
-        update(Continuation)
-        .where(
-            Continuation.id == continuation_id,
-            _claimable(now),
-            Continuation.attempts < max_attempts,
-        )
-        .values(
-            status=ContinuationStatus.CLAIMED,
-            attempts=Continuation.attempts + 1,
-            claimed_by=execution_id,
-            lease_expires_at=now + timedelta(seconds=lease_s),
-        )
-        .returning(Continuation)
-        .execution_options(synchronize_session=False)
-    )
+    return session.execute(
+        _CLAIM,
+        {
+            "cid": continuation_id,
+            "now": now,
+            "max_attempts": max_attempts,
+            "eid": execution_id,
+            "lease": now + timedelta(seconds=lease_s),
+        },
+    ).first()
 
 
 def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: int) -> Continuation | None:
@@ -324,11 +457,17 @@ def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: i
     return give_up(session, row.id, reason=reason)
 
 
-def load_claim(session: Session, continuation: Continuation) -> Claim:
-    run = session.get_one(Run, continuation.run_id)
-    step = session.get_one(Step, continuation.step_id)
-    owner = session.get_one(Principal, run.owner_id)
-    return Claim(continuation=continuation, run=run, step=step, owner=owner)
+def load_claim(session: Session, continuation: Row[Any]) -> Claim:
+    """Everything the body needs and the refusal checks read, in one joined read after the claim."""
+    row = session.execute(_CLAIM_CONTEXT, {"sid": continuation.step_id}).one()
+    return Claim(
+        continuation=continuation,
+        step=StepRef(id=row.id, run_id=row.run_id, name=row.name, payload=row.payload, snapshot=row.snapshot),
+        run_id=row.run_id,
+        run_status=row.run_status,
+        owner_name=row.owner_name,
+        granted=bool(row.granted),
+    )
 
 
 def renew_lease(session: Session, continuation_id: str, *, execution_id: str, lease_s: float) -> bool:
@@ -346,19 +485,21 @@ def renew_lease(session: Session, continuation_id: str, *, execution_id: str, le
     return row is not None
 
 
-def consume(session: Session, continuation_id: str, *, execution_id: str) -> Continuation | None:
-    """claimed -> consumed, only by the execution holding the claim; ``None`` when it lost the claim."""
-    return session.scalar(
-        update(Continuation)
-        .where(
-            Continuation.id == continuation_id,
-            Continuation.status == ContinuationStatus.CLAIMED,
-            Continuation.claimed_by == execution_id,
-        )
-        .values(status=ContinuationStatus.CONSUMED, consumed_at=utcnow(), lease_expires_at=None)
-        .returning(Continuation)
-        .execution_options(synchronize_session=False)
+_CONSUME = (
+    update(_C)
+    .where(
+        _C.c.id == bindparam("cid"),
+        _C.c.status == _literal(ContinuationStatus.CLAIMED),
+        _C.c.claimed_by == bindparam("eid"),
     )
+    .values(status=ContinuationStatus.CONSUMED.value, consumed_at=_bp("at", _C.c.consumed_at), lease_expires_at=None)
+)
+
+
+def consume(session: Session, continuation_id: str, *, execution_id: str) -> str | None:
+    """claimed -> consumed, only by the execution holding the claim; its id, or ``None`` when it lost it."""
+    result = session.execute(_CONSUME, {"cid": continuation_id, "eid": execution_id, "at": utcnow()})
+    return continuation_id if getattr(result, "rowcount", 0) == 1 else None
 
 
 @dataclass
@@ -382,34 +523,38 @@ class Answer:
         )
 
 
+_ERASE_STEP_SECRETS = update(_I).where(_I.c.step_id == bindparam("sid"), _I.c.secret.is_not(None)).values(secret=None)
+_ERASE_RUN_SECRETS = update(_I).where(_I.c.run_id == bindparam("rid"), _I.c.secret.is_not(None)).values(secret=None)
+
+
 def erase_secrets(session: Session, *, step_id: str | None = None, run_id: str | None = None) -> int:
     """Sealed sensitive values -> NULL (ciphertext too), for a consumed step or an ended run."""
-    where = Interaction.step_id == step_id if step_id is not None else Interaction.run_id == run_id
-    result = session.execute(
-        update(Interaction)
-        .where(where, Interaction.secret.is_not(None))
-        .values(secret=None)
-        .execution_options(synchronize_session=False)
-    )
+    if step_id is not None:
+        result = session.execute(_ERASE_STEP_SECRETS, {"sid": step_id})
+    else:
+        result = session.execute(_ERASE_RUN_SECRETS, {"rid": run_id})
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+_ANSWERS = (
+    select(_I.c.key, _I.c.kind, _I.c.status, _I.c.value, _I.c.secret, _P.c.name.label("answered_by"))
+    .select_from(_I.outerjoin(_P, _P.c.id == _I.c.answered_by_id))
+    .where(_I.c.step_id == bindparam("sid"))
+)
+
+
 def answers_for_step(session: Session, step_id: str) -> dict[str, Answer]:
-    rows = session.execute(
-        select(Interaction, Principal.name)
-        .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
-        .where(Interaction.step_id == step_id)
-    ).all()
+    answered = (InteractionStatus.ANSWERED, InteractionStatus.REJECTED)
     return {
         i.key: Answer(
             key=i.key,
             kind=i.kind,
             status=i.status,
-            value=i.value if i.status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED) else None,
-            answered_by=name,
+            value=i.value if i.status in answered else None,
+            answered_by=i.answered_by,
             sealed=i.secret if i.status == InteractionStatus.ANSWERED else None,
         )
-        for i, name in rows
+        for i in session.execute(_ANSWERS, {"sid": step_id})
     }
 
 
@@ -435,55 +580,73 @@ class InteractionSpec:
         return self.id or interaction_id(step_id, self.key, self.kind, self.resources)
 
 
+_STEP_ENDED = [StepStatus.RUNNING.value, StepStatus.RESUMING.value, StepStatus.PARKED.value]
+_FINISH_STEP = (
+    update(_S)
+    .where(_S.c.id == bindparam("sid"), _S.c.status.in_(_STEP_ENDED))
+    .values(
+        status=bindparam("to"),
+        result=_bp("res", _S.c.result),
+        error=bindparam("err"),
+        reason=bindparam("why"),
+        updated_at=_bp("at", _S.c.updated_at),
+    )
+)
+_FINISH_RUN = (
+    update(_R)
+    .where(_R.c.id == bindparam("rid"), _R.c.status.in_([s.value for s in RUN_LIVE]))
+    .values(
+        status=bindparam("to"),
+        result=_bp("res", _R.c.result),
+        error=bindparam("err"),
+        reason=bindparam("why"),
+        finished_by=bindparam("eid"),
+        updated_at=_bp("at", _R.c.updated_at),
+        completed_at=_bp("at", _R.c.completed_at),
+        projection_pending=True,
+    )
+    .returning(_R.c.id, _R.c.workflow, _R.c.status, _R.c.completed_at, _R.c.finished_by, _R.c.warnings)
+)
+
+
 def finish_run(
     session: Session,
-    step: Step,
+    step: StepLike,
     *,
     status: RunStatus,
     execution_id: str,
     result: Any = None,
     error: str | None = None,
     reason: str | None = None,
-) -> Run | None:
-    """The step ends and its run takes its canonical terminal status (written once, by CAS)."""
+) -> RunRecord | None:
+    """The step ends and its run takes its canonical terminal status (written once, by CAS), with its
+    schedule-history row; returns that record, or ``None`` when the run was already terminal."""
     step_status = {
         RunStatus.COMPLETED: StepStatus.COMPLETED,
         RunStatus.FAILED: StepStatus.FAILED,
         RunStatus.INTERRUPTED: StepStatus.INTERRUPTED,
         RunStatus.CANCELED: StepStatus.CANCELED,
     }[status]
-    _set_step_status(
-        session,
-        step.id,
-        [StepStatus.RUNNING, StepStatus.RESUMING, StepStatus.PARKED],
-        step_status,
-        result=result,
-        error=error,
-        reason=reason,
-    )
+    now = utcnow()
+    values = {"res": result, "err": error, "why": reason, "at": now}
+    session.execute(_FINISH_STEP, {"sid": step.id, "to": step_status.value, **values})
     append_event(session, step.run_id, f"step.{step_status.value}", step_id=step.id, name=step.name)
-    run = _set_run_status(
-        session,
-        step.run_id,
-        RUN_LIVE,
-        status,
-        result=result,
-        error=error,
-        reason=reason,
-        finished_by=execution_id,
-    )
+    row = session.execute(_FINISH_RUN, {"rid": step.run_id, "to": status.value, "eid": execution_id, **values}).first()
     erase_secrets(session, run_id=step.run_id)
-    if run is not None:
-        data: dict[str, Any] = {"status": status.value, "execution_id": execution_id}
-        if error is not None:
-            data["error"] = error
-        if reason is not None:
-            data["reason"] = reason
-        append_event(session, step.run_id, f"run.{status.value}", **data)
+    if row is None:
+        return None
+    run = RunRecord(*row)
+    _record_terminal_history(session, run)
+    data: dict[str, Any] = {"status": status.value, "execution_id": execution_id}
+    if error is not None:
+        data["error"] = error
+    if reason is not None:
+        data["reason"] = reason
+    append_event(session, step.run_id, f"run.{status.value}", **data)
     return run
 
 
-def next_step(session: Session, step: Step, *, name: str, payload: Any) -> Continuation:
+def next_step(session: Session, step: StepLike, *, name: str, payload: Any) -> Due:
     """The step completes and hands over to a new step with its own ready continuation."""
     _set_step_status(
         session,
@@ -504,7 +667,7 @@ def _next_seq(session: Session, run_id: str) -> int:
 
 def park(
     session: Session,
-    step: Step,
+    step: StepLike,
     *,
     continuation: str,
     snapshot: Any,
@@ -667,34 +830,49 @@ def interaction_state(session: Session, interaction: Interaction) -> dict[str, A
     }
 
 
-def _lock_interaction(session: Session, interaction_id_: str) -> Interaction:
-    """Read the interaction and lock its step: answers, cancels and expiry of one step are serialized,
-    so "was this the last pending one?" has one true answer."""
-    interaction = session.get(Interaction, interaction_id_)
+_LOCK_STEP_OF = (
+    select(_S.c.id)
+    .where(_S.c.id == select(_I.c.step_id).where(_I.c.id == bindparam("iid")).scalar_subquery())
+    .with_for_update()
+)
+_WAIT_CONTEXT = select(
+    _R.c.status,
+    exists()
+    .where(_G.c.principal_id == bindparam("pid"), _G.c.target == bindparam("target"), _G.c.revoked_at.is_(None))
+    .label("granted"),
+).where(_R.c.id == bindparam("rid"))
+
+
+def _lock_interaction(session: Session, interaction_id_: str, principal: Principal) -> tuple[Interaction, str]:
+    """Lock the interaction's step, then read the interaction, its run's status and the principal's grant.
+
+    Answers, cancels and expiry of one step are serialized by that lock, so "was this the last pending
+    one?" has one true answer. Raises ``NotFound`` for an unknown id and ``Forbidden`` without a live grant
+    on the interaction's target (before anything about its state is told).
+    """
+    if _is_pg(session) and session.execute(_LOCK_STEP_OF, {"iid": interaction_id_}).first() is None:
+        raise NotFound(f"interaction {interaction_id_} does not exist")
+    interaction = session.get(Interaction, interaction_id_, populate_existing=True)
     if interaction is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
-    if _is_pg(session):
-        session.execute(select(Step.id).where(Step.id == interaction.step_id).with_for_update())
-        session.refresh(interaction)
-    return interaction
-
-
-def _check_grant(session: Session, principal: Principal, interaction: Interaction) -> None:
-    if not is_granted(session, principal, interaction.target):
+    context = session.execute(
+        _WAIT_CONTEXT, {"rid": interaction.run_id, "pid": principal.id, "target": interaction.target}
+    ).one()
+    if principal.kind != PrincipalKind.ADMIN and not context.granted:
         raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target}")
+    return interaction, context.status
 
 
-def _refuse_ended_wait(session: Session, interaction: Interaction) -> None:
+def _refuse_ended_wait(session: Session, interaction: Interaction, run_status: str) -> None:
     """Raise ``Gone`` for a pending interaction whose wait has ended: past its deadline (the sweep will
     record the expiry; the outcome never depends on when it runs) or its run already terminal."""
     if interaction.expires_at is not None and interaction.expires_at <= utcnow():
         state = interaction_state(session, interaction)
         state["status"] = InteractionStatus.EXPIRED.value
         raise Gone(f"interaction {interaction.id} expired at {interaction.expires_at.isoformat()}", state)
-    run = session.get_one(Run, interaction.run_id)
-    if run.status in RUN_TERMINAL:
+    if run_status in RUN_TERMINAL:
         raise Gone(
-            f"run {run.id} of interaction {interaction.id} is {run.status}",
+            f"run {interaction.run_id} of interaction {interaction.id} is {run_status}",
             interaction_state(session, interaction),
         )
 
@@ -704,10 +882,27 @@ class AnswerReceipt:
     status: str
     response_id: str
     answered_at: datetime
-    continuation: Continuation | None = None  # set when this answer made the step's continuation due
+    continuation: Due | None = None  # set when this answer made the step's continuation due
 
     def as_dict(self) -> dict[str, Any]:
         return {"status": self.status, "response_id": self.response_id, "answered_at": self.answered_at}
+
+
+_ANSWERED_AT = _bp("at", _I.c.answered_at)
+_ANSWER = (
+    update(_I)
+    .where(_I.c.id == bindparam("iid"), _I.c.status == _literal(InteractionStatus.PENDING))
+    .values(
+        status=bindparam("to"),
+        value=_bp("val", _I.c.value),
+        secret=bindparam("sealed"),
+        response_id=bindparam("rsp"),
+        response_digest=bindparam("digest"),
+        answered_by_id=bindparam("by"),
+        answered_at=_ANSWERED_AT,
+        closed_at=_ANSWERED_AT,
+    )
+)
 
 
 def answer(
@@ -728,8 +923,7 @@ def answer(
     ``InvalidAnswer`` (from ``validate``) before anything is written. When this was the step's last
     pending interaction, the step's continuation is created ready in this transaction.
     """
-    interaction = _lock_interaction(session, interaction_id_)
-    _check_grant(session, principal, interaction)
+    interaction, run_status = _lock_interaction(session, interaction_id_, principal)
     status = interaction.status
     if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
         if interaction.response_id == response_id and interaction.response_digest == response_digest:
@@ -744,7 +938,7 @@ def answer(
             f"interaction {interaction.id} is {status}; it can no longer be answered",
             interaction_state(session, interaction),
         )
-    _refuse_ended_wait(session, interaction)
+    _refuse_ended_wait(session, interaction, run_status)
     validate(interaction, value)
     # Sensitive fields are stored only sealed, apart from the clear value.
     stored_value, secret = seal(interaction, value)
@@ -752,22 +946,20 @@ def answer(
     if interaction.kind == InteractionKind.PERMISSION and not value.get("approved"):
         new_status = InteractionStatus.REJECTED
     now = utcnow()
-    won = session.scalar(
-        update(Interaction)
-        .where(Interaction.id == interaction.id, Interaction.status == InteractionStatus.PENDING)
-        .values(
-            status=new_status,
-            value=stored_value,
-            secret=secret,
-            response_id=response_id,
-            response_digest=response_digest,
-            answered_by_id=principal.id,
-            answered_at=now,
-            closed_at=now,
-        )
-        .returning(Interaction.id)
+    won = session.execute(
+        _ANSWER,
+        {
+            "iid": interaction.id,
+            "to": new_status.value,
+            "val": stored_value,
+            "sealed": secret,
+            "rsp": response_id,
+            "digest": response_digest,
+            "by": principal.id,
+            "at": now,
+        },
     )
-    if won is None:  # pragma: no cover - the step lock serializes answers; kept as the CAS backstop
+    if getattr(won, "rowcount", 0) != 1:  # pragma: no cover - the step lock serializes answers; the CAS backstop
         raise Conflict(f"interaction {interaction.id} was answered concurrently")
     append_event(
         session,
@@ -784,24 +976,36 @@ def answer(
     return receipt
 
 
-def make_due_if_settled(session: Session, step_id: str) -> Continuation | None:
+_PENDING_OF_STEP = (
+    select(_I.c.id).where(_I.c.step_id == bindparam("sid"), _I.c.status == _literal(InteractionStatus.PENDING)).limit(1)
+)
+_STEP_RESUMING = (
+    update(_S)
+    .where(_S.c.id == bindparam("sid"), _S.c.status == _literal(StepStatus.PARKED))
+    .values(status=StepStatus.RESUMING.value, updated_at=_bp("at", _S.c.updated_at))
+    .returning(_S.c.run_id, _S.c.continuation)
+)
+_RUN_RESUMED = (
+    update(_R)
+    .where(_R.c.id == bindparam("rid"), _R.c.status == _literal(RunStatus.WAITING))
+    .values(status=RunStatus.RUNNING.value, updated_at=_bp("at", _R.c.updated_at))
+)
+
+
+def make_due_if_settled(session: Session, step_id: str) -> Due | None:
     """parked -> resuming with a ready continuation once no interaction of the step is pending.
 
     ``None`` while some interaction is still pending, or when the step is not parked any more.
     """
-    pending = session.scalar(
-        select(Interaction.id)
-        .where(Interaction.step_id == step_id, Interaction.status == InteractionStatus.PENDING)
-        .limit(1)
-    )
-    if pending is not None:
+    if session.execute(_PENDING_OF_STEP, {"sid": step_id}).first() is not None:
         return None
-    step = _set_step_status(session, step_id, [StepStatus.PARKED], StepStatus.RESUMING)
+    now = utcnow()
+    step = session.execute(_STEP_RESUMING, {"sid": step_id, "at": now}).first()
     if step is None:
         return None
-    _set_run_status(session, step.run_id, [RunStatus.WAITING], RunStatus.RUNNING)
+    session.execute(_RUN_RESUMED, {"rid": step.run_id, "at": now})
     assert step.continuation is not None
-    return _insert_continuation(session, step.run_id, step.id, ContinuationKind.RESUME, step.continuation)
+    return _insert_continuation(session, step.run_id, step_id, ContinuationKind.RESUME, step.continuation)
 
 
 @dataclass
@@ -827,8 +1031,7 @@ def cancel(
     An exact retry (same ``response_id``) returns the first receipt. Raises ``Conflict`` when the
     interaction was answered, ``Gone`` when its wait already ended, ``Forbidden`` without a live grant.
     """
-    interaction = _lock_interaction(session, interaction_id_)
-    _check_grant(session, principal, interaction)
+    interaction, run_status = _lock_interaction(session, interaction_id_, principal)
     status = interaction.status
     if status == InteractionStatus.CANCELED and interaction.response_id == response_id:
         assert interaction.closed_at is not None
@@ -840,7 +1043,7 @@ def cancel(
         )
     if status != InteractionStatus.PENDING:
         raise Gone(f"interaction {interaction.id} is {status}", interaction_state(session, interaction))
-    _refuse_ended_wait(session, interaction)
+    _refuse_ended_wait(session, interaction, run_status)
     now = utcnow()
     why = reason or f"canceled by {principal.name}"
     closed = session.scalars(
@@ -873,7 +1076,7 @@ def cancel(
 @dataclass
 class Expiry:
     expired: bool
-    continuation: Continuation | None = None  # set when the expiry made the step's continuation due
+    continuation: Due | None = None  # set when the expiry made the step's continuation due
 
 
 def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Expiry:
@@ -914,12 +1117,6 @@ def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Expi
 
 
 # --------------------------------------------------------------------------- sweep selections
-
-
-def _literal(value: str) -> Any:
-    """A status rendered into the SQL text, so the planner matches the partial index on it (SQLite does
-    not for a bound parameter; PostgreSQL's generic plans may not either)."""
-    return literal(str(value), literal_execute=True)
 
 
 def _skip_locked(session: Session, stmt: Any) -> Any:
@@ -1088,7 +1285,15 @@ def record_review(
     return review
 
 
+_ANY_RUNNING_REVIEW = (
+    select(_V.c.id).where(_V.c.status == _literal(ReviewStatus.RUNNING), _V.c.step_id == bindparam("sid")).limit(1)
+)
+
+
 def running_reviews(session: Session, step_id: str) -> list[Review]:
+    """The step's running reviews (first asked on the ``running`` partial index: almost always none)."""
+    if session.execute(_ANY_RUNNING_REVIEW, {"sid": step_id}).first() is None:
+        return []
     return list(
         session.scalars(select(Review).where(Review.step_id == step_id, Review.status == ReviewStatus.RUNNING)).all()
     )
@@ -1185,20 +1390,22 @@ def record_schedule_history(session: Session, run: Run) -> ScheduleHistory:
     return row
 
 
-def clear_projection_pending(session: Session, run: Run) -> bool:
-    """projection_pending -> done, only while the run's terminal record is what was projected."""
-    row = session.scalar(
-        update(Run)
-        .where(
-            Run.id == run.id,
-            Run.projection_pending.is_(True),
-            Run.status == run.status,
-            Run.finished_by == run.finished_by,
-        )
-        .values(projection_pending=False)
-        .returning(Run.id)
+_CLEAR_PROJECTION = (
+    update(_R)
+    .where(
+        _R.c.id == bindparam("rid"),
+        _R.c.projection_pending.is_(True),
+        _R.c.status == bindparam("was"),
+        _R.c.finished_by == bindparam("by"),
     )
-    return row is not None
+    .values(projection_pending=False)
+)
+
+
+def clear_projection_pending(session: Session, run: RunRecord | Run) -> bool:
+    """projection_pending -> done, only while the run's terminal record is what was projected."""
+    result = session.execute(_CLEAR_PROJECTION, {"rid": run.id, "was": run.status, "by": run.finished_by})
+    return getattr(result, "rowcount", 0) == 1
 
 
 # --------------------------------------------------------------------------- sweep totals

@@ -15,6 +15,7 @@ from typing import Any
 
 from models import store
 from models.status import RUN_TERMINAL, normalize_run_status
+from models.store import RunRecord
 from models.tables import Run
 from parkway.db import transaction
 from parkway.settings import get_settings
@@ -26,7 +27,7 @@ def metadata_path(run_id: str) -> Path:
     return Path(get_settings().workspace_dir).resolve() / run_id / "run_metadata.json"
 
 
-def metadata(run: Run) -> dict[str, Any]:
+def metadata(run: Run | RunRecord) -> dict[str, Any]:
     """The projected record: canonical status (legacy words normalized), time, execution, warnings."""
     assert run.completed_at is not None
     status, warning = normalize_run_status(run.status)
@@ -88,3 +89,17 @@ def project_quietly(run_ids: list[str]) -> None:
             project(run_id)
         except Exception:
             log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": run_id})
+
+
+def project_committed(record: RunRecord) -> bool:
+    """Right after the commit that ended a run: write ``run_metadata.json`` from the record that commit
+    returned and clear the flag (the schedule-history row committed with the record). No lock is taken:
+    the record is final, so a concurrent projector (the sweep) writes the same bytes. Any failure is
+    left to the sweep. True when the projections agree."""
+    try:
+        write_atomically(metadata_path(record.id), metadata(record))
+        with transaction() as session:
+            return store.clear_projection_pending(session, record)
+    except Exception:
+        log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": record.id})
+        return False

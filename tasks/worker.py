@@ -22,7 +22,7 @@ from parkway.logs import bind, bound
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
-from tasks.projection import project_quietly
+from tasks.projection import project_committed, project_quietly
 from tasks.publish import publish
 from tasks.sdk import (
     Complete,
@@ -114,9 +114,11 @@ def _execute(continuation_id: str, execution_id: str) -> str:
             log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
             return "lost"
         outcome = _review_guard(session, claim, outcome, execution_id)
-        # Read once, by this continuation: the sealed values go in the same transaction as the consume.
-        store.erase_secrets(session, step_id=claim.step.id)
-        due = _commit_outcome(session, claim, outcome, ctx, execution_id)
+        if not isinstance(outcome, Complete | Fail):
+            # Read once, by this continuation: the sealed values go in the same transaction as the consume
+            # (a run that ends here has every sealed value of the run erased by ``finish_run``).
+            store.erase_secrets(session, step_id=claim.step.id)
+        due, ended = _commit_outcome(session, claim, outcome, execution_id)
         if not isinstance(outcome, Fail):
             for fn in ctx._in_commit:
                 fn(session)
@@ -124,8 +126,8 @@ def _execute(continuation_id: str, execution_id: str) -> str:
     log.info("committed %s", type(outcome).__name__, extra={**extra, "action": "commit"})
     crash_point("resume.after_commit")
     publish(to_publish)
-    if isinstance(outcome, Complete | Fail):
-        project_quietly([claim.run.id])
+    if ended is not None:
+        project_committed(ended)
     return "committed"
 
 
@@ -148,9 +150,9 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
             reason, run_id = dead.reason, dead.run_id
         else:
             claim = store.load_claim(session, row)
-            extra.update(run_id=claim.run.id, step_id=claim.step.id)
-            bind(run_id=claim.run.id, step_id=claim.step.id)
-            reason, run_id = _refusal(session, claim), claim.run.id
+            extra.update(run_id=claim.run_id, step_id=claim.step.id)
+            bind(run_id=claim.run_id, step_id=claim.step.id)
+            reason, run_id = _refusal(claim), claim.run_id
             if reason is None:
                 resume = row.kind == ContinuationKind.RESUME
                 ctx = Context(
@@ -184,12 +186,12 @@ def _unsealed(answers: dict[str, Any]) -> dict[str, Any]:
     return answers
 
 
-def _refusal(session: Any, claim: Claim) -> str | None:
+def _refusal(claim: Claim) -> str | None:
     """Why this continuation can no longer be driven, or ``None`` (checked right after the claim)."""
     row = claim.continuation
-    if claim.run.status in RUN_TERMINAL:
-        return f"run {claim.run.id} is already {claim.run.status}"
-    if not store.is_granted(session, claim.owner, claim.run.target):
+    if claim.run_status in RUN_TERMINAL:
+        return f"run {claim.run_id} is already {claim.run_status}"
+    if not claim.granted:
         return "authority revoked"
     exists = registry.has_step if row.kind == ContinuationKind.START else registry.has_continuation
     if not exists(row.name):
@@ -251,13 +253,19 @@ def _review_guard(session: Any, claim: Claim, outcome: Outcome, execution_id: st
     return outcome
 
 
-def _commit_outcome(session: Any, claim: Claim, outcome: Outcome, ctx: Context, execution_id: str) -> list[Any]:
-    """Write the step's outcome in the consume transaction; returns continuations to publish after it."""
+def _commit_outcome(
+    session: Any, claim: Claim, outcome: Outcome, execution_id: str
+) -> tuple[list[Any], store.RunRecord | None]:
+    """Write the step's outcome in the consume transaction; returns the continuations to publish after
+    it and, when the run ended here, its terminal record (to project after the commit)."""
     step = claim.step
     if isinstance(outcome, Complete):
-        store.finish_run(session, step, status=RunStatus.COMPLETED, execution_id=execution_id, result=outcome.result)
-    elif isinstance(outcome, Fail):
-        store.finish_run(
+        ended = store.finish_run(
+            session, step, status=RunStatus.COMPLETED, execution_id=execution_id, result=outcome.result
+        )
+        return [], ended
+    if isinstance(outcome, Fail):
+        ended = store.finish_run(
             session,
             step,
             status=RunStatus.FAILED,
@@ -265,9 +273,10 @@ def _commit_outcome(session: Any, claim: Claim, outcome: Outcome, ctx: Context, 
             error=outcome.error,
             result={"details": outcome.details} if outcome.details else None,
         )
-    elif isinstance(outcome, Next):
-        return [store.next_step(session, step, name=outcome.step, payload=outcome.payload)]
-    elif isinstance(outcome, Park):
+        return [], ended
+    if isinstance(outcome, Next):
+        return [store.next_step(session, step, name=outcome.step, payload=outcome.payload)], None
+    if isinstance(outcome, Park):
         store.park(
             session,
             step,
@@ -276,4 +285,4 @@ def _commit_outcome(session: Any, claim: Claim, outcome: Outcome, ctx: Context, 
             interactions=interaction_specs(outcome.interactions),
             from_continuation=claim.continuation.kind == ContinuationKind.RESUME,
         )
-    return []
+    return [], None
