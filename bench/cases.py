@@ -1044,10 +1044,15 @@ def case_anatomy(bench: Bench, samples: int = 50) -> None:
     engine = get_engine()
     profiles: dict[str, list[dict[str, Any]]] = {"answer": [], "resume": [], "baseline": []}
     cprof = cProfile.Profile() if bench.args.profile else None
+    aprof = cProfile.Profile() if bench.args.profile else None
     for p in parked:
         with StatementProfile(engine) as prof:
             started = time.perf_counter()
+            if aprof is not None:
+                aprof.enable()
             sdk.answer(p.interaction_id, "yes", response_id=uuid.uuid4().hex, principal=seed.HUMAN)
+            if aprof is not None:
+                aprof.disable()
             ms = (time.perf_counter() - started) * 1000
         profiles["answer"].append({**prof.counts(), "ms": ms})
         with transaction() as session:
@@ -1090,9 +1095,10 @@ def case_anatomy(bench: Bench, samples: int = 50) -> None:
             f"({out[kind]['statement_ms']:.2f} ms in SQL)"
         )
     bench.record("anatomy", {"medians": out, "resume_statements": profiles["resume"][-1]["detail"]})
-    if cprof is not None:
-        path = bench.services.out_dir / "anatomy-resume.pstats"
-        cprof.dump_stats(path)
-        listing = io.StringIO()
-        pstats.Stats(cprof, stream=listing).sort_stats("cumulative").print_stats(40)
-        log(f"    resume profile (cProfile, {samples} resumes, cumulative; pstats in {path}):\n{listing.getvalue()}")
+    for what, prof in (("resume", cprof), ("answer", aprof)):
+        if prof is not None:
+            path = bench.services.out_dir / f"anatomy-{what}.pstats"
+            prof.dump_stats(path)
+            listing = io.StringIO()
+            pstats.Stats(prof, stream=listing).sort_stats("cumulative").print_stats(40)
+            log(f"    {what} profile (cProfile, {samples} calls, cumulative; pstats in {path}):\n{listing.getvalue()}")

@@ -70,7 +70,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "no-erase-secrets (comma-separated)",
     )
     p.add_argument("--py-spy", action="store_true", help="sample the workers with py-spy during throughput")
-    p.add_argument("--profile", action="store_true", help="anatomy: cProfile the in-process resumes (top 40 printed)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="anatomy: cProfile the in-process answers and resumes (top 40 of each printed)",
+    )
     p.add_argument("--worker-loglevel", default="info", help="celery worker -l (default info)")
     args = p.parse_args(argv)
     quick = args.quick

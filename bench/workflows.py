@@ -154,11 +154,12 @@ def _apply_what_if() -> None:
 
         original = parkway.db.make_engine
 
-        def make_engine(url: str) -> Engine:
+        def make_engine(url: str, *, durable: bool = True) -> Engine:
             url = normalize_url(url)
             if not url.startswith("postgresql"):
-                return original(url)
-            return create_engine(url, pool_pre_ping=False, pool_size=5, max_overflow=10)
+                return original(url, durable=durable)
+            connect_args = {} if durable else {"options": "-c synchronous_commit=off"}
+            return create_engine(url, pool_pre_ping=False, pool_size=5, max_overflow=10, connect_args=connect_args)
 
         parkway.db.make_engine = make_engine
         parkway.db.reset_engine()

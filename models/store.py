@@ -96,11 +96,19 @@ _INSERT_HISTORY = insert(_H)
 # --------------------------------------------------------------------------- events
 
 
+def event_row(run_id: str, type_: str, **data: Any) -> dict[str, Any]:
+    """One event of a run's log (never carrying answer values), for ``append_events``."""
+    return {"run_id": run_id, "type": type_, "at": utcnow(), "data": {"run_id": run_id, **data}}
+
+
 def append_event(session: Session, run_id: str, type_: str, **data: Any) -> None:
-    """Append one event to the run's log (never carries answer values), inserted now, in statement order."""
-    session.execute(
-        _INSERT_EVENT, {"run_id": run_id, "type": type_, "at": utcnow(), "data": {"run_id": run_id, **data}}
-    )
+    """Append one event to the run's log, inserted now (events take their ``seq`` in statement order)."""
+    session.execute(_INSERT_EVENT, event_row(run_id, type_, **data))
+
+
+def append_events(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Append several events in one round trip, in list order."""
+    session.execute(_INSERT_EVENT, rows)
 
 
 # --------------------------------------------------------------------------- principals and grants
@@ -118,12 +126,16 @@ def create_principal(session: Session, *, kind: str, name: str, token_hash: str 
     return principal
 
 
+_PRINCIPAL_BY_NAME = select(Principal).where(Principal.name == bindparam("name"))
+_PRINCIPAL_BY_TOKEN = select(Principal).where(Principal.token_hash == bindparam("token_hash"))
+
+
 def principal_by_name(session: Session, name: str) -> Principal | None:
-    return session.scalar(select(Principal).where(Principal.name == name))
+    return session.scalar(_PRINCIPAL_BY_NAME, {"name": name})
 
 
 def principal_by_token_hash(session: Session, token_hash: str) -> Principal | None:
-    return session.scalar(select(Principal).where(Principal.token_hash == token_hash))
+    return session.scalar(_PRINCIPAL_BY_TOKEN, {"token_hash": token_hash})
 
 
 def create_grant(session: Session, *, principal_id: str, target: str) -> Grant:
@@ -630,19 +642,20 @@ def finish_run(
     now = utcnow()
     values = {"res": result, "err": error, "why": reason, "at": now}
     session.execute(_FINISH_STEP, {"sid": step.id, "to": step_status.value, **values})
-    append_event(session, step.run_id, f"step.{step_status.value}", step_id=step.id, name=step.name)
+    events = [event_row(step.run_id, f"step.{step_status.value}", step_id=step.id, name=step.name)]
     row = session.execute(_FINISH_RUN, {"rid": step.run_id, "to": status.value, "eid": execution_id, **values}).first()
     erase_secrets(session, run_id=step.run_id)
-    if row is None:
-        return None
-    run = RunRecord(*row)
-    _record_terminal_history(session, run)
-    data: dict[str, Any] = {"status": status.value, "execution_id": execution_id}
-    if error is not None:
-        data["error"] = error
-    if reason is not None:
-        data["reason"] = reason
-    append_event(session, step.run_id, f"run.{status.value}", **data)
+    run = None
+    if row is not None:
+        run = RunRecord(*row)
+        _record_terminal_history(session, run)
+        data: dict[str, Any] = {"status": status.value, "execution_id": execution_id}
+        if error is not None:
+            data["error"] = error
+        if reason is not None:
+            data["reason"] = reason
+        events.append(event_row(step.run_id, f"run.{status.value}", **data))
+    append_events(session, events)
     return run
 
 
@@ -810,7 +823,7 @@ def interrupt_run(session: Session, run_id: str, *, reason: str, execution_id: s
 # --------------------------------------------------------------------------- answer and cancel
 
 
-def interaction_state(session: Session, interaction: Interaction) -> dict[str, Any]:
+def interaction_state(session: Session, interaction: Interaction | Row[Any]) -> dict[str, Any]:
     """The authoritative state of an interaction as errors carry it (no values: they may be sensitive)."""
     run_status = session.scalar(select(Run.status).where(Run.id == interaction.run_id))
     answered_by = None
@@ -843,7 +856,10 @@ _WAIT_CONTEXT = select(
 ).where(_R.c.id == bindparam("rid"))
 
 
-def _lock_interaction(session: Session, interaction_id_: str, principal: Principal) -> tuple[Interaction, str]:
+_INTERACTION = select(_I).where(_I.c.id == bindparam("iid"))
+
+
+def _lock_interaction(session: Session, interaction_id_: str, principal: Principal) -> tuple[Row[Any], str]:
     """Lock the interaction's step, then read the interaction, its run's status and the principal's grant.
 
     Answers, cancels and expiry of one step are serialized by that lock, so "was this the last pending
@@ -852,7 +868,7 @@ def _lock_interaction(session: Session, interaction_id_: str, principal: Princip
     """
     if _is_pg(session) and session.execute(_LOCK_STEP_OF, {"iid": interaction_id_}).first() is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
-    interaction = session.get(Interaction, interaction_id_, populate_existing=True)
+    interaction = session.execute(_INTERACTION, {"iid": interaction_id_}).first()
     if interaction is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
     context = session.execute(
@@ -863,7 +879,7 @@ def _lock_interaction(session: Session, interaction_id_: str, principal: Princip
     return interaction, context.status
 
 
-def _refuse_ended_wait(session: Session, interaction: Interaction, run_status: str) -> None:
+def _refuse_ended_wait(session: Session, interaction: Row[Any], run_status: str) -> None:
     """Raise ``Gone`` for a pending interaction whose wait has ended: past its deadline (the sweep will
     record the expiry; the outcome never depends on when it runs) or its run already terminal."""
     if interaction.expires_at is not None and interaction.expires_at <= utcnow():

@@ -9,13 +9,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from parkway.settings import get_settings
 
 _lock = threading.Lock()
-_state: dict[str, Any] = {"pid": None, "engine": None, "factory": None}
+_state: dict[str, Any] = {"pid": None, "engine": None, "factory": None, "relaxed": None}
 
 
 def normalize_url(url: str) -> str:
@@ -26,8 +26,11 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str) -> Engine:
-    """Create an engine; SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` so writers queue."""
+def make_engine(url: str, *, durable: bool = True) -> Engine:
+    """Create an engine; SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` so writers queue.
+
+    ``durable=False`` (PostgreSQL): sessions with ``synchronous_commit=off``, for ``transaction(durable=False)``.
+    """
     url = normalize_url(url)
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
@@ -51,7 +54,8 @@ def make_engine(url: str) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    connect_args = {} if durable else {"options": "-c synchronous_commit=off"}
+    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args=connect_args)
 
 
 def get_engine() -> Engine:
@@ -59,10 +63,13 @@ def get_engine() -> Engine:
     with _lock:
         if _state["pid"] != os.getpid() or _state["engine"] is None:
             old = _state["engine"]
-            if old is not None:
-                old.dispose(close=False)
+            for old_engine in (old, _state["relaxed"]):
+                if old_engine is not None:
+                    old_engine.dispose(close=False)
             engine = make_engine(get_settings().effective_database_url)
-            _state.update(pid=os.getpid(), engine=engine, factory=sessionmaker(engine, expire_on_commit=False))
+            _state.update(
+                pid=os.getpid(), engine=engine, factory=sessionmaker(engine, expire_on_commit=False), relaxed=None
+            )
         engine_: Engine = _state["engine"]
         return engine_
 
@@ -70,13 +77,13 @@ def get_engine() -> Engine:
 def reset_engine() -> None:
     """Drop this process's engine (after fork, or when the settings changed)."""
     with _lock:
-        old = _state["engine"]
-        if old is not None:
-            if _state["pid"] == os.getpid():
-                old.dispose()
-            else:
-                old.dispose(close=False)
-        _state.update(pid=None, engine=None, factory=None)
+        for old in (_state["engine"], _state["relaxed"]):
+            if old is not None:
+                if _state["pid"] == os.getpid():
+                    old.dispose()
+                else:
+                    old.dispose(close=False)
+        _state.update(pid=None, engine=None, factory=None, relaxed=None)
 
 
 def session_factory() -> sessionmaker[Session]:
@@ -85,11 +92,39 @@ def session_factory() -> sessionmaker[Session]:
     return factory
 
 
+def _relaxed_factory() -> sessionmaker[Session]:
+    """Sessions whose commits do not wait for the WAL flush (PostgreSQL); the durable ones elsewhere."""
+    engine = get_engine()
+    if engine.dialect.name != "postgresql":
+        return session_factory()  # SQLite in WAL mode with synchronous=NORMAL already works this way
+    with _lock:
+        if _state["relaxed"] is None:
+            relaxed = make_engine(get_settings().effective_database_url, durable=False)
+            _state["relaxed"] = relaxed
+            _state["relaxed_factory"] = sessionmaker(relaxed, expire_on_commit=False)
+        factory: sessionmaker[Session] = _state["relaxed_factory"]
+        return factory
+
+
 @contextmanager
-def transaction() -> Iterator[Session]:
-    """One unit of work: commits when the block ends, rolls back on any exception."""
-    with session_factory()() as session, session.begin():
+def transaction(*, durable: bool = True) -> Iterator[Session]:
+    """One unit of work: commits when the block ends, rolls back on any exception.
+
+    ``durable=False`` is for transactions whose loss in a database crash is recovered by design: a claim
+    (the continuation is claimable again and the lost claim's execution cannot consume it), a lease
+    renewal, a projection flag (the sweep projects again). Their commit returns before the WAL reaches
+    disk; it is visible at once, and any later durable commit (a consume, a tool intent) flushes it too.
+    Call ``require_durable`` inside one that turns out to record an outcome.
+    """
+    factory = session_factory() if durable else _relaxed_factory()
+    with factory() as session, session.begin():
         yield session
+
+
+def require_durable(session: Session) -> None:
+    """This transaction's commit waits for the WAL flush after all (it recorded an outcome)."""
+    if is_postgres(session):
+        session.execute(text("SET LOCAL synchronous_commit TO on"))
 
 
 def is_postgres(session_or_engine: Session | Engine) -> bool:

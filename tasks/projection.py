@@ -98,7 +98,7 @@ def project_committed(record: RunRecord) -> bool:
     left to the sweep. True when the projections agree."""
     try:
         write_atomically(metadata_path(record.id), metadata(record))
-        with transaction() as session:
+        with transaction(durable=False) as session:  # a lost flag only makes the sweep project it again
             return store.clear_projection_pending(session, record)
     except Exception:
         log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": record.id})

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from sqlalchemy import Row
 
 from models import store
 from models.status import InteractionKind, PrincipalKind
@@ -376,7 +377,7 @@ def _validator(schema_json: str) -> Draft202012Validator:
     return Draft202012Validator(json.loads(schema_json))
 
 
-def validate_value(interaction: Interaction, value: Any) -> None:
+def validate_value(interaction: Interaction | Row[Any], value: Any) -> None:
     """Raise ``InvalidAnswer`` (nothing stored) when the value fails the interaction's schema."""
     schema = PERMISSION_SCHEMA if interaction.kind == InteractionKind.PERMISSION else interaction.schema
     validator = _validator(store.canonical_json(schema or {}))
@@ -391,7 +392,7 @@ def validate_value(interaction: Interaction, value: Any) -> None:
         )
 
 
-def seal_value(interaction: Interaction, value: Any) -> tuple[Any, str | None]:
+def seal_value(interaction: Interaction | Row[Any], value: Any) -> tuple[Any, str | None]:
     """Split a value into what is stored in clear and the sealed (encrypted) sensitive fields."""
     return split_sensitive(value, [str(k) for k in (interaction.sensitive or [])])
 

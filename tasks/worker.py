@@ -7,7 +7,9 @@ Tasks are thin: a continuation id in, ``execute`` does claim → body → consum
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +18,7 @@ from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
 from models.store import Claim
 from parkway.crash import crash_point
 from parkway.crypto import join_sensitive
-from parkway.db import transaction
+from parkway.db import require_durable, transaction
 from parkway.errors import NotRegistered, WorkflowError
 from parkway.logs import bind, bound
 from parkway.settings import get_settings
@@ -52,32 +54,68 @@ def resume_step(continuation_id: str) -> str:
     return execute(continuation_id)
 
 
+class _Renewer:
+    """One thread per process renews the leases of the executions running in it, each every third of its
+    lease, so the sweep re-drives only dead executions (a thread per execution costs a start and a join)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.held: dict[str, tuple[str, float, float]] = {}  # continuation -> (execution, lease_s, due)
+        self.pid: int | None = None
+
+    def hold(self, continuation_id: str, execution_id: str, lease_s: float) -> None:
+        with self.lock:
+            if self.pid != os.getpid():  # first use in this process (a forked pool child has no thread)
+                self.pid, self.held = os.getpid(), {}
+                threading.Thread(target=self._loop, name="parkway-lease", daemon=True).start()
+            self.held[continuation_id] = (execution_id, lease_s, time.monotonic() + lease_s / 3)
+        self.wake.set()
+
+    def release(self, continuation_id: str) -> None:
+        with self.lock:
+            self.held.pop(continuation_id, None)
+
+    def _loop(self) -> None:
+        while True:
+            now = time.monotonic()
+            with self.lock:
+                due = [(c, e, lease) for c, (e, lease, at) in self.held.items() if at <= now]
+                for c, e, lease in due:
+                    self.held[c] = (e, lease, now + lease / 3)
+                nxt = min((at for _, _, at in self.held.values()), default=now + 60)
+            for continuation_id, execution_id, lease_s in due:
+                self._renew(continuation_id, execution_id, lease_s)
+            self.wake.wait(max(0.0, nxt - time.monotonic()))
+            self.wake.clear()
+
+    def _renew(self, continuation_id: str, execution_id: str, lease_s: float) -> None:
+        try:
+            with transaction(durable=False) as session:
+                held = store.renew_lease(session, continuation_id, execution_id=execution_id, lease_s=lease_s)
+            if not held:
+                with self.lock:
+                    if self.held.get(continuation_id, ("",))[0] == execution_id:
+                        del self.held[continuation_id]
+        except Exception:
+            log.warning("lease renewal failed", exc_info=True, extra={"continuation_id": continuation_id})
+
+
+_renewer = _Renewer()
+
+
 class LeaseKeeper:
-    """Renews the claim's lease while the body runs, so the sweep re-drives only dead executions."""
+    """Renews the claim's lease while the body runs (see ``_Renewer``)."""
 
     def __init__(self, continuation_id: str, execution_id: str, lease_s: float) -> None:
         self.args = (continuation_id, execution_id, lease_s)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name="parkway-lease", daemon=True)
 
     def __enter__(self) -> LeaseKeeper:
-        self.thread.start()
+        _renewer.hold(*self.args)
         return self
 
     def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        continuation_id, execution_id, lease_s = self.args
-        while not self.stop.wait(lease_s / 3):
-            try:
-                with transaction() as session:
-                    held = store.renew_lease(session, continuation_id, execution_id=execution_id, lease_s=lease_s)
-                if not held:
-                    return
-            except Exception:
-                log.warning("lease renewal failed", exc_info=True, extra={"continuation_id": continuation_id})
+        _renewer.release(self.args[0])
 
 
 @dataclass
@@ -134,7 +172,8 @@ def _execute(continuation_id: str, execution_id: str) -> str:
 def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Prepared | str:
     """One transaction: claim (or give up a row out of attempts or one that cannot be driven)."""
     settings = get_settings()
-    with transaction() as session:
+    # A claim lost in a database crash is recovered by design (see ``transaction``): no WAL-flush wait.
+    with transaction(durable=False) as session:
         row = store.claim(
             session,
             continuation_id,
@@ -147,6 +186,7 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
             if dead is None:
                 log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
                 return "duplicate"
+            require_durable(session)
             reason, run_id = dead.reason, dead.run_id
         else:
             claim = store.load_claim(session, row)
@@ -171,6 +211,7 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
                     body_input=claim.step.snapshot if resume else claim.step.payload,
                     answers=_unsealed(store.answers_for_step(session, claim.step.id)) if resume else {},
                 )
+            require_durable(session)
             store.give_up(session, row.id, reason=reason, execution_id=execution_id)
     log.warning("continuation given up: %s", reason, extra={**extra, "action": "give_up"})
     project_quietly([run_id])
