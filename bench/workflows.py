@@ -170,7 +170,7 @@ def _apply_what_if() -> None:
     if "no-inline-projection" in WHAT_IF:
         import tasks.worker
 
-        tasks.worker.project_committed = lambda record: False  # type: ignore[assignment]
+        tasks.worker.project_soon = lambda record: None  # type: ignore[assignment]
 
 
 _apply_what_if()

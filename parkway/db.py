@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from parkway.settings import get_settings
@@ -55,7 +57,42 @@ def make_engine(url: str, *, durable: bool = True) -> Engine:
 
         return engine
     connect_args = {} if durable else {"options": "-c synchronous_commit=off"}
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args=connect_args)
+    engine = create_engine(url, pool_size=5, max_overflow=10, connect_args=connect_args)
+    _ping_when_idle(engine)
+    return engine
+
+
+# A pooled connection idle for longer than this is pinged before use; one in use moments ago is not (the
+# ping is a round trip, a large share of a short transaction's cost).
+PING_AFTER_IDLE_S = 2.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """``pool_pre_ping``, but only for connections idle for ``PING_AFTER_IDLE_S``: a dead one (the database
+    restarted) is replaced before use. Only a restart within that window reaches a statement, which then
+    fails with the disconnect and SQLAlchemy replaces the whole pool; the caller's transaction rolls back."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        if record is not None:
+            record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        if time.monotonic() - record.info.get("idle_since", 0.0) < PING_AFTER_IDLE_S:
+            return
+        try:
+            cursor = dbapi_conn.cursor()
+            try:
+                cursor.execute("SELECT 1")
+            finally:
+                cursor.close()
+        except Exception as exc:
+            raise DisconnectionError("connection found dead when checked out; replacing it") from exc
 
 
 def get_engine() -> Engine:

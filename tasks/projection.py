@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +105,35 @@ def project_committed(record: RunRecord) -> bool:
     except Exception:
         log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": record.id})
         return False
+
+
+class _Projector:
+    """A thread per process that writes the projections of the runs this process just ended, so the task
+    that ended a run does not wait for two ``fsync`` calls before it takes the next message. The record is
+    final when it is queued; if the process dies first, the run stays ``projection_pending`` and the sweep
+    writes it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pid: int | None = None
+        self.queue: queue.SimpleQueue[RunRecord] = queue.SimpleQueue()
+
+    def submit(self, record: RunRecord) -> None:
+        with self.lock:
+            if self.pid != os.getpid():  # first use in this process (a forked pool child has no thread)
+                self.pid, self.queue = os.getpid(), queue.SimpleQueue()
+                threading.Thread(target=self._loop, args=(self.queue,), name="parkway-projector", daemon=True).start()
+        self.queue.put(record)
+
+    @staticmethod
+    def _loop(items: queue.SimpleQueue[RunRecord]) -> None:
+        while True:
+            project_committed(items.get())
+
+
+_projector = _Projector()
+
+
+def project_soon(record: RunRecord) -> None:
+    """After the commit that ended a run: project it on this process's projector thread."""
+    _projector.submit(record)

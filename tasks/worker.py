@@ -24,7 +24,7 @@ from parkway.logs import bind, bound
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
-from tasks.projection import project_committed, project_quietly
+from tasks.projection import project_quietly, project_soon
 from tasks.publish import publish
 from tasks.sdk import (
     Complete,
@@ -165,7 +165,7 @@ def _execute(continuation_id: str, execution_id: str) -> str:
     crash_point("resume.after_commit")
     publish(to_publish)
     if ended is not None:
-        project_committed(ended)
+        project_soon(ended)
     return "committed"
 
 

@@ -1,0 +1,64 @@
+"""Pooled PostgreSQL connections: a connection that died while idle is replaced before it is used, and a
+transaction never waits for a ping on a connection used moments ago (``parkway.db._ping_when_idle``).
+
+PostgreSQL only (collected on that run): SQLite has no server connection to lose.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+import parkway.db
+from parkway.db import get_engine, transaction
+from tests.conftest import PG_ADMIN_URL
+
+
+def _kill_pooled_connections() -> int:
+    """Terminate every server process of the test database but the admin connection's own."""
+    from sqlalchemy import create_engine
+
+    database = get_engine().url.database
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            return len(
+                conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE datname = :db AND pid <> pg_backend_pid()"
+                    ),
+                    {"db": database},
+                ).all()
+            )
+    finally:
+        admin.dispose()
+
+
+def _backend_pid() -> int:
+    with transaction() as session:
+        return int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def test_idle_connection_killed__replaced_before_use(fresh_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a pooled connection whose server process was terminated while it sat idle
+    first = _backend_pid()
+    assert _kill_pooled_connections() >= 1
+    monkeypatch.setattr(parkway.db, "PING_AFTER_IDLE_S", 0.0)  # idle "long enough" without sleeping
+    # When the next transaction checks a connection out, then it works on a new server process
+    assert _backend_pid() != first
+
+
+def test_recently_used_connection__not_pinged_and_a_restart_in_that_window_fails_once(
+    fresh_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a connection used moments ago (no ping), whose server process is then terminated
+    monkeypatch.setattr(parkway.db, "PING_AFTER_IDLE_S", 3600.0)
+    first = _backend_pid()
+    assert _kill_pooled_connections() >= 1
+    # When the next transaction uses it, then it fails with the disconnect and nothing is half-done
+    with pytest.raises(OperationalError):
+        _backend_pid()
+    # And the pool was replaced: the one after works on a new server process
+    assert _backend_pid() != first
