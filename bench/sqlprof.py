@@ -16,11 +16,11 @@ def _short(statement: str) -> str:
 
 
 class StatementProfile:
-    """Records every statement an engine executes (with its duration), commits, rollbacks and
-    connection checkouts (each checkout costs one ``SELECT 1`` round trip with ``pool_pre_ping``)."""
+    """Records every statement the engines execute (with its duration), commits, rollbacks and
+    connection checkouts (a connection idle for over ``parkway.db.PING_AFTER_IDLE_S`` is pinged at checkout)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, *engines: Engine) -> None:
+        self.engines = engines
         self.statements: list[tuple[str, Any, float]] = []
         self.commits = 0
         self.rollbacks = 0
@@ -49,12 +49,16 @@ class StatementProfile:
 
     def _hooks(self) -> list[tuple[Any, str, Any]]:
         return [
-            (self.engine, "before_cursor_execute", self._before),
-            (self.engine, "after_cursor_execute", self._after),
-            (self.engine, "commit", self._commit),
-            (self.engine, "rollback", self._rollback),
-            (self.engine, "savepoint", self._savepoint),
-            (self.engine.pool, "checkout", self._checkout),
+            hook
+            for engine in self.engines
+            for hook in (
+                (engine, "before_cursor_execute", self._before),
+                (engine, "after_cursor_execute", self._after),
+                (engine, "commit", self._commit),
+                (engine, "rollback", self._rollback),
+                (engine, "savepoint", self._savepoint),
+                (engine.pool, "checkout", self._checkout),
+            )
         ]
 
     def __enter__(self) -> StatementProfile:

@@ -367,6 +367,7 @@ class Claim:
     run_status: str
     owner_name: str
     granted: bool  # the owner holds a live grant on the run's target now (admins hold every target)
+    answers: dict[str, Answer]  # the step's interactions by key (sealed values still sealed)
 
 
 @dataclass(frozen=True)
@@ -410,6 +411,7 @@ _CLAIM = (
     .returning(_C.c.id, _C.c.run_id, _C.c.step_id, _C.c.kind, _C.c.name, _C.c.attempts)
 )
 
+_ANSWERER = _P.alias("answerer")
 _CLAIM_CONTEXT = (
     select(
         _S.c.id,
@@ -423,8 +425,20 @@ _CLAIM_CONTEXT = (
             _P.c.kind == _literal(PrincipalKind.ADMIN),
             exists().where(_G.c.principal_id == _P.c.id, _G.c.target == _R.c.target, _G.c.revoked_at.is_(None)),
         ).label("granted"),
+        # The step's interactions (a row each; none for a step that never parked) and who answered them.
+        _I.c.key.label("i_key"),
+        _I.c.kind.label("i_kind"),
+        _I.c.status.label("i_status"),
+        _I.c.value.label("i_value"),
+        _I.c.secret.label("i_secret"),
+        _ANSWERER.c.name.label("i_answered_by"),
     )
-    .select_from(_S.join(_R, _R.c.id == _S.c.run_id).join(_P, _P.c.id == _R.c.owner_id))
+    .select_from(
+        _S.join(_R, _R.c.id == _S.c.run_id)
+        .join(_P, _P.c.id == _R.c.owner_id)
+        .outerjoin(_I, _I.c.step_id == _S.c.id)
+        .outerjoin(_ANSWERER, _ANSWERER.c.id == _I.c.answered_by_id)
+    )
     .where(_S.c.id == bindparam("sid"))
 )
 
@@ -470,8 +484,23 @@ def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: i
 
 
 def load_claim(session: Session, continuation: Row[Any]) -> Claim:
-    """Everything the body needs and the refusal checks read, in one joined read after the claim."""
-    row = session.execute(_CLAIM_CONTEXT, {"sid": continuation.step_id}).one()
+    """Everything the body needs and the refusal checks read, in one joined read after the claim: the
+    step, its run's status, the owner's grant, and the step's interactions as its continuation sees them."""
+    rows = session.execute(_CLAIM_CONTEXT, {"sid": continuation.step_id}).all()
+    row = rows[0]
+    answered = (InteractionStatus.ANSWERED, InteractionStatus.REJECTED)
+    answers = {
+        i.i_key: Answer(
+            key=i.i_key,
+            kind=i.i_kind,
+            status=i.i_status,
+            value=i.i_value if i.i_status in answered else None,
+            answered_by=i.i_answered_by,
+            sealed=i.i_secret if i.i_status == InteractionStatus.ANSWERED else None,
+        )
+        for i in rows
+        if i.i_key is not None
+    }
     return Claim(
         continuation=continuation,
         step=StepRef(id=row.id, run_id=row.run_id, name=row.name, payload=row.payload, snapshot=row.snapshot),
@@ -479,6 +508,7 @@ def load_claim(session: Session, continuation: Row[Any]) -> Claim:
         run_status=row.run_status,
         owner_name=row.owner_name,
         granted=bool(row.granted),
+        answers=answers,
     )
 
 
@@ -546,28 +576,6 @@ def erase_secrets(session: Session, *, step_id: str | None = None, run_id: str |
     else:
         result = session.execute(_ERASE_RUN_SECRETS, {"rid": run_id})
     return int(getattr(result, "rowcount", 0) or 0)
-
-
-_ANSWERS = (
-    select(_I.c.key, _I.c.kind, _I.c.status, _I.c.value, _I.c.secret, _P.c.name.label("answered_by"))
-    .select_from(_I.outerjoin(_P, _P.c.id == _I.c.answered_by_id))
-    .where(_I.c.step_id == bindparam("sid"))
-)
-
-
-def answers_for_step(session: Session, step_id: str) -> dict[str, Answer]:
-    answered = (InteractionStatus.ANSWERED, InteractionStatus.REJECTED)
-    return {
-        i.key: Answer(
-            key=i.key,
-            kind=i.kind,
-            status=i.status,
-            value=i.value if i.status in answered else None,
-            answered_by=i.answered_by,
-            sealed=i.secret if i.status == InteractionStatus.ANSWERED else None,
-        )
-        for i in session.execute(_ANSWERS, {"sid": step_id})
-    }
 
 
 # --------------------------------------------------------------------------- outcomes (inside consume)

@@ -143,6 +143,13 @@ def _relaxed_factory() -> sessionmaker[Session]:
         return factory
 
 
+def engines() -> list[Engine]:
+    """This process's engines: the durable one and, on PostgreSQL, the one for ``durable=False``."""
+    relaxed = _relaxed_factory().kw["bind"]
+    durable = get_engine()
+    return [durable] if relaxed is durable else [durable, relaxed]
+
+
 @contextmanager
 def transaction(*, durable: bool = True) -> Iterator[Session]:
     """One unit of work: commits when the block ends, rolls back on any exception.

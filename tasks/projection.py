@@ -116,22 +116,36 @@ class _Projector:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pid: int | None = None
-        self.queue: queue.SimpleQueue[RunRecord] = queue.SimpleQueue()
+        self.queue: queue.Queue[RunRecord] = queue.Queue()
 
     def submit(self, record: RunRecord) -> None:
         with self.lock:
             if self.pid != os.getpid():  # first use in this process (a forked pool child has no thread)
-                self.pid, self.queue = os.getpid(), queue.SimpleQueue()
+                self.pid, self.queue = os.getpid(), queue.Queue()
                 threading.Thread(target=self._loop, args=(self.queue,), name="parkway-projector", daemon=True).start()
         self.queue.put(record)
 
+    def drain(self) -> None:
+        """Wait until every queued record of this process is projected (benchmarks and tests)."""
+        if self.pid == os.getpid():
+            self.queue.join()
+
     @staticmethod
-    def _loop(items: queue.SimpleQueue[RunRecord]) -> None:
+    def _loop(items: queue.Queue[RunRecord]) -> None:
         while True:
-            project_committed(items.get())
+            record = items.get()
+            try:
+                project_committed(record)
+            finally:
+                items.task_done()
 
 
 _projector = _Projector()
+
+
+def drain_projections() -> None:
+    """Wait for this process's projector to finish what it was given."""
+    _projector.drain()
 
 
 def project_soon(record: RunRecord) -> None:

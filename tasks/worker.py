@@ -209,7 +209,7 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
                     claim=claim,
                     ctx=ctx,
                     body_input=claim.step.snapshot if resume else claim.step.payload,
-                    answers=_unsealed(store.answers_for_step(session, claim.step.id)) if resume else {},
+                    answers=_unsealed(claim.answers) if resume else {},
                 )
             require_durable(session)
             store.give_up(session, row.id, reason=reason, execution_id=execution_id)
