@@ -86,11 +86,7 @@ def _ping_when_idle(engine: Engine) -> None:
         if time.monotonic() - record.info.get("idle_since", 0.0) < PING_AFTER_IDLE_S:
             return
         try:
-            cursor = dbapi_conn.cursor()
-            try:
-                cursor.execute("SELECT 1")
-            finally:
-                cursor.close()
+            engine.dialect.do_ping(dbapi_conn)  # in autocommit: the connection is handed over outside a transaction
         except Exception as exc:
             raise DisconnectionError("connection found dead when checked out; replacing it") from exc
 

@@ -48,6 +48,9 @@ def test_idle_connection_killed__replaced_before_use(fresh_db: str, monkeypatch:
     monkeypatch.setattr(parkway.db, "PING_AFTER_IDLE_S", 0.0)  # idle "long enough" without sleeping
     # When the next transaction checks a connection out, then it works on a new server process
     assert _backend_pid() != first
+    # And a pinged connection is handed over outside any transaction (its isolation level can still be set)
+    with get_engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        assert conn.execute(text("SELECT 1")).scalar_one() == 1
 
 
 def test_recently_used_connection__not_pinged_and_a_restart_in_that_window_fails_once(
