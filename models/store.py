@@ -261,7 +261,16 @@ class Due:
 _INSERT_CONTINUATION = insert(_C)
 
 
-def _insert_continuation(session: Session, run_id: str, step_id: str, kind: ContinuationKind, name: str) -> Due:
+def _insert_continuation(
+    session: Session,
+    run_id: str,
+    step_id: str,
+    kind: ContinuationKind,
+    name: str,
+    *,
+    events: list[dict[str, Any]] | None = None,
+) -> Due:
+    """Insert a ready continuation and its event (after ``events``, the caller's, in the same insert)."""
     now = utcnow()
     due = Due(id=new_id(), kind=kind.value, run_id=run_id, step_id=step_id, name=name)
     session.execute(
@@ -280,7 +289,8 @@ def _insert_continuation(session: Session, run_id: str, step_id: str, kind: Cont
             "created_at": now,
         },
     )
-    append_event(session, run_id, "continuation.ready", continuation_id=due.id, step_id=step_id, name=name)
+    ready = event_row(run_id, "continuation.ready", continuation_id=due.id, step_id=step_id, name=name)
+    append_events(session, [*(events or []), ready])
     return due
 
 
@@ -856,15 +866,18 @@ _LOCK_STEP_OF = (
     .where(_S.c.id == select(_I.c.step_id).where(_I.c.id == bindparam("iid")).scalar_subquery())
     .with_for_update()
 )
-_WAIT_CONTEXT = select(
-    _R.c.status,
-    exists()
-    .where(_G.c.principal_id == bindparam("pid"), _G.c.target == bindparam("target"), _G.c.revoked_at.is_(None))
-    .label("granted"),
-).where(_R.c.id == bindparam("rid"))
-
-
-_INTERACTION = select(_I).where(_I.c.id == bindparam("iid"))
+# The interaction, its run's status and whether the principal holds a live grant on its target: one read.
+_INTERACTION = (
+    select(
+        _I,
+        _R.c.status.label("run_status"),
+        exists()
+        .where(_G.c.principal_id == bindparam("pid"), _G.c.target == _I.c.target, _G.c.revoked_at.is_(None))
+        .label("granted"),
+    )
+    .join(_R, _R.c.id == _I.c.run_id)
+    .where(_I.c.id == bindparam("iid"))
+)
 
 
 def _lock_interaction(session: Session, interaction_id_: str, principal: Principal) -> tuple[Row[Any], str]:
@@ -876,15 +889,12 @@ def _lock_interaction(session: Session, interaction_id_: str, principal: Princip
     """
     if _is_pg(session) and session.execute(_LOCK_STEP_OF, {"iid": interaction_id_}).first() is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
-    interaction = session.execute(_INTERACTION, {"iid": interaction_id_}).first()
+    interaction = session.execute(_INTERACTION, {"iid": interaction_id_, "pid": principal.id}).first()
     if interaction is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
-    context = session.execute(
-        _WAIT_CONTEXT, {"rid": interaction.run_id, "pid": principal.id, "target": interaction.target}
-    ).one()
-    if principal.kind != PrincipalKind.ADMIN and not context.granted:
+    if principal.kind != PrincipalKind.ADMIN and not interaction.granted:
         raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target}")
-    return interaction, context.status
+    return interaction, interaction.run_status
 
 
 def _refuse_ended_wait(session: Session, interaction: Row[Any], run_status: str) -> None:
@@ -985,8 +995,7 @@ def answer(
     )
     if getattr(won, "rowcount", 0) != 1:  # pragma: no cover - the step lock serializes answers; the CAS backstop
         raise Conflict(f"interaction {interaction.id} was answered concurrently")
-    append_event(
-        session,
+    answered = event_row(
         interaction.run_id,
         "interaction.answered" if new_status == InteractionStatus.ANSWERED else "interaction.rejected",
         interaction_id=interaction.id,
@@ -996,16 +1005,18 @@ def answer(
         answered_by=principal.name,
     )
     receipt = AnswerReceipt(new_status.value, response_id, now)
-    receipt.continuation = make_due_if_settled(session, interaction.step_id)
+    receipt.continuation = make_due_if_settled(session, interaction.step_id, events=[answered])
     return receipt
 
 
-_PENDING_OF_STEP = (
-    select(_I.c.id).where(_I.c.step_id == bindparam("sid"), _I.c.status == _literal(InteractionStatus.PENDING)).limit(1)
-)
+# parked -> resuming, only once none of the step's interactions is pending (one statement: check and set).
 _STEP_RESUMING = (
     update(_S)
-    .where(_S.c.id == bindparam("sid"), _S.c.status == _literal(StepStatus.PARKED))
+    .where(
+        _S.c.id == bindparam("sid"),
+        _S.c.status == _literal(StepStatus.PARKED),
+        ~exists().where(_I.c.step_id == _S.c.id, _I.c.status == _literal(InteractionStatus.PENDING)),
+    )
     .values(status=StepStatus.RESUMING.value, updated_at=_bp("at", _S.c.updated_at))
     .returning(_S.c.run_id, _S.c.continuation)
 )
@@ -1016,20 +1027,24 @@ _RUN_RESUMED = (
 )
 
 
-def make_due_if_settled(session: Session, step_id: str) -> Due | None:
+def make_due_if_settled(session: Session, step_id: str, *, events: list[dict[str, Any]] | None = None) -> Due | None:
     """parked -> resuming with a ready continuation once no interaction of the step is pending.
 
-    ``None`` while some interaction is still pending, or when the step is not parked any more.
+    ``None`` while some interaction is still pending, or when the step is not parked any more. ``events``
+    (the caller's, not inserted yet) are inserted before this transition's own, in one round trip.
     """
-    if session.execute(_PENDING_OF_STEP, {"sid": step_id}).first() is not None:
-        return None
+    events = list(events or [])
     now = utcnow()
     step = session.execute(_STEP_RESUMING, {"sid": step_id, "at": now}).first()
     if step is None:
+        if events:
+            append_events(session, events)
         return None
     session.execute(_RUN_RESUMED, {"rid": step.run_id, "at": now})
     assert step.continuation is not None
-    return _insert_continuation(session, step.run_id, step_id, ContinuationKind.RESUME, step.continuation)
+    return _insert_continuation(
+        session, step.run_id, step_id, ContinuationKind.RESUME, step.continuation, events=events
+    )
 
 
 @dataclass

@@ -17,7 +17,7 @@ from sqlalchemy import Row
 from models import store
 from models.status import InteractionKind, PrincipalKind
 from models.store import Answer, InteractionSpec
-from models.tables import Interaction
+from models.tables import Interaction, Principal
 from parkway.crash import crash_point
 from parkway.crypto import split_sensitive
 from parkway.db import transaction
@@ -355,7 +355,10 @@ def start_run(
     return run_id
 
 
-def _principal(session: Any, name: str) -> Any:
+def _principal(session: Any, name: str | Principal) -> Any:
+    """The principal by name, or as the caller already read it (the API authenticated it this request)."""
+    if isinstance(name, Principal):
+        return name
     found = store.principal_by_name(session, name)
     if found is None:
         raise Forbidden(f"principal {name} does not exist")
@@ -406,8 +409,9 @@ def _describe(error: Any, sensitive: set[str]) -> str:
     return f"{where}: {error.message}"
 
 
-def answer(interaction_id: str, value: Any, *, response_id: str, principal: str) -> dict[str, Any]:
-    """Answer an interaction as ``principal``: first response wins, an exact retry gets the same receipt.
+def answer(interaction_id: str, value: Any, *, response_id: str, principal: str | Principal) -> dict[str, Any]:
+    """Answer an interaction as ``principal`` (a name, or a ``Principal`` the caller has just
+    authenticated): first response wins, an exact retry gets the same receipt.
 
     Returns ``{status, response_id, answered_at}``; raises ``Conflict``, ``Gone``, ``InvalidAnswer``,
     ``Forbidden`` or ``NotFound`` carrying the authoritative state. The step's continuation is

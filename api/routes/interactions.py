@@ -78,7 +78,7 @@ def read_interaction(interaction_id: InteractionId, principal: PrincipalDep, ses
 )
 def answer(interaction_id: InteractionId, body: AnswerIn, principal: AnswererDep) -> dict[str, Any]:
     try:
-        receipt = sdk.answer(interaction_id, body.value, response_id=body.response_id, principal=principal.name)
+        receipt = sdk.answer(interaction_id, body.value, response_id=body.response_id, principal=principal)
     except OutcomeError as exc:
         ANSWERS.labels(outcome=exc.code).inc()
         raise _authoritative(exc) from None
