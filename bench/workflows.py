@@ -139,8 +139,8 @@ def cas_lat(row_id: int) -> bool:
 # proposed change would buy before anyone makes it. Results are labelled; never use them as Parkway's.
 WHAT_IF = frozenset(x.strip() for x in os.environ.get("BENCH_WHAT_IF", "").split(",") if x.strip())
 KNOWN_WHAT_IF = {
-    "no-pre-ping": "engine without pool_pre_ping (no SELECT 1 round trip per checkout)",
-    "no-inline-projection": "the worker leaves terminal projections to the sweep (no 3rd transaction)",
+    "no-pre-ping": "engine without the idle-connection ping (parkway.db._ping_when_idle) at checkout",
+    "no-inline-projection": "the worker leaves terminal projections to the sweep (no projector thread)",
     "no-erase-secrets": "skip the secret-erasing UPDATEs (what skipping them without sensitive fields saves)",
 }
 
