@@ -294,25 +294,17 @@ def _insert_continuation(
     return due
 
 
-def _set_run_status(session: Session, run_id: str, from_: Iterable[str], to: RunStatus, **values: Any) -> Run | None:
-    """from -> to for a run; ``None`` when it is not in a ``from`` status any more."""
-    now = utcnow()
-    if to in RUN_TERMINAL:
-        # The canonical terminal event; projections follow it and clear the flag once they agree.
-        values.setdefault("completed_at", now)
-        values["projection_pending"] = True
-    run = session.scalar(
+def _set_run_status(session: Session, run_id: str, from_: Iterable[str], to: RunStatus) -> Run | None:
+    """from -> to between live statuses; ``None`` when it is not in a ``from`` status any more (a run ends
+    only through ``_end_run``)."""
+    assert to not in RUN_TERMINAL, f"a run ends through _end_run, not _set_run_status ({to})"
+    return session.scalar(
         update(Run)
         .where(Run.id == run_id, Run.status.in_([str(s) for s in from_]))
-        .values(status=to.value, updated_at=now, **values)
+        .values(status=to.value, updated_at=utcnow())
         .returning(Run)
         .execution_options(synchronize_session=False)
     )
-    if run is not None and to in RUN_TERMINAL:
-        # From what this CAS wrote, not from ``run``: an instance already in the session keeps old values.
-        record = RunRecord(run.id, run.workflow, to.value, values["completed_at"], values.get("finished_by"), None)
-        _record_terminal_history(session, record)
-    return run
 
 
 def _record_terminal_history(session: Session, run: RunRecord) -> None:
@@ -639,6 +631,27 @@ _FINISH_RUN = (
 )
 
 
+def _end_run(
+    session: Session,
+    run_id: str,
+    status: RunStatus,
+    *,
+    execution_id: str,
+    result: Any = None,
+    error: str | None = None,
+    reason: str | None = None,
+) -> RunRecord | None:
+    """live -> terminal for a run (the one compare-and-set that writes a canonical terminal record),
+    with its schedule-history row; ``None`` when the run already ended (a proven outcome is kept)."""
+    values = {"res": result, "err": error, "why": reason, "at": utcnow()}
+    row = session.execute(_FINISH_RUN, {"rid": run_id, "to": status.value, "eid": execution_id, **values}).first()
+    if row is None:
+        return None
+    run = RunRecord(*row)
+    _record_terminal_history(session, run)
+    return run
+
+
 def finish_run(
     session: Session,
     step: StepLike,
@@ -661,12 +674,9 @@ def finish_run(
     values = {"res": result, "err": error, "why": reason, "at": now}
     session.execute(_FINISH_STEP, {"sid": step.id, "to": step_status.value, **values})
     events = [event_row(step.run_id, f"step.{step_status.value}", step_id=step.id, name=step.name)]
-    row = session.execute(_FINISH_RUN, {"rid": step.run_id, "to": status.value, "eid": execution_id, **values}).first()
+    run = _end_run(session, step.run_id, status, execution_id=execution_id, result=result, error=error, reason=reason)
     erase_secrets(session, run_id=step.run_id)
-    run = None
-    if row is not None:
-        run = RunRecord(*row)
-        _record_terminal_history(session, run)
+    if run is not None:
         data: dict[str, Any] = {"status": status.value, "execution_id": execution_id}
         if error is not None:
             data["error"] = error
@@ -794,12 +804,12 @@ def give_up(
     return dead
 
 
-def interrupt_run(session: Session, run_id: str, *, reason: str, execution_id: str) -> Run | None:
+def interrupt_run(session: Session, run_id: str, *, reason: str, execution_id: str) -> RunRecord | None:
     """A live run -> interrupted; its live steps and pending interactions -> interrupted, each with an event.
 
     ``None`` when the run is already terminal (a proven outcome is never overwritten).
     """
-    run = _set_run_status(session, run_id, RUN_LIVE, RunStatus.INTERRUPTED, reason=reason, finished_by=execution_id)
+    run = _end_run(session, run_id, RunStatus.INTERRUPTED, execution_id=execution_id, reason=reason)
     if run is None:
         return None
     erase_secrets(session, run_id=run_id)

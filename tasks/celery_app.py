@@ -13,7 +13,10 @@ from typing import Any
 from celery import Celery, signals
 from kombu.entity import Exchange, Queue
 
+from parkway import fsbroker
 from parkway.settings import Settings, get_settings
+
+fsbroker.install()  # before any connection: ``filesystem://`` writes each message file atomically
 
 log = logging.getLogger("parkway.worker")
 
