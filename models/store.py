@@ -384,10 +384,12 @@ class RunRecord:
     warnings: Any
 
 
-def _claimable(now: datetime) -> Any:
+def _claimable(now: Any) -> Any:
+    """ready, or claimed under a lease that expired before ``now`` (a datetime or a bound parameter):
+    the one definition the claim and ``give_up_exhausted`` share."""
     return or_(
-        Continuation.status == ContinuationStatus.READY,
-        and_(Continuation.status == ContinuationStatus.CLAIMED, Continuation.lease_expires_at < now),
+        _C.c.status == _literal(ContinuationStatus.READY),
+        and_(_C.c.status == _literal(ContinuationStatus.CLAIMED), _C.c.lease_expires_at < now),
     )
 
 
@@ -395,13 +397,7 @@ _CLAIM = (
     update(_C)
     .where(
         _C.c.id == bindparam("cid"),
-        or_(
-            _C.c.status == _literal(ContinuationStatus.READY),
-            and_(
-                _C.c.status == _literal(ContinuationStatus.CLAIMED),
-                _C.c.lease_expires_at < _bp("now", _C.c.lease_expires_at),
-            ),
-        ),
+        _claimable(_bp("now", _C.c.lease_expires_at)),
         _C.c.attempts < bindparam("max_attempts"),
     )
     .values(
