@@ -78,11 +78,9 @@ class Site:
 
     def submit(self, button: WebElement) -> None:
         """Click a submit button and wait for the page it posts to."""
-        from selenium.webdriver.support import expected_conditions as ec
-
         old = self.css("html")
         button.click()
-        self.wait(ec.staleness_of(old), "the form's response page")
+        self.wait(lambda _: _gone(old), "the form's response page")
         self.wait(lambda _: self.browser.execute_script("return document.readyState") == "complete", "page load")
 
     def wait_live(self) -> None:
@@ -90,6 +88,23 @@ class Site:
 
     def card(self, interaction_id: str) -> WebElement:
         return self.css(f'article[data-interaction="{interaction_id}"]')
+
+
+def _gone(element: WebElement) -> bool:
+    """Whether the page this element belonged to was replaced. Selenium's ``staleness_of`` expects a
+    StaleElementReferenceException; Chromium also answers "Node with given id does not belong to the
+    document" when the navigation lands mid-call, which means the same."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 @pytest.fixture(scope="module")
