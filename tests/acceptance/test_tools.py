@@ -73,7 +73,10 @@ def test_three_tools__killed_after_the_second__only_the_third_runs_on_resume(sta
     flag = tmp_path / "third"
     worker = stack.start_worker()
     run_id = start("t.three_tools", {"wait_for": str(flag)})
+    # The effect commits before the journal records its outcome: kill only once that is settled too (a kill
+    # between the two rightly leaves the second tool "possibly ran", which is another test's case).
     wait_for(lambda: effects(run_id, "two") == 1, what="second tool ran")
+    wait_for(lambda: "two" in calls(run_id) and calls(run_id)["two"].phase == "settled", what="second tool settled")
     worker.kill()
     flag.touch()
     stack.start_worker()
