@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Row, Table, and_, bindparam, exists, insert, literal, or_, select, update
+from sqlalchemy import Connection, Row, Table, and_, bindparam, exists, insert, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -363,12 +363,13 @@ class StepRef:
 class Claim:
     """A continuation this execution holds, with what its body needs to run (read at claim)."""
 
-    continuation: Row[Any]  # id, run_id, step_id, kind, name, attempts
+    continuation: Row[Any] | Claimed  # id, run_id, step_id, kind, name, attempts
     step: StepRef
     run_id: str
     run_status: str
     owner_name: str
     granted: bool  # the owner holds a live grant on the run's target now (admins hold every target)
+    review_running: bool  # a review of the step was running when it was claimed (an earlier execution's)
     answers: dict[str, Answer]  # the step's interactions by key (sealed values still sealed)
 
 
@@ -410,8 +411,16 @@ _CLAIM = (
 )
 
 _ANSWERER = _P.alias("answerer")
-_CLAIM_CONTEXT = (
-    select(
+_CLAIMED_COLUMNS = ("id", "run_id", "step_id", "kind", "name", "attempts")
+
+
+def _claim_context(claimed: Any = None) -> Any:
+    """Everything the body needs and the refusal checks read, as one joined query: the step, its run's
+    status, the owner's grant, whether a review of the step is running, and the step's interactions (a
+    row each; none for a step that never parked) with who answered them. ``claimed`` (the claim's
+    ``RETURNING`` as a CTE, PostgreSQL) makes it the claim and this read in one statement; without it the
+    read is of the step ``:sid``."""
+    columns = [
         _S.c.id,
         _S.c.run_id,
         _S.c.name,
@@ -423,22 +432,60 @@ _CLAIM_CONTEXT = (
             _P.c.kind == _literal(PrincipalKind.ADMIN),
             exists().where(_G.c.principal_id == _P.c.id, _G.c.target == _R.c.target, _G.c.revoked_at.is_(None)),
         ).label("granted"),
-        # The step's interactions (a row each; none for a step that never parked) and who answered them.
+        exists().where(_V.c.step_id == _S.c.id, _V.c.status == _literal(ReviewStatus.RUNNING)).label("review_running"),
         _I.c.key.label("i_key"),
         _I.c.kind.label("i_kind"),
         _I.c.status.label("i_status"),
         _I.c.value.label("i_value"),
         _I.c.secret.label("i_secret"),
         _ANSWERER.c.name.label("i_answered_by"),
-    )
-    .select_from(
+    ]
+    joined = (
         _S.join(_R, _R.c.id == _S.c.run_id)
         .join(_P, _P.c.id == _R.c.owner_id)
         .outerjoin(_I, _I.c.step_id == _S.c.id)
         .outerjoin(_ANSWERER, _ANSWERER.c.id == _I.c.answered_by_id)
     )
-    .where(_S.c.id == bindparam("sid"))
-)
+    if claimed is None:
+        return select(*columns).select_from(joined).where(_S.c.id == bindparam("sid"))
+    columns += [claimed.c[name].label(f"c_{name}") for name in _CLAIMED_COLUMNS]
+    return select(*columns).select_from(claimed.join(joined, _S.c.id == claimed.c.step_id))
+
+
+_CLAIM_CONTEXT = _claim_context()
+# PostgreSQL: the claim's compare-and-set and the joined read in one statement (one round trip, and no
+# transaction to open and commit around them).
+_CLAIM_WITH_CONTEXT = _claim_context(_CLAIM.cte("claimed"))
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """The continuation row as the claim left it."""
+
+    id: str
+    run_id: str
+    step_id: str
+    kind: str
+    name: str
+    attempts: int
+
+
+def claim_in_one_statement(
+    conn: Connection, continuation_id: str, *, execution_id: str, lease_s: float, max_attempts: int
+) -> Claim | None:
+    """``claim`` and ``load_claim`` as one statement, for a connection in autocommit (PostgreSQL only).
+
+    ``None`` when nothing was claimed (see ``claim``); the caller then looks at the row in a transaction.
+    """
+    now = utcnow()
+    params = {"cid": continuation_id, "now": now, "max_attempts": max_attempts, "eid": execution_id,
+              "lease": now + timedelta(seconds=lease_s)}  # fmt: skip
+    rows = conn.execute(_CLAIM_WITH_CONTEXT, params).all()
+    if not rows:
+        return None
+    first = rows[0]
+    claimed = Claimed(*(getattr(first, f"c_{name}") for name in _CLAIMED_COLUMNS))
+    return _claim_from_rows(claimed, rows)
 
 
 def claim(
@@ -481,10 +528,13 @@ def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: i
     return give_up(session, row.id, reason=reason)
 
 
-def load_claim(session: Session, continuation: Row[Any]) -> Claim:
-    """Everything the body needs and the refusal checks read, in one joined read after the claim: the
-    step, its run's status, the owner's grant, and the step's interactions as its continuation sees them."""
-    rows = session.execute(_CLAIM_CONTEXT, {"sid": continuation.step_id}).all()
+def load_claim(session: Session, continuation: Row[Any] | Claimed) -> Claim:
+    """Everything the body needs and the refusal checks read, in one joined read after the claim (see
+    ``_claim_context``)."""
+    return _claim_from_rows(continuation, session.execute(_CLAIM_CONTEXT, {"sid": continuation.step_id}).all())
+
+
+def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]]) -> Claim:
     row = rows[0]
     answered = (InteractionStatus.ANSWERED, InteractionStatus.REJECTED)
     answers = {
@@ -506,6 +556,7 @@ def load_claim(session: Session, continuation: Row[Any]) -> Claim:
         run_status=row.run_status,
         owner_name=row.owner_name,
         granted=bool(row.granted),
+        review_running=bool(row.review_running),
         answers=answers,
     )
 
@@ -1451,6 +1502,16 @@ def clear_projection_pending(session: Session, run: RunRecord | Run) -> bool:
     """projection_pending -> done, only while the run's terminal record is what was projected."""
     result = session.execute(_CLEAR_PROJECTION, {"rid": run.id, "was": run.status, "by": run.finished_by})
     return getattr(result, "rowcount", 0) == 1
+
+
+def clear_projections_pending(session: Session, runs: Sequence[RunRecord | Run]) -> int:
+    """``clear_projection_pending`` for several runs, one compare-and-set each sent together (an
+    executemany: one round trip on PostgreSQL); how many were cleared."""
+    if len(runs) == 1:
+        return int(clear_projection_pending(session, runs[0]))
+    params = [{"rid": run.id, "was": run.status, "by": run.finished_by} for run in runs]
+    result = session.execute(_CLEAR_PROJECTION, params)
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 # --------------------------------------------------------------------------- sweep totals

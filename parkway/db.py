@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -159,6 +159,15 @@ def transaction(*, durable: bool = True) -> Iterator[Session]:
     factory = session_factory() if durable else _relaxed_factory()
     with factory() as session, session.begin():
         yield session
+
+
+@contextmanager
+def single_statement(*, durable: bool = True) -> Iterator[Connection]:
+    """A connection in autocommit, for one statement that is a whole unit of work (PostgreSQL): no BEGIN and
+    COMMIT round trips around it. ``durable=False`` as for ``transaction``."""
+    engine = (session_factory() if durable else _relaxed_factory()).kw["bind"]
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        yield conn
 
 
 def require_durable(session: Session) -> None:

@@ -93,18 +93,30 @@ def project_quietly(run_ids: list[str]) -> None:
             log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": run_id})
 
 
-def project_committed(record: RunRecord) -> bool:
-    """Right after the commit that ended a run: write ``run_metadata.json`` from the record that commit
-    returned and clear the flag (the schedule-history row committed with the record). No lock is taken:
-    the record is final, so a concurrent projector (the sweep) writes the same bytes. Any failure is
-    left to the sweep. True when the projections agree."""
+def project_committed(*records: RunRecord) -> int:
+    """Right after the commits that ended runs: write each ``run_metadata.json`` from the record its commit
+    returned, then clear the flags in one transaction (each schedule-history row committed with its
+    record). No lock is taken: a record is final, so a concurrent projector (the sweep) writes the same
+    bytes. Any failure is left to the sweep. Returns how many runs' projections now agree."""
+    written = []
+    for record in records:
+        try:
+            write_atomically(metadata_path(record.id), metadata(record))
+            written.append(record)
+        except Exception:
+            log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": record.id})
+    if not written:
+        return 0
     try:
-        write_atomically(metadata_path(record.id), metadata(record))
         with transaction(durable=False) as session:  # a lost flag only makes the sweep project it again
-            return store.clear_projection_pending(session, record)
+            return store.clear_projections_pending(session, written)
     except Exception:
-        log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": record.id})
-        return False
+        log.warning("projection flags not cleared; the sweep retries them", exc_info=True,
+                    extra={"run_ids": [r.id for r in written]})  # fmt: skip
+        return 0
+
+
+_BATCH = 100  # records projected together at most
 
 
 class _Projector:
@@ -133,11 +145,17 @@ class _Projector:
     @staticmethod
     def _loop(items: queue.Queue[RunRecord]) -> None:
         while True:
-            record = items.get()
+            batch = [items.get()]  # and whatever else is queued by now: their flags clear in one transaction
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(items.get_nowait())
+                except queue.Empty:
+                    break
             try:
-                project_committed(record)
+                project_committed(*batch)
             finally:
-                items.task_done()
+                for _ in batch:
+                    items.task_done()
 
 
 _projector = _Projector()

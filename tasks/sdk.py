@@ -165,6 +165,7 @@ class Context:
     journal_step_id: str = ""  # the step whose tool-call journal this body uses (kept across a preflight)
     in_step_body: bool = True
     _in_commit: list[Callable[[Any], None]] = field(default_factory=list, repr=False)
+    started_reviews: list[str] = field(default_factory=list, repr=False)  # ids of reviews this execution began
     _tool_keys: set[str] = field(default_factory=set, repr=False)
 
     def tool(
@@ -194,7 +195,8 @@ class Context:
             review = store.start_review(
                 session, run_id=self.run_id, step_id=self.step_id, kind=kind, execution_id=self.execution_id
             )
-            return review.id
+        self.started_reviews.append(review.id)
+        return review.id
 
     def review_progress(self, review_id: str, *, finding_count: int, verification_count: int) -> None:
         """Commit the counts of a running review now, so they survive a crash of this execution."""

@@ -18,7 +18,7 @@ from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
 from models.store import Claim
 from parkway.crash import crash_point
 from parkway.crypto import join_sensitive
-from parkway.db import require_durable, transaction
+from parkway.db import get_engine, is_postgres, require_durable, single_statement, transaction
 from parkway.errors import NotRegistered, WorkflowError
 from parkway.logs import bind, bound
 from parkway.settings import get_settings
@@ -151,7 +151,8 @@ def _execute(continuation_id: str, execution_id: str) -> str:
         if store.consume(session, continuation_id, execution_id=execution_id) is None:
             log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
             return "lost"
-        outcome = _review_guard(session, claim, outcome, execution_id)
+        if claim.review_running or ctx.started_reviews:  # otherwise no review of the step can be running
+            outcome = _review_guard(session, claim, outcome, execution_id)
         if not isinstance(outcome, Complete | Fail):
             # Read once, by this continuation: the sealed values go in the same transaction as the consume
             # (a run that ends here has every sealed value of the run erased by ``finish_run``).
@@ -170,19 +171,32 @@ def _execute(continuation_id: str, execution_id: str) -> str:
 
 
 def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Prepared | str:
-    """One transaction: claim (or give up a row out of attempts or one that cannot be driven)."""
+    """Claim the continuation (or give up a row out of attempts or one that cannot be driven).
+
+    A claim lost in a database crash is recovered by design (see ``transaction``): no WAL-flush wait. On
+    PostgreSQL the claim and the read of what the body needs are one statement in autocommit; the rare
+    delivery that claims nothing is looked at again in a transaction (a duplicate, or out of attempts).
+    """
     settings = get_settings()
-    # A claim lost in a database crash is recovered by design (see ``transaction``): no WAL-flush wait.
+    lease_s, max_attempts = settings.claim_lease_s, settings.max_attempts
+    if is_postgres(get_engine()):
+        with single_statement(durable=False) as conn:
+            claim = store.claim_in_one_statement(
+                conn, continuation_id, execution_id=execution_id, lease_s=lease_s, max_attempts=max_attempts
+            )
+        if claim is not None:
+            prepared = _prepare(claim, execution_id, extra)
+            if isinstance(prepared, Prepared):
+                return prepared
+            with transaction() as session:
+                store.give_up(session, continuation_id, reason=prepared, execution_id=execution_id)
+            return _given_up(prepared, claim.run_id, extra)
     with transaction(durable=False) as session:
         row = store.claim(
-            session,
-            continuation_id,
-            execution_id=execution_id,
-            lease_s=settings.claim_lease_s,
-            max_attempts=settings.max_attempts,
+            session, continuation_id, execution_id=execution_id, lease_s=lease_s, max_attempts=max_attempts
         )
         if row is None:
-            dead = store.give_up_exhausted(session, continuation_id, max_attempts=settings.max_attempts)
+            dead = store.give_up_exhausted(session, continuation_id, max_attempts=max_attempts)
             if dead is None:
                 log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
                 return "duplicate"
@@ -190,29 +204,43 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
             reason, run_id = dead.reason, dead.run_id
         else:
             claim = store.load_claim(session, row)
-            extra.update(run_id=claim.run_id, step_id=claim.step.id)
-            bind(run_id=claim.run_id, step_id=claim.step.id)
-            reason, run_id = _refusal(claim), claim.run_id
-            if reason is None:
-                resume = row.kind == ContinuationKind.RESUME
-                ctx = Context(
-                    run_id=run_id,
-                    step_id=claim.step.id,
-                    attempt=row.attempts,
-                    execution_id=execution_id,
-                    step_name=claim.step.name,
-                    payload=claim.step.payload,
-                    journal_step_id=claim.step.id,
-                    in_step_body=not resume,
-                )
-                return Prepared(
-                    claim=claim,
-                    ctx=ctx,
-                    body_input=claim.step.snapshot if resume else claim.step.payload,
-                    answers=_unsealed(claim.answers) if resume else {},
-                )
+            prepared = _prepare(claim, execution_id, extra)
+            if isinstance(prepared, Prepared):
+                return prepared
             require_durable(session)
-            store.give_up(session, row.id, reason=reason, execution_id=execution_id)
+            store.give_up(session, row.id, reason=prepared, execution_id=execution_id)
+            reason, run_id = prepared, claim.run_id
+    return _given_up(reason, run_id, extra)
+
+
+def _prepare(claim: Claim, execution_id: str, extra: dict[str, Any]) -> Prepared | str:
+    """What the body of a claimed continuation needs, or why it can no longer be driven."""
+    extra.update(run_id=claim.run_id, step_id=claim.step.id)
+    bind(run_id=claim.run_id, step_id=claim.step.id)
+    reason = _refusal(claim)
+    if reason is not None:
+        return reason
+    row = claim.continuation
+    resume = row.kind == ContinuationKind.RESUME
+    ctx = Context(
+        run_id=claim.run_id,
+        step_id=claim.step.id,
+        attempt=row.attempts,
+        execution_id=execution_id,
+        step_name=claim.step.name,
+        payload=claim.step.payload,
+        journal_step_id=claim.step.id,
+        in_step_body=not resume,
+    )
+    return Prepared(
+        claim=claim,
+        ctx=ctx,
+        body_input=claim.step.snapshot if resume else claim.step.payload,
+        answers=_unsealed(claim.answers) if resume else {},
+    )
+
+
+def _given_up(reason: str | None, run_id: str, extra: dict[str, Any]) -> str:
     log.warning("continuation given up: %s", reason, extra={**extra, "action": "give_up"})
     project_quietly([run_id])
     return "dead"
