@@ -312,7 +312,8 @@ def api_server(bench: Bench) -> Iterator[str | None]:
 
 
 def start_py_spy(bench: Bench, label: str) -> list[Any]:
-    """Sample every worker pool child (and this process) with py-spy while a case runs; collapsed stacks
+    """Sample every worker pool child (and this process) with py-spy while a case runs (only threads holding
+    the GIL: Python CPU, not waits); collapsed stacks
     land in the run's log folder. Only with ``--py-spy`` (py-spy is not a dependency)."""
     import shutil
 
@@ -327,7 +328,7 @@ def start_py_spy(bench: Bench, label: str) -> list[Any]:
     for name, pid in pids:
         out = bench.services.out_dir / "profiles" / f"{label}-{name}.txt"
         out.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [exe, "record", "-p", str(pid), "-f", "raw", "-r", "200", "--nonblocking", "-o", str(out)]
+        cmd = [exe, "record", "-p", str(pid), "-f", "raw", "-r", "200", "--nonblocking", "--gil", "-o", str(out)]
         spies.append(spawn(cmd, env=dict(os.environ), log_path=out.with_suffix(".log")))
     log(f"    py-spy sampling {len(spies)} processes into {bench.services.out_dir.name}/profiles/")
     return spies

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Connection, Row, Table, and_, bindparam, exists, insert, literal, or_, select, update
+from sqlalchemy import Connection, Row, Table, and_, bindparam, exists, insert, literal, or_, select, true, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -996,6 +996,66 @@ _ANSWER = (
 )
 
 
+def _answer_and_make_due() -> Any:
+    """PostgreSQL: ``_ANSWER``, then ``make_due_if_settled`` when that was the step's last pending
+    interaction (the step's CAS, the run back to running, the ready continuation ``:cid``) as one
+    statement of data-modifying CTEs. Each later part runs only if the one before it changed a row. One
+    row (``answered``, and the continuation's ``due_name`` or NULL) when the answer's CAS won; none
+    otherwise."""
+    answered = _ANSWER.returning(_I.c.id).cte("answered")
+    resuming = (
+        update(_S)
+        .where(
+            _S.c.id == bindparam("sid"),
+            _S.c.status == _literal(StepStatus.PARKED),
+            exists(select(answered.c.id)),
+            # The statement's snapshot still shows this interaction pending: the others must not be.
+            ~exists().where(
+                _I.c.step_id == _S.c.id,
+                _I.c.status == _literal(InteractionStatus.PENDING),
+                _I.c.id != bindparam("iid"),
+            ),
+        )
+        .values(status=StepStatus.RESUMING.value, updated_at=_bp("at", _S.c.updated_at))
+        .returning(_S.c.run_id, _S.c.continuation)
+        .cte("resuming")
+    )
+    resumed = (
+        update(_R)
+        .where(_R.c.id == resuming.c.run_id, _R.c.status == _literal(RunStatus.WAITING))
+        .values(status=RunStatus.RUNNING.value, updated_at=_bp("at", _R.c.updated_at))
+        .cte("resumed")
+    )
+    due = (
+        insert(_C)
+        .from_select(
+            ["id", "run_id", "step_id", "kind", "name", "status", "attempts", "publishes", "enqueued_at", "created_at"],
+            select(
+                bindparam("cid", type_=_C.c.id.type),
+                resuming.c.run_id,
+                bindparam("sid", type_=_C.c.step_id.type),
+                literal(ContinuationKind.RESUME.value),
+                resuming.c.continuation,
+                literal(ContinuationStatus.READY.value),
+                literal(0),
+                literal(1),  # published right after this commit; if that publish is lost the sweep sends it again
+                _bp("at", _C.c.enqueued_at),
+                _bp("at", _C.c.created_at),
+            ),
+        )
+        .returning(_C.c.run_id, _C.c.name)
+        .cte("due")
+    )
+    return (
+        select(answered.c.id.label("answered"), due.c.run_id.label("due_run_id"), due.c.name.label("due_name"))
+        .select_from(answered.outerjoin(due, true()))
+        .add_cte(resumed)
+    )
+
+
+_ANSWER_AND_MAKE_DUE = _answer_and_make_due()
+
+
 def answer(
     session: Session,
     interaction_id_: str,
@@ -1037,20 +1097,24 @@ def answer(
     if interaction.kind == InteractionKind.PERMISSION and not value.get("approved"):
         new_status = InteractionStatus.REJECTED
     now = utcnow()
-    won = session.execute(
-        _ANSWER,
-        {
-            "iid": interaction.id,
-            "to": new_status.value,
-            "val": stored_value,
-            "sealed": secret,
-            "rsp": response_id,
-            "digest": response_digest,
-            "by": principal.id,
-            "at": now,
-        },
-    )
-    if getattr(won, "rowcount", 0) != 1:  # pragma: no cover - the step lock serializes answers; the CAS backstop
+    params = {
+        "iid": interaction.id,
+        "to": new_status.value,
+        "val": stored_value,
+        "sealed": secret,
+        "rsp": response_id,
+        "digest": response_digest,
+        "by": principal.id,
+        "at": now,
+    }
+    combined = None
+    if _is_pg(session):
+        params.update(sid=interaction.step_id, cid=new_id())
+        combined = session.execute(_ANSWER_AND_MAKE_DUE, params).first()
+        won = combined is not None
+    else:
+        won = getattr(session.execute(_ANSWER, params), "rowcount", 0) == 1
+    if not won:  # pragma: no cover - the step lock serializes answers; the CAS backstop
         raise Conflict(f"interaction {interaction.id} was answered concurrently")
     answered = event_row(
         interaction.run_id,
@@ -1062,7 +1126,16 @@ def answer(
         answered_by=principal.name,
     )
     receipt = AnswerReceipt(new_status.value, response_id, now)
-    receipt.continuation = make_due_if_settled(session, interaction.step_id, events=[answered])
+    if combined is None:
+        receipt.continuation = make_due_if_settled(session, interaction.step_id, events=[answered])
+    elif combined.due_name is None:
+        append_events(session, [answered])
+    else:
+        due = Due(params["cid"], ContinuationKind.RESUME.value, combined.due_run_id, interaction.step_id,
+                  combined.due_name)  # fmt: skip
+        ready = event_row(due.run_id, "continuation.ready", continuation_id=due.id, step_id=due.step_id, name=due.name)
+        append_events(session, [answered, ready])
+        receipt.continuation = due
     return receipt
 
 
