@@ -661,6 +661,7 @@ _FINISH_STEP = (
         updated_at=_bp("at", _S.c.updated_at),
     )
 )
+_RUN_RECORD_COLUMNS = ("id", "workflow", "status", "completed_at", "finished_by", "warnings")  # as RunRecord
 _FINISH_RUN = (
     update(_R)
     .where(_R.c.id == bindparam("rid"), _R.c.status.in_([s.value for s in RUN_LIVE]))
@@ -674,7 +675,7 @@ _FINISH_RUN = (
         completed_at=_bp("at", _R.c.completed_at),
         projection_pending=True,
     )
-    .returning(_R.c.id, _R.c.workflow, _R.c.status, _R.c.completed_at, _R.c.finished_by, _R.c.warnings)
+    .returning(*(_R.c[name] for name in _RUN_RECORD_COLUMNS))
 )
 
 
@@ -711,18 +712,34 @@ def finish_run(
 ) -> RunRecord | None:
     """The step ends and its run takes its canonical terminal status (written once, by CAS), with its
     schedule-history row; returns that record, or ``None`` when the run was already terminal."""
-    step_status = {
-        RunStatus.COMPLETED: StepStatus.COMPLETED,
-        RunStatus.FAILED: StepStatus.FAILED,
-        RunStatus.INTERRUPTED: StepStatus.INTERRUPTED,
-        RunStatus.CANCELED: StepStatus.CANCELED,
-    }[status]
-    now = utcnow()
-    values = {"res": result, "err": error, "why": reason, "at": now}
-    session.execute(_FINISH_STEP, {"sid": step.id, "to": step_status.value, **values})
-    events = [event_row(step.run_id, f"step.{step_status.value}", step_id=step.id, name=step.name)]
+    values = {"res": result, "err": error, "why": reason, "at": utcnow()}
+    session.execute(_FINISH_STEP, {"sid": step.id, "to": _STEP_OF_RUN[status].value, **values})
     run = _end_run(session, step.run_id, status, execution_id=execution_id, result=result, error=error, reason=reason)
     erase_secrets(session, run_id=step.run_id)
+    append_events(session, _finish_events(step, status, execution_id, run, error=error, reason=reason))
+    return run
+
+
+_STEP_OF_RUN = {
+    RunStatus.COMPLETED: StepStatus.COMPLETED,
+    RunStatus.FAILED: StepStatus.FAILED,
+    RunStatus.INTERRUPTED: StepStatus.INTERRUPTED,
+    RunStatus.CANCELED: StepStatus.CANCELED,
+}
+
+
+def _finish_events(
+    step: StepLike,
+    status: RunStatus,
+    execution_id: str,
+    run: RunRecord | None,
+    *,
+    error: str | None,
+    reason: str | None,
+) -> list[dict[str, Any]]:
+    """The step's end and, when this ended the run, the run's: in that order."""
+    step_status = _STEP_OF_RUN[status].value
+    events = [event_row(step.run_id, f"step.{step_status}", step_id=step.id, name=step.name)]
     if run is not None:
         data: dict[str, Any] = {"status": status.value, "execution_id": execution_id}
         if error is not None:
@@ -730,8 +747,81 @@ def finish_run(
         if reason is not None:
             data["reason"] = reason
         events.append(event_row(step.run_id, f"run.{status.value}", **data))
-    append_events(session, events)
-    return run
+    return events
+
+
+def _consume_and_finish_run() -> Any:
+    """PostgreSQL: ``consume`` and, only if it won, ``finish_run``'s writes (the step's CAS, the run's
+    terminal CAS with its schedule-history row, the run's sealed values erased) as one statement of
+    data-modifying CTEs. One row (``consumed``, then the terminal record's columns, NULL when the run had
+    already ended) when the consume won; none when the claim was lost."""
+    consumed = _CONSUME.returning(_C.c.id).cte("consumed")
+    won = exists(select(consumed.c.id))
+    step = (
+        update(_S)
+        .where(_S.c.id == bindparam("sid"), _S.c.status.in_(_STEP_ENDED), won)
+        .values(
+            status=bindparam("step_to"),
+            result=_bp("res", _S.c.result),
+            error=bindparam("err"),
+            reason=bindparam("why"),
+            updated_at=_bp("at", _S.c.updated_at),
+        )
+        .cte("step_ended")
+    )
+    run = _FINISH_RUN.where(won).cte("run_ended")
+    history = (
+        insert(_H)
+        .from_select(
+            ["run_id", "workflow", "status", "completed_at", "execution_id", "recorded_at"],
+            select(
+                run.c.id,
+                run.c.workflow,
+                run.c.status,
+                run.c.completed_at,
+                run.c.finished_by,
+                _bp("at", _H.c.recorded_at),
+            ),
+        )
+        .cte("history")
+    )
+    erased = (update(_I).where(_I.c.run_id == bindparam("rid"), _I.c.secret.is_not(None), won).values(secret=None)).cte(
+        "erased"
+    )
+    return (
+        select(consumed.c.id.label("consumed"), *(run.c[name] for name in _RUN_RECORD_COLUMNS))
+        .select_from(consumed.outerjoin(run, true()))
+        .add_cte(step, history, erased)
+    )
+
+
+_CONSUME_AND_FINISH_RUN = _consume_and_finish_run()
+
+
+def consume_and_finish_run(
+    session: Session,
+    continuation_id: str,
+    step: StepLike,
+    *,
+    status: RunStatus,
+    execution_id: str,
+    result: Any = None,
+    error: str | None = None,
+) -> tuple[bool, RunRecord | None]:
+    """``consume`` then ``finish_run`` in one statement (PostgreSQL): whether the consume won, and the
+    run's terminal record (``None`` when the claim was lost or the run had already ended). The events go
+    in after it, in order."""
+    now = utcnow()
+    params = {
+        **{"cid": continuation_id, "eid": execution_id, "at": now, "sid": step.id, "rid": step.run_id},
+        **{"step_to": _STEP_OF_RUN[status].value, "to": status.value, "res": result, "err": error, "why": None},
+    }
+    row = session.execute(_CONSUME_AND_FINISH_RUN, params).first()
+    if row is None:
+        return False, None
+    run = RunRecord(*row[1:]) if row.id is not None else None
+    append_events(session, _finish_events(step, status, execution_id, run, error=error, reason=None))
+    return True, run
 
 
 def next_step(session: Session, step: StepLike, *, name: str, payload: Any) -> Due:

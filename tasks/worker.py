@@ -147,6 +147,17 @@ def _execute(continuation_id: str, execution_id: str) -> str:
         outcome = _run_body(claim.continuation.kind, claim.continuation.name, ctx, prepared.body_input,
                             prepared.answers)  # fmt: skip
     crash_point("resume.before_commit")
+    ending = _run_ending(outcome)
+    if ending is not None and is_postgres(get_engine()) and _ends_plainly(claim, ctx, outcome):
+        # The common end of a run: the consume and every write of the run's end in one statement.
+        with transaction() as session:
+            won, ended = store.consume_and_finish_run(
+                session, continuation_id, claim.step, execution_id=execution_id, **ending
+            )
+        if not won:
+            log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
+            return "lost"
+        return _committed(outcome, [], ended, extra)
     with transaction() as session:
         if store.consume(session, continuation_id, execution_id=execution_id) is None:
             log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
@@ -162,12 +173,34 @@ def _execute(continuation_id: str, execution_id: str) -> str:
             for fn in ctx._in_commit:
                 fn(session)
         to_publish = [(c.id, c.kind) for c in due]
+    return _committed(outcome, to_publish, ended, extra)
+
+
+def _committed(
+    outcome: Outcome, to_publish: list[tuple[str, str]], ended: store.RunRecord | None, extra: dict[str, Any]
+) -> str:
+    """After the consume committed: publish what it made due and project the run it ended."""
     log.info("committed %s", type(outcome).__name__, extra={**extra, "action": "commit"})
     crash_point("resume.after_commit")
     publish(to_publish)
     if ended is not None:
         project_soon(ended)
     return "committed"
+
+
+def _ends_plainly(claim: Claim, ctx: Context, outcome: Outcome) -> bool:
+    """No review of the step can be running and no ``in_commit`` callback must run in the commit."""
+    return not (claim.review_running or ctx.started_reviews) and (isinstance(outcome, Fail) or not ctx._in_commit)
+
+
+def _run_ending(outcome: Outcome) -> dict[str, Any] | None:
+    """``finish_run``'s arguments for an outcome that ends the run (Complete, Fail), else ``None``."""
+    if isinstance(outcome, Complete):
+        return {"status": RunStatus.COMPLETED, "result": outcome.result}
+    if isinstance(outcome, Fail):
+        details = {"details": outcome.details} if outcome.details else None
+        return {"status": RunStatus.FAILED, "error": outcome.error, "result": details}
+    return None
 
 
 def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Prepared | str:
@@ -328,21 +361,9 @@ def _commit_outcome(
     """Write the step's outcome in the consume transaction; returns the continuations to publish after
     it and, when the run ended here, its terminal record (to project after the commit)."""
     step = claim.step
-    if isinstance(outcome, Complete):
-        ended = store.finish_run(
-            session, step, status=RunStatus.COMPLETED, execution_id=execution_id, result=outcome.result
-        )
-        return [], ended
-    if isinstance(outcome, Fail):
-        ended = store.finish_run(
-            session,
-            step,
-            status=RunStatus.FAILED,
-            execution_id=execution_id,
-            error=outcome.error,
-            result={"details": outcome.details} if outcome.details else None,
-        )
-        return [], ended
+    ending = _run_ending(outcome)
+    if ending is not None:
+        return [], store.finish_run(session, step, execution_id=execution_id, **ending)
     if isinstance(outcome, Next):
         return [store.next_step(session, step, name=outcome.step, payload=outcome.payload)], None
     if isinstance(outcome, Park):
