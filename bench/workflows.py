@@ -142,7 +142,20 @@ KNOWN_WHAT_IF = {
     "no-pre-ping": "engine without the idle-connection ping (parkway.db._ping_when_idle) at checkout",
     "no-inline-projection": "the worker leaves terminal projections to the sweep (no projector thread)",
     "no-erase-secrets": "skip the secret-erasing UPDATEs (what skipping them without sensitive fields saves)",
+    "no-projection-fsync": "the projector writes run_metadata.json without its two fsync calls",
+    "no-projection-flag": "the projector writes run_metadata.json but leaves projection_pending set",
 }
+
+
+class _NoFsync:
+    """``os`` as ``tasks.projection`` sees it, with ``fsync`` a no-op."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    @staticmethod
+    def fsync(_fd: int) -> None:
+        return None
 
 
 def _apply_what_if() -> None:
@@ -167,6 +180,14 @@ def _apply_what_if() -> None:
         import models.store
 
         models.store.erase_secrets = lambda session, **_: 0  # type: ignore[assignment]
+    if "no-projection-fsync" in WHAT_IF:
+        import tasks.projection
+
+        tasks.projection.os = _NoFsync()  # type: ignore[assignment]
+    if "no-projection-flag" in WHAT_IF:
+        import models.store
+
+        models.store.clear_projections_pending = lambda session, runs: len(runs)  # type: ignore[assignment]
     if "no-inline-projection" in WHAT_IF:
         import tasks.worker
 

@@ -63,14 +63,18 @@ class _Renewer:
         self.wake = threading.Event()
         self.held: dict[str, tuple[str, float, float]] = {}  # continuation -> (execution, lease_s, due)
         self.pid: int | None = None
+        self.sleeps_until = 0.0  # when the thread's current wait ends (monotonic)
 
     def hold(self, continuation_id: str, execution_id: str, lease_s: float) -> None:
         with self.lock:
             if self.pid != os.getpid():  # first use in this process (a forked pool child has no thread)
-                self.pid, self.held = os.getpid(), {}
+                self.pid, self.held, self.sleeps_until = os.getpid(), {}, 0.0
                 threading.Thread(target=self._loop, name="parkway-lease", daemon=True).start()
-            self.held[continuation_id] = (execution_id, lease_s, time.monotonic() + lease_s / 3)
-        self.wake.set()
+            due = time.monotonic() + lease_s / 3
+            self.held[continuation_id] = (execution_id, lease_s, due)
+            sooner = due < self.sleeps_until  # else the thread wakes in time anyway: no wake-up per execution
+        if sooner:
+            self.wake.set()
 
     def release(self, continuation_id: str) -> None:
         with self.lock:
@@ -84,10 +88,13 @@ class _Renewer:
                 for c, e, lease in due:
                     self.held[c] = (e, lease, now + lease / 3)
                 nxt = min((at for _, _, at in self.held.values()), default=now + 60)
+                self.sleeps_until = nxt
             for continuation_id, execution_id, lease_s in due:
                 self._renew(continuation_id, execution_id, lease_s)
             self.wake.wait(max(0.0, nxt - time.monotonic()))
-            self.wake.clear()
+            with self.lock:
+                self.wake.clear()
+                self.sleeps_until = 0.0  # awake: a hold now must not count on this wait
 
     def _renew(self, continuation_id: str, execution_id: str, lease_s: float) -> None:
         try:
