@@ -3,10 +3,17 @@ and the schema guard."""
 
 from __future__ import annotations
 
-import pytest
-from sqlalchemy import text
+from datetime import timedelta
 
+import pytest
+from sqlalchemy import bindparam, text
+
+from beat.sweep import MAX_CHAINED_PASSES, SweepReport, continuations_queued, should_chain
+from models.base import utcnow
 from parkway.db import transaction
+from parkway.settings import get_settings
+from tasks.celery_app import SWEEP, SWEEP_QUEUE, app
+from tasks.publish import publish
 from tasks.sdk import answer
 from tests.support import (
     HUMAN,
@@ -43,6 +50,58 @@ def test_broker_flushed__twenty_answered_runs_complete_exactly_once(stack: Stack
     for run_id in run_ids:
         wait_status(run_id, "completed", timeout=60, sweep=False)
     assert [effects(run_id, "one_done") for run_id in run_ids] == [1] * 20
+
+
+def test_broker_flushed__one_sweep_task_chains_passes_until_every_run_completes(stack: Stack) -> None:
+    # Given 10 answered runs whose messages the broker lost, and workers sweeping 2 rows per category a pass
+    worker = stack.start_worker()
+    run_ids = [start("t.ask_one") for _ in range(10)]
+    asked = {run_id: wait_parked(run_id)["go"].id for run_id in run_ids}
+    assert worker.terminate() == 0
+    for interaction_id in asked.values():
+        answer(interaction_id, "go", response_id=new_response_id(), principal=HUMAN)
+    stack.flush_broker()
+    stack.start_worker(PARKWAY_SWEEP_BATCH="2", PARKWAY_SWEEP_INTERVAL_S="3600")
+    wait_for(lambda: _all_older_than_reenqueue_delay(run_ids), what="the ready rows to be due for a re-send")
+    # When one sweep task is sent (no beat runs: without chaining, one pass would re-send only 2 of them)
+    app.send_task(SWEEP, queue=SWEEP_QUEUE)
+    # Then its passes chain until all 10 complete, each once
+    for run_id in run_ids:
+        wait_status(run_id, "completed", timeout=60, sweep=False)
+    assert [effects(run_id, "one_done") for run_id in run_ids] == [1] * 10
+
+
+def _all_older_than_reenqueue_delay(run_ids: list[str]) -> bool:
+    with transaction() as session:
+        return not session.execute(
+            text(
+                "SELECT 1 FROM continuations WHERE run_id IN :ids AND status = 'ready' AND kind = 'resume' "
+                "AND enqueued_at > :cutoff"
+            ).bindparams(bindparam("ids", expanding=True)),
+            {"ids": run_ids, "cutoff": utcnow() - timedelta(seconds=get_settings().reenqueue_after_s)},
+        ).first()
+
+
+def test_sweep_chaining__a_full_pass_chains_only_while_the_queue_holds_no_more_than_it_sent(stack: Stack) -> None:
+    # Given no worker, an empty continuations queue and a pass that stopped at its bound after sending 2
+    stack.flush_broker()
+    report = SweepReport(batch=2, published=2)
+    report.counts["republished"] = 2
+    assert continuations_queued() == 0
+    assert should_chain(report, chained=0)
+    # And never past the cap, nor for a pass that did not fill any category
+    assert not should_chain(report, chained=MAX_CHAINED_PASSES)
+    partial = SweepReport(batch=2, published=1)
+    partial.counts["republished"] = 1
+    assert not should_chain(partial, chained=0)
+    # When the queue holds a backlog larger than what the pass sent
+    assert publish([(f"backlog-{i}", "resume") for i in range(5)]) == 5
+    wait_for(lambda: continuations_queued() == 5, what="5 messages queued")
+    # Then the next pass waits for the beat: re-sending rows that sit in a backlog only adds duplicates
+    assert not should_chain(report, chained=0)
+    # Unless those messages are what the chain's earlier passes sent
+    assert should_chain(report, chained=2, sent_before=3)
+    stack.flush_broker()
 
 
 def test_sigterm_while_runs_wait__records_no_cancellation(stack: Stack) -> None:
