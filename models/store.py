@@ -654,7 +654,7 @@ _FINISH_STEP = (
     update(_S)
     .where(_S.c.id == bindparam("sid"), _S.c.status.in_(_STEP_ENDED))
     .values(
-        status=bindparam("to"),
+        status=bindparam("step_to"),  # "to" is the run's status where both share a statement
         result=_bp("res", _S.c.result),
         error=bindparam("err"),
         reason=bindparam("why"),
@@ -713,7 +713,7 @@ def finish_run(
     """The step ends and its run takes its canonical terminal status (written once, by CAS), with its
     schedule-history row; returns that record, or ``None`` when the run was already terminal."""
     values = {"res": result, "err": error, "why": reason, "at": utcnow()}
-    session.execute(_FINISH_STEP, {"sid": step.id, "to": _STEP_OF_RUN[status].value, **values})
+    session.execute(_FINISH_STEP, {"sid": step.id, "step_to": _STEP_OF_RUN[status].value, **values})
     run = _end_run(session, step.run_id, status, execution_id=execution_id, result=result, error=error, reason=reason)
     erase_secrets(session, run_id=step.run_id)
     append_events(session, _finish_events(step, status, execution_id, run, error=error, reason=reason))
@@ -757,18 +757,7 @@ def _consume_and_finish_run() -> Any:
     already ended) when the consume won; none when the claim was lost."""
     consumed = _CONSUME.returning(_C.c.id).cte("consumed")
     won = exists(select(consumed.c.id))
-    step = (
-        update(_S)
-        .where(_S.c.id == bindparam("sid"), _S.c.status.in_(_STEP_ENDED), won)
-        .values(
-            status=bindparam("step_to"),
-            result=_bp("res", _S.c.result),
-            error=bindparam("err"),
-            reason=bindparam("why"),
-            updated_at=_bp("at", _S.c.updated_at),
-        )
-        .cte("step_ended")
-    )
+    step = _FINISH_STEP.where(won).cte("step_ended")
     run = _FINISH_RUN.where(won).cte("run_ended")
     history = (
         insert(_H)
