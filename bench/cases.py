@@ -1110,6 +1110,7 @@ def case_anatomy(bench: Bench, samples: int = 50) -> None:
     for what, prof in (("resume", cprof), ("answer", aprof)):
         if prof is not None:
             path = bench.services.out_dir / f"anatomy-{what}.pstats"
+            path.parent.mkdir(parents=True, exist_ok=True)
             prof.dump_stats(path)
             listing = io.StringIO()
             pstats.Stats(prof, stream=listing).sort_stats("cumulative").print_stats(40)
