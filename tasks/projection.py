@@ -13,6 +13,7 @@ import queue
 import tempfile
 import threading
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
 from models import store
@@ -93,18 +94,22 @@ def project_quietly(run_ids: list[str]) -> None:
             log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": run_id})
 
 
-def project_committed(*records: RunRecord) -> int:
-    """Right after the commits that ended runs: write each ``run_metadata.json`` from the record its commit
-    returned, then clear the flags in one transaction (each schedule-history row committed with its
-    record). No lock is taken: a record is final, so a concurrent projector (the sweep) writes the same
-    bytes. Any failure is left to the sweep. Returns how many runs' projections now agree."""
-    written = []
-    for record in records:
-        try:
-            write_atomically(metadata_path(record.id), metadata(record))
-            written.append(record)
-        except Exception:
-            log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": record.id})
+def write_committed(record: RunRecord) -> bool:
+    """Write ``run_metadata.json`` from the record the terminal commit returned; False (logged) when the
+    write failed, which leaves the run's flag for the sweep. No lock is taken: a record is final, so a
+    concurrent projector (the sweep) writes the same bytes."""
+    try:
+        write_atomically(metadata_path(record.id), metadata(record))
+        return True
+    except Exception:
+        log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": record.id})
+        return False
+
+
+def clear_committed(written: list[RunRecord]) -> int:
+    """Clear the flags of runs whose files ``write_committed`` wrote, in one transaction (each
+    schedule-history row was committed with its record). Any failure is left to the sweep. Returns how
+    many runs' projections now agree."""
     if not written:
         return 0
     try:
@@ -116,14 +121,26 @@ def project_committed(*records: RunRecord) -> int:
         return 0
 
 
-_BATCH = 100  # records projected together at most
+def project_committed(*records: RunRecord) -> int:
+    """Right after the commits that ended runs: write each file, then clear the flags together."""
+    return clear_committed([record for record in records if write_committed(record)])
+
+
+_BATCH = 100  # records whose flags clear in one transaction, at most
+_LINGER_S = 0.2  # how long a written record's flag waits for others to share that transaction
 
 
 class _Projector:
     """A thread per process that writes the projections of the runs this process just ended, so the task
     that ended a run does not wait for two ``fsync`` calls before it takes the next message. The record is
     final when it is queued; if the process dies first, the run stays ``projection_pending`` and the sweep
-    writes it."""
+    writes it.
+
+    Each file is written as soon as its record arrives. The flags are cleared together: the first record
+    written opens a window of ``_LINGER_S`` (or ``_BATCH`` records), and one transaction clears every flag
+    written in it. Under load that is one flag transaction per window instead of one per run; a run's flag
+    stays set at most that much longer, which only means a sweep in that window writes the same bytes again.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -145,16 +162,21 @@ class _Projector:
     @staticmethod
     def _loop(items: queue.Queue[RunRecord]) -> None:
         while True:
-            batch = [items.get()]  # and whatever else is queued by now: their flags clear in one transaction
-            while len(batch) < _BATCH:
+            taken = [items.get()]
+            written = [taken[0]] if write_committed(taken[0]) else []
+            deadline = monotonic() + _LINGER_S
+            while len(taken) < _BATCH and (left := deadline - monotonic()) > 0:
                 try:
-                    batch.append(items.get_nowait())
+                    record = items.get(timeout=left)
                 except queue.Empty:
                     break
+                taken.append(record)
+                if write_committed(record):
+                    written.append(record)
             try:
-                project_committed(*batch)
+                clear_committed(written)
             finally:
-                for _ in batch:
+                for _ in taken:
                     items.task_done()
 
 
