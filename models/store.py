@@ -15,7 +15,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
-from sqlalchemy import Connection, Row, Table, and_, bindparam, exists, insert, literal, or_, select, true, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    String,
+    Table,
+    and_,
+    bindparam,
+    exists,
+    insert,
+    literal,
+    literal_column,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -68,8 +83,17 @@ def _is_pg(session: Session) -> bool:
 
 def _literal(value: str) -> Any:
     """A status rendered into the SQL text, so the planner matches the partial index on it (SQLite does
-    not for a bound parameter; PostgreSQL's generic plans may not either)."""
-    return literal(str(value), literal_execute=True)
+    not for a bound parameter; PostgreSQL's generic plans may not either). Part of the compiled, cached
+    statement: a ``literal_execute`` parameter would re-render the SQL string on every execution."""
+    text = str(value)
+    if not text.replace("_", "").isalnum():  # statuses and kinds only: nothing that needs quoting
+        raise ValueError(f"not a status word: {text!r}")
+    return literal_column(f"'{text}'", String)
+
+
+def _one_of(values: Iterable[str]) -> list[Any]:
+    """``column.in_(_one_of(...))``: the statuses rendered into the SQL text, not an expanding parameter."""
+    return [_literal(v) for v in values]
 
 
 # The hot path (claim, consume, a step's outcome, events) runs Core statements built once at import, on
@@ -652,7 +676,7 @@ class InteractionSpec:
 _STEP_ENDED = [StepStatus.RUNNING.value, StepStatus.RESUMING.value, StepStatus.PARKED.value]
 _FINISH_STEP = (
     update(_S)
-    .where(_S.c.id == bindparam("sid"), _S.c.status.in_(_STEP_ENDED))
+    .where(_S.c.id == bindparam("sid"), _S.c.status.in_(_one_of(_STEP_ENDED)))
     .values(
         status=bindparam("step_to"),  # "to" is the run's status where both share a statement
         result=_bp("res", _S.c.result),
@@ -664,7 +688,7 @@ _FINISH_STEP = (
 _RUN_RECORD_COLUMNS = ("id", "workflow", "status", "completed_at", "finished_by", "warnings")  # as RunRecord
 _FINISH_RUN = (
     update(_R)
-    .where(_R.c.id == bindparam("rid"), _R.c.status.in_([s.value for s in RUN_LIVE]))
+    .where(_R.c.id == bindparam("rid"), _R.c.status.in_(_one_of(s.value for s in RUN_LIVE)))
     .values(
         status=bindparam("to"),
         result=_bp("res", _R.c.result),
