@@ -29,6 +29,7 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    union_all,
     update,
 )
 from sqlalchemy.exc import IntegrityError
@@ -133,6 +134,25 @@ def append_event(session: Session, run_id: str, type_: str, **data: Any) -> None
 def append_events(session: Session, rows: list[dict[str, Any]]) -> None:
     """Append several events in one round trip, in list order."""
     session.execute(_INSERT_EVENT, rows)
+
+
+_EVENT_COLUMNS = ("run_id", "type", "at", "data")
+
+
+def _events_if(*conditions: Any) -> Any:
+    """PostgreSQL, inside a statement of data-modifying CTEs: insert event ``k`` (bound as ``e{k}_run_id``,
+    ``e{k}_type``, ... from ``_event_params``) only if ``conditions[k]`` holds, in that order."""
+    table = cast(Table, Event.__table__)
+    rows = [
+        select(*(_bp(f"e{k}_{name}", table.c[name]) for name in _EVENT_COLUMNS)).where(condition)
+        for k, condition in enumerate(conditions)
+    ]
+    return insert(table).from_select(list(_EVENT_COLUMNS), union_all(*rows) if len(rows) > 1 else rows[0])
+
+
+def _event_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``event_row`` dicts as the parameters of ``_events_if``."""
+    return {f"e{k}_{name}": row[name] for k, row in enumerate(rows) for name in _EVENT_COLUMNS}
 
 
 # --------------------------------------------------------------------------- principals and grants
@@ -740,7 +760,7 @@ def finish_run(
     session.execute(_FINISH_STEP, {"sid": step.id, "step_to": _STEP_OF_RUN[status].value, **values})
     run = _end_run(session, step.run_id, status, execution_id=execution_id, result=result, error=error, reason=reason)
     erase_secrets(session, run_id=step.run_id)
-    append_events(session, _finish_events(step, status, execution_id, run, error=error, reason=reason))
+    append_events(session, _finish_events(step, status, execution_id, run is not None, error=error, reason=reason))
     return run
 
 
@@ -756,7 +776,7 @@ def _finish_events(
     step: StepLike,
     status: RunStatus,
     execution_id: str,
-    run: RunRecord | None,
+    ended: bool,
     *,
     error: str | None,
     reason: str | None,
@@ -764,7 +784,7 @@ def _finish_events(
     """The step's end and, when this ended the run, the run's: in that order."""
     step_status = _STEP_OF_RUN[status].value
     events = [event_row(step.run_id, f"step.{step_status}", step_id=step.id, name=step.name)]
-    if run is not None:
+    if ended:
         data: dict[str, Any] = {"status": status.value, "execution_id": execution_id}
         if error is not None:
             data["error"] = error
@@ -801,10 +821,11 @@ def _consume_and_finish_run() -> Any:
     erased = (update(_I).where(_I.c.run_id == bindparam("rid"), _I.c.secret.is_not(None), won).values(secret=None)).cte(
         "erased"
     )
+    events = _events_if(won, exists(select(run.c.id))).cte("events")  # the step's end, then the run's
     return (
         select(consumed.c.id.label("consumed"), *(run.c[name] for name in _RUN_RECORD_COLUMNS))
         .select_from(consumed.outerjoin(run, true()))
-        .add_cte(step, history, erased)
+        .add_cte(step, history, erased, events)
     )
 
 
@@ -812,7 +833,7 @@ _CONSUME_AND_FINISH_RUN = _consume_and_finish_run()
 
 
 def consume_and_finish_run(
-    session: Session,
+    session: Session | Connection,
     continuation_id: str,
     step: StepLike,
     *,
@@ -821,20 +842,19 @@ def consume_and_finish_run(
     result: Any = None,
     error: str | None = None,
 ) -> tuple[bool, RunRecord | None]:
-    """``consume`` then ``finish_run`` in one statement (PostgreSQL): whether the consume won, and the
-    run's terminal record (``None`` when the claim was lost or the run had already ended). The events go
-    in after it, in order."""
+    """``consume`` then ``finish_run`` in one statement (PostgreSQL), its events included: whether the
+    consume won, and the run's terminal record (``None`` when the claim was lost or the run had already
+    ended). A whole unit of work: run it in autocommit (``parkway.db.single_statement``)."""
     now = utcnow()
     params = {
         **{"cid": continuation_id, "eid": execution_id, "at": now, "sid": step.id, "rid": step.run_id},
         **{"step_to": _STEP_OF_RUN[status].value, "to": status.value, "res": result, "err": error, "why": None},
     }
-    row = session.execute(_CONSUME_AND_FINISH_RUN, params).first()
+    events = _finish_events(step, status, execution_id, True, error=error, reason=None)
+    row = session.execute(_CONSUME_AND_FINISH_RUN, {**params, **_event_params(events)}).first()
     if row is None:
         return False, None
-    run = RunRecord(*row[1:]) if row.id is not None else None
-    append_events(session, _finish_events(step, status, execution_id, run, error=error, reason=None))
-    return True, run
+    return True, (RunRecord(*row[1:]) if row.id is not None else None)
 
 
 def next_step(session: Session, step: StepLike, *, name: str, payload: Any) -> Due:

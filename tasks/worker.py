@@ -156,10 +156,11 @@ def _execute(continuation_id: str, execution_id: str) -> str:
     crash_point("resume.before_commit")
     ending = _run_ending(outcome)
     if ending is not None and is_postgres(get_engine()) and _ends_plainly(claim, ctx, outcome):
-        # The common end of a run: the consume and every write of the run's end in one statement.
-        with transaction() as session:
+        # The common end of a run: the consume, every write of the run's end and its events are one
+        # statement, committed on its own (autocommit: no BEGIN and COMMIT round trips).
+        with single_statement() as conn:
             won, ended = store.consume_and_finish_run(
-                session, continuation_id, claim.step, execution_id=execution_id, **ending
+                conn, continuation_id, claim.step, execution_id=execution_id, **ending
             )
         if not won:
             log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
