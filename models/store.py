@@ -178,6 +178,33 @@ def principal_by_name(session: Session, name: str) -> Principal | None:
     return session.scalar(_PRINCIPAL_BY_NAME, {"name": name})
 
 
+class Actor(Protocol):
+    """Who answers or cancels: an ORM ``Principal`` (the API authenticated it) or a ``PrincipalRef``."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class PrincipalRef:
+    id: str
+    name: str
+    kind: str
+
+
+_PRINCIPAL_REF = select(_P.c.id, _P.c.name, _P.c.kind).where(_P.c.name == bindparam("name"))
+
+
+def principal_ref_by_name(session: Session, name: str) -> PrincipalRef | None:
+    """The principal's id, name and kind by name, as a plain read (no ORM entity to load and track)."""
+    row = session.execute(_PRINCIPAL_REF, {"name": name}).first()
+    return None if row is None else PrincipalRef(row.id, row.name, row.kind)
+
+
 def principal_by_token_hash(session: Session, token_hash: str) -> Principal | None:
     return session.scalar(_PRINCIPAL_BY_TOKEN, {"token_hash": token_hash})
 
@@ -1060,7 +1087,29 @@ _INTERACTION = (
 )
 
 
-def _lock_interaction(session: Session, interaction_id_: str, principal: Principal) -> tuple[Row[Any], str]:
+# PostgreSQL, for an answer: the same read, and the step's lock taken by it. Its rows come from the
+# statement's snapshot, taken before any wait for that lock: when the answer's CAS then loses, the
+# interaction is read again (``_INTERACTION``), the lock held by then. The step's continuation name is read
+# too, for the event of the continuation this answer may make due.
+_INTERACTION_LOCKED = (
+    _INTERACTION.add_columns(_S.c.continuation.label("step_continuation"))
+    .join(_S, _S.c.id == _I.c.step_id)
+    .with_for_update(of=_S)
+)
+
+
+def _read_interaction(session: Session, statement: Any, interaction_id_: str, principal: Actor) -> tuple[Row[Any], str]:
+    """``statement`` (``_INTERACTION`` or ``_INTERACTION_LOCKED``) for this interaction and principal;
+    ``NotFound`` for an unknown id, ``Forbidden`` without a live grant on its target."""
+    interaction = session.execute(statement, {"iid": interaction_id_, "pid": principal.id}).first()
+    if interaction is None:
+        raise NotFound(f"interaction {interaction_id_} does not exist")
+    if principal.kind != PrincipalKind.ADMIN and not interaction.granted:
+        raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target}")
+    return interaction, interaction.run_status
+
+
+def _lock_interaction(session: Session, interaction_id_: str, principal: Actor) -> tuple[Row[Any], str]:
     """Lock the interaction's step, then read the interaction, its run's status and the principal's grant.
 
     Answers, cancels and expiry of one step are serialized by that lock, so "was this the last pending
@@ -1069,12 +1118,7 @@ def _lock_interaction(session: Session, interaction_id_: str, principal: Princip
     """
     if _is_pg(session) and session.execute(_LOCK_STEP_OF, {"iid": interaction_id_}).first() is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
-    interaction = session.execute(_INTERACTION, {"iid": interaction_id_, "pid": principal.id}).first()
-    if interaction is None:
-        raise NotFound(f"interaction {interaction_id_} does not exist")
-    if principal.kind != PrincipalKind.ADMIN and not interaction.granted:
-        raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target}")
-    return interaction, interaction.run_status
+    return _read_interaction(session, _INTERACTION, interaction_id_, principal)
 
 
 def _refuse_ended_wait(session: Session, interaction: Row[Any], run_status: str) -> None:
@@ -1120,12 +1164,16 @@ _ANSWER = (
 
 
 def _answer_and_make_due() -> Any:
-    """PostgreSQL: ``_ANSWER``, then ``make_due_if_settled`` when that was the step's last pending
-    interaction (the step's CAS, the run back to running, the ready continuation ``:cid``) as one
+    """PostgreSQL: ``_ANSWER`` (only while the run has not ended), then ``make_due_if_settled`` when that
+    was the step's last pending interaction (the step's CAS, the run back to running, the ready
+    continuation ``:cid``), and the events (the answer's, then the continuation's if it was made due) as one
     statement of data-modifying CTEs. Each later part runs only if the one before it changed a row. One
     row (``answered``, and the continuation's ``due_name`` or NULL) when the answer's CAS won; none
     otherwise."""
-    answered = _ANSWER.returning(_I.c.id).cte("answered")
+    run_not_ended = exists().where(
+        _R.c.id == _I.c.run_id, ~_R.c.status.in_(_one_of(sorted(s.value for s in RUN_TERMINAL)))
+    )
+    answered = _ANSWER.where(run_not_ended).returning(_I.c.id).cte("answered")
     resuming = (
         update(_S)
         .where(
@@ -1169,10 +1217,11 @@ def _answer_and_make_due() -> Any:
         .returning(_C.c.run_id, _C.c.name)
         .cte("due")
     )
+    events = _events_if(exists(select(answered.c.id)), exists(select(due.c.name))).cte("events")
     return (
         select(answered.c.id.label("answered"), due.c.run_id.label("due_run_id"), due.c.name.label("due_name"))
         .select_from(answered.outerjoin(due, true()))
-        .add_cte(resumed)
+        .add_cte(resumed, events)
     )
 
 
@@ -1187,7 +1236,7 @@ def answer(
     seal: Any,
     response_id: str,
     response_digest: str,
-    principal: Principal,
+    principal: Actor,
     validate: Any,
 ) -> AnswerReceipt:
     """pending -> answered|rejected, first response wins.
@@ -1196,23 +1245,18 @@ def answer(
     another response won, ``Gone`` when the wait ended unanswered, ``Forbidden`` without a live grant,
     ``InvalidAnswer`` (from ``validate``) before anything is written. When this was the step's last
     pending interaction, the step's continuation is created ready in this transaction.
+
+    On PostgreSQL that is two statements: the read that takes the step's lock, then the CAS with all it
+    implies and the events (``_ANSWER_AND_MAKE_DUE``).
     """
-    interaction, run_status = _lock_interaction(session, interaction_id_, principal)
-    status = interaction.status
-    if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
-        if interaction.response_id == response_id and interaction.response_digest == response_digest:
-            assert interaction.answered_at is not None
-            return AnswerReceipt(status, response_id, interaction.answered_at)
-        raise Conflict(
-            f"interaction {interaction.id} was already {status} by another response",
-            interaction_state(session, interaction),
-        )
-    if status != InteractionStatus.PENDING:
-        raise Gone(
-            f"interaction {interaction.id} is {status}; it can no longer be answered",
-            interaction_state(session, interaction),
-        )
-    _refuse_ended_wait(session, interaction, run_status)
+    pg = _is_pg(session)
+    if pg:
+        interaction, run_status = _read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal)
+    else:
+        interaction, run_status = _lock_interaction(session, interaction_id_, principal)
+    settled = _settled_answer(session, interaction, run_status, response_id, response_digest)
+    if settled is not None:
+        return settled
     validate(interaction, value)
     # Sensitive fields are stored only sealed, apart from the clear value.
     stored_value, secret = seal(interaction, value)
@@ -1230,15 +1274,6 @@ def answer(
         "by": principal.id,
         "at": now,
     }
-    combined = None
-    if _is_pg(session):
-        params.update(sid=interaction.step_id, cid=new_id())
-        combined = session.execute(_ANSWER_AND_MAKE_DUE, params).first()
-        won = combined is not None
-    else:
-        won = getattr(session.execute(_ANSWER, params), "rowcount", 0) == 1
-    if not won:  # pragma: no cover - the step lock serializes answers; the CAS backstop
-        raise Conflict(f"interaction {interaction.id} was answered concurrently")
     answered = event_row(
         interaction.run_id,
         "interaction.answered" if new_status == InteractionStatus.ANSWERED else "interaction.rejected",
@@ -1249,17 +1284,52 @@ def answer(
         answered_by=principal.name,
     )
     receipt = AnswerReceipt(new_status.value, response_id, now)
-    if combined is None:
+    if not pg:
+        if getattr(session.execute(_ANSWER, params), "rowcount", 0) != 1:  # pragma: no cover - the CAS backstop
+            raise Conflict(f"interaction {interaction.id} was answered concurrently")
         receipt.continuation = make_due_if_settled(session, interaction.step_id, events=[answered])
-    elif combined.due_name is None:
-        append_events(session, [answered])
-    else:
-        due = Due(params["cid"], ContinuationKind.RESUME.value, combined.due_run_id, interaction.step_id,
-                  combined.due_name)  # fmt: skip
-        ready = event_row(due.run_id, "continuation.ready", continuation_id=due.id, step_id=due.step_id, name=due.name)
-        append_events(session, [answered, ready])
+        return receipt
+    due = Due(new_id(), ContinuationKind.RESUME.value, interaction.run_id, interaction.step_id,
+              interaction.step_continuation)  # fmt: skip
+    ready = event_row(due.run_id, "continuation.ready", continuation_id=due.id, step_id=due.step_id, name=due.name)
+    params.update(sid=interaction.step_id, cid=due.id, **_event_params([answered, ready]))
+    combined = session.execute(_ANSWER_AND_MAKE_DUE, params).first()
+    if combined is None:
+        # The read's snapshot predates its wait for the step's lock: another answer, a cancel or an expiry
+        # may have committed meanwhile, or the run ended. Read again, the lock held, and say which.
+        interaction, run_status = _read_interaction(session, _INTERACTION, interaction_id_, principal)
+        settled = _settled_answer(session, interaction, run_status, response_id, response_digest)
+        if settled is not None:
+            return settled
+        raise Conflict(f"interaction {interaction.id} was answered concurrently")  # pragma: no cover
+    if combined.due_name is not None:
+        if (combined.due_run_id, combined.due_name) != (due.run_id, due.name):  # pragma: no cover - rolls back
+            raise RuntimeError(f"step {due.step_id} was made due as {combined.due_name}, not {due.name}")
         receipt.continuation = due
     return receipt
+
+
+def _settled_answer(
+    session: Session, interaction: Row[Any], run_status: str, response_id: str, response_digest: str
+) -> AnswerReceipt | None:
+    """``None`` while the interaction can still be answered; the first receipt for an exact retry;
+    otherwise raises ``Conflict`` (another response won) or ``Gone`` (the wait ended unanswered)."""
+    status = interaction.status
+    if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
+        if interaction.response_id == response_id and interaction.response_digest == response_digest:
+            assert interaction.answered_at is not None
+            return AnswerReceipt(status, response_id, interaction.answered_at)
+        raise Conflict(
+            f"interaction {interaction.id} was already {status} by another response",
+            interaction_state(session, interaction),
+        )
+    if status != InteractionStatus.PENDING:
+        raise Gone(
+            f"interaction {interaction.id} is {status}; it can no longer be answered",
+            interaction_state(session, interaction),
+        )
+    _refuse_ended_wait(session, interaction, run_status)
+    return None
 
 
 # parked -> resuming, only once none of the step's interactions is pending (one statement: check and set).
@@ -1315,7 +1385,7 @@ def cancel(
     interaction_id_: str,
     *,
     response_id: str,
-    principal: Principal,
+    principal: Actor,
     reason: str | None,
 ) -> CancelReceipt:
     """pending -> canceled for the whole parked step: its pending interactions, the step and the run.

@@ -10,13 +10,23 @@ from functools import partial
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from models import store
 from models.base import utcnow
 from models.tables import Grant, Principal
 from parkway.db import transaction
-from tasks.sdk import Conflict, Forbidden, Gone, InvalidAnswer, NotFound, answer
+from tasks.sdk import (
+    Conflict,
+    Forbidden,
+    Gone,
+    InvalidAnswer,
+    NotFound,
+    answer,
+    response_digest,
+    seal_value,
+    validate_value,
+)
 from tests.integration.helpers import execute_ready, interaction, live_grant_ids, parked, ready
 from tests.support import (
     ADMIN,
@@ -147,6 +157,101 @@ def test_answer__concurrent_answers_to_both_questions_of_a_step_make_exactly_one
         assert resumes[0].status == "ready"
         assert run_row(run_id).status == "running"
         assert event_types(run_id).count("continuation.ready") == 2  # start + resume
+
+
+def _hold_an_answer(iid: str, value: Any, rid: str, answered: threading.Event, release: threading.Event) -> Any:
+    """Answer in a transaction that stays open (the step's lock held) until ``release`` is set."""
+    with transaction() as session:
+        who = store.principal_ref_by_name(session, HUMAN)
+        assert who is not None
+        receipt = store.answer(
+            session, iid, value=value, seal=seal_value, response_id=rid, response_digest=response_digest(value),
+            principal=who, validate=validate_value,
+        )  # fmt: skip
+        answered.set()
+        assert release.wait(30)
+    return receipt.as_dict()
+
+
+def _someone_waits_for_a_lock(stack: Stack) -> bool:
+    """PostgreSQL: a session of this database is waiting for a row lock. SQLite has nothing to look at (the
+    second writer waits in ``BEGIN IMMEDIATE``, so it reads after the first commits): always true there."""
+    if stack.backend != "postgres":
+        return True
+    with transaction() as session:
+        waiting = session.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        ).scalar_one()
+    return bool(waiting)
+
+
+@pytest.mark.parametrize("same_response", [False, True], ids=["another-response", "exact-retry"])
+def test_answer__one_that_waited_for_the_step_lock_sees_what_committed_meanwhile(
+    stack: Stack, same_response: bool
+) -> None:
+    # Given a pending question, answered in a transaction still open (it holds the step's lock)
+    run_id, asked = parked("t.ask_one")
+    iid, first_rid = asked["go"].id, new_response_id()
+    answered, release = threading.Event(), threading.Event()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(_hold_an_answer, iid, "yes", first_rid, answered, release)
+        assert answered.wait(30)
+
+        # When a second answer arrives and waits for that lock (on PostgreSQL its read was taken before the
+        # wait, so it still shows the question pending)
+        rid, value = (first_rid, "yes") if same_response else (new_response_id(), "no")
+        second = pool.submit(answer, iid, value, response_id=rid, principal=HUMAN)
+        wait_for(lambda: _someone_waits_for_a_lock(stack), timeout=30, what="the second answer waits for the lock")
+        release.set()
+        receipt = first.result(timeout=30)
+
+        # Then the second tells what committed: the same receipt for an exact retry, else a conflict
+        if same_response:
+            assert second.result(timeout=30) == receipt
+        else:
+            with pytest.raises(Conflict) as caught:
+                second.result(timeout=30)
+            assert caught.value.state is not None and caught.value.state["status"] == "answered"
+
+    # And only the first was written: one answer, one continuation
+    assert interaction(iid).value == "yes" and interaction(iid).response_id == first_rid
+    assert event_types(run_id).count("interaction.answered") == 1
+    assert [c.kind for c in continuations(run_id)] == ["start", "resume"]
+
+
+def test_answer__one_that_waited_for_the_step_lock_while_the_run_ended_is_gone(stack: Stack) -> None:
+    # Given a pending question whose step's lock is held by a transaction that ends the run
+    run_id, asked = parked("t.ask_one")
+    iid = asked["go"].id
+    locked, release = threading.Event(), threading.Event()
+
+    def end_the_run_holding_the_lock() -> None:
+        with transaction() as session:
+            if stack.backend == "postgres":
+                session.execute(text("SELECT id FROM steps WHERE id = :sid FOR UPDATE"), {"sid": asked["go"].step_id})
+            session.execute(text("UPDATE runs SET status = 'canceled' WHERE id = :rid"), {"rid": run_id})
+            locked.set()
+            assert release.wait(30)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        holder = pool.submit(end_the_run_holding_the_lock)
+        assert locked.wait(30)
+
+        # When an answer arrives meanwhile and waits for the lock
+        second = pool.submit(answer, iid, "yes", response_id=new_response_id(), principal=HUMAN)
+        wait_for(lambda: _someone_waits_for_a_lock(stack), timeout=30, what="the answer waits for the lock")
+        release.set()
+        holder.result(timeout=30)
+
+        # Then it is refused as gone, and nothing of it was written
+        with pytest.raises(Gone):
+            second.result(timeout=30)
+    row = interaction(iid)
+    assert row.status == "pending" and row.response_id is None
+    assert "interaction.answered" not in event_types(run_id)
+    assert [c.kind for c in continuations(run_id)] == ["start"]
 
 
 # --------------------------------------------------------------------------- invalid, unknown, forbidden
