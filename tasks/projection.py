@@ -6,11 +6,11 @@ A failure leaves the run ``projection_pending``; the sweep calls ``project`` aga
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import queue
-import tempfile
 import threading
 from pathlib import Path
 from time import monotonic
@@ -26,8 +26,20 @@ from parkway.settings import get_settings
 log = logging.getLogger("parkway.projection")
 
 
+_roots: dict[tuple[str, str], str] = {}  # (configured workspace dir, cwd) -> its resolved path
+
+
 def metadata_path(run_id: str) -> Path:
-    return Path(get_settings().workspace_dir).resolve() / run_id / "run_metadata.json"
+    return Path(_workspace_root(), run_id, "run_metadata.json")
+
+
+def _workspace_root() -> str:
+    """``PARKWAY_WORKSPACE_DIR`` resolved, once per setting and working directory (not per projection)."""
+    key = (get_settings().workspace_dir, os.getcwd())
+    root = _roots.get(key)
+    if root is None:
+        root = _roots[key] = str(Path(key[0]).resolve())
+    return root
 
 
 def metadata(run: Run | RunRecord) -> dict[str, Any]:
@@ -45,19 +57,30 @@ def metadata(run: Run | RunRecord) -> dict[str, Any]:
 
 
 def write_atomically(path: Path, content: dict[str, Any]) -> None:
-    """Temp file in the same directory, fsync, rename, fsync the directory: all or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".run_metadata.", dir=path.parent)
+    """Temp file in the same directory, fsync, rename, fsync the directory: all or nothing.
+
+    The temp file's name is this thread's own (a concurrent writer of the same run, such as the sweep,
+    uses another), created 0600 as ``mkstemp`` would, and the JSON goes in with one write.
+    """
+    data = json.dumps(content, indent=2, sort_keys=True).encode()
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".run_metadata.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(content, handle, indent=2, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:

@@ -1,0 +1,90 @@
+"""``run_metadata.json`` is written whole or not at all, readable by its owner only, with no temp file left."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from tasks.projection import write_atomically
+
+CONTENT = {
+    "run_id": "r1",
+    "status": "completed",
+    "completed_at": "2026-12-01T00:00:00+00:00",
+    "execution_id": "e1",
+    "warnings": [],
+}
+
+
+def test_write_atomically__writes_the_indented_sorted_json_0600_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    # Given a run directory that does not exist yet
+    path = tmp_path / "r1" / "run_metadata.json"
+
+    # When the projection is written
+    write_atomically(path, CONTENT)
+
+    # Then it is the canonical JSON, the owner's only, and alone in its directory
+    assert path.read_text() == json.dumps(CONTENT, indent=2, sort_keys=True)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert os.listdir(path.parent) == ["run_metadata.json"]
+
+
+def test_write_atomically__replaces_an_older_file_whole(tmp_path: Path) -> None:
+    path = tmp_path / "r1" / "run_metadata.json"
+    write_atomically(path, {**CONTENT, "status": "failed", "warnings": ["x" * 5000]})
+
+    write_atomically(path, CONTENT)
+
+    assert json.loads(path.read_text()) == CONTENT
+    assert os.listdir(path.parent) == ["run_metadata.json"]
+
+
+def test_write_atomically__a_failed_write_leaves_the_old_file_and_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a projection already written
+    path = tmp_path / "r1" / "run_metadata.json"
+    write_atomically(path, CONTENT)
+
+    # When the next write fails at its fsync
+    def failing_fsync(_fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomically(path, {**CONTENT, "status": "failed"})
+
+    # Then the old file stands and the temp file is gone
+    assert json.loads(path.read_text()) == CONTENT
+    assert os.listdir(path.parent) == ["run_metadata.json"]
+
+
+def test_write_atomically__concurrent_writers_of_one_run_leave_one_whole_file(tmp_path: Path) -> None:
+    # Given eight threads projecting the same run at once (the worker's projector and a sweep, say)
+    path = tmp_path / "r1" / "run_metadata.json"
+    start = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        start.wait()
+        try:
+            for _ in range(20):
+                write_atomically(path, CONTENT)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    # Then none failed, the file is whole and no temp file is left
+    assert not errors
+    assert json.loads(path.read_text()) == CONTENT
+    assert os.listdir(path.parent) == ["run_metadata.json"]
