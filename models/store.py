@@ -205,6 +205,20 @@ def principal_ref_by_name(session: Session, name: str) -> PrincipalRef | None:
     return None if row is None else PrincipalRef(row.id, row.name, row.kind)
 
 
+def unknown_principal(name: str) -> Forbidden:
+    return Forbidden(f"principal {name} does not exist")
+
+
+def actor(session: Session, principal: Actor | str) -> Actor:
+    """The principal as given, or by name (one plain read); ``Forbidden`` for a name no principal has."""
+    if not isinstance(principal, str):
+        return principal
+    found = principal_ref_by_name(session, principal)
+    if found is None:
+        raise unknown_principal(principal)
+    return found
+
+
 def principal_by_token_hash(session: Session, token_hash: str) -> Principal | None:
     return session.scalar(_PRINCIPAL_BY_TOKEN, {"token_hash": token_hash})
 
@@ -1073,28 +1087,46 @@ _LOCK_STEP_OF = (
     .where(_S.c.id == select(_I.c.step_id).where(_I.c.id == bindparam("iid")).scalar_subquery())
     .with_for_update()
 )
-# The interaction, its run's status and whether the principal holds a live grant on its target: one read.
-_INTERACTION = (
-    select(
-        _I,
-        _R.c.status.label("run_status"),
-        exists()
-        .where(_G.c.principal_id == bindparam("pid"), _G.c.target == _I.c.target, _G.c.revoked_at.is_(None))
-        .label("granted"),
+
+
+def _interaction_read(principal_id: Any) -> Any:
+    """The interaction ``:iid``, its run's status and whether ``principal_id`` holds a live grant on its
+    target: one read."""
+    return (
+        select(
+            _I,
+            _R.c.status.label("run_status"),
+            exists()
+            .where(_G.c.principal_id == principal_id, _G.c.target == _I.c.target, _G.c.revoked_at.is_(None))
+            .label("granted"),
+        )
+        .join(_R, _R.c.id == _I.c.run_id)
+        .where(_I.c.id == bindparam("iid"))
     )
-    .join(_R, _R.c.id == _I.c.run_id)
-    .where(_I.c.id == bindparam("iid"))
-)
 
 
-# PostgreSQL, for an answer: the same read, and the step's lock taken by it. Its rows come from the
-# statement's snapshot, taken before any wait for that lock: when the answer's CAS then loses, the
-# interaction is read again (``_INTERACTION``), the lock held by then. The step's continuation name is read
-# too, for the event of the continuation this answer may make due.
-_INTERACTION_LOCKED = (
-    _INTERACTION.add_columns(_S.c.continuation.label("step_continuation"))
-    .join(_S, _S.c.id == _I.c.step_id)
-    .with_for_update(of=_S)
+_INTERACTION = _interaction_read(bindparam("pid"))
+
+
+def _interaction_locked(read: Any) -> Any:
+    """PostgreSQL, for an answer: ``read``, and the step's lock taken by it. Its rows come from the
+    statement's snapshot, taken before any wait for that lock: when the answer's CAS then loses, the
+    interaction is read again (``_INTERACTION``), the lock held by then. The step's continuation name is
+    read too, for the event of the continuation this answer may make due."""
+    return (
+        read.add_columns(_S.c.continuation.label("step_continuation"))
+        .join(_S, _S.c.id == _I.c.step_id)
+        .with_for_update(of=_S)
+    )
+
+
+_INTERACTION_LOCKED = _interaction_locked(_INTERACTION)
+# The same, for a principal given by name: its id, name and kind read in the same statement (NULL when no
+# principal has that name), its grant looked up by that id.
+_INTERACTION_LOCKED_BY_NAME = _interaction_locked(
+    _interaction_read(_P.c.id)
+    .add_columns(_P.c.id.label("actor_id"), _P.c.name.label("actor_name"), _P.c.kind.label("actor_kind"))
+    .outerjoin(_P, _P.c.name == bindparam("pname"))
 )
 
 
@@ -1104,9 +1136,31 @@ def _read_interaction(session: Session, statement: Any, interaction_id_: str, pr
     interaction = session.execute(statement, {"iid": interaction_id_, "pid": principal.id}).first()
     if interaction is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
+    _check_grant(interaction, principal)
+    return interaction, interaction.run_status
+
+
+def _check_grant(interaction: Row[Any], principal: Actor) -> None:
     if principal.kind != PrincipalKind.ADMIN and not interaction.granted:
         raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target}")
-    return interaction, interaction.run_status
+
+
+def _read_interaction_locked(
+    session: Session, interaction_id_: str, principal: Actor | str
+) -> tuple[Row[Any], str, Actor]:
+    """PostgreSQL: ``_INTERACTION_LOCKED`` for this interaction, the principal read in the same statement
+    when given by name. Raises as ``_read_interaction``, and ``Forbidden`` for an unknown name."""
+    if not isinstance(principal, str):
+        return (*_read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal), principal)
+    row = session.execute(_INTERACTION_LOCKED_BY_NAME, {"iid": interaction_id_, "pname": principal}).first()
+    if row is None:
+        actor(session, principal)  # an unknown principal is told first, as on every other path
+        raise NotFound(f"interaction {interaction_id_} does not exist")
+    if row.actor_id is None:
+        raise unknown_principal(principal)
+    who = PrincipalRef(row.actor_id, row.actor_name, row.actor_kind)
+    _check_grant(row, who)
+    return row, row.run_status, who
 
 
 def _lock_interaction(session: Session, interaction_id_: str, principal: Actor) -> tuple[Row[Any], str]:
@@ -1236,7 +1290,7 @@ def answer(
     seal: Any,
     response_id: str,
     response_digest: str,
-    principal: Actor,
+    principal: Actor | str,
     validate: Any,
 ) -> AnswerReceipt:
     """pending -> answered|rejected, first response wins.
@@ -1246,13 +1300,15 @@ def answer(
     ``InvalidAnswer`` (from ``validate``) before anything is written. When this was the step's last
     pending interaction, the step's continuation is created ready in this transaction.
 
-    On PostgreSQL that is two statements: the read that takes the step's lock, then the CAS with all it
-    implies and the events (``_ANSWER_AND_MAKE_DUE``).
+    ``principal`` is an ``Actor`` or a name (``Forbidden`` when no principal has it). On PostgreSQL that is
+    two statements: the read that takes the step's lock (and reads a principal given by name), then the
+    CAS with all it implies and the events (``_ANSWER_AND_MAKE_DUE``).
     """
     pg = _is_pg(session)
     if pg:
-        interaction, run_status = _read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal)
+        interaction, run_status, principal = _read_interaction_locked(session, interaction_id_, principal)
     else:
+        principal = actor(session, principal)
         interaction, run_status = _lock_interaction(session, interaction_id_, principal)
     settled = _settled_answer(session, interaction, run_status, response_id, response_digest)
     if settled is not None:

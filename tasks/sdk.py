@@ -363,17 +363,7 @@ def _principal(session: Any, name: str | Principal) -> Any:
         return name
     found = store.principal_by_name(session, name)
     if found is None:
-        raise Forbidden(f"principal {name} does not exist")
-    return found
-
-
-def _actor(session: Any, name: str | Principal) -> store.Actor:
-    """Who answers or cancels: only id, name and kind are needed, so a name costs one plain read."""
-    if isinstance(name, Principal):
-        return name
-    found = store.principal_ref_by_name(session, name)
-    if found is None:
-        raise Forbidden(f"principal {name} does not exist")
+        raise store.unknown_principal(name)
     return found
 
 
@@ -433,7 +423,6 @@ def answer(interaction_id: str, value: Any, *, response_id: str, principal: str 
         raise InvalidAnswer("a response_id is required so that retries can be recognized")
     digest = response_digest(value)
     with transaction() as session:
-        who = _actor(session, principal)
         receipt = store.answer(
             session,
             interaction_id,
@@ -441,7 +430,7 @@ def answer(interaction_id: str, value: Any, *, response_id: str, principal: str 
             seal=seal_value,
             response_id=response_id,
             response_digest=digest,
-            principal=who,
+            principal=principal,
             validate=validate_value,
         )
         due = receipt.continuation
@@ -459,7 +448,7 @@ def cancel(interaction_id: str, *, response_id: str, principal: str, reason: str
     if not response_id:
         raise InvalidAnswer("a response_id is required so that retries can be recognized")
     with transaction() as session:
-        who = _actor(session, principal)
+        who = store.actor(session, principal)
         receipt = store.cancel(session, interaction_id, response_id=response_id, principal=who, reason=reason)
         run_id = session.get_one(Interaction, interaction_id).run_id
     from tasks.projection import project_quietly

@@ -317,9 +317,15 @@ def test_answer__principal_without_grant_is_forbidden_and_nothing_is_stored(stac
 
 def test_answer__unknown_principal_is_forbidden(stack: Stack) -> None:
     _, asked = parked("t.ask_one")
-    with pytest.raises(Forbidden):
+    with pytest.raises(Forbidden, match="principal nobody-at-all does not exist"):
         answer(asked["go"].id, "yes", response_id=new_response_id(), principal="nobody-at-all")
     assert interaction(asked["go"].id).status == "pending"
+
+
+def test_answer__unknown_principal_is_told_before_an_unknown_interaction(stack: Stack) -> None:
+    # (on PostgreSQL both are looked up in one statement; which one is missing is still told in this order)
+    with pytest.raises(Forbidden, match="principal nobody-at-all does not exist"):
+        answer("0" * 32, "yes", response_id=new_response_id(), principal="nobody-at-all")
 
 
 @pytest.fixture
