@@ -321,7 +321,7 @@ def start_py_spy(bench: Bench, label: str) -> list[Any]:
     if not Path(exe).exists():
         log("    --py-spy: py-spy is not installed (pip install py-spy); not profiling")
         return []
-    pids = [("producer", os.getpid())]
+    pids = [("producer", os.getpid())] + ([("api", bench.api_pid)] if bench.api_pid else [])
     for worker in bench.services.workers:
         pids += [(f"{worker.name}-child{i}", pid) for i, pid in enumerate(worker.pool_children())]
     spies = []
@@ -492,7 +492,9 @@ def case_throughput(bench: Bench) -> None:
             bench.skipped["throughput.http"] = "disabled with --no-http"
         for rep in range(args.reps):
             log(f"  rep {rep + 1}/{args.reps} (load {loadavg()})")
-            order = ["baseline", "consume", "python", "http"]
+            # Each Parkway variant close in time to its baseline (python right beside it), the order
+            # reversed every other rep, so the shared machine's slow spells fall on both sides of a ratio.
+            order = ["baseline", "python", "http", "consume"]
             if rep % 2:
                 order.reverse()
             rates: dict[str, float] = {}

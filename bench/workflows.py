@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session
 
-from parkway.db import normalize_url
+from parkway.db import normalize_url, pool_options
 from parkway.settings import get_settings
 from tasks.celery_app import CONTINUATIONS_QUEUE, app
 from tasks.sdk import Complete, Context, Park, Question, continuation, step
@@ -172,7 +172,7 @@ def _apply_what_if() -> None:
             if not url.startswith("postgresql"):
                 return original(url, durable=durable)
             connect_args = {} if durable else {"options": "-c synchronous_commit=off"}
-            return create_engine(url, pool_pre_ping=False, pool_size=5, max_overflow=10, connect_args=connect_args)
+            return create_engine(url, pool_pre_ping=False, connect_args=connect_args, **pool_options())
 
         parkway.db.make_engine = make_engine
         parkway.db.reset_engine()

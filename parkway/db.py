@@ -57,9 +57,16 @@ def make_engine(url: str, *, durable: bool = True) -> Engine:
 
         return engine
     connect_args = {} if durable else {"options": "-c synchronous_commit=off"}
-    engine = create_engine(url, pool_size=5, max_overflow=10, connect_args=connect_args)
+    engine = create_engine(url, connect_args=connect_args, **pool_options())
     _ping_when_idle(engine)
     return engine
+
+
+def pool_options() -> dict[str, int]:
+    """PostgreSQL pool sizing: ``PARKWAY_DB_POOL_SIZE`` connections kept open per engine, 10 more for a
+    burst. Keep it at or above the process's concurrent transactions (the API's busy request threads):
+    an overflow connection is closed when returned, and opening one costs a PostgreSQL backend start."""
+    return {"pool_size": get_settings().db_pool_size, "max_overflow": 10}
 
 
 # A pooled connection idle for longer than this is pinged before use; one in use moments ago is not (the

@@ -30,6 +30,7 @@ class Settings(BaseSettings):
     claim_lease_s: float = Field(default=30.0, gt=0)
     reenqueue_after_s: float = Field(default=10.0, ge=0)
     max_attempts: int = Field(default=5, ge=1)
+    db_pool_size: int = Field(default=10, ge=1, le=500)
     workspace_dir: str = "var/workspaces"
     home: str = str(DEFAULT_HOME)
     crash_at: str = ""

@@ -73,3 +73,25 @@ def test_secret_key__environment_is_read(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("PARKWAY_DATABASE_URL", "sqlite:///x.db")
     with pytest.raises(ConfigError):
         Settings().resolved_secret_key()
+
+
+def test_db_pool_size__sizes_the_postgresql_pool_and_refuses_nonsense(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from parkway.db import make_engine
+    from parkway.settings import reset_settings
+
+    monkeypatch.setenv("PARKWAY_DB_POOL_SIZE", "3")
+    reset_settings()
+    try:
+        engine = make_engine("postgresql://nobody@127.0.0.1:1/none")  # no connection is made here
+        assert engine.pool.size() == 3  # type: ignore[attr-defined]
+        engine.dispose()
+        assert _settings().db_pool_size == 3
+        for bad in ("0", "-1", "many"):
+            monkeypatch.setenv("PARKWAY_DB_POOL_SIZE", bad)
+            with pytest.raises(ValidationError, match="db_pool_size"):
+                _settings()
+    finally:
+        monkeypatch.delenv("PARKWAY_DB_POOL_SIZE")
+        reset_settings()
