@@ -702,6 +702,14 @@ def latency_parkway(bench: Bench, count: int, rate: float) -> dict[str, list[flo
     }
 
 
+def slowest_early(samples: list[float], rate: float) -> float:
+    """The share of the slowest 1 % of ``samples`` (in send order) that were sent in the first second:
+    a p99 made by warm-up shows as a share near 1."""
+    k = max(1, len(samples) // 100)
+    slowest = sorted(range(len(samples)), key=lambda i: samples[i])[-k:]
+    return sum(1 for i in slowest if i < rate) / k
+
+
 def case_latency(bench: Bench, rate: float | None = None) -> None:
     """Open-loop answers at ``rate``/s (default ``--latency-rate``, 100) for ``--latency-seconds``.
 
@@ -742,7 +750,8 @@ def case_latency(bench: Bench, rate: float | None = None) -> None:
                 f"    {variant:8}: →start p50 {percentile(r['to_start'], 50):6.2f} ms "
                 f"p99 {percentile(r['to_start'], 99):6.2f} ms; →committed p50 "
                 f"{percentile(r['to_commit'], 50):6.2f} ms p99 {percentile(r['to_commit'], 99):6.2f} ms "
-                f"(rate {r['achieved_rate'][0]:.1f}/s)"
+                f"(rate {r['achieved_rate'][0]:.1f}/s); slowest 1% in the window's first second: "
+                f"{slowest_early(r['to_start'], rate):.0%}"
             )
         b, p = results["baseline"], results["parkway"]
         b50, b99 = percentile(b["to_start"], 50), percentile(b["to_start"], 99)
