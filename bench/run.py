@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-http", dest="http", action="store_false", help="skip the HTTP throughput variant")
     p.add_argument("--latency-rate", type=float, default=100.0, help="answers per second (default 100)")
     p.add_argument("--latency-seconds", type=float, help="latency run length (default 10)")
-    p.add_argument("--recovery-n", type=int, help="recovery: continuations (default 2000)")
+    p.add_argument("--recovery-n", type=int, help="recovery: continuations (default 10000, the issue's size)")
     p.add_argument("--recovery-reps", type=int, help="recovery: repetitions (default 1)")
     p.add_argument(
         "--sweep-sizes",
@@ -78,14 +78,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--worker-loglevel", default="info", help="celery worker -l (default info)")
     args = p.parse_args(argv)
     quick = args.quick
-    # Three sizes: --quick (a smoke run, ~3 min), the default (~10 min on 2 cores), --full (the issue's
-    # sizes: N=5,000, recovery of 10^4, sweep over 10^6 terminal runs; ~40 min, most of it loading 10^6).
+    # Three sizes: --quick (a smoke run, ~1 min), the default (~5-10 min on 2 cores; recovery already at the
+    # issue's 10^4), --full (the sizes: N=5,000, recovery of 10^4, sweep over 10^6 terminal runs;
+    # ~40 min, most of it loading 10^6).
     mode = "quick" if quick else "full" if args.full else "default"
     defaults = {
         "reps": {"quick": 1, "default": 3, "full": 3}[mode],
         "n": {"quick": 300, "default": 1000, "full": 5000}[mode],
         "latency_seconds": {"quick": 3.0, "default": 10.0, "full": 10.0}[mode],
-        "recovery_n": {"quick": 500, "default": 2000, "full": 10_000}[mode],
+        "recovery_n": {"quick": 500, "default": 10_000, "full": 10_000}[mode],
         "recovery_reps": 1,
         "sweep_sizes": {"quick": [1_000, 10_000], "default": [10_000, 100_000], "full": [10_000, 1_000_000]}[mode],
         "sweep_due": {"quick": 100, "default": 500, "full": 500}[mode],
