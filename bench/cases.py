@@ -670,29 +670,15 @@ def latency_parkway(bench: Bench, count: int, rate: float) -> dict[str, list[flo
     finally:
         event.remove(Session, "after_commit", _producer_commit)
     step_ids = [p.step_id for p in parked]
-
-    def recorded() -> int:
-        with transaction() as session:
-            rows = session.execute(
-                text("SELECT count(*) FROM bench_latency WHERE step_id = ANY(:ids)"), {"ids": step_ids}
-            ).scalar_one()
-        return len(read_commits(bench, "p")) if rows >= count else 0
-
     wait_count(
-        recorded,
+        lambda: len(read_commits(bench, "p")),
         count,
         timeout=max(120, count / 5),
         what="parkway latency continuations",
         services=bench.services,
         poll=0.1,
     )
-    commits = read_commits(bench, "p")
-    with transaction() as session:
-        started = dict(
-            session.execute(
-                text("SELECT step_id, started FROM bench_latency WHERE step_id = ANY(:ids)"), {"ids": step_ids}
-            ).all()
-        )
+    commits, started = read_commits(bench, "p"), read_commits(bench, "s")
     return {
         "to_start": [(started[s] - committed[s]) * 1000 for s in step_ids],
         "to_commit": [(commits[s] - committed[s]) * 1000 for s in step_ids],

@@ -16,8 +16,7 @@ import threading
 import time
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine, create_engine, text
 
 from parkway.db import normalize_url, pool_options
 from parkway.settings import get_settings
@@ -35,9 +34,6 @@ COMMIT_KEY = "bench:commit"  # Redis list of "<kind>:<id> <time>" written right 
 BENCH_DDL = (
     "CREATE TABLE IF NOT EXISTS bench_rows ("
     " id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, started DOUBLE PRECISION)",
-    "CREATE TABLE IF NOT EXISTS bench_latency ("
-    " step_id VARCHAR(64) PRIMARY KEY, started DOUBLE PRECISION NOT NULL,"
-    " precommit DOUBLE PRECISION NOT NULL)",
 )
 
 
@@ -53,20 +49,18 @@ def ask(ctx: Context, payload: dict[str, Any]) -> Park:
     )
 
 
+# Latency steps this process has started and not yet committed (the worker's ``_committed`` reports them).
+_latency_steps: set[str] = set()
+
+
 @continuation("bench.done", version=1)
 def done(ctx: Context, snapshot: dict[str, Any], answers: dict[str, Any]) -> Complete:
     if snapshot and snapshot.get("lat"):
-        started = time.time()
-        step_id = ctx.step_id
-
-        def record(session: Any) -> None:
-            session.execute(
-                text("INSERT INTO bench_latency (step_id, started, precommit) VALUES (:s, :t, :p)"),
-                {"s": step_id, "t": started, "p": time.time()},
-            )
-            session.info["bench_commit"] = f"p:{step_id}"
-
-        ctx.in_commit(record)
+        # Its start goes to Redis from the body, its commit from right after the worker's commit (see
+        # ``_report_latency_commits``): nothing of the measurement runs inside the commit, so the step ends
+        # the way every plain step does (one statement), as in the throughput case.
+        push_commit(f"s:{ctx.step_id}")
+        _latency_steps.add(ctx.step_id)
     return Complete(result={"go": answers["go"].value})
 
 
@@ -89,12 +83,24 @@ def push_commit(tag: str) -> None:
     _redis().rpush(COMMIT_KEY, f"{tag} {time.time():.6f}")
 
 
-@event.listens_for(Session, "after_commit")
-def _after_commit(session: Session) -> None:
-    # Fires for every session in the process; only commits marked by the latency continuation report.
-    tag = session.info.pop("bench_commit", None)
-    if tag is not None:
-        push_commit(tag)
+def _report_latency_commits() -> None:
+    """In the worker: push the commit time of a latency step right after its consume committed (the
+    worker's ``_committed`` runs then, before it publishes or projects anything)."""
+    import tasks.worker
+
+    original = tasks.worker._committed
+
+    def committed(outcome: Any, to_publish: Any, ended: Any, extra: dict[str, Any]) -> str:
+        step_id = extra.get("step_id")
+        if step_id in _latency_steps:
+            _latency_steps.discard(step_id)
+            push_commit(f"p:{step_id}")
+        return original(outcome, to_publish, ended, extra)
+
+    tasks.worker._committed = committed
+
+
+_report_latency_commits()
 
 
 # --------------------------------------------------------------------------- the baseline
