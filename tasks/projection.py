@@ -144,11 +144,6 @@ def clear_committed(written: list[RunRecord]) -> int:
         return 0
 
 
-def project_committed(*records: RunRecord) -> int:
-    """Right after the commits that ended runs: write each file, then clear the flags together."""
-    return clear_committed([record for record in records if write_committed(record)])
-
-
 _BATCH = 100  # records whose flags clear in one transaction, at most
 _LINGER_S = 0.2  # how long a written record's flag waits for others to share that transaction
 
