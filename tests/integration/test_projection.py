@@ -18,7 +18,9 @@ from tests.support import run_row, start
 def test_projector__clears_a_windows_flags_together_and_leaves_a_failed_write_to_the_sweep(
     actors_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a window long enough to hold three runs ending one after another, and the flag transactions counted
+    # Given a projector with nothing of earlier tests in hand, a window long enough to hold three runs
+    # ending one after another, and the flag transactions counted
+    projection.drain_projections()
     monkeypatch.setattr(projection, "_LINGER_S", 3.0)
     cleared: list[list[str]] = []
     original = store.clear_projections_pending
