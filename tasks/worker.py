@@ -56,7 +56,13 @@ def resume_step(continuation_id: str) -> str:
 
 class _Renewer:
     """One thread per process renews the leases of the executions running in it, each every third of its
-    lease, so the sweep re-drives only dead executions (a thread per execution costs a start and a join)."""
+    lease, so the sweep re-drives only dead executions (a thread per execution costs a start and a join).
+
+    A hold wakes the thread only when its renewal falls due before the thread's current wait ends. With
+    nothing held the thread waits a third of the last lease it saw, not longer: a body that ends in
+    milliseconds (the common case) then never wakes it. Before, an idle thread waited 60 s, so every
+    short execution's hold woke it (a thread switch and a pass of its loop per continuation).
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -64,6 +70,8 @@ class _Renewer:
         self.held: dict[str, tuple[str, float, float]] = {}  # continuation -> (execution, lease_s, due)
         self.pid: int | None = None
         self.sleeps_until = 0.0  # when the thread's current wait ends (monotonic)
+        self.idle_s = 60.0  # how long the thread waits with nothing held: a third of the last lease held
+        self.passes = 0  # passes of the thread's loop (tests: a short execution must not cause one)
 
     def hold(self, continuation_id: str, execution_id: str, lease_s: float) -> None:
         with self.lock:
@@ -72,6 +80,7 @@ class _Renewer:
                 threading.Thread(target=self._loop, name="parkway-lease", daemon=True).start()
             due = time.monotonic() + lease_s / 3
             self.held[continuation_id] = (execution_id, lease_s, due)
+            self.idle_s = lease_s / 3
             sooner = due < self.sleeps_until  # else the thread wakes in time anyway: no wake-up per execution
         if sooner:
             self.wake.set()
@@ -84,10 +93,11 @@ class _Renewer:
         while True:
             now = time.monotonic()
             with self.lock:
+                self.passes += 1
                 due = [(c, e, lease) for c, (e, lease, at) in self.held.items() if at <= now]
                 for c, e, lease in due:
                     self.held[c] = (e, lease, now + lease / 3)
-                nxt = min((at for _, _, at in self.held.values()), default=now + 60)
+                nxt = min((at for _, _, at in self.held.values()), default=now + self.idle_s)
                 self.sleeps_until = nxt
             for continuation_id, execution_id, lease_s in due:
                 self._renew(continuation_id, execution_id, lease_s)

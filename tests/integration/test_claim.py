@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 from models import store
 from models.base import utcnow
@@ -224,3 +226,29 @@ def test_interrupt_run__closes_pending_interactions_so_answers_are_gone(stack: S
         else:
             raise AssertionError(f"answering {key} of an interrupted run was accepted")
     assert event_types(run_id).count("interaction.interrupted") == 2
+
+
+def test_lease_keeper__renews_a_long_body_s_lease_and_short_bodies_do_not_wake_it(stack: Stack) -> None:
+    from tasks.worker import LeaseKeeper, _renewer
+
+    # A body that outlives its lease keeps it: the renewer extends it every third of the lease
+    cid = _start_continuation(start("t.after"))
+    assert _claim(cid, "exec-a", lease_s=0.6)
+    first = continuation(cid).lease_expires_at
+    assert first is not None
+    with LeaseKeeper(cid, "exec-a", 0.6):
+        wait_for(lambda: utcnow() > first + timedelta(seconds=0.5), timeout=10, what="the first lease to pass")
+        assert not _claim(cid, "exec-b", lease_s=0.6)  # still held: renewed past its first expiry
+        renewed = continuation(cid).lease_expires_at
+        assert renewed is not None and renewed > first
+    # Short executions, one after another, do not wake the thread (its idle wait is a third of the lease)
+    with LeaseKeeper(cid, "exec-a", 30):
+        pass  # the thread now waits 10 s when idle
+    wait_for(lambda: not _renewer.held, timeout=5, what="nothing held")
+    before = _renewer.passes
+    for i in range(50):
+        with LeaseKeeper(f"{cid}-{i}", "exec-a", 30):
+            pass
+        time.sleep(0.002)  # the next message's few milliseconds of Celery work: the thread could run in them
+    assert _renewer.passes - before <= 1
+    assert _consume(cid, "exec-a")
