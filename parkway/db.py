@@ -116,6 +116,10 @@ def get_engine() -> Engine:
 
 def reset_engine() -> None:
     """Drop this process's engine (after fork, or when the settings changed)."""
+    if _state["pid"] == os.getpid():
+        release_held()
+    else:
+        _forget_held_after_fork()
     with _lock:
         for old in (_state["engine"], _state["relaxed"]):
             if old is not None:
@@ -168,13 +172,78 @@ def transaction(*, durable: bool = True) -> Iterator[Session]:
         yield session
 
 
+# The main thread's autocommit connections, one per engine kind (durable or not), kept checked out between
+# ``single_statement`` calls: a worker process runs its tasks on its main thread, two such statements per
+# continuation, and a pool checkout, the switch to autocommit and the check-in cost more client CPU than
+# the statement's own execution. (durable) -> (engine, connection, monotonic time of its last use)
+_held: dict[bool, tuple[Engine, Connection, float]] = {}
+_inherited: list[object] = []  # a forked child's copies of its parent's held connections: never used or closed
+
+
+def _forget_held_after_fork() -> None:
+    # The child must neither use nor close (nor let the garbage collector reset) the parent's connections.
+    _inherited.extend(_held.values())
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_held_after_fork)
+
+
+def _close_quietly(conn: Connection) -> None:
+    try:
+        conn.close()
+    except Exception:
+        conn.invalidate()
+
+
+def release_held() -> None:
+    """Return this process's held autocommit connections to their pools (``reset_engine``, tests)."""
+    while _held:
+        _close_quietly(_held.popitem()[1][1])
+
+
+def _take_held(engine: Engine, durable: bool) -> Connection | None:
+    slot = _held.pop(durable, None)
+    if slot is None:
+        return None
+    held_engine, conn, used = slot
+    if held_engine is not engine or conn.invalidated or conn.closed:
+        _close_quietly(conn)
+        return None
+    if time.monotonic() - used >= PING_AFTER_IDLE_S:  # as the pool does at checkout: a restart is caught here
+        try:
+            dbapi_conn = conn.connection.dbapi_connection
+            assert dbapi_conn is not None
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception:
+            conn.invalidate()
+            _close_quietly(conn)
+            return None
+    return conn
+
+
 @contextmanager
 def single_statement(*, durable: bool = True) -> Iterator[Connection]:
     """A connection in autocommit, for one statement that is a whole unit of work (PostgreSQL): no BEGIN and
-    COMMIT round trips around it. ``durable=False`` as for ``transaction``."""
+    COMMIT round trips around it. ``durable=False`` as for ``transaction``.
+
+    On the main thread the connection stays checked out for the next call (see ``_held``); one that
+    raised is closed instead, and one idle for ``PING_AFTER_IDLE_S`` is pinged before use."""
     engine = (session_factory() if durable else _relaxed_factory()).kw["bind"]
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    if threading.current_thread() is not threading.main_thread():
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            yield conn
+        return
+    conn = _take_held(engine, durable) or engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    try:
         yield conn
+    except BaseException:
+        _close_quietly(conn)
+        raise
+    if durable in _held:  # a nested call held one meanwhile: keep one, return this one
+        _close_quietly(conn)
+    else:
+        _held[durable] = (engine, conn, time.monotonic())
 
 
 def require_durable(session: Session) -> None:
