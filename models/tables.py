@@ -62,7 +62,7 @@ class Run(Base):
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     workflow: Mapped[str] = mapped_column(String(200))
-    status: Mapped[str] = mapped_column(String(16), index=True)
+    status: Mapped[str] = mapped_column(String(16))  # not indexed: a status change stays in place (0002)
     owner_id: Mapped[str] = mapped_column(ForeignKey("principals.id"), index=True)
     target: Mapped[str] = mapped_column(String(200), index=True)
     payload: Mapped[Any] = mapped_column(JSON)
