@@ -1051,8 +1051,10 @@ def case_anatomy(bench: Bench, samples: int = 50) -> None:
     parked = seed.seed_parked(samples)
     both = engines()
     profiles: dict[str, list[dict[str, Any]]] = {"answer": [], "resume": [], "baseline": []}
-    cprof = cProfile.Profile() if bench.args.profile else None
-    aprof = cProfile.Profile() if bench.args.profile else None
+    # CPU time, not wall time: a statement's wait for PostgreSQL or a commit's WAL flush is not this
+    # process's cost (the backends' own CPU is measured by ``anatomy_cpu``)
+    cprof = cProfile.Profile(time.process_time) if bench.args.profile else None
+    aprof = cProfile.Profile(time.process_time) if bench.args.profile else None
     for p in parked:
         with StatementProfile(*both) as prof:
             started = time.perf_counter()
@@ -1103,6 +1105,7 @@ def case_anatomy(bench: Bench, samples: int = 50) -> None:
             f"{out[kind]['checkouts']:.0f} checkouts, {out[kind]['ms']:.2f} ms "
             f"({out[kind]['statement_ms']:.2f} ms in SQL)"
         )
+    out["cpu"] = anatomy_cpu(bench, samples * 6)
     bench.record("anatomy", {"medians": out, "resume_statements": profiles["resume"][-1]["detail"]})
     for what, prof in (("resume", cprof), ("answer", aprof)):
         if prof is not None:
@@ -1112,3 +1115,53 @@ def case_anatomy(bench: Bench, samples: int = 50) -> None:
             listing = io.StringIO()
             pstats.Stats(prof, stream=listing).sort_stats("cumulative").print_stats(40)
             log(f"    {what} profile (cProfile, {samples} calls, cumulative; pstats in {path}):\n{listing.getvalue()}")
+
+
+def anatomy_cpu(bench: Bench, count: int) -> dict[str, dict[str, float]]:
+    """CPU per answer, per resume and per baseline CAS, each done ``count`` times in a row in this process
+    (workers stopped): this process's and this database's PostgreSQL backends'. Which side of the
+    database a unit's cost is on, without Celery, the broker or another process in the figure."""
+    from bench.workflows import cas
+    from tasks import sdk
+    from tasks.projection import drain_projections
+    from tasks.worker import execute
+
+    parked = seed.seed_parked(count)
+    meter = CpuMeter(bench)
+    out: dict[str, dict[str, float]] = {}
+
+    def wal() -> int:
+        with transaction() as session:
+            return int(session.execute(text("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")).scalar_one())
+
+    def measure(kind: str, items: Sequence[Any], fn: Callable[[Any], Any]) -> None:
+        wal_before = wal()
+        with meter:
+            for item in items:
+                fn(item)
+            drain_projections()
+        cpu = meter.per_unit(len(items))
+        wal_kb = (wal() - wal_before) / len(items) / 1024
+        out[kind] = {"client": cpu["producer"], "postgres": cpu["postgres"], "wal_kb": wal_kb}
+        bench.metric("anatomy", f"{kind}: client CPU per unit (in process)", "ms").add(cpu["producer"])
+        bench.metric("anatomy", f"{kind}: PostgreSQL CPU per unit", "ms").add(cpu["postgres"])
+        bench.metric("anatomy", f"{kind}: WAL per unit", "kB").add(wal_kb)
+        log(
+            f"    {kind:8}: CPU per unit {cpu['producer']:.2f} ms here, {cpu['postgres']:.2f} ms in PostgreSQL; "
+            f"{wal_kb:.1f} kB of WAL"
+        )
+
+    log(f"    CPU of {count} of each in a row:")
+    measure("answer", parked, lambda p: sdk.answer(p.interaction_id, "yes", response_id=uuid.uuid4().hex,
+                                                   principal=seed.HUMAN))  # fmt: skip
+    with transaction() as session:
+        cids = [
+            session.execute(
+                text("SELECT id FROM continuations WHERE step_id = :s AND kind = 'resume'"), {"s": p.step_id}
+            ).scalar_one()
+            for p in parked
+        ]
+    measure("resume", cids, execute)
+    measure("baseline", bench.rows(count), cas.run)
+    bench.services.flush_broker()
+    return out
