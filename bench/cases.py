@@ -308,6 +308,53 @@ def api_server(bench: Bench) -> Iterator[str | None]:
         stop_process(proc, grace_s=10)
 
 
+class LeanHttpClient:
+    """The HTTP variant's client: one keep-alive ``http.client`` connection per producer thread, JSON
+    bodies. The client runs on the same two cores as the API, the workers and PostgreSQL, so its own CPU
+    is part of the figure: httpx spent 0.8-1.0 ms of it per request, this 0.2-0.26 ms (measured against
+    /healthz on this machine). A connection the server closed is opened again once, for that request."""
+
+    def __init__(self, base_url: str, *, token: str) -> None:
+        import urllib.parse
+
+        parsed = urllib.parse.urlsplit(base_url)
+        self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self.local = threading.local()
+        self.opened: list[Any] = []
+
+    def _connection(self) -> Any:
+        import http.client
+
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            conn = self.local.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+            self.opened.append(conn)
+        return conn
+
+    def post_json(self, path: str, body: dict[str, Any]) -> tuple[int, str]:
+        import http.client
+        import json
+
+        data = json.dumps(body).encode()
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                conn.request("POST", path, body=data, headers=self.headers)
+                response = conn.getresponse()
+                return response.status, response.read().decode(errors="replace")
+            except (http.client.RemoteDisconnected, ConnectionError, http.client.CannotSendRequest):
+                conn.close()
+                self.local.conn = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        for conn in self.opened:
+            conn.close()
+
+
 # --------------------------------------------------------------------------- py-spy (optional)
 
 
@@ -385,23 +432,14 @@ def run_parkway_throughput(bench: Bench, n: int, *, http_base: str | None) -> tu
         variant = "python"
         client = None
     else:
-        import httpx
-
-        client = httpx.Client(
-            base_url=http_base,
-            headers={"Authorization": f"Bearer {bench.http_token}"},
-            limits=httpx.Limits(max_connections=bench.args.http_clients),
-            timeout=60,
-        )
+        client = LeanHttpClient(http_base, token=bench.http_token)
 
         def fn(p: seed.Parked) -> Any:
             assert client is not None
-            response = client.post(
-                f"/v1/interactions/{p.interaction_id}/answer",
-                json={"response_id": uuid.uuid4().hex, "value": "yes"},
-            )
-            if response.status_code != 200:
-                raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
+            body = {"response_id": uuid.uuid4().hex, "value": "yes"}
+            status, text_ = client.post_json(f"/v1/interactions/{p.interaction_id}/answer", body)
+            if status != 200:
+                raise RuntimeError(f"HTTP {status}: {text_[:200]}")
 
         variant = "http"
     threads = bench.args.http_clients if http_base else bench.args.threads
