@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -14,7 +14,7 @@ from api.errors import ApiError
 from models import access
 from models.tables import Principal
 from parkway.cli import hash_token
-from parkway.db import session_factory, transaction
+from parkway.db import read_statement, session_factory
 
 bearer = HTTPBearer(auto_error=False, description="a token from `parkway token create` or POST /v1/principals")
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
@@ -24,9 +24,10 @@ def authenticate(token: str | None) -> Principal:
     """The principal holding this token, read now; raises a 401 ``ApiError`` otherwise."""
     if not token:
         raise ApiError(401, errors.NO_TOKEN, headers=CHALLENGE)
-    # Its own short transaction: the caller's work (an answer through the SDK) must not wait behind it.
-    with transaction() as session:
-        principal = access.principal_by_token(session, hash_token(token))
+    # One read on its own, in autocommit: the caller's work (an answer through the SDK) must not wait
+    # behind it, and a read needs no BEGIN and COMMIT round trips.
+    with read_statement() as conn:
+        principal = access.principal_by_token_read(conn, hash_token(token))
     if principal is None:
         raise ApiError(401, errors.BAD_TOKEN, headers=CHALLENGE)
     return principal
@@ -57,10 +58,10 @@ def current_principal(
 PrincipalDep = Annotated[Principal, Depends(current_principal)]
 
 
-def require(*kinds: str) -> Callable[[Principal], Principal]:
+def require(*kinds: str) -> Callable[[Principal], Awaitable[Principal]]:
     """A dependency that admits only principals of these kinds (403 for the others)."""
 
-    def check(principal: PrincipalDep) -> Principal:
+    async def check(principal: PrincipalDep) -> Principal:  # no I/O: on the event loop, no thread hop
         if principal.kind not in kinds:
             raise ApiError(
                 403,

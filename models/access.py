@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, and_, func, literal_column, or_, select, text, true
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, func, literal_column, or_, select, text, true
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
@@ -73,6 +73,22 @@ def principal_by_token(session: Session, token_hash: str) -> Principal | None:
     if found is None or found.token_hash is None:
         return None
     return found if hmac.compare_digest(found.token_hash, token_hash) else None
+
+
+_P = Principal.__table__.c
+_PRINCIPAL_BY_TOKEN = select(_P.id, _P.kind, _P.name, _P.token_hash, _P.created_at).where(
+    _P.token_hash == bindparam("token_hash")
+)
+
+
+def principal_by_token_read(conn: Connection, token_hash: str) -> Principal | None:
+    """``principal_by_token`` as one Core read, for a connection in autocommit (the API authenticates every
+    request: no BEGIN and COMMIT, no ORM load). The principal returned belongs to no session; only its
+    columns are read from it, as from one loaded by a session already closed."""
+    row = conn.execute(_PRINCIPAL_BY_TOKEN, {"token_hash": token_hash}).first()
+    if row is None or row.token_hash is None or not hmac.compare_digest(row.token_hash, token_hash):
+        return None
+    return Principal(id=row.id, kind=row.kind, name=row.name, token_hash=row.token_hash, created_at=row.created_at)
 
 
 def grant_by_id(session: Session, grant_id: str) -> tuple[Grant, str] | None:

@@ -246,6 +246,19 @@ def single_statement(*, durable: bool = True) -> Iterator[Connection]:
         _held[durable] = (engine, conn, time.monotonic())
 
 
+@contextmanager
+def read_statement() -> Iterator[Connection]:
+    """A pooled connection for one read (any thread) that needs no transaction of its own: on PostgreSQL in
+    autocommit (no BEGIN and COMMIT round trips); on SQLite in the engine's usual transaction, rolled back."""
+    engine = get_engine()
+    if engine.dialect.name != "postgresql":
+        with engine.connect() as conn:
+            yield conn
+        return
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        yield conn
+
+
 def require_durable(session: Session) -> None:
     """This transaction's commit waits for the WAL flush after all (it recorded an outcome)."""
     if is_postgres(session):
