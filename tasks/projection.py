@@ -12,8 +12,8 @@ import logging
 import os
 import queue
 import threading
+import time
 from pathlib import Path
-from time import monotonic
 from typing import Any
 
 from models import store
@@ -145,7 +145,7 @@ def clear_committed(written: list[RunRecord]) -> int:
 
 
 _BATCH = 100  # records whose flags clear in one transaction, at most
-_LINGER_S = 0.2  # how long a written record's flag waits for others to share that transaction
+_LINGER_S = 0.2  # the window: how long the first record waits for others to share its wake-up and transaction
 
 
 class _Projector:
@@ -154,10 +154,10 @@ class _Projector:
     final when it is queued; if the process dies first, the run stays ``projection_pending`` and the sweep
     writes it.
 
-    Each file is written as soon as its record arrives. The flags are cleared together: the first record
-    written opens a window of ``_LINGER_S`` (or ``_BATCH`` records), and one transaction clears every flag
-    written in it. Under load that is one flag transaction per window instead of one per run; a run's flag
-    stays set at most that much longer, which only means a sweep in that window writes the same bytes again.
+    The first record to arrive opens a window of ``_LINGER_S``; at its end the thread writes the files of
+    every record queued by then (at most ``_BATCH``) and one transaction clears their flags. Under load
+    that is one wake-up and one flag transaction per window instead of one per run; a run's file and flag
+    come at most that much later, which only means a sweep in that window writes the same bytes again.
     """
 
     def __init__(self) -> None:
@@ -179,20 +179,22 @@ class _Projector:
 
     @staticmethod
     def _loop(items: queue.Queue[RunRecord]) -> None:
+        backlog = False
         while True:
             taken = [items.get()]
-            written = [taken[0]] if write_committed(taken[0]) else []
-            deadline = monotonic() + _LINGER_S
-            while len(taken) < _BATCH and (left := deadline - monotonic()) > 0:
+            if not backlog:
+                # The window. Records queued meanwhile do not wake this thread: ``Queue.put`` notifies only
+                # a thread waiting in ``get``, and this one sleeps. (Waiting in ``get`` with a timeout
+                # instead cost a wake-up, a thread switch and a GIL hand-over per record.)
+                time.sleep(_LINGER_S)
+            while len(taken) < _BATCH:
                 try:
-                    record = items.get(timeout=left)
+                    taken.append(items.get_nowait())
                 except queue.Empty:
                     break
-                taken.append(record)
-                if write_committed(record):
-                    written.append(record)
+            backlog = len(taken) == _BATCH  # more may be waiting: take them without another window
             try:
-                clear_committed(written)
+                clear_committed([record for record in taken if write_committed(record)])
             finally:
                 for _ in taken:
                     items.task_done()

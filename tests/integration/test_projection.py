@@ -1,5 +1,5 @@
-"""The worker's projector thread: each ended run's ``run_metadata.json`` is written right after its commit,
-and the flags of the runs written in one window are cleared in one transaction; a run whose file could
+"""The worker's projector thread: each ended run's ``run_metadata.json`` is written within a window of its
+commit, and the flags of the runs written in one window are cleared in one transaction; a run whose file could
 not be written keeps its flag for the sweep, without holding back the others."""
 
 from __future__ import annotations
