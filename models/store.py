@@ -1247,7 +1247,10 @@ def _answer_and_make_due() -> Any:
     )
     resumed = (
         update(_R)
-        .where(_R.c.id == resuming.c.run_id, _R.c.status == _literal(RunStatus.WAITING))
+        # A scalar subquery, not a join with the CTE: the run is then found through its primary key. As a
+        # join, the generic plan a pooled connection keeps was chosen while the table was small and
+        # scanned every waiting run (a sequential scan of ``runs`` in each answer).
+        .where(_R.c.id == select(resuming.c.run_id).scalar_subquery(), _R.c.status == _literal(RunStatus.WAITING))
         .values(status=RunStatus.RUNNING.value, updated_at=_bp("at", _R.c.updated_at))
         .cte("resumed")
     )
