@@ -331,3 +331,16 @@ class Services:
         import redis
 
         return redis.Redis.from_url(self.broker_url)
+
+
+def drop_foreign_keys(engine: Any) -> None:
+    """``--what-if no-foreign-keys``: drop every foreign key of the bench database (PostgreSQL)."""
+    from sqlalchemy import text
+
+    with engine.begin() as conn:
+        rows = conn.execute(
+            text("SELECT conrelid::regclass::text, conname FROM pg_constraint WHERE contype = 'f'")
+        ).all()
+        for table, name in rows:
+            conn.execute(text(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"'))
+    log(f"what-if no-foreign-keys: dropped {len(rows)} foreign keys")

@@ -66,8 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--what-if",
         default="",
-        help="experiments on Parkway in the bench's processes only: no-pre-ping, no-inline-projection, "
-        "no-erase-secrets (comma-separated)",
+        help="experiments on Parkway in the bench's processes only (comma-separated): no-pre-ping, "
+        "no-inline-projection, no-erase-secrets, no-projection-fsync, no-projection-flag, no-foreign-keys",
     )
     p.add_argument("--py-spy", action="store_true", help="sample the workers with py-spy during throughput")
     p.add_argument(
@@ -229,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
 
         revision = upgrade(get_engine())
         log(f"database migrated to {revision}")
+        if "no-foreign-keys" in args.what_if.split(","):
+            harness.drop_foreign_keys(get_engine())
         # Only now: these import the Celery app, which reads the settings at import.
         from bench import cases, seed
 

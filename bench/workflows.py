@@ -150,6 +150,7 @@ KNOWN_WHAT_IF = {
     "no-erase-secrets": "skip the secret-erasing UPDATEs (what skipping them without sensitive fields saves)",
     "no-projection-fsync": "the projector writes run_metadata.json without its two fsync calls",
     "no-projection-flag": "the projector writes run_metadata.json but leaves projection_pending set",
+    "no-foreign-keys": "the bench database without its foreign keys (each insert's referential checks)",
 }
 
 
