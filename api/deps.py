@@ -27,7 +27,7 @@ def authenticate(token: str | None) -> Principal:
     # One read on its own, in autocommit: the caller's work (an answer through the SDK) must not wait
     # behind it, and a read needs no BEGIN and COMMIT round trips.
     with read_statement() as conn:
-        principal = access.principal_by_token_read(conn, hash_token(token))
+        principal = access.principal_by_token(conn, hash_token(token))
     if principal is None:
         raise ApiError(401, errors.BAD_TOKEN, headers=CHALLENGE)
     return principal

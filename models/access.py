@@ -67,24 +67,18 @@ class RunView:
 # --------------------------------------------------------------------------- principals
 
 
-def principal_by_token(session: Session, token_hash: str) -> Principal | None:
-    """The principal holding this token hash, compared in constant time after the indexed lookup."""
-    found = session.scalar(select(Principal).where(Principal.token_hash == token_hash))
-    if found is None or found.token_hash is None:
-        return None
-    return found if hmac.compare_digest(found.token_hash, token_hash) else None
-
-
 _P = Principal.__table__.c
 _PRINCIPAL_BY_TOKEN = select(_P.id, _P.kind, _P.name, _P.token_hash, _P.created_at).where(
     _P.token_hash == bindparam("token_hash")
 )
 
 
-def principal_by_token_read(conn: Connection, token_hash: str) -> Principal | None:
-    """``principal_by_token`` as one Core read, for a connection in autocommit (the API authenticates every
-    request: no BEGIN and COMMIT, no ORM load). The principal returned belongs to no session; only its
-    columns are read from it, as from one loaded by a session already closed."""
+def principal_by_token(conn: Connection | Session, token_hash: str) -> Principal | None:
+    """The principal holding this token hash, compared in constant time after the indexed lookup.
+
+    One Core read, meant for a connection in autocommit (``parkway.db.read_statement``: every request is
+    authenticated, so no BEGIN and COMMIT and no ORM load). The principal returned belongs to no session;
+    only its columns are read from it, as from one loaded by a session already closed."""
     row = conn.execute(_PRINCIPAL_BY_TOKEN, {"token_hash": token_hash}).first()
     if row is None or row.token_hash is None or not hmac.compare_digest(row.token_hash, token_hash):
         return None

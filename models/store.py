@@ -171,7 +171,6 @@ def create_principal(session: Session, *, kind: str, name: str, token_hash: str 
 
 
 _PRINCIPAL_BY_NAME = select(Principal).where(Principal.name == bindparam("name"))
-_PRINCIPAL_BY_TOKEN = select(Principal).where(Principal.token_hash == bindparam("token_hash"))
 
 
 def principal_by_name(session: Session, name: str) -> Principal | None:
@@ -217,10 +216,6 @@ def actor(session: Session, principal: Actor | str) -> Actor:
     if found is None:
         raise unknown_principal(principal)
     return found
-
-
-def principal_by_token_hash(session: Session, token_hash: str) -> Principal | None:
-    return session.scalar(_PRINCIPAL_BY_TOKEN, {"token_hash": token_hash})
 
 
 def create_grant(session: Session, *, principal_id: str, target: str) -> Grant:

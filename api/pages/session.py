@@ -21,7 +21,7 @@ from models import access
 from models.status import PrincipalKind
 from models.tables import Principal
 from parkway.cli import hash_token
-from parkway.db import transaction
+from parkway.db import read_statement
 from parkway.settings import get_settings
 
 PATH = "/decisions"
@@ -59,11 +59,11 @@ def session_token(request: Request) -> str | None:
 
 
 def principal_for(token: str | None) -> Principal | None:
-    """The principal holding this token, read now (its own short transaction), or ``None``."""
+    """The principal holding this token, read now (one read of its own), or ``None``."""
     if not token or len(token) > MAX_TOKEN:
         return None
-    with transaction() as session:
-        return access.principal_by_token(session, hash_token(token))
+    with read_statement() as conn:
+        return access.principal_by_token(conn, hash_token(token))
 
 
 def signed_in(request: Request) -> Principal | None:
