@@ -1202,4 +1202,59 @@ def anatomy_cpu(bench: Bench, count: int) -> dict[str, dict[str, float]]:
     measure("resume", cids, execute)
     measure("baseline", bench.rows(count), cas.run)
     bench.services.flush_broker()
+    if bench.args.http:
+        out.update(answer_cpu_concurrent(bench, count))
+    return out
+
+
+def answer_cpu_concurrent(bench: Bench, count: int) -> dict[str, dict[str, float]]:
+    """CPU per answer with workers stopped, made as the throughput case makes them: ``tasks.sdk.answer`` on
+    its producer threads, and over HTTP from its clients. The difference is what HTTP costs per answer
+    (the API's CPU beyond the Python answer's), without the workers' share of the cores in the figure."""
+    from tasks import sdk
+
+    out: dict[str, dict[str, float]] = {}
+    meter = CpuMeter(bench)
+
+    def measure(kind: str, fn: Callable[[seed.Parked], Any], threads: int) -> None:
+        parked = seed.seed_parked(count)
+        producers = Producers(parked, fn, threads)
+        with meter:
+            producers.start()
+            producers.join()
+        if producers.errors:
+            raise RuntimeError(f"{kind}: {len(producers.errors)} answers failed, e.g. {producers.errors[0]}")
+        cpu = meter.per_unit(count)
+        out[kind] = cpu
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in cpu.items() if v > 0 and k not in ("total", "workers"))
+        log(f"    {kind}: CPU per answer {cpu['total']:.2f} ms ({parts})")
+        bench.metric("anatomy", f"{kind}: CPU per answer, total", "ms").add(cpu["total"])
+        for part in ("producer", "api", "postgres"):
+            if cpu[part] > 0:
+                bench.metric("anatomy", f"{kind}: CPU per answer, {part}", "ms").add(cpu[part])
+        bench.services.flush_broker()
+
+    log(f"    CPU of {count} answers as the throughput case makes them (workers stopped):")
+    threads = bench.args.threads
+    measure(
+        f"answers on {threads} threads",
+        lambda p: sdk.answer(p.interaction_id, "yes", response_id=uuid.uuid4().hex, principal=seed.HUMAN),
+        threads,
+    )
+    with api_server(bench) as base:
+        if base is None:
+            return out
+        client = LeanHttpClient(base, token=bench.http_token)
+
+        def over_http(p: seed.Parked) -> None:
+            status, body = client.post_json(
+                f"/v1/interactions/{p.interaction_id}/answer", {"response_id": uuid.uuid4().hex, "value": "yes"}
+            )
+            if status != 200:
+                raise RuntimeError(f"HTTP {status}: {body[:200]}")
+
+        try:
+            measure(f"answers over HTTP from {bench.args.http_clients} clients", over_http, bench.args.http_clients)
+        finally:
+            client.close()
     return out
