@@ -1,9 +1,14 @@
-"""Dependencies: the caller (``PrincipalDep`` and the kind-restricted aliases) and a read session."""
+"""Dependencies: the caller (``PrincipalDep``, the kind-restricted aliases, or an unread ``Credential``),
+a read session, and the API's thread pool for blocking work."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Annotated
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -12,9 +17,14 @@ from sqlalchemy.orm import Session
 from api import errors
 from api.errors import ApiError
 from models import access
+from models.store import Credential
 from models.tables import Principal
 from parkway.cli import hash_token
 from parkway.db import read_statement, session_factory
+from parkway.errors import Unauthenticated, WrongKind
+from parkway.settings import get_settings
+
+T = TypeVar("T")
 
 bearer = HTTPBearer(auto_error=False, description="a token from `parkway token create` or POST /v1/principals")
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
@@ -58,6 +68,46 @@ def current_principal(
 PrincipalDep = Annotated[Principal, Depends(current_principal)]
 
 
+def credential(credentials: HTTPAuthorizationCredentials | None, kinds: tuple[str, ...]) -> Credential:
+    """The caller as the token it presented, not yet read (no I/O): for a route whose own statement reads
+    the principal (an answer). No token at all is a 401 at once."""
+    if credentials is None or not credentials.credentials:
+        raise ApiError(401, errors.NO_TOKEN, headers=CHALLENGE)
+    return Credential(hash_token(credentials.credentials), kinds)
+
+
+def caller_error(exc: Unauthenticated | WrongKind) -> ApiError:
+    """A credential's principal refused by the store, as ``current_principal`` and ``require`` say it."""
+    if isinstance(exc, Unauthenticated):
+        return ApiError(401, errors.BAD_TOKEN, headers=CHALLENGE)
+    return ApiError(403, errors.WRONG_KIND.format(kinds=" or ".join(exc.kinds), kind=exc.kind, name=exc.name))
+
+
+ANSWERERS = ("human", "admin")
+
+
+async def answerer_credential(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Credential:
+    return credential(credentials, ANSWERERS)
+
+
+AnswererCredentialDep = Annotated[Credential, Depends(answerer_credential)]
+
+
+_executor: list[ThreadPoolExecutor] = []
+
+
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Run blocking work (the database, the broker) off the event loop in one hop to a plain thread pool
+    of ``PARKWAY_DB_POOL_SIZE`` threads (more could only wait for a connection). A hop costs a third of
+    the CPU of anyio's (which FastAPI uses for sync routes: a cancel scope and a capacity limiter each)."""
+    if not _executor:
+        _executor.append(ThreadPoolExecutor(get_settings().db_pool_size, thread_name_prefix="parkway-api"))
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(_executor[0], call)
+
+
 def require(*kinds: str) -> Callable[[Principal], Awaitable[Principal]]:
     """A dependency that admits only principals of these kinds (403 for the others)."""
 
@@ -74,7 +124,6 @@ def require(*kinds: str) -> Callable[[Principal], Awaitable[Principal]]:
 
 AdminDep = Annotated[Principal, Depends(require("admin"))]
 AgentDep = Annotated[Principal, Depends(require("agent"))]
-AnswererDep = Annotated[Principal, Depends(require("human", "admin"))]
 
 
 def get_session() -> Iterator[Session]:

@@ -8,6 +8,7 @@ the race: losing a race is a normal outcome. Only this module writes state.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import uuid
 from collections.abc import Iterable, Sequence
@@ -61,7 +62,7 @@ from models.tables import (
     Step,
     SweepTotal,
 )
-from parkway.errors import Conflict, Forbidden, Gone, NotFound
+from parkway.errors import Conflict, Forbidden, Gone, NotFound, Unauthenticated, WrongKind
 
 
 def new_id() -> str:
@@ -208,8 +209,54 @@ def unknown_principal(name: str) -> Forbidden:
     return Forbidden(f"principal {name} does not exist")
 
 
-def actor(session: Session, principal: Actor | str) -> Actor:
-    """The principal as given, or by name (one plain read); ``Forbidden`` for a name no principal has."""
+@dataclass(frozen=True)
+class Credential:
+    """A caller known so far by the hash of the token it presented, admitted only as one of ``kinds``.
+    An answer reads its principal in the statement that reads the interaction (one round trip fewer
+    than authenticating first); every other path reads it on its own (``actor``)."""
+
+    token_hash: str
+    kinds: tuple[str, ...]
+
+    def admits(self, token_hash: str | None, kind: str) -> bool:
+        """A principal read with this token hash (compared in constant time) and of this kind is admitted."""
+        return _token_matches(token_hash, self.token_hash) and kind in self.kinds
+
+
+_PRINCIPAL_REF_BY_TOKEN = select(_P.c.id, _P.c.name, _P.c.kind, _P.c.token_hash).where(
+    _P.c.token_hash == bindparam("ptok")
+)
+
+
+def _token_matches(stored: str | None, given: str) -> bool:
+    return stored is not None and hmac.compare_digest(stored, given)
+
+
+def _admitted(who: PrincipalRef, credential: Credential) -> PrincipalRef:
+    if who.kind not in credential.kinds:
+        raise WrongKind(
+            f"principal {who.name} is of kind {who.kind}; this needs {' or '.join(credential.kinds)}",
+            name=who.name,
+            kind=who.kind,
+            kinds=credential.kinds,
+        )
+    return who
+
+
+def credential_actor(session: Session, credential: Credential) -> PrincipalRef:
+    """The principal holding the credential's token (one plain read); ``Unauthenticated`` when none does,
+    ``WrongKind`` when it is not of an admitted kind."""
+    row = session.execute(_PRINCIPAL_REF_BY_TOKEN, {"ptok": credential.token_hash}).first()
+    if row is None or not _token_matches(row.token_hash, credential.token_hash):
+        raise Unauthenticated("the bearer token is not valid")
+    return _admitted(PrincipalRef(row.id, row.name, row.kind), credential)
+
+
+def actor(session: Session, principal: Actor | Credential | str) -> Actor:
+    """The principal as given, by name or by credential (one plain read); ``Forbidden`` for a name no
+    principal has, and as ``credential_actor`` for a credential."""
+    if isinstance(principal, Credential):
+        return credential_actor(session, principal)
     if not isinstance(principal, str):
         return principal
     found = principal_ref_by_name(session, principal)
@@ -1116,13 +1163,26 @@ def _interaction_locked(read: Any) -> Any:
 
 
 _INTERACTION_LOCKED = _interaction_locked(_INTERACTION)
-# The same, for a principal given by name: its id, name and kind read in the same statement (NULL when no
-# principal has that name), its grant looked up by that id.
-_INTERACTION_LOCKED_BY_NAME = _interaction_locked(
-    _interaction_read(_P.c.id)
-    .add_columns(_P.c.id.label("actor_id"), _P.c.name.label("actor_name"), _P.c.kind.label("actor_kind"))
-    .outerjoin(_P, _P.c.name == bindparam("pname"))
-)
+
+
+def _interaction_locked_by(principal: Any) -> Any:
+    """``_INTERACTION_LOCKED`` for a principal found by ``principal`` (a condition on ``principals``): its
+    id, name, kind and token hash read in the same statement (NULL when no principal matches), its grant
+    looked up by that id."""
+    return _interaction_locked(
+        _interaction_read(_P.c.id)
+        .add_columns(
+            _P.c.id.label("actor_id"),
+            _P.c.name.label("actor_name"),
+            _P.c.kind.label("actor_kind"),
+            _P.c.token_hash.label("actor_token"),
+        )
+        .outerjoin(_P, principal)
+    )
+
+
+_INTERACTION_LOCKED_BY_NAME = _interaction_locked_by(_P.c.name == bindparam("pname"))
+_INTERACTION_LOCKED_BY_TOKEN = _interaction_locked_by(_P.c.token_hash == bindparam("ptok"))
 
 
 def _read_interaction(session: Session, statement: Any, interaction_id_: str, principal: Actor) -> tuple[Row[Any], str]:
@@ -1141,18 +1201,24 @@ def _check_grant(interaction: Row[Any], principal: Actor) -> None:
 
 
 def _read_interaction_locked(
-    session: Session, interaction_id_: str, principal: Actor | str
+    session: Session, interaction_id_: str, principal: Actor | Credential | str
 ) -> tuple[Row[Any], str, Actor]:
     """PostgreSQL: ``_INTERACTION_LOCKED`` for this interaction, the principal read in the same statement
-    when given by name. Raises as ``_read_interaction``, and ``Forbidden`` for an unknown name."""
-    if not isinstance(principal, str):
+    when given by name or credential. Raises as ``_read_interaction``, and as ``actor`` for the principal
+    (which is told first: who asks comes before what they may learn)."""
+    if isinstance(principal, str):
+        row = session.execute(_INTERACTION_LOCKED_BY_NAME, {"iid": interaction_id_, "pname": principal}).first()
+        known = row is not None and row.actor_id is not None
+    elif isinstance(principal, Credential):
+        row = session.execute(
+            _INTERACTION_LOCKED_BY_TOKEN, {"iid": interaction_id_, "ptok": principal.token_hash}
+        ).first()
+        known = row is not None and principal.admits(row.actor_token, row.actor_kind)
+    else:
         return (*_read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal), principal)
-    row = session.execute(_INTERACTION_LOCKED_BY_NAME, {"iid": interaction_id_, "pname": principal}).first()
-    if row is None:
-        actor(session, principal)  # an unknown principal is told first, as on every other path
+    if row is None or not known:
+        actor(session, principal)  # raises for an unknown (or, by credential, inadmissible) principal
         raise NotFound(f"interaction {interaction_id_} does not exist")
-    if row.actor_id is None:
-        raise unknown_principal(principal)
     who = PrincipalRef(row.actor_id, row.actor_name, row.actor_kind)
     _check_grant(row, who)
     return row, row.run_status, who
@@ -1288,7 +1354,7 @@ def answer(
     seal: Any,
     response_id: str,
     response_digest: str,
-    principal: Actor | str,
+    principal: Actor | Credential | str,
     validate: Any,
 ) -> AnswerReceipt:
     """pending -> answered|rejected, first response wins.
@@ -1298,9 +1364,10 @@ def answer(
     ``InvalidAnswer`` (from ``validate``) before anything is written. When this was the step's last
     pending interaction, the step's continuation is created ready in this transaction.
 
-    ``principal`` is an ``Actor`` or a name (``Forbidden`` when no principal has it). On PostgreSQL that is
-    two statements: the read that takes the step's lock (and reads a principal given by name), then the
-    CAS with all it implies and the events (``_ANSWER_AND_MAKE_DUE``).
+    ``principal`` is an ``Actor``, a name (``Forbidden`` when no principal has it) or a ``Credential``
+    (``Unauthenticated``, ``WrongKind``). On PostgreSQL that is two statements: the read that takes the
+    step's lock (and reads a principal given by name or credential), then the CAS with all it implies and
+    the events (``_ANSWER_AND_MAKE_DUE``).
     """
     pg = _is_pg(session)
     if pg:

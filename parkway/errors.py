@@ -51,6 +51,23 @@ class Forbidden(OutcomeError):
     code = "forbidden"
 
 
+class Unauthenticated(OutcomeError):
+    """Raised when no principal holds the token a caller presented."""
+
+    status_code = 401
+    code = "unauthorized"
+
+
+class WrongKind(Forbidden):
+    """Raised when the principal is not of a kind the call admits (an agent answering, say)."""
+
+    def __init__(self, detail: str, *, name: str, kind: str, kinds: tuple[str, ...]) -> None:
+        super().__init__(detail)
+        self.name = name
+        self.kind = kind
+        self.kinds = kinds
+
+
 class Conflict(OutcomeError):
     """Raised when another response won, or a retry reuses a response id with another value."""
 

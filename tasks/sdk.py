@@ -16,7 +16,7 @@ from sqlalchemy import Row
 
 from models import store
 from models.status import InteractionKind, PrincipalKind
-from models.store import Answer, InteractionSpec
+from models.store import Answer, Credential, InteractionSpec
 from models.tables import Interaction, Principal
 from parkway.crash import crash_point
 from parkway.crypto import split_sensitive
@@ -411,12 +411,16 @@ def _describe(error: Any, sensitive: set[str]) -> str:
     return f"{where}: {error.message}"
 
 
-def answer(interaction_id: str, value: Any, *, response_id: str, principal: str | Principal) -> dict[str, Any]:
-    """Answer an interaction as ``principal`` (a name, or a ``Principal`` the caller has just
-    authenticated): first response wins, an exact retry gets the same receipt.
+def answer(
+    interaction_id: str, value: Any, *, response_id: str, principal: str | Principal | Credential
+) -> dict[str, Any]:
+    """Answer an interaction as ``principal`` (a name, a ``Principal`` the caller has just authenticated,
+    or the ``Credential`` it presented, read with the interaction): first response wins, an exact retry
+    gets the same receipt.
 
     Returns ``{status, response_id, answered_at}``; raises ``Conflict``, ``Gone``, ``InvalidAnswer``,
-    ``Forbidden`` or ``NotFound`` carrying the authoritative state. The step's continuation is
+    ``Forbidden`` or ``NotFound`` carrying the authoritative state (and for a credential ``Unauthenticated``
+    or ``WrongKind`` first). The step's continuation is
     published only after the answer that made it due has committed.
     """
     if not response_id:

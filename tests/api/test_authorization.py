@@ -105,6 +105,30 @@ def test_agent_cannot_answer__people_answer(client: TestClient, actors: Actors, 
     assert interactions(parked["run_id"])["window"].status == "pending"
 
 
+@pytest.mark.parametrize(
+    ("who", "status"), [(None, 401), (AGENT, 403), (HUMAN, 404)], ids=["bad-token", "agent", "human"]
+)
+def test_answer_of_an_unknown_interaction__who_asks_is_told_first(
+    client: TestClient, actors: Actors, who: str | None, status: int
+) -> None:
+    # The answer reads its caller in the statement that reads the interaction; the order of refusals holds.
+    headers = actors.auth(who) if who else {"Authorization": "Bearer pk_not-a-token"}
+    response = client.post(
+        f"/v1/interactions/{'0' * 32}/answer", json={"response_id": "r", "value": 1}, headers=headers
+    )
+    assert response.status_code == status, response.text
+    if status == 401:
+        assert response.headers["www-authenticate"] == "Bearer"
+    if status == 403:
+        assert response.json()["detail"] == f"this needs a principal of kind human or admin; you are agent {AGENT}"
+
+
+def test_agent_answering_with_a_body_that_is_no_answer__is_422(client: TestClient, actors: Actors) -> None:
+    # The answer's kind check happens in its statement, after FastAPI checked the body (docs/api.md).
+    response = client.post(f"/v1/interactions/{'0' * 32}/answer", json={"value": 1}, headers=actors.auth(AGENT))
+    assert response.status_code == 422, response.text
+
+
 def assert_denied(client: TestClient, actors: Actors, who: str, parked: dict[str, Any]) -> None:
     """``who`` can neither list, read, answer nor cancel the parked run's questions, nor read the run."""
     auth = actors.auth(who)

@@ -14,8 +14,11 @@ from sqlalchemy import select, text
 
 from models import store
 from models.base import utcnow
+from models.store import Credential
 from models.tables import Grant, Principal
+from parkway.cli import hash_token, new_token
 from parkway.db import transaction
+from parkway.errors import Unauthenticated, WrongKind
 from tasks.sdk import (
     Conflict,
     Forbidden,
@@ -380,6 +383,61 @@ def test_answer__admin_may_answer_without_a_grant(stack: Stack) -> None:
     with pytest.raises(Conflict) as caught:
         answer(asked["go"].id, "no", response_id=new_response_id(), principal=HUMAN)
     assert caught.value.state is not None and caught.value.state["answered_by"] == ADMIN
+
+
+# --------------------------------------------------------------------------- by credential (the HTTP API's way)
+
+
+@pytest.fixture(scope="module")
+def tokens(stack: Stack) -> dict[str, str]:
+    """A human and an agent granted on the target, each holding a token (the stack's principals hold none)."""
+    made = {}
+    with transaction() as session:
+        for kind in ("human", "agent"):
+            token = new_token()
+            principal = store.create_principal(
+                session, kind=kind, name=f"by-token-{kind}-{new_response_id()}", token_hash=hash_token(token)
+            )
+            assert principal is not None
+            store.create_grant(session, principal_id=principal.id, target=TARGET)
+            made[kind] = token
+    return made
+
+
+def credential(token: str) -> Credential:
+    return Credential(hash_token(token), ("human", "admin"))
+
+
+def test_answer__by_credential_is_answered_by_the_principal_holding_the_token(
+    stack: Stack, tokens: dict[str, str]
+) -> None:
+    _, asked = parked("t.ask_one")
+    receipt = answer(asked["go"].id, "yes", response_id=new_response_id(), principal=credential(tokens["human"]))
+    assert receipt["status"] == "answered"
+    with transaction() as session:
+        by = session.scalar(select(Principal.kind).where(Principal.id == interaction(asked["go"].id).answered_by_id))
+    assert by == "human"
+
+
+@pytest.mark.parametrize("interaction_exists", [True, False], ids=["known-interaction", "unknown-interaction"])
+def test_answer__credential_no_principal_holds_is_unauthenticated_first(stack: Stack, interaction_exists: bool) -> None:
+    _, asked = parked("t.ask_one")
+    iid = asked["go"].id if interaction_exists else "0" * 32
+    with pytest.raises(Unauthenticated):
+        answer(iid, "yes", response_id=new_response_id(), principal=credential(new_token()))
+    assert interaction(asked["go"].id).status == "pending"
+
+
+@pytest.mark.parametrize("interaction_exists", [True, False], ids=["known-interaction", "unknown-interaction"])
+def test_answer__credential_of_a_kind_not_admitted_is_refused_before_the_interaction_is_told(
+    stack: Stack, tokens: dict[str, str], interaction_exists: bool
+) -> None:
+    _, asked = parked("t.ask_one")
+    iid = asked["go"].id if interaction_exists else "0" * 32
+    with pytest.raises(WrongKind) as caught:
+        answer(iid, "yes", response_id=new_response_id(), principal=credential(tokens["agent"]))
+    assert caught.value.kind == "agent" and caught.value.kinds == ("human", "admin")
+    assert interaction(asked["go"].id).status == "pending"
 
 
 # --------------------------------------------------------------------------- permissions
