@@ -79,8 +79,14 @@ def interaction_id(step_id: str, key: str, kind: str, resources: Iterable[str] |
     return hashlib.sha256(material.encode()).hexdigest()[:32]
 
 
-def _is_pg(session: Session) -> bool:
-    return session.get_bind().dialect.name == "postgresql"
+# What the answer path runs on: the ORM session of a ``transaction`` or the Core connection of a
+# ``core_transaction`` (every statement there is Core, so it needs no session).
+Executor = Session | Connection
+
+
+def _is_pg(session: Executor) -> bool:
+    bind = session if isinstance(session, Connection) else session.get_bind()
+    return bind.dialect.name == "postgresql"
 
 
 def _literal(value: str) -> Any:
@@ -132,7 +138,7 @@ def append_event(session: Session, run_id: str, type_: str, **data: Any) -> None
     session.execute(_INSERT_EVENT, event_row(run_id, type_, **data))
 
 
-def append_events(session: Session, rows: list[dict[str, Any]]) -> None:
+def append_events(session: Executor, rows: list[dict[str, Any]]) -> None:
     """Append several events in one round trip, in list order."""
     session.execute(_INSERT_EVENT, rows)
 
@@ -199,7 +205,7 @@ class PrincipalRef:
 _PRINCIPAL_REF = select(_P.c.id, _P.c.name, _P.c.kind).where(_P.c.name == bindparam("name"))
 
 
-def principal_ref_by_name(session: Session, name: str) -> PrincipalRef | None:
+def principal_ref_by_name(session: Executor, name: str) -> PrincipalRef | None:
     """The principal's id, name and kind by name, as a plain read (no ORM entity to load and track)."""
     row = session.execute(_PRINCIPAL_REF, {"name": name}).first()
     return None if row is None else PrincipalRef(row.id, row.name, row.kind)
@@ -243,7 +249,7 @@ def _admitted(who: PrincipalRef, credential: Credential) -> PrincipalRef:
     return who
 
 
-def credential_actor(session: Session, credential: Credential) -> PrincipalRef:
+def credential_actor(session: Executor, credential: Credential) -> PrincipalRef:
     """The principal holding the credential's token (one plain read); ``Unauthenticated`` when none does,
     ``WrongKind`` when it is not of an admitted kind."""
     row = session.execute(_PRINCIPAL_REF_BY_TOKEN, {"ptok": credential.token_hash}).first()
@@ -252,7 +258,7 @@ def credential_actor(session: Session, credential: Credential) -> PrincipalRef:
     return _admitted(PrincipalRef(row.id, row.name, row.kind), credential)
 
 
-def actor(session: Session, principal: Actor | Credential | str) -> Actor:
+def actor(session: Executor, principal: Actor | Credential | str) -> Actor:
     """The principal as given, by name or by credential (one plain read); ``Forbidden`` for a name no
     principal has, and as ``credential_actor`` for a credential."""
     if isinstance(principal, Credential):
@@ -389,7 +395,7 @@ _INSERT_CONTINUATION = insert(_C)
 
 
 def _insert_continuation(
-    session: Session,
+    session: Executor,
     run_id: str,
     step_id: str,
     kind: ContinuationKind,
@@ -1104,7 +1110,7 @@ def interrupt_run(session: Session, run_id: str, *, reason: str, execution_id: s
 # --------------------------------------------------------------------------- answer and cancel
 
 
-def interaction_state(session: Session, interaction: Interaction | Row[Any]) -> dict[str, Any]:
+def interaction_state(session: Executor, interaction: Interaction | Row[Any]) -> dict[str, Any]:
     """The authoritative state of an interaction as errors carry it (no values: they may be sensitive)."""
     run_status = session.scalar(select(Run.status).where(Run.id == interaction.run_id))
     answered_by = None
@@ -1185,7 +1191,9 @@ _INTERACTION_LOCKED_BY_NAME = _interaction_locked_by(_P.c.name == bindparam("pna
 _INTERACTION_LOCKED_BY_TOKEN = _interaction_locked_by(_P.c.token_hash == bindparam("ptok"))
 
 
-def _read_interaction(session: Session, statement: Any, interaction_id_: str, principal: Actor) -> tuple[Row[Any], str]:
+def _read_interaction(
+    session: Executor, statement: Any, interaction_id_: str, principal: Actor
+) -> tuple[Row[Any], str]:
     """``statement`` (``_INTERACTION`` or ``_INTERACTION_LOCKED``) for this interaction and principal;
     ``NotFound`` for an unknown id, ``Forbidden`` without a live grant on its target."""
     interaction = session.execute(statement, {"iid": interaction_id_, "pid": principal.id}).first()
@@ -1201,7 +1209,7 @@ def _check_grant(interaction: Row[Any], principal: Actor) -> None:
 
 
 def _read_interaction_locked(
-    session: Session, interaction_id_: str, principal: Actor | Credential | str
+    session: Executor, interaction_id_: str, principal: Actor | Credential | str
 ) -> tuple[Row[Any], str, Actor]:
     """PostgreSQL: ``_INTERACTION_LOCKED`` for this interaction, the principal read in the same statement
     when given by name or credential. Raises as ``_read_interaction``, and as ``actor`` for the principal
@@ -1224,7 +1232,7 @@ def _read_interaction_locked(
     return row, row.run_status, who
 
 
-def _lock_interaction(session: Session, interaction_id_: str, principal: Actor) -> tuple[Row[Any], str]:
+def _lock_interaction(session: Executor, interaction_id_: str, principal: Actor) -> tuple[Row[Any], str]:
     """Lock the interaction's step, then read the interaction, its run's status and the principal's grant.
 
     Answers, cancels and expiry of one step are serialized by that lock, so "was this the last pending
@@ -1236,7 +1244,7 @@ def _lock_interaction(session: Session, interaction_id_: str, principal: Actor) 
     return _read_interaction(session, _INTERACTION, interaction_id_, principal)
 
 
-def _refuse_ended_wait(session: Session, interaction: Row[Any], run_status: str) -> None:
+def _refuse_ended_wait(session: Executor, interaction: Row[Any], run_status: str) -> None:
     """Raise ``Gone`` for a pending interaction whose wait has ended: past its deadline (the sweep will
     record the expiry; the outcome never depends on when it runs) or its run already terminal."""
     if interaction.expires_at is not None and interaction.expires_at <= utcnow():
@@ -1347,7 +1355,7 @@ _ANSWER_AND_MAKE_DUE = _answer_and_make_due()
 
 
 def answer(
-    session: Session,
+    session: Executor,
     interaction_id_: str,
     *,
     value: Any,
@@ -1431,7 +1439,7 @@ def answer(
 
 
 def _settled_answer(
-    session: Session, interaction: Row[Any], run_status: str, response_id: str, response_digest: str
+    session: Executor, interaction: Row[Any], run_status: str, response_id: str, response_digest: str
 ) -> AnswerReceipt | None:
     """``None`` while the interaction can still be answered; the first receipt for an exact retry;
     otherwise raises ``Conflict`` (another response won) or ``Gone`` (the wait ended unanswered)."""
@@ -1471,7 +1479,7 @@ _RUN_RESUMED = (
 )
 
 
-def make_due_if_settled(session: Session, step_id: str, *, events: list[dict[str, Any]] | None = None) -> Due | None:
+def make_due_if_settled(session: Executor, step_id: str, *, events: list[dict[str, Any]] | None = None) -> Due | None:
     """parked -> resuming with a ready continuation once no interaction of the step is pending.
 
     ``None`` while some interaction is still pending, or when the step is not parked any more. ``events``

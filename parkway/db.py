@@ -172,6 +172,14 @@ def transaction(*, durable: bool = True) -> Iterator[Session]:
         yield session
 
 
+@contextmanager
+def core_transaction() -> Iterator[Connection]:
+    """``transaction`` (durable) on a Core connection, for a hot path whose statements are all Core (an
+    answer): no ORM session around them (its creation, its unit of work, its layer over each execution)."""
+    with get_engine().begin() as conn:
+        yield conn
+
+
 # The main thread's autocommit connections, one per engine kind (durable or not), kept checked out between
 # ``single_statement`` calls: a worker process runs its tasks on its main thread, two such statements per
 # continuation, and a pool checkout, the switch to autocommit and the check-in cost more client CPU than

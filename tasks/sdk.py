@@ -20,7 +20,7 @@ from models.store import Answer, Credential, InteractionSpec
 from models.tables import Interaction, Principal
 from parkway.crash import crash_point
 from parkway.crypto import split_sensitive
-from parkway.db import transaction
+from parkway.db import core_transaction, transaction
 from parkway.errors import (
     Conflict,
     Forbidden,
@@ -426,9 +426,9 @@ def answer(
     if not response_id:
         raise InvalidAnswer("a response_id is required so that retries can be recognized")
     digest = response_digest(value)
-    with transaction() as session:
+    with core_transaction() as conn:
         receipt = store.answer(
-            session,
+            conn,
             interaction_id,
             value=value,
             seal=seal_value,
