@@ -1137,12 +1137,21 @@ _LOCK_STEP_OF = (
 )
 
 
-def _interaction_read(principal_id: Any) -> Any:
-    """The interaction ``:iid``, its run's status and whether ``principal_id`` holds a live grant on its
-    target: one read."""
+# What an answer reads of its interaction (not its prompt, resources, value or closing: fewer columns to
+# describe and convert on every answer).
+_ANSWER_READS = tuple(
+    _I.c[name]
+    for name in ("id", "run_id", "step_id", "key", "kind", "schema", "sensitive", "target", "status", "expires_at",
+                 "response_id", "response_digest", "answered_by_id", "answered_at")
+)  # fmt: skip
+
+
+def _interaction_read(principal_id: Any, columns: Sequence[Any] = (_I,)) -> Any:
+    """The interaction ``:iid`` (``columns`` of it), its run's status and whether ``principal_id`` holds a
+    live grant on its target: one read."""
     return (
         select(
-            _I,
+            *columns,
             _R.c.status.label("run_status"),
             exists()
             .where(_G.c.principal_id == principal_id, _G.c.target == _I.c.target, _G.c.revoked_at.is_(None))
@@ -1168,7 +1177,7 @@ def _interaction_locked(read: Any) -> Any:
     )
 
 
-_INTERACTION_LOCKED = _interaction_locked(_INTERACTION)
+_INTERACTION_LOCKED = _interaction_locked(_interaction_read(bindparam("pid"), _ANSWER_READS))
 
 
 def _interaction_locked_by(principal: Any) -> Any:
@@ -1176,7 +1185,7 @@ def _interaction_locked_by(principal: Any) -> Any:
     id, name, kind and token hash read in the same statement (NULL when no principal matches), its grant
     looked up by that id."""
     return _interaction_locked(
-        _interaction_read(_P.c.id)
+        _interaction_read(_P.c.id, _ANSWER_READS)
         .add_columns(
             _P.c.id.label("actor_id"),
             _P.c.name.label("actor_name"),
