@@ -1212,6 +1212,8 @@ def answer_cpu_concurrent(bench: Bench, count: int) -> dict[str, dict[str, float
     its producer threads, and over HTTP from its clients. The difference is what HTTP costs per answer
     (the API's CPU beyond the Python answer's), without the workers' share of the cores in the figure."""
     from tasks import sdk
+    from tasks.projection import drain_projections
+    from tasks.worker import execute
 
     out: dict[str, dict[str, float]] = {}
     meter = CpuMeter(bench)
@@ -1232,7 +1234,18 @@ def answer_cpu_concurrent(bench: Bench, count: int) -> dict[str, dict[str, float
         for part in ("producer", "api", "postgres"):
             if cpu[part] > 0:
                 bench.metric("anatomy", f"{kind}: CPU per answer, {part}", "ms").add(cpu[part])
+        # Their messages are flushed with the broker: run the continuations they made due here, so no
+        # later case waits for them.
         bench.services.flush_broker()
+        with transaction() as session:
+            due = (
+                session.execute(text("SELECT id FROM continuations WHERE status = 'ready' AND kind = 'resume'"))
+                .scalars()
+                .all()
+            )
+        for cid in due:
+            execute(cid)
+        drain_projections()
 
     log(f"    CPU of {count} answers as the throughput case makes them (workers stopped):")
     threads = bench.args.threads
