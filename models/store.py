@@ -63,6 +63,7 @@ from models.tables import (
     SweepTotal,
 )
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, Unauthenticated, WrongKind
+from parkway.hot import HotStatement
 
 
 def new_id() -> str:
@@ -588,7 +589,7 @@ def _claim_context(claimed: Any = None) -> Any:
 _CLAIM_CONTEXT = _claim_context()
 # PostgreSQL: the claim's compare-and-set and the joined read in one statement (one round trip, and no
 # transaction to open and commit around them).
-_CLAIM_WITH_CONTEXT = _claim_context(_CLAIM.cte("claimed"))
+_CLAIM_WITH_CONTEXT = HotStatement(_claim_context(_CLAIM.cte("claimed")))
 
 
 @dataclass(frozen=True)
@@ -613,7 +614,7 @@ def claim_in_one_statement(
     now = utcnow()
     params = {"cid": continuation_id, "now": now, "max_attempts": max_attempts, "eid": execution_id,
               "lease": now + timedelta(seconds=lease_s)}  # fmt: skip
-    rows = conn.execute(_CLAIM_WITH_CONTEXT, params).all()
+    rows = _CLAIM_WITH_CONTEXT.rows(conn, params)
     if not rows:
         return None
     first = rows[0]
@@ -918,7 +919,7 @@ def _consume_and_finish_run() -> Any:
     )
 
 
-_CONSUME_AND_FINISH_RUN = _consume_and_finish_run()
+_CONSUME_AND_FINISH_RUN = HotStatement(_consume_and_finish_run())
 
 
 def consume_and_finish_run(
@@ -940,7 +941,7 @@ def consume_and_finish_run(
         **{"step_to": _STEP_OF_RUN[status].value, "to": status.value, "res": result, "err": error, "why": None},
     }
     events = _finish_events(step, status, execution_id, True, error=error, reason=None)
-    row = session.execute(_CONSUME_AND_FINISH_RUN, {**params, **_event_params(events)}).first()
+    row = _CONSUME_AND_FINISH_RUN.first(session, {**params, **_event_params(events)})
     if row is None:
         return False, None
     return True, (RunRecord(*row[1:]) if row.id is not None else None)
@@ -1177,7 +1178,7 @@ def _interaction_locked(read: Any) -> Any:
     )
 
 
-_INTERACTION_LOCKED = _interaction_locked(_interaction_read(bindparam("pid"), _ANSWER_READS))
+_INTERACTION_LOCKED = HotStatement(_interaction_locked(_interaction_read(bindparam("pid"), _ANSWER_READS)))
 
 
 def _interaction_locked_by(principal: Any) -> Any:
@@ -1196,8 +1197,8 @@ def _interaction_locked_by(principal: Any) -> Any:
     )
 
 
-_INTERACTION_LOCKED_BY_NAME = _interaction_locked_by(_P.c.name == bindparam("pname"))
-_INTERACTION_LOCKED_BY_TOKEN = _interaction_locked_by(_P.c.token_hash == bindparam("ptok"))
+_INTERACTION_LOCKED_BY_NAME = HotStatement(_interaction_locked_by(_P.c.name == bindparam("pname")))
+_INTERACTION_LOCKED_BY_TOKEN = HotStatement(_interaction_locked_by(_P.c.token_hash == bindparam("ptok")))
 
 
 def _read_interaction(
@@ -1205,7 +1206,11 @@ def _read_interaction(
 ) -> tuple[Row[Any], str]:
     """``statement`` (``_INTERACTION`` or ``_INTERACTION_LOCKED``) for this interaction and principal;
     ``NotFound`` for an unknown id, ``Forbidden`` without a live grant on its target."""
-    interaction = session.execute(statement, {"iid": interaction_id_, "pid": principal.id}).first()
+    params = {"iid": interaction_id_, "pid": principal.id}
+    if isinstance(statement, HotStatement):
+        interaction = statement.first(session, params)
+    else:
+        interaction = session.execute(statement, params).first()
     if interaction is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
     _check_grant(interaction, principal)
@@ -1224,12 +1229,10 @@ def _read_interaction_locked(
     when given by name or credential. Raises as ``_read_interaction``, and as ``actor`` for the principal
     (which is told first: who asks comes before what they may learn)."""
     if isinstance(principal, str):
-        row = session.execute(_INTERACTION_LOCKED_BY_NAME, {"iid": interaction_id_, "pname": principal}).first()
+        row = _INTERACTION_LOCKED_BY_NAME.first(session, {"iid": interaction_id_, "pname": principal})
         known = row is not None and row.actor_id is not None
     elif isinstance(principal, Credential):
-        row = session.execute(
-            _INTERACTION_LOCKED_BY_TOKEN, {"iid": interaction_id_, "ptok": principal.token_hash}
-        ).first()
+        row = _INTERACTION_LOCKED_BY_TOKEN.first(session, {"iid": interaction_id_, "ptok": principal.token_hash})
         known = row is not None and principal.admits(row.actor_token, row.actor_kind)
     else:
         return (*_read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal), principal)
@@ -1360,7 +1363,7 @@ def _answer_and_make_due() -> Any:
     )
 
 
-_ANSWER_AND_MAKE_DUE = _answer_and_make_due()
+_ANSWER_AND_MAKE_DUE = HotStatement(_answer_and_make_due())
 
 
 def answer(
@@ -1431,7 +1434,7 @@ def answer(
               interaction.step_continuation)  # fmt: skip
     ready = event_row(due.run_id, "continuation.ready", continuation_id=due.id, step_id=due.step_id, name=due.name)
     params.update(sid=interaction.step_id, cid=due.id, **_event_params([answered, ready]))
-    combined = session.execute(_ANSWER_AND_MAKE_DUE, params).first()
+    combined = _ANSWER_AND_MAKE_DUE.first(session, params)
     if combined is None:
         # The read's snapshot predates its wait for the step's lock: another answer, a cancel or an expiry
         # may have committed meanwhile, or the run ended. Read again, the lock held, and say which.
