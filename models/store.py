@@ -1098,7 +1098,9 @@ def interrupt_run(session: Session, run_id: str, *, reason: str, execution_id: s
     session.execute(
         update(Continuation)
         .where(
-            Continuation.run_id == run_id,
+            # Through the run's steps (uq_steps_run_id_seq, then uq_continuations_step_id_kind): no index of
+            # continuations by run is kept up on every insert and status change for this rare path.
+            Continuation.step_id.in_(select(Step.id).where(Step.run_id == run_id)),
             Continuation.status.in_([ContinuationStatus.READY, ContinuationStatus.CLAIMED]),
         )
         .values(status=ContinuationStatus.DEAD, reason=reason, lease_expires_at=None)

@@ -63,7 +63,7 @@ class Run(Base):
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     workflow: Mapped[str] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(16))  # not indexed: a status change stays in place (0002)
-    owner_id: Mapped[str] = mapped_column(ForeignKey("principals.id"), index=True)
+    owner_id: Mapped[str] = mapped_column(ForeignKey("principals.id"))  # uq (owner_id, idempotency_key) leads with it
     target: Mapped[str] = mapped_column(String(200), index=True)
     payload: Mapped[Any] = mapped_column(JSON)
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
@@ -94,7 +94,7 @@ class Step(Base):
     __tablename__ = "steps"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))  # uq (run_id, seq) leads with it
     seq: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(16))
@@ -115,7 +115,7 @@ class Interaction(Base):
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
-    step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"), index=True)
+    step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"))  # uq (step_id, key) leads with it
     key: Mapped[str] = mapped_column(String(200))
     kind: Mapped[str] = mapped_column(String(16))
     prompt: Mapped[str | None] = mapped_column(Text)
@@ -153,7 +153,7 @@ class Continuation(Base):
     __tablename__ = "continuations"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))  # a run's continuations: through its steps
     step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"))
     kind: Mapped[str] = mapped_column(String(16))
     name: Mapped[str] = mapped_column(String(200))

@@ -11,6 +11,7 @@ from sqlalchemy import bindparam, text
 from beat.sweep import MAX_CHAINED_PASSES, SweepReport, continuations_queued, should_chain
 from models.base import utcnow
 from parkway.db import transaction
+from parkway.migrate import head_revision
 from parkway.settings import get_settings
 from tasks.celery_app import SWEEP, SWEEP_QUEUE, app
 from tasks.publish import publish
@@ -189,7 +190,7 @@ def test_schema_guard__worker_refuses_a_schema_it_does_not_match(
 def test_parkway_migrate__is_idempotent_at_head(stack: Stack) -> None:
     result = stack.parkway("migrate")
     assert result.returncode == 0, result.stderr
-    assert "-> 0002" in result.stderr
+    assert f"-> {head_revision()}" in result.stderr
 
 
 def test_completed_run_keeps_its_terminal_record_across_restart_and_sweeps(stack: Stack) -> None:
