@@ -977,6 +977,9 @@ def use_database(url: str) -> None:
     reset_engine()
 
 
+EMPTY_PASSES_PER_REP = 5
+
+
 def case_sweep(bench: Bench, sweep_url: str) -> None:
     """One pass with ``size`` terminal runs (4 rows each) plus a batch of due rows, per size."""
     from beat.sweep import run_sweep
@@ -1026,6 +1029,10 @@ def case_sweep(bench: Bench, sweep_url: str) -> None:
                 with StatementProfile(engine) as empty_prof:
                     empty = run_sweep()
                 per_size[size]["empty"].append(empty.duration_s)
+                # A pass with nothing due takes ~10 ms and moves by half of that from one pass to the next
+                # on this host: more samples of it (cheap) so its ratio measures the size, not the noise.
+                for _ in range(EMPTY_PASSES_PER_REP - 1):
+                    per_size[size]["empty"].append(run_sweep().duration_s)
                 bench.record(
                     "sweep",
                     {
