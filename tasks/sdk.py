@@ -419,9 +419,9 @@ def answer(
     gets the same receipt.
 
     Returns ``{status, response_id, answered_at}``; raises ``Conflict``, ``Gone``, ``InvalidAnswer``,
-    ``Forbidden`` or ``NotFound`` carrying the authoritative state (and for a credential ``Unauthenticated``
-    or ``WrongKind`` first). The step's continuation is
-    published only after the answer that made it due has committed.
+    ``Forbidden`` or ``NotFound`` carrying the authoritative state (for a credential, ``Unauthenticated``
+    or ``WrongKind`` before any of them). The step's continuation is published only after the answer
+    that made it due has committed.
     """
     if not response_id:
         raise InvalidAnswer("a response_id is required so that retries can be recognized")
