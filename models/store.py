@@ -36,6 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from models.access import principal_by_token
 from models.base import utcnow
 from models.status import (
     RUN_LIVE,
@@ -230,11 +231,6 @@ class Credential:
         return _token_matches(token_hash, self.token_hash) and kind in self.kinds
 
 
-_PRINCIPAL_REF_BY_TOKEN = select(_P.c.id, _P.c.name, _P.c.kind, _P.c.token_hash).where(
-    _P.c.token_hash == bindparam("ptok")
-)
-
-
 def _token_matches(stored: str | None, given: str) -> bool:
     return stored is not None and hmac.compare_digest(stored, given)
 
@@ -253,10 +249,10 @@ def _admitted(who: PrincipalRef, credential: Credential) -> PrincipalRef:
 def credential_actor(session: Executor, credential: Credential) -> PrincipalRef:
     """The principal holding the credential's token (one plain read); ``Unauthenticated`` when none does,
     ``WrongKind`` when it is not of an admitted kind."""
-    row = session.execute(_PRINCIPAL_REF_BY_TOKEN, {"ptok": credential.token_hash}).first()
-    if row is None or not _token_matches(row.token_hash, credential.token_hash):
+    found = principal_by_token(session, credential.token_hash)  # the API's one token lookup
+    if found is None:
         raise Unauthenticated("the bearer token is not valid")
-    return _admitted(PrincipalRef(row.id, row.name, row.kind), credential)
+    return _admitted(PrincipalRef(found.id, found.name, found.kind), credential)
 
 
 def actor(session: Executor, principal: Actor | Credential | str) -> Actor:
