@@ -98,7 +98,9 @@ class HotStatement:
             if events.before_cursor_execute:
                 events.before_cursor_execute(conn, cursor, compiled.sql, parameters, None, False)
             cursor.execute(compiled.sql, parameters)
-            raw = cursor.fetchall() if cursor.description is not None else []
+            # A SELECT always has a result set (not asking ``cursor.description``, which builds a column
+            # object per result column on every call: a fifth of the claim's client time in the driver).
+            raw = cursor.fetchall()
             if events.after_cursor_execute:
                 events.after_cursor_execute(conn, cursor, compiled.sql, parameters, None, False)
         except dialect.loaded_dbapi.Error as exc:
