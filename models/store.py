@@ -24,6 +24,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     exists,
+    func,
     insert,
     literal,
     literal_column,
@@ -33,6 +34,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -1909,13 +1911,38 @@ def clear_projection_pending(session: Session, run: RunRecord | Run) -> bool:
     return getattr(result, "rowcount", 0) == 1
 
 
+def _clear_projections() -> Any:
+    """PostgreSQL: ``_CLEAR_PROJECTION`` for many runs as one statement, its (id, status, finished_by)
+    triples given as three arrays."""
+    given = func.unnest(
+        *(bindparam(name, type_=ARRAY(String)) for name in ("rids", "was", "by"))
+    ).table_valued("rid", "was", "by").render_derived(name="given")  # fmt: skip
+    return (
+        update(_R)
+        .where(
+            _R.c.id == given.c.rid,
+            _R.c.projection_pending.is_(True),
+            _R.c.status == given.c.was,
+            _R.c.finished_by == given.c.by,
+        )
+        .values(projection_pending=False)
+    )
+
+
+_CLEAR_PROJECTIONS = _clear_projections()
+
+
 def clear_projections_pending(session: Session, runs: Sequence[RunRecord | Run]) -> int:
-    """``clear_projection_pending`` for several runs, one compare-and-set each sent together (an
-    executemany: one round trip on PostgreSQL); how many were cleared."""
+    """``clear_projection_pending`` for several runs: how many were cleared. On PostgreSQL one statement
+    (an executemany, even pipelined, cost a Bind and an Execute per run: 3 % of a worker's time)."""
     if len(runs) == 1:
         return int(clear_projection_pending(session, runs[0]))
-    params = [{"rid": run.id, "was": run.status, "by": run.finished_by} for run in runs]
-    result = session.execute(_CLEAR_PROJECTION, params)
+    if _is_pg(session):
+        arrays = {"rids": [r.id for r in runs], "was": [r.status for r in runs], "by": [r.finished_by for r in runs]}
+        result = session.execute(_CLEAR_PROJECTIONS, arrays)
+    else:
+        params = [{"rid": run.id, "was": run.status, "by": run.finished_by} for run in runs]
+        result = session.execute(_CLEAR_PROJECTION, params)
     return int(getattr(result, "rowcount", 0) or 0)
 
 

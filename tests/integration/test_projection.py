@@ -55,3 +55,28 @@ def test_projector__clears_a_windows_flags_together_and_leaves_a_failed_write_to
     assert projection.project(run_ids[1])
     assert not run_row(run_ids[1]).projection_pending
     assert json.loads(blocked.read_text())["status"] == "completed"
+
+
+def test_clearing_flags__each_run_only_while_its_record_is_the_one_projected(
+    actors_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given three ended runs whose projections nobody has written yet
+    import tasks.worker
+    from parkway.db import transaction
+
+    monkeypatch.setattr(tasks.worker, "project_soon", lambda record: None)
+    run_ids = [start("t.after", {"n": n}) for n in range(3)]
+    for run_id in run_ids:
+        execute_ready(run_id)
+    runs = [run_row(run_id) for run_id in run_ids]
+    assert all(run.projection_pending for run in runs)
+
+    # When their flags are cleared together, the last one from a record it no longer has (another execution's)
+    stale = runs[2]
+    stale.finished_by = "another-execution"
+    with transaction() as session:
+        cleared = store.clear_projections_pending(session, runs)
+
+    # Then only the two runs whose record was projected are cleared
+    assert cleared == 2
+    assert [run_row(run_id).projection_pending for run_id in run_ids] == [False, False, True]
