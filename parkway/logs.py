@@ -42,6 +42,11 @@ def set_context(ids: dict[str, Any] | None) -> None:
     _context.set(dict(ids) if ids else None)
 
 
+def in_context() -> bool:
+    """Whether ids are bound here (a Celery task's context, or a ``bound`` block)."""
+    return _context.get() is not None
+
+
 def bind(**ids: Any) -> None:
     """Add ids to the current block's context (after a claim reveals the run and step)."""
     current = _context.get()

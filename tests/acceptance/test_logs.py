@@ -27,10 +27,14 @@ def test_worker_logs__json_lines_with_ids_and_no_values(stack: Stack) -> None:
         if line.startswith("{"):
             records.append(json.loads(line))
     assert records, "the worker wrote no JSON log lines"
-    # Every line logged while a continuation of this run executed carries its ids
+    # Every line logged while a continuation of this run executed carries its ids, and each execution's
+    # outcome is one line: Celery's own about the task, with the ids and the step's outcome on it
     ours = [r for r in records if r.get("run_id") == run_id]
-    assert {r["message"].split()[0] for r in ours} >= {"committed"}
     assert all(r.get("continuation_id") and r.get("execution_id") and r.get("step_id") for r in ours)
+    outcomes = [r for r in ours if r["logger"] == "celery.app.trace" and " succeeded in " in r["message"]]
+    assert sorted(r.get("outcome") for r in outcomes) == ["Complete", "Park"], ours
+    assert all(r["message"].endswith(": 'committed'") for r in outcomes), outcomes
+    assert len({r["execution_id"] for r in outcomes}) == 2
     # Celery's own lines are structured too
     assert any(r["logger"].startswith("celery") for r in records)
     assert value not in worker.text()
