@@ -18,26 +18,46 @@ from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InvalidRequestError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.expression import Select
 
 Processor = Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
+class _Bind:
+    name: str  # in the SQL
+    key: str  # in the parameters given
+    bind: BindParameter[Any]
+    process: Processor | None
+
+
+@dataclass(frozen=True)
 class _Compiled:
     compiled: SQLCompiler
     sql: str
-    binds: tuple[tuple[str, Processor], ...]  # (name in the SQL, processor) for parameters that need one
+    binds: tuple[_Bind, ...]
     results: tuple[Processor | None, ...] | None  # per result column; None when no column needs one
     row: Any  # the namedtuple class of a result row
 
     def parameters(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        params = dict(self.compiled.construct_params(dict(given)))  # raises for a missing value
-        for name, process in self.binds:
-            params[name] = process(params[name])
+        """What ``SQLCompiler.construct_params`` makes of ``given`` (a value by the bind's key, else by its
+        name in the SQL, else the bind's own value; a required one missing is refused), then each bind's
+        processor: its loop, planned once (construct_params was 3 % of a worker's CPU)."""
+        params = {}
+        for b in self.binds:
+            if b.key in given:
+                value = given[b.key]
+            elif b.name in given:
+                value = given[b.name]
+            elif b.bind.required:
+                raise InvalidRequestError(f"A value is required for bind parameter {b.key!r}", code="cd3x")
+            else:
+                value = b.bind.effective_value if b.bind.callable else b.bind.value
+            params[b.name] = value if b.process is None else b.process(value)
         return params
 
     def rows(self, raw: list[tuple[Any, ...]]) -> list[Any]:
@@ -51,20 +71,21 @@ class _Compiled:
 def _compile(statement: Select[Any], dialect: Dialect) -> _Compiled:
     compiled = statement.compile(dialect=dialect)
     assert isinstance(compiled, SQLCompiler)
-    if compiled.positional or "POSTCOMPILE" in compiled.string:
+    if compiled.positional or "POSTCOMPILE" in compiled.string or getattr(compiled, "_collected_params", None):
         raise ValueError(f"a hot statement needs named parameters bound as given ({dialect.name} has not)")
-    binds = []
-    for bind in compiled.binds.values():
-        process = bind.type.dialect_impl(dialect).bind_processor(dialect)
-        if process is not None:
-            binds.append((compiled.bind_names[bind], process))
+    binds: dict[str, _Bind] = {}
+    for bind, name in compiled.bind_names.items():
+        name = compiled.escaped_bind_names.get(name, name)
+        if name not in binds:
+            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            binds[name] = _Bind(name=name, key=str(bind.key), bind=bind, process=process)
     columns = list(statement.selected_columns)
     results = tuple(column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns)
     keys = [str(column.key) for column in columns]
     return _Compiled(
         compiled=compiled,
         sql=compiled.string,
-        binds=tuple(binds),
+        binds=tuple(binds.values()),
         results=results if any(p is not None for p in results) else None,
         row=namedtuple("HotRow", keys),  # raises for a key that is no identifier
     )

@@ -16,6 +16,7 @@ from models import store
 from models.tables import Event, Principal, Run
 from parkway.db import get_engine, single_statement, transaction
 from parkway.hot import HotStatement
+from tasks.sdk import Complete, Context, continuation
 from tests.integration.test_db_connections import _kill_pooled_connections
 
 _EVENTS = Event.__table__
@@ -140,3 +141,53 @@ def test_hot_statement__refused_where_parameters_are_bound_by_position() -> None
     statement = HotStatement(select(_RUNS.c.id).where(_RUNS.c.id == bindparam("rid")))
     with pytest.raises(ValueError, match="named parameters"):
         statement._for(sqlite.dialect())
+
+
+_PLAIN = "t.hot_plain"
+
+
+@continuation(_PLAIN, version=1)
+def _plain(ctx: Context, snapshot: Any, answers: dict[str, Any]) -> Complete:
+    return Complete(result={"go": answers["go"].value})
+
+
+def _unwrapped(params: dict[str, Any]) -> dict[str, Any]:
+    """The driver's JSON wrappers compare by identity: compare what they wrap."""
+    return {k: (type(v).__name__, v.obj) if hasattr(v, "obj") else v for k, v in params.items()}
+
+
+def test_hot_statement__parameters_are_sqlalchemy_s_for_every_hot_statement_of_a_run(
+    actors_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planned parameter loop gives what ``construct_params`` and the bind processors give, for each
+    hot statement a run's claim, answer and run-ending consume send (and for a bind left to its value)."""
+    from parkway.hot import _Compiled
+    from tasks.sdk import answer
+    from tests.integration.helpers import execute_ready, parked, ready
+    from tests.support import HUMAN, new_response_id
+
+    checked: list[str] = []
+    planned = _Compiled.parameters
+
+    def compared(self: _Compiled, given: Any) -> dict[str, Any]:
+        expected = dict(self.compiled.construct_params(dict(given)))
+        for b in self.binds:
+            if b.process is not None:
+                expected[b.name] = b.process(expected[b.name])
+        got = planned(self, given)
+        assert _unwrapped(got) == _unwrapped(expected)
+        checked.append(self.sql.split("(", 1)[0][:40])
+        return got
+
+    monkeypatch.setattr(_Compiled, "parameters", compared)
+    # A run that parks, is answered and ends plainly (no in_commit effect: the one-statement consume)
+    run_id, asked = parked("t.ask_one", {"continuation": f"{_PLAIN}@1"})
+    answer(asked["go"].id, "yes", response_id=new_response_id(), principal=HUMAN)
+    assert len(ready(run_id)) == 1
+    execute_ready(run_id)
+    assert {"WITH claimed AS", "SELECT interactions.id, interactions.run", "WITH answered AS", "WITH consumed AS"} <= {
+        c.strip() for c in checked
+    }, checked
+    with single_statement() as conn:  # a bind that keeps its own value (a literal in the statement)
+        kept = select(_RUNS.c.id).where(_RUNS.c.id == bindparam("rid"), literal(3) == bindparam("n", 3))
+        assert HotStatement(kept).rows(conn, {"rid": "-"}) == []
