@@ -151,6 +151,9 @@ KNOWN_WHAT_IF = {
     "no-projection-fsync": "the projector writes run_metadata.json without its two fsync calls",
     "no-projection-flag": "the projector writes run_metadata.json but leaves projection_pending set",
     "no-foreign-keys": "the bench database without its foreign keys (each insert's referential checks)",
+    "answer-autocommit": "the answer's two statements each in autocommit, without BEGIN and COMMIT (what a "
+    "pending-interactions counter on the step would allow; safe here only because every bench step waits on one "
+    "question)",
 }
 
 
@@ -195,6 +198,11 @@ def _apply_what_if() -> None:
         import models.store
 
         models.store.clear_projections_pending = lambda session, runs: len(runs)  # type: ignore[assignment]
+    if "answer-autocommit" in WHAT_IF:
+        import tasks.sdk
+        from parkway.db import read_statement
+
+        tasks.sdk.core_transaction = read_statement  # type: ignore[assignment]
     if "no-inline-projection" in WHAT_IF:
         import tasks.worker
 
