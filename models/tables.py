@@ -33,8 +33,33 @@ class Principal(Base):
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))
     name: Mapped[str] = mapped_column(String(200), unique=True)
-    token_hash: Mapped[str | None] = mapped_column(String(128), unique=True)
+    token_hash: Mapped[str | None] = mapped_column(String(128), unique=True)  # NULL once disabled
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # +1 at each rotation and at disabling: a Decisions session of an earlier generation has ended.
+    token_generation: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+
+
+class PageSession(Base):
+    """A Decisions page session: the hash of the cookie's random id, bound to a principal's token generation."""
+
+    __tablename__ = "page_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    principal_id: Mapped[str] = mapped_column(ForeignKey("principals.id"))
+    token_generation: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index(
+            "ix_page_sessions_open",
+            "principal_id",
+            postgresql_where=text("ended_at IS NULL"),
+            sqlite_where=text("ended_at IS NULL"),
+        ),
+    )
 
 
 class Grant(Base):
