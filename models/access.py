@@ -69,12 +69,12 @@ class RunView:
 
 _P = Principal.__table__.c
 _PRINCIPAL_BY_TOKEN = select(_P.id, _P.kind, _P.name, _P.token_hash, _P.created_at).where(
-    _P.token_hash == bindparam("token_hash")
+    _P.token_hash == bindparam("token_hash"), _P.disabled_at.is_(None)  # disabling clears the hash too
 )
 
 
 def principal_by_token(conn: Connection | Session, token_hash: str) -> Principal | None:
-    """The principal holding this token hash, compared in constant time after the indexed lookup.
+    """The live principal holding this token hash, compared in constant time after the indexed lookup.
 
     One Core read, meant for a connection in autocommit (``parkway.db.read_statement``: every request is
     authenticated, so no BEGIN and COMMIT and no ORM load). The principal returned belongs to no session;

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 from sqlalchemy import (
     Connection,
@@ -206,17 +206,19 @@ class PrincipalRef:
     kind: str
 
 
-_PRINCIPAL_REF = select(_P.c.id, _P.c.name, _P.c.kind).where(_P.c.name == bindparam("name"))
+_LIVE_NAMED = and_(_P.c.name == bindparam("pname"), _P.c.disabled_at.is_(None))
+_PRINCIPAL_REF = select(_P.c.id, _P.c.name, _P.c.kind).where(_LIVE_NAMED)
 
 
 def principal_ref_by_name(session: Executor, name: str) -> PrincipalRef | None:
-    """The principal's id, name and kind by name, as a plain read (no ORM entity to load and track)."""
-    row = session.execute(_PRINCIPAL_REF, {"name": name}).first()
+    """The live principal's id, name and kind by name, as a plain read (no ORM entity to load and
+    track); ``None`` for a name no principal has, or a disabled one's."""
+    row = session.execute(_PRINCIPAL_REF, {"pname": name}).first()
     return None if row is None else PrincipalRef(row.id, row.name, row.kind)
 
 
 def unknown_principal(name: str) -> Forbidden:
-    return Forbidden(f"principal {name} does not exist")
+    return Forbidden(f"principal {name} does not exist or is disabled")
 
 
 @dataclass(frozen=True)
@@ -1163,7 +1165,14 @@ def _interaction_read(principal_id: Any, columns: Sequence[Any] = (_I,)) -> Any:
     )
 
 
-_INTERACTION = _interaction_read(bindparam("pid"))
+# Cancels (and the reads again after a lost CAS) also read whether the principal owns the run and holds a
+# live grant on the run's target: an agent may cancel only the interactions of its own runs.
+_INTERACTION = _interaction_read(bindparam("pid")).add_columns(
+    _R.c.owner_id.label("run_owner_id"),
+    exists()
+    .where(_G.c.principal_id == bindparam("pid"), _G.c.target == _R.c.target, _G.c.revoked_at.is_(None))
+    .label("owner_granted"),
+)
 
 
 def _interaction_locked(read: Any) -> Any:
@@ -1197,15 +1206,15 @@ def _interaction_locked_by(principal: Any) -> Any:
     )
 
 
-_INTERACTION_LOCKED_BY_NAME = HotStatement(_interaction_locked_by(_P.c.name == bindparam("pname")))
+_INTERACTION_LOCKED_BY_NAME = HotStatement(_interaction_locked_by(_LIVE_NAMED))
 _INTERACTION_LOCKED_BY_TOKEN = HotStatement(_interaction_locked_by(_P.c.token_hash == bindparam("ptok")))
 
 
 def _read_interaction(
-    session: Executor, statement: Any, interaction_id_: str, principal: Actor
+    session: Executor, statement: Any, interaction_id_: str, principal: Actor, act: Act
 ) -> tuple[Row[Any], str]:
     """``statement`` (``_INTERACTION`` or ``_INTERACTION_LOCKED``) for this interaction and principal;
-    ``NotFound`` for an unknown id, ``Forbidden`` without a live grant on its target."""
+    ``NotFound`` for an unknown id, then as ``authorize`` for ``act``."""
     params = {"iid": interaction_id_, "pid": principal.id}
     if isinstance(statement, HotStatement):
         interaction = statement.first(session, params)
@@ -1213,12 +1222,37 @@ def _read_interaction(
         interaction = session.execute(statement, params).first()
     if interaction is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
-    _check_grant(interaction, principal)
+    authorize(interaction, principal, act)
     return interaction, interaction.run_status
 
 
-def _check_grant(interaction: Row[Any], principal: Actor) -> None:
-    if principal.kind != PrincipalKind.ADMIN and not interaction.granted:
+Act = Literal["answer", "cancel"]
+ANSWERERS = (PrincipalKind.HUMAN.value, PrincipalKind.ADMIN.value)
+
+
+def authorize(interaction: Row[Any], principal: Actor, act: Act) -> None:
+    """Who may answer or cancel an interaction (SPEC §4), the one rule for every path (HTTP, the page,
+    the SDK): a human or an admin with a live grant on the interaction's target (admins read everything,
+    but answer and cancel only where granted); agents never answer (``WrongKind``) and cancel only the
+    interactions of runs they own while holding a live grant on the run's target. ``Forbidden``
+    otherwise. A disabled principal holds no live grant (disabling revokes them), so it may do neither.
+    ``interaction`` is a row of ``_INTERACTION`` (``granted``; for a cancel ``run_owner_id`` and
+    ``owner_granted`` too)."""
+    if principal.kind not in ANSWERERS:
+        if act == "answer":
+            raise WrongKind(
+                f"principal {principal.name} is of kind {principal.kind}; this needs {' or '.join(ANSWERERS)}",
+                name=principal.name,
+                kind=principal.kind,
+                kinds=ANSWERERS,
+            )
+        if interaction.run_owner_id != principal.id or not interaction.owner_granted:
+            raise Forbidden(
+                f"agent {principal.name} may cancel only the interactions of its own runs, while granted on "
+                "their target"
+            )
+        return
+    if not interaction.granted:
         raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target}")
 
 
@@ -1235,25 +1269,25 @@ def _read_interaction_locked(
         row = _INTERACTION_LOCKED_BY_TOKEN.first(session, {"iid": interaction_id_, "ptok": principal.token_hash})
         known = row is not None and principal.admits(row.actor_token, row.actor_kind)
     else:
-        return (*_read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal), principal)
+        return (*_read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "answer"), principal)
     if row is None or not known:
         actor(session, principal)  # raises for an unknown (or, by credential, inadmissible) principal
         raise NotFound(f"interaction {interaction_id_} does not exist")
     who = PrincipalRef(row.actor_id, row.actor_name, row.actor_kind)
-    _check_grant(row, who)
+    authorize(row, who, "answer")
     return row, row.run_status, who
 
 
-def _lock_interaction(session: Executor, interaction_id_: str, principal: Actor) -> tuple[Row[Any], str]:
+def _lock_interaction(session: Executor, interaction_id_: str, principal: Actor, act: Act) -> tuple[Row[Any], str]:
     """Lock the interaction's step, then read the interaction, its run's status and the principal's grant.
 
     Answers, cancels and expiry of one step are serialized by that lock, so "was this the last pending
-    one?" has one true answer. Raises ``NotFound`` for an unknown id and ``Forbidden`` without a live grant
-    on the interaction's target (before anything about its state is told).
+    one?" has one true answer. Raises ``NotFound`` for an unknown id, then as ``authorize`` for ``act``
+    (before anything about its state is told).
     """
     if _is_pg(session) and session.execute(_LOCK_STEP_OF, {"iid": interaction_id_}).first() is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
-    return _read_interaction(session, _INTERACTION, interaction_id_, principal)
+    return _read_interaction(session, _INTERACTION, interaction_id_, principal, act)
 
 
 def _refuse_ended_wait(session: Executor, interaction: Row[Any], run_status: str) -> None:
@@ -1394,7 +1428,7 @@ def answer(
         interaction, run_status, principal = _read_interaction_locked(session, interaction_id_, principal)
     else:
         principal = actor(session, principal)
-        interaction, run_status = _lock_interaction(session, interaction_id_, principal)
+        interaction, run_status = _lock_interaction(session, interaction_id_, principal, "answer")
     settled = _settled_answer(session, interaction, run_status, response_id, response_digest)
     if settled is not None:
         return settled
@@ -1438,7 +1472,7 @@ def answer(
     if combined is None:
         # The read's snapshot predates its wait for the step's lock: another answer, a cancel or an expiry
         # may have committed meanwhile, or the run ended. Read again, the lock held, and say which.
-        interaction, run_status = _read_interaction(session, _INTERACTION, interaction_id_, principal)
+        interaction, run_status = _read_interaction(session, _INTERACTION, interaction_id_, principal, "answer")
         settled = _settled_answer(session, interaction, run_status, response_id, response_digest)
         if settled is not None:
             return settled
@@ -1511,6 +1545,11 @@ def make_due_if_settled(session: Executor, step_id: str, *, events: list[dict[st
     )
 
 
+def cancel_digest(reason: str | None) -> str:
+    """What tells an exact retry of a cancel from another cancel with the same ``response_id``."""
+    return hashlib.sha256(canonical_json({"reason": reason}).encode("utf-8", "surrogatepass")).hexdigest()
+
+
 @dataclass
 class CancelReceipt:
     response_id: str
@@ -1531,12 +1570,21 @@ def cancel(
 ) -> CancelReceipt:
     """pending -> canceled for the whole parked step: its pending interactions, the step and the run.
 
-    An exact retry (same ``response_id``) returns the first receipt. Raises ``Conflict`` when the
-    interaction was answered, ``Gone`` when its wait already ended, ``Forbidden`` without a live grant.
+    An exact retry (same ``response_id`` and ``reason``) returns the first receipt; the same
+    ``response_id`` with another reason is a ``Conflict``, as for answers (the digest of the reason is
+    kept in the interaction's ``response_digest``; a cancel recorded before it was kept has none, and any
+    retry of it matches). Raises ``Conflict`` when the interaction was answered, ``Gone`` when its wait
+    already ended, and as ``authorize`` for who may cancel.
     """
-    interaction, run_status = _lock_interaction(session, interaction_id_, principal)
+    interaction, run_status = _lock_interaction(session, interaction_id_, principal, "cancel")
     status = interaction.status
+    digest = cancel_digest(reason)
     if status == InteractionStatus.CANCELED and interaction.response_id == response_id:
+        if interaction.response_digest not in (None, digest):
+            raise Conflict(
+                f"interaction {interaction.id} was canceled by response {response_id} with another reason",
+                interaction_state(session, interaction),
+            )
         assert interaction.closed_at is not None
         return CancelReceipt(response_id, interaction.closed_at)
     if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
@@ -1559,7 +1607,7 @@ def cancel(
     session.execute(
         update(Interaction)
         .where(Interaction.id == interaction.id)
-        .values(response_id=response_id, closed_by_id=principal.id)
+        .values(response_id=response_id, response_digest=digest, closed_by_id=principal.id)
     )
     for i in closed:
         append_event(

@@ -376,13 +376,25 @@ def _all_grants(name: str) -> list[tuple[str, Any]]:
         return [(i, r) for i, r in rows]
 
 
-def test_answer__admin_may_answer_without_a_grant(stack: Stack) -> None:
+def test_answer__admin_answers_only_where_granted(stack: Stack) -> None:
+    # Admins read everything, but answering needs a live grant on the target as for anyone (SPEC §4)
     _, asked = parked("t.ask_one")
-    receipt = answer(asked["go"].id, "yes", response_id=new_response_id(), principal=ADMIN)
-    assert receipt["status"] == "answered"
-    with pytest.raises(Conflict) as caught:
-        answer(asked["go"].id, "no", response_id=new_response_id(), principal=HUMAN)
-    assert caught.value.state is not None and caught.value.state["answered_by"] == ADMIN
+    with pytest.raises(Forbidden):
+        answer(asked["go"].id, "yes", response_id=new_response_id(), principal=ADMIN)
+    assert interaction(asked["go"].id).status == "pending"
+    with transaction() as session:
+        admin = store.principal_by_name(session, ADMIN)
+        assert admin is not None
+        grant = store.create_grant(session, principal_id=admin.id, target=TARGET)
+    try:
+        receipt = answer(asked["go"].id, "yes", response_id=new_response_id(), principal=ADMIN)
+        assert receipt["status"] == "answered"
+        with pytest.raises(Conflict) as caught:
+            answer(asked["go"].id, "no", response_id=new_response_id(), principal=HUMAN)
+        assert caught.value.state is not None and caught.value.state["answered_by"] == ADMIN
+    finally:
+        with transaction() as session:
+            store.revoke_grant(session, grant.id)
 
 
 # --------------------------------------------------------------------------- by credential (the HTTP API's way)
