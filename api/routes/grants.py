@@ -10,7 +10,7 @@ from api import errors
 from api.deps import AdminDep
 from api.errors import ApiError, documented
 from api.schemas import ID, GrantCreate, GrantOut
-from models import access, store
+from models import access, principals, store
 from parkway.db import transaction
 
 router = APIRouter(prefix="/v1/grants", tags=["grants"])
@@ -25,8 +25,11 @@ router = APIRouter(prefix="/v1/grants", tags=["grants"])
 )
 def create_grant(body: GrantCreate, admin: AdminDep) -> GrantOut:
     with transaction() as session:
-        principal = store.principal_by_name(session, body.principal)
+        # The principal's row locked: a grant cannot be made for it while it is being disabled.
+        principal = principals.live_principal_for_update(session, body.principal)
         if principal is None:
+            if store.principal_by_name(session, body.principal) is not None:
+                raise ApiError(422, errors.PRINCIPAL_DISABLED.format(name=body.principal), code="unknown_principal")
             raise ApiError(422, errors.UNKNOWN_PRINCIPAL.format(name=body.principal), code="unknown_principal")
         grant = store.create_grant(session, principal_id=principal.id, target=body.target)
         return GrantOut.of(grant, principal.name)
