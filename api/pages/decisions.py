@@ -14,7 +14,9 @@ before the page's data, so nothing that happens after the page was read is misse
 from __future__ import annotations
 
 import re
+import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -37,11 +39,12 @@ from api.pages.session import (
     csrf_token,
     end_session,
     ensure_nonce,
-    forget_token,
+    forget_session,
     new_nonce,
     principal_for,
     read_form,
-    session_token,
+    session_id,
+    session_principal,
     signed_in,
     start_session,
 )
@@ -64,6 +67,7 @@ STATIC = {"decisions.css": "text/css", "live.js": "text/javascript", "favicon.sv
 PENDING_LIMIT = 50
 RECENT_SCAN = 2000  # "recently" = among the last this many events (a primary-key range, bounded)
 RECENT_LIMIT = 20
+SESSION_RECHECK_S = 5.0  # how soon an open stream notices that its session has ended
 ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 HEADERS = {
     "Cache-Control": "no-store",
@@ -174,8 +178,8 @@ def login_page(request: Request, *, message: str | None = None, status_code: int
         request, "login.html", {"csrf": csrf_token(nonce, None), "message": message}, status_code=status_code
     )
     ensure_nonce(response, request, nonce)
-    if request.cookies.get(SESSION) is not None:  # a token that no longer signs anyone in
-        forget_token(response)
+    if request.cookies.get(SESSION) is not None:  # a session that has ended
+        forget_session(response)
     return response
 
 
@@ -221,7 +225,7 @@ def decisions_page(
     notice_run = runs.get(notice.run_id) if notice and notice.run_id else None
     context = {
         "principal": principal,
-        "csrf": csrf_token(request.cookies.get(NONCE, ""), session_token(request)),
+        "csrf": csrf_token(request.cookies.get(NONCE, ""), session_id(request)),
         "csrf_field": CSRF_FIELD,
         "notice": notice,
         "notice_run": notice_run,
@@ -252,7 +256,8 @@ def show(request: Request, cursor: Annotated[str | None, Query(max_length=500)] 
 
 @router.post("/login")
 def login(request: Request, form: FormDep) -> Response:
-    """Check the pasted token, then keep it in an HttpOnly, SameSite=Strict cookie; it is never shown."""
+    """Check the pasted token, then start a server-side session; the cookie holds its random id (HttpOnly,
+    SameSite=Strict), never the token, and the token is never shown."""
     if not csrf_ok(request, form, None):
         return login_page(request, message=texts.FORM_EXPIRED, status_code=403)
     token = form.get("token", "").strip()
@@ -264,14 +269,15 @@ def login(request: Request, form: FormDep) -> Response:
             request, message=texts.WRONG_KIND.format(name=principal.name, kind=principal.kind), status_code=403
         )
     response = RedirectResponse("/decisions", status_code=303)
-    start_session(response, request, token)
+    if not start_session(response, request, token):  # rotated or disabled since it was read
+        return login_page(request, message=texts.BAD_TOKEN, status_code=401)
     return response
 
 
 @router.post("/logout")
 def logout(request: Request, form: FormDep) -> Response:
     principal = signed_in(request)
-    if principal is not None and not csrf_ok(request, form, session_token(request)):
+    if principal is not None and not csrf_ok(request, form, session_id(request)):
         return decisions_page(request, principal, notice=Notice(False, texts.FORM_EXPIRED), status_code=403)
     response = RedirectResponse("/decisions", status_code=303)
     end_session(response, request)
@@ -297,15 +303,34 @@ async def stream(
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
 ) -> Response:
     """``GET /v1/events/stream`` for the signed-in person, authenticated by the session cookie."""
-    principal = await run_in_threadpool(signed_in, request)
-    if principal is None:
+    sid = session_id(request)
+    principal = await run_in_threadpool(session_principal, sid)
+    if principal is None or sid is None:
         return Response(status_code=401, headers={"Cache-Control": "no-store"})
     start = int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else after
     return StreamingResponse(
-        sse_events(request, principal, start),
+        _while_open(sid, sse_events(request, principal, start)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+async def _while_open(sid: str, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The stream's chunks while its session is open: the session is read again at a chunk (an event or
+    the keep-alive) at most every ``SESSION_RECHECK_S``, and the stream ends once the session has ended
+    (signed out, token rotated, principal disabled)."""
+    checked = time.monotonic()
+    try:
+        async for chunk in chunks:
+            if time.monotonic() - checked >= SESSION_RECHECK_S:
+                if await run_in_threadpool(session_principal, sid) is None:
+                    return
+                checked = time.monotonic()
+            yield chunk
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
 
 
 @router.get("/static/{name}")
@@ -323,7 +348,7 @@ def _post(request: Request, interaction_id: str, form: dict[str, str], act: Any)
     principal = signed_in(request)
     if principal is None:
         return login_page(request, message=texts.SESSION_ENDED, status_code=401)
-    if not csrf_ok(request, form, session_token(request)):
+    if not csrf_ok(request, form, session_id(request)):
         return decisions_page(request, principal, notice=Notice(False, texts.FORM_EXPIRED), status_code=403)
     response_id = form.get("response_id", "")
     if not ID.match(interaction_id) or not ID.match(response_id):

@@ -1,11 +1,14 @@
-"""Signing in to the Decisions page: a cookie holding the bearer token, and CSRF tokens for its forms.
+"""Signing in to the Decisions page: a server-side session, and CSRF tokens for its forms.
 
-The session cookie holds the token itself (HttpOnly, SameSite=Strict, path ``/decisions``, Secure over
-HTTPS); the principal is looked up by the token's hash on every request, so a deleted principal is signed
-out at once and grants are read anew each time. A second cookie holds a random nonce, made on the first
-visit and again at each sign-in. Every form carries ``HMAC(key, nonce | token hash)``: a form from before
-a sign-in, or from another browser, does not verify. The nonce exists before sign-in too, so the sign-in
-form itself cannot be posted from another site (login CSRF).
+Signing in with a token makes a session (``models.principals``): a random id, stored only as its SHA-256
+and bound to the principal and its token generation. The session cookie holds that id, never the bearer
+token (HttpOnly, SameSite=Strict, path ``/decisions``, Secure over HTTPS); it is not a bearer token either.
+The session is read on every request, so it ends at once, in every API process, when the person signs out,
+when it expires (``SESSION_TTL``), when the principal's token is rotated or when the principal is disabled;
+grants are read anew each time. A second cookie holds a random nonce, made on the first visit and again at
+each sign-in. Every form carries ``HMAC(key, nonce | session id hash)``: a form from before a sign-in, or
+from another browser, does not verify. The nonce exists before sign-in too, so the sign-in form itself
+cannot be posted from another site (login CSRF).
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from urllib.parse import parse_qsl
 
 from fastapi import Request, Response
 
-from models import access
+from models import access, principals
 from models.status import PrincipalKind
 from models.tables import Principal
 from parkway.cli import hash_token
-from parkway.db import read_statement
+from parkway.db import read_statement, transaction
 from parkway.settings import get_settings
 
 PATH = "/decisions"
@@ -38,24 +41,25 @@ def _key() -> bytes:
     return hmac.new(secret, b"parkway decisions csrf", hashlib.sha256).digest()
 
 
-def csrf_token(nonce: str, token: str | None) -> str:
-    """The CSRF token of a page: bound to the browser's nonce and to the signed-in token (if any)."""
-    bound = hash_token(token) if token else "-"
+def csrf_token(nonce: str, session_id: str | None) -> str:
+    """The CSRF token of a page: bound to the browser's nonce and to its session (if signed in)."""
+    bound = principals.session_hash(session_id) if session_id else "-"
     return hmac.new(_key(), f"{nonce}|{bound}".encode(), hashlib.sha256).hexdigest()
 
 
-def csrf_ok(request: Request, form: dict[str, str], token: str | None) -> bool:
-    """Whether the form carries this browser's CSRF token for ``token`` (``None`` before sign-in)."""
+def csrf_ok(request: Request, form: dict[str, str], session_id: str | None) -> bool:
+    """Whether the form carries this browser's CSRF token for ``session_id`` (``None`` before sign-in)."""
     nonce = request.cookies.get(NONCE_COOKIE)
     sent = form.get(CSRF_FIELD, "")
     if not nonce or not sent:
         return False
-    return hmac.compare_digest(sent, csrf_token(nonce, token))
+    return hmac.compare_digest(sent, csrf_token(nonce, session_id))
 
 
-def session_token(request: Request) -> str | None:
-    token = request.cookies.get(SESSION_COOKIE, "").strip()
-    return token if 0 < len(token) <= MAX_TOKEN else None
+def session_id(request: Request) -> str | None:
+    """The session id the browser's cookie holds (not checked yet)."""
+    value = request.cookies.get(SESSION_COOKIE, "").strip()
+    return value if 0 < len(value) <= MAX_TOKEN else None
 
 
 def principal_for(token: str | None) -> Principal | None:
@@ -66,10 +70,18 @@ def principal_for(token: str | None) -> Principal | None:
         return access.principal_by_token(conn, hash_token(token))
 
 
-def signed_in(request: Request) -> Principal | None:
-    """Who this browser is signed in as: a person (human or admin) holding the session cookie's token."""
-    principal = principal_for(session_token(request))
+def session_principal(sid: str | None) -> Principal | None:
+    """The person (human or admin) of an open session, read now (one read of its own), or ``None``."""
+    if not sid:
+        return None
+    with transaction() as session:
+        principal = principals.page_session_principal(session, sid)
     return principal if principal is not None and principal.kind in PEOPLE else None
+
+
+def signed_in(request: Request) -> Principal | None:
+    """Who this browser is signed in as: the person of the open session its cookie names."""
+    return session_principal(session_id(request))
 
 
 def new_nonce() -> str:
@@ -87,10 +99,17 @@ def _set(response: Response, request: Request, name: str, value: str) -> None:
     )
 
 
-def start_session(response: Response, request: Request, token: str) -> None:
-    """Sign in: the token in its cookie and a fresh nonce, so every earlier form stops verifying."""
-    _set(response, request, SESSION_COOKIE, token)
+def start_session(response: Response, request: Request, token: str) -> bool:
+    """Sign in: a new session for the principal holding ``token``, its id in the cookie, and a fresh
+    nonce, so every earlier form stops verifying. ``False`` (nothing set) when no live principal holds
+    the token any more."""
+    sid = "ps_" + secrets.token_urlsafe(32)
+    with transaction() as session:
+        if principals.start_page_session(session, token_hash=hash_token(token), session_id=sid) is None:
+            return False
+    _set(response, request, SESSION_COOKIE, sid)
     _set(response, request, NONCE_COOKIE, new_nonce())
+    return True
 
 
 def ensure_nonce(response: Response, request: Request, nonce: str) -> None:
@@ -98,13 +117,18 @@ def ensure_nonce(response: Response, request: Request, nonce: str) -> None:
         _set(response, request, NONCE_COOKIE, nonce)
 
 
-def forget_token(response: Response) -> None:
+def forget_session(response: Response) -> None:
     response.delete_cookie(SESSION_COOKIE, path=PATH, httponly=True, samesite="strict")
 
 
 def end_session(response: Response, request: Request) -> None:
-    """Sign out: the token's cookie is cleared and the nonce renewed, so the old forms stop verifying."""
-    forget_token(response)
+    """Sign out: the session ended, its cookie cleared and the nonce renewed, so the old forms stop
+    verifying."""
+    sid = session_id(request)
+    if sid:
+        with transaction() as session:
+            principals.end_page_session(session, sid)
+    forget_session(response)
     _set(response, request, NONCE_COOKIE, new_nonce())
 
 
