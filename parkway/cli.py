@@ -1,4 +1,4 @@
-"""The ``parkway`` command (SPEC §7): migrate, token create, sweep --once, up, demo."""
+"""The ``parkway`` command (SPEC §7): migrate, token create|revoke|rotate, sweep --once, up, demo."""
 
 from __future__ import annotations
 
@@ -62,6 +62,43 @@ def cmd_token_create(args: argparse.Namespace) -> int:
         principal = store.create_principal(session, kind=args.kind, name=args.name, token_hash=hash_token(token))
     if principal is None:
         print(f"parkway token create: the name {args.name!r} is taken", file=sys.stderr)
+        return 1
+    print(token)
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    """Disable the principal: its token gets 401 from now on, its grants are revoked, its page sessions end."""
+    from models import principals, store
+    from parkway.db import get_engine, transaction
+    from parkway.migrate import require_current_schema
+
+    require_current_schema(get_engine())
+    with transaction() as session:
+        found = store.principal_by_name(session, args.name)
+        if found is None:
+            print(f"parkway token revoke: no principal is named {args.name!r}", file=sys.stderr)
+            return 1
+        disabled = principals.disable(session, found.id)
+    said = "disabled" if disabled is not None else "was already disabled"
+    print(f"parkway token revoke: {found.kind} {args.name} {said}; its token no longer works", file=sys.stderr)
+    return 0
+
+
+def cmd_token_rotate(args: argparse.Namespace) -> int:
+    """Give the principal a new token, printed once on stdout alone; the old one stops working."""
+    from models import principals, store
+    from parkway.db import get_engine, transaction
+    from parkway.migrate import require_current_schema
+
+    require_current_schema(get_engine())
+    token = new_token()
+    with transaction() as session:
+        found = store.principal_by_name(session, args.name)
+        rotated = principals.rotate_token(session, found.id, hash_token(token)) if found is not None else None
+    if rotated is None:
+        why = "is disabled" if found is not None else "does not exist"
+        print(f"parkway token rotate: the principal {args.name!r} {why}", file=sys.stderr)
         return 1
     print(token)
     return 0
@@ -470,6 +507,12 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--kind", required=True, choices=["agent", "human", "admin"])
     create.add_argument("--name", required=True)
     create.set_defaults(fn=cmd_token_create)
+    revoke = token_sub.add_parser("revoke", help="disable a principal: its token, grants and page sessions end")
+    revoke.add_argument("name", metavar="NAME")
+    revoke.set_defaults(fn=cmd_token_revoke)
+    rotate = token_sub.add_parser("rotate", help="give a principal a new token and print it once; the old one ends")
+    rotate.add_argument("name", metavar="NAME")
+    rotate.set_defaults(fn=cmd_token_rotate)
     sweep = sub.add_parser("sweep", help="run the recovery sweep")
     sweep.add_argument("--once", action="store_true", required=True, help="one pass, then exit")
     sweep.add_argument("--batch", type=int, default=None)
