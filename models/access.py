@@ -69,7 +69,8 @@ class RunView:
 
 _P = Principal.__table__.c
 _PRINCIPAL_BY_TOKEN = select(_P.id, _P.kind, _P.name, _P.token_hash, _P.created_at).where(
-    _P.token_hash == bindparam("token_hash"), _P.disabled_at.is_(None)  # disabling clears the hash too
+    _P.token_hash == bindparam("token_hash"),
+    _P.disabled_at.is_(None),  # disabling clears the hash too
 )
 
 
