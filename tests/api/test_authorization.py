@@ -9,8 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from models.tables import Run
+from models.tables import Interaction, Run
 from parkway.db import transaction
+from parkway.errors import Conflict, Forbidden, WrongKind
+from tasks import sdk
 from tests.api.conftest import ADMIN, AGENT, AGENT2, HUMAN, STRANGER, Actors, drive
 from tests.support import TARGET, interactions
 
@@ -261,3 +263,116 @@ def test_owner_losing_its_grant_while_parked__run_fails_closed(client: TestClien
     assert run["result"] is None
     # And the agent itself can no longer read its run
     assert client.get(f"/v1/runs/{run_id}", headers={"Authorization": f"Bearer {token}"}).status_code == 403
+
+
+# --------------------------------------------------------------------------- who may answer and cancel (SPEC §4)
+
+
+def park(client: TestClient, actors: Actors, *, owner: str = AGENT, workflow: str = "t.ask_one", **payload: Any) -> str:
+    """A run of ``owner`` on team:ops parked on its question(s); the first question's id."""
+    body = {"workflow": workflow, "payload": payload, "target": TARGET}
+    made = client.post("/v1/runs", json=body, headers=actors.auth(owner))
+    assert made.status_code == 201, made.text
+    drive(made.json()["id"])
+    asked = interactions(made.json()["id"])
+    return next(iter(asked.values())).id
+
+
+def answer_as(client: TestClient, actors: Actors, who: str, iid: str, value: Any = "go") -> Any:
+    return client.post(
+        f"/v1/interactions/{iid}/answer",
+        json={"response_id": uuid.uuid4().hex, "value": value},
+        headers=actors.auth(who),
+    )
+
+
+def cancel_as(client: TestClient, actors: Actors, who: str, iid: str, **body: Any) -> Any:
+    body.setdefault("response_id", uuid.uuid4().hex)
+    return client.post(f"/v1/interactions/{iid}/cancel", json=body, headers=actors.auth(who))
+
+
+def status_of(iid: str) -> str:
+    with transaction() as session:
+        return str(session.scalar(select(Interaction.status).where(Interaction.id == iid)))
+
+
+def test_admin_without_a_grant__cannot_answer_or_cancel_but_reads(client: TestClient, actors: Actors) -> None:
+    iid = park(client, actors)
+    assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).status_code == 200
+    answered = answer_as(client, actors, ADMIN, iid)
+    assert answered.status_code == 403, answered.text
+    assert "state" not in answered.json()
+    canceled = cancel_as(client, actors, ADMIN, iid)
+    assert canceled.status_code == 403, canceled.text
+    assert status_of(iid) == "pending"
+
+
+@pytest.mark.parametrize("act", ["answer", "cancel"])
+def test_admin_with_a_grant__answers_and_cancels(client: TestClient, actors: Actors, act: str) -> None:
+    admin = actors.auth(ADMIN)
+    grant = client.post("/v1/grants", json={"principal": ADMIN, "target": TARGET}, headers=admin).json()
+    try:
+        iid = park(client, actors)
+        done = answer_as(client, actors, ADMIN, iid) if act == "answer" else cancel_as(client, actors, ADMIN, iid)
+        assert done.status_code == 200, done.text
+        assert status_of(iid) == ("answered" if act == "answer" else "canceled")
+    finally:
+        assert client.delete(f"/v1/grants/{grant['id']}", headers=admin).status_code == 204
+
+
+def test_agent_never_answers__also_through_the_sdk_by_name(client: TestClient, actors: Actors) -> None:
+    iid = park(client, actors)
+    assert answer_as(client, actors, AGENT, iid).status_code == 403
+    with pytest.raises(WrongKind):  # the store decides, whichever path asks
+        sdk.answer(iid, "go", response_id=uuid.uuid4().hex, principal=AGENT)
+    assert status_of(iid) == "pending"
+
+
+def test_agent_cancels_only_its_own_runs(client: TestClient, actors: Actors) -> None:
+    # AGENT2 holds a grant on the interaction's target, but the run is AGENT's
+    iid = park(client, actors)
+    other = cancel_as(client, actors, AGENT2, iid)
+    assert other.status_code == 403, other.text
+    assert "state" not in other.json()
+    with pytest.raises(Forbidden):
+        sdk.cancel(iid, response_id=uuid.uuid4().hex, principal=AGENT2)
+    assert status_of(iid) == "pending"
+    # The owner cancels, also a question for a target it holds no grant on (its run's authority counts)
+    own = cancel_as(client, actors, AGENT, iid)
+    assert own.status_code == 200, own.text
+    elsewhere = park(client, actors, workflow="api.elsewhere", ask="team:finance")
+    assert cancel_as(client, actors, AGENT, elsewhere).status_code == 200
+    assert status_of(elsewhere) == "canceled"
+
+
+def test_owner_without_a_grant_on_its_run_target__cannot_cancel(client: TestClient, actors: Actors) -> None:
+    admin = actors.auth(ADMIN)
+    name = f"agent-{uuid.uuid4().hex[:6]}"
+    actors.tokens[name] = client.post("/v1/principals", json={"kind": "agent", "name": name}, headers=admin).json()[
+        "token"
+    ]
+    grant = client.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=admin).json()
+    iid = park(client, actors, owner=name)
+    assert client.delete(f"/v1/grants/{grant['id']}", headers=admin).status_code == 204
+    assert cancel_as(client, actors, name, iid).status_code == 403
+    assert status_of(iid) == "pending"
+
+
+def test_cancel_retried_with_another_reason__is_409_same_reason_same_receipt(
+    client: TestClient, actors: Actors
+) -> None:
+    iid = park(client, actors)
+    first = cancel_as(client, actors, HUMAN, iid, response_id="c-1", reason="superseded")
+    assert first.status_code == 200, first.text
+    again = cancel_as(client, actors, HUMAN, iid, response_id="c-1", reason="superseded")
+    assert again.status_code == 200 and again.json() == first.json()
+    other = cancel_as(client, actors, HUMAN, iid, response_id="c-1", reason="something else")
+    assert other.status_code == 409, other.text
+    assert other.json()["error"] == "conflict"
+    assert other.json()["state"]["status"] == "canceled" and other.json()["state"]["run_status"] == "canceled"
+    no_reason = cancel_as(client, actors, HUMAN, iid, response_id="c-1")
+    assert no_reason.status_code == 409
+    with pytest.raises(Conflict):
+        sdk.cancel(iid, response_id="c-1", principal=HUMAN, reason="something else")
+    retried = sdk.cancel(iid, response_id="c-1", principal=HUMAN, reason="superseded")
+    assert (retried["status"], retried["response_id"]) == ("canceled", "c-1")
