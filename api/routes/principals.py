@@ -105,7 +105,7 @@ def disable_principal(principal_id: PrincipalId, admin: AdminDep) -> Response:
     status_code=201,
     response_model=PrincipalCreated,
     summary="Rotate a principal's token: the new one is in this response only, the old one gets 401 at once",
-    responses=documented(401, 403, 404, 409, 422),
+    responses=documented(401, 403, 404, 409, 413, 422),
 )
 def rotate_token(principal_id: PrincipalId, admin: AdminDep) -> PrincipalCreated:
     """Every Decisions session made with the old token ends. A disabled principal's token is not

@@ -50,13 +50,13 @@ def signed_in_as(client: TestClient, name: str, cookie: str | None = None) -> bo
 
 
 def test_cookie__is_a_random_session_id_never_the_token_and_no_bearer_token(client: TestClient, actors: Actors) -> None:
-    from models import principals
-    from models.tables import PageSession
-
     who = person(client, actors)
     cookie = sign_in(client, who["token"])
     assert cookie != who["token"] and who["token"] not in cookie
     assert signed_in_as(client, who["name"])
+    from models import principals
+    from models.tables import PageSession
+
     # Only its hash is stored
     with transaction() as session:
         stored = session.scalars(select(PageSession.id_hash).where(PageSession.principal_id == who["id"])).all()
@@ -105,7 +105,7 @@ def test_open_stream__ends_when_the_principal_is_disabled(
     import api.routes.events
 
     monkeypatch.setattr(api.routes.events, "KEEPALIVE_S", 0.2)  # a chunk soon, at which the session is read
-    monkeypatch.setattr(api.pages.decisions, "SESSION_RECHECK_S", 0.0)
+    monkeypatch.setattr(api.pages.decisions, "SESSION_RECHECK_S", 0.0, raising=False)
     who = person(client, actors)
     sign_in(client, who["token"])
     streams = OPEN_STREAMS._value.get()
