@@ -376,3 +376,24 @@ def test_cancel_retried_with_another_reason__is_409_same_reason_same_receipt(
         sdk.cancel(iid, response_id="c-1", principal=HUMAN, reason="something else")
     retried = sdk.cancel(iid, response_id="c-1", principal=HUMAN, reason="superseded")
     assert (retried["status"], retried["response_id"]) == ("canceled", "c-1")
+
+
+def test_owner_disabled_while_parked__run_fails_closed(client: TestClient, actors: Actors) -> None:
+    # Disabling revokes the principal's grants: its runs lose their authority as after a revoked grant
+    admin = actors.auth(ADMIN)
+    made = client.post("/v1/principals", json={"kind": "agent", "name": f"agent-{uuid.uuid4().hex[:6]}"}, headers=admin)
+    name, principal_id = made.json()["name"], made.json()["id"]
+    actors.tokens[name] = made.json()["token"]
+    assert client.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=admin).status_code == 201
+    iid = park(client, actors, owner=name)
+    assert client.delete(f"/v1/principals/{principal_id}", headers=admin).status_code == 204
+    assert answer_as(client, actors, HUMAN, iid).status_code == 200
+    run_id = interactions_run(iid)
+    drive(run_id)
+    run = client.get(f"/v1/runs/{run_id}", headers=actors.auth(HUMAN)).json()
+    assert (run["status"], run["reason"], run["result"]) == ("interrupted", "authority revoked", None)
+
+
+def interactions_run(iid: str) -> str:
+    with transaction() as session:
+        return str(session.scalar(select(Interaction.run_id).where(Interaction.id == iid)))
