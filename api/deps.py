@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from api import errors
 from api.errors import ApiError
 from models import access
-from models.store import Credential
+from models.store import ANSWERERS, Credential
 from models.tables import Principal
 from parkway.cli import hash_token
 from parkway.db import read_statement, session_factory
@@ -81,9 +81,6 @@ def caller_error(exc: Unauthenticated | WrongKind) -> ApiError:
     if isinstance(exc, Unauthenticated):
         return ApiError(401, errors.BAD_TOKEN, headers=CHALLENGE)
     return ApiError(403, errors.WRONG_KIND.format(kinds=" or ".join(exc.kinds), kind=exc.kind, name=exc.name))
-
-
-ANSWERERS = ("human", "admin")
 
 
 async def answerer_credential(
