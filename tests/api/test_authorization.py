@@ -44,6 +44,9 @@ def routes(parked: dict[str, Any]) -> list[tuple[str, str, Any]]:
         ("POST", f"/v1/interactions/{iid}/answer", {"response_id": "r", "value": "now"}),
         ("POST", f"/v1/interactions/{iid}/cancel", {"response_id": "r"}),
         ("POST", "/v1/principals", {"kind": "human", "name": "someone"}),
+        ("GET", "/v1/principals", None),
+        ("DELETE", "/v1/principals/whoever", None),
+        ("POST", "/v1/principals/whoever/token", None),
         ("POST", "/v1/grants", {"principal": HUMAN, "target": TARGET}),
         ("DELETE", "/v1/grants/whatever", None),
     ]
@@ -88,6 +91,9 @@ def test_token_of_a_principal_made_by_the_store_without_token__never_matches(cli
         (HUMAN, "POST", "/v1/grants", {"principal": STRANGER, "target": TARGET}),
         (AGENT, "POST", "/v1/grants", {"principal": AGENT, "target": "team:finance"}),
         (HUMAN, "DELETE", "/v1/grants/anything", None),
+        (HUMAN, "GET", "/v1/principals", None),
+        (AGENT, "DELETE", "/v1/principals/anyone", None),
+        (HUMAN, "POST", "/v1/principals/anyone/token", None),
     ],
 )
 def test_wrong_kind__is_403(client: TestClient, actors: Actors, who: str, method: str, path: str, body: Any) -> None:
