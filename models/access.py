@@ -366,7 +366,7 @@ def runs_by_id(session: Session, run_ids: Iterable[str]) -> dict[str, Run]:
 def stream_cursor(session: Session) -> int:
     """The event cursor a stream opened after this read should start from: every event at or below it is
     final, so nothing after it is missed."""
-    return int(session.scalar(select(_final_below(session)))) - 1
+    return int(session.scalar(select(_final_below(session))) or 1) - 1
 
 
 def recently_closed(
