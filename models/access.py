@@ -27,7 +27,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     func,
-    literal,
     literal_column,
     or_,
     select,
@@ -369,18 +368,15 @@ def stream_cursor(session: Session) -> int:
     return int(session.scalar(select(_final_below(session))) or 1) - 1
 
 
-def recently_closed(
-    session: Session, principal: Principal, *, scan: int, upto: int | None = None
-) -> list[InteractionView]:
+def recently_closed(session: Session, principal: Principal, *, scan: int) -> list[InteractionView]:
     """Interactions the caller may see that closed (answered, rejected, expired, canceled, interrupted)
-    within the last ``scan`` final events (at or below ``upto``, a ``stream_cursor``, when given), most
-    recently closed first.
+    within the last ``scan`` committed events, most recently closed first.
 
     "Recently" is measured on the event log, so the read is a primary-key range of at most ``scan`` rows
-    whatever the size of the interactions table.
+    whatever the size of the interactions table. This is a view of now, not a cursor: it reads every
+    committed event (an answer just made shows, though a writer still open may later add lower seqs).
     """
-    below = _final_below(session) if upto is None else literal(upto + 1, BigInteger())
-    recent = select(Event.seq).where(Event.seq < below).order_by(Event.seq.desc()).limit(scan).subquery("recent")
+    recent = select(Event.seq).order_by(Event.seq.desc()).limit(scan).subquery("recent")
     rows = session.scalars(
         select(Event.data)
         .join(recent, recent.c.seq == Event.seq)

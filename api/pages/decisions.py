@@ -204,7 +204,7 @@ def decisions_page(
     with transaction() as session:
         after = access.stream_cursor(session)  # read first: the stream then misses nothing read after it
         page = _pending(session, principal, cursor)
-        closed = access.recently_closed(session, principal, scan=RECENT_SCAN, upto=after)  # the stream: after it
+        closed = access.recently_closed(session, principal, scan=RECENT_SCAN)
         run_ids = [v.interaction.run_id for v in [*page.items, *closed]]
         runs = access.runs_by_id(session, [*run_ids, *([notice.run_id] if notice and notice.run_id else [])])
     pending = [_card(view, runs) for view in page.items]
