@@ -14,17 +14,27 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, and_, bindparam, func, literal_column, or_, select, text, true
-from sqlalchemy.orm import Session
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    or_,
+    select,
+    text,
+    true,
+)
+from sqlalchemy.orm import Session, aliased
 
-from models.base import utcnow
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, SweepTotal, ToolCall
 from parkway.errors import ParkwayError
@@ -32,10 +42,6 @@ from parkway.errors import ParkwayError
 T = TypeVar("T")
 
 REDACTED = "***"
-# A gap in ``events.seq`` followed by an event younger than this may still be filled by a transaction
-# that has not committed yet (PostgreSQL hands out sequence numbers before commit): readers stop before it.
-GAP_GRACE = timedelta(seconds=2)
-GAP_SCAN = 500
 
 
 class InvalidCursor(ParkwayError):
@@ -253,56 +259,53 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 # --------------------------------------------------------------------------- events
 
 
-def event_horizon(session: Session, *, now: datetime | None = None) -> int | None:
-    """The highest ``seq`` readers may hand out now, or ``None`` when every committed event is safe.
+def _final_below(session: Session) -> ColumnElement[int]:
+    """SQL: the ``seq`` below which every event is final, read in the snapshot of the statement using it.
 
-    PostgreSQL assigns ``seq`` when a row is inserted, not when it commits: a reader that skipped past a
-    fresh gap could lose the event that later fills it. SQLite writers are serialized, so it has no such
-    gap. A gap whose following event is older than ``GAP_GRACE`` is taken as a rolled-back insert.
+    PostgreSQL: an event's ``seq`` is its writing transaction's id << 16 | n (migration 0004). Every
+    transaction below the snapshot's ``xmin`` has ended, and every transaction still open, or yet to
+    start, has an id at or above it: an event not committed yet (or not written yet) always sorts above
+    this bound. SQLite has one writer at a time, holding the write lock until it commits, so its seqs are
+    in commit order and everything committed is final. The one place that tells the two apart.
     """
-    if session.get_bind().dialect.name != "postgresql":
-        return None
-    fresh = (now or utcnow()) - GAP_GRACE
-    rows = list(session.execute(select(Event.seq, Event.at).order_by(Event.seq.desc()).limit(GAP_SCAN)))
-    rows.reverse()
-    for before, after in itertools.pairwise(rows):
-        if after.seq != before.seq + 1 and after.at > fresh:
-            return int(before.seq)
-    return None
+    if session.get_bind().dialect.name == "postgresql":
+        return literal_column("(pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16)", BigInteger())
+    return select(func.coalesce(func.max(Event.seq), 0) + 1).scalar_subquery()
 
 
 def run_events(session: Session, run_id: str, *, after: int, limit: int) -> Page[Event]:
-    """One run's events with ``seq > after``, in order, ``limit`` at a time."""
-    stmt = select(Event).where(Event.run_id == run_id, Event.seq > after)
-    horizon = event_horizon(session)
-    if horizon is not None:
-        stmt = stmt.where(Event.seq <= horizon)
+    """One run's final events with ``seq > after``, in order, ``limit`` at a time (one statement)."""
+    stmt = select(Event).where(Event.run_id == run_id, Event.seq > after, Event.seq < _final_below(session))
     rows = list(session.scalars(stmt.order_by(Event.seq).limit(limit + 1)))
     items = rows[:limit]
     return Page(items, str(items[-1].seq) if len(rows) > limit else None)
 
 
 def visible_events(session: Session, principal: Principal, *, after: int, limit: int) -> tuple[list[Event], int]:
-    """Events after ``after`` of runs the caller may see now, and the cursor to poll from next.
+    """Final events after ``after`` of runs the caller may see now, and the cursor to poll from next.
 
-    The cursor moves past events the caller may not see too, so a quiet stream does not rescan them.
+    One statement, so the events and the bound they stop at come from one snapshot: every event at or
+    below the cursor returned is final. The cursor moves past events the caller may not see too, so a
+    quiet stream does not rescan them.
     """
-    horizon = event_horizon(session)
-    scan_to = horizon if horizon is not None else session.scalar(select(func.max(Event.seq)))
-    if scan_to is None or scan_to <= after:
-        return [], after
-    rows = list(
-        session.scalars(
-            select(Event)
-            .join(Run, Run.id == Event.run_id)
-            .where(Event.seq > after, Event.seq <= scan_to, run_visible(principal))
-            .order_by(Event.seq)
-            .limit(limit)
-        )
+    below = _final_below(session)
+    bound = select(below.label("below")).subquery("bound")
+    page = (
+        select(Event)
+        .join(Run, Run.id == Event.run_id)
+        .where(Event.seq > after, Event.seq < below, run_visible(principal))
+        .order_by(Event.seq)
+        .limit(limit)
+        .subquery("page")
     )
-    if len(rows) == limit:
-        return rows, rows[-1].seq
-    return rows, int(scan_to)
+    event = aliased(Event, page)
+    rows = session.execute(
+        select(bound.c.below, event).select_from(bound).outerjoin(page, true()).order_by(page.c.seq)
+    ).all()
+    events = [row[1] for row in rows if row[1] is not None]
+    if len(events) == limit:
+        return events, events[-1].seq
+    return events, max(after, int(rows[0].below) - 1)
 
 
 # --------------------------------------------------------------------------- metrics
@@ -361,25 +364,25 @@ def runs_by_id(session: Session, run_ids: Iterable[str]) -> dict[str, Run]:
 
 
 def stream_cursor(session: Session) -> int:
-    """The event cursor a stream opened after this read should start from: nothing after it is missed."""
-    horizon = event_horizon(session)
-    if horizon is not None:
-        return horizon
-    return int(session.scalar(select(func.max(Event.seq))) or 0)
+    """The event cursor a stream opened after this read should start from: every event at or below it is
+    final, so nothing after it is missed."""
+    return int(session.scalar(select(_final_below(session))) or 1) - 1
 
 
 def recently_closed(session: Session, principal: Principal, *, scan: int) -> list[InteractionView]:
     """Interactions the caller may see that closed (answered, rejected, expired, canceled, interrupted)
-    within the last ``scan`` events, most recently closed first.
+    within the last ``scan`` committed events, most recently closed first.
 
     "Recently" is measured on the event log, so the read is a primary-key range of at most ``scan`` rows
-    whatever the size of the interactions table.
+    whatever the size of the interactions table. This is a view of now, not a cursor: it reads every
+    committed event (an answer just made shows, though a writer still open may later add lower seqs).
     """
-    top = session.scalar(select(func.max(Event.seq)))
-    if top is None:
-        return []
+    recent = select(Event.seq).order_by(Event.seq.desc()).limit(scan).subquery("recent")
     rows = session.scalars(
-        select(Event.data).where(Event.seq > top - scan, Event.type.in_(CLOSED_EVENT_TYPES)).order_by(Event.seq.desc())
+        select(Event.data)
+        .join(recent, recent.c.seq == Event.seq)
+        .where(Event.type.in_(CLOSED_EVENT_TYPES))
+        .order_by(Event.seq.desc())
     )
     ids = list(dict.fromkeys(d["interaction_id"] for d in rows if isinstance((d or {}).get("interaction_id"), str)))
     if not ids:

@@ -721,10 +721,28 @@ _CONSUME = (
 )
 
 
+_CONSUME_RETURNING = _CONSUME.returning(
+    _C.c.kind,
+    _C.c.run_id,
+    _C.c.step_id,
+    select(_S.c.name).where(_S.c.id == _C.c.step_id).scalar_subquery().label("name"),
+)
+
+
 def consume(session: Session, continuation_id: str, *, execution_id: str) -> str | None:
-    """claimed -> consumed, only by the execution holding the claim; its id, or ``None`` when it lost it."""
-    result = session.execute(_CONSUME, {"cid": continuation_id, "eid": execution_id, "at": utcnow()})
-    return continuation_id if getattr(result, "rowcount", 0) == 1 else None
+    """claimed -> consumed, only by the execution holding the claim; its id, or ``None`` when it lost it.
+
+    A parked step's continuation writes ``step.resumed`` here, first in the transaction that commits it."""
+    row = session.execute(_CONSUME_RETURNING, {"cid": continuation_id, "eid": execution_id, "at": utcnow()}).first()
+    if row is None:
+        return None
+    if row.kind == ContinuationKind.RESUME:
+        session.execute(_INSERT_EVENT, _resumed_event(row.run_id, row.step_id, row.name, continuation_id))
+    return continuation_id
+
+
+def _resumed_event(run_id: str, step_id: str, name: str, continuation_id: str) -> dict[str, Any]:
+    return event_row(run_id, "step.resumed", step_id=step_id, name=name, continuation_id=continuation_id)
 
 
 @dataclass
@@ -885,12 +903,14 @@ def _finish_events(
 
 
 def _consume_and_finish_run() -> Any:
-    """PostgreSQL: ``consume`` and, only if it won, ``finish_run``'s writes (the step's CAS, the run's
-    terminal CAS with its schedule-history row, the run's sealed values erased) as one statement of
-    data-modifying CTEs. One row (``consumed``, then the terminal record's columns, NULL when the run had
-    already ended) when the consume won; none when the claim was lost."""
-    consumed = _CONSUME.returning(_C.c.id).cte("consumed")
+    """PostgreSQL: ``consume`` (and ``step.resumed`` for a parked step's continuation) and, only if it
+    won, ``finish_run``'s writes (the step's CAS, the run's terminal CAS with its schedule-history row,
+    the run's sealed values erased) as one statement of data-modifying CTEs. One row (``consumed``, then
+    the terminal record's columns, NULL when the run had already ended) when the consume won; none when
+    the claim was lost."""
+    consumed = _CONSUME.returning(_C.c.id, _C.c.kind).cte("consumed")
     won = exists(select(consumed.c.id))
+    resumed = exists(select(consumed.c.id).where(consumed.c.kind == _literal(ContinuationKind.RESUME)))
     step = _FINISH_STEP.where(won).cte("step_ended")
     run = _FINISH_RUN.where(won).cte("run_ended")
     history = (
@@ -911,7 +931,8 @@ def _consume_and_finish_run() -> Any:
     erased = (update(_I).where(_I.c.run_id == bindparam("rid"), _I.c.secret.is_not(None), won).values(secret=None)).cte(
         "erased"
     )
-    events = _events_if(won, exists(select(run.c.id))).cte("events")  # the step's end, then the run's
+    # A parked step's resumption, the step's end, then the run's
+    events = _events_if(resumed, won, exists(select(run.c.id))).cte("events")
     return (
         select(consumed.c.id.label("consumed"), *(run.c[name] for name in _RUN_RECORD_COLUMNS))
         .select_from(consumed.outerjoin(run, true()))
@@ -940,7 +961,10 @@ def consume_and_finish_run(
         **{"cid": continuation_id, "eid": execution_id, "at": now, "sid": step.id, "rid": step.run_id},
         **{"step_to": _STEP_OF_RUN[status].value, "to": status.value, "res": result, "err": error, "why": None},
     }
-    events = _finish_events(step, status, execution_id, True, error=error, reason=None)
+    events = [
+        _resumed_event(step.run_id, step.id, step.name, continuation_id),
+        *_finish_events(step, status, execution_id, True, error=error, reason=None),
+    ]
     row = _CONSUME_AND_FINISH_RUN.first(session, {**params, **_event_params(events)})
     if row is None:
         return False, None

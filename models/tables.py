@@ -220,6 +220,8 @@ class Continuation(Base):
 class Event(Base):
     __tablename__ = "events"
 
+    # PostgreSQL: server default ``parkway_event_seq()`` (migration 0004), the writing transaction's id << 16
+    # | its n-th event, so readers can deliver exactly (models/access.py); no insert may set it. SQLite: rowid.
     seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     type: Mapped[str] = mapped_column(String(64))

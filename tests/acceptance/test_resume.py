@@ -6,6 +6,7 @@ import pytest
 
 from tasks.publish import publish
 from tasks.sdk import answer
+from tests.integration.helpers import events, step
 from tests.support import (
     HUMAN,
     Stack,
@@ -55,6 +56,10 @@ def test_resume__second_answer_makes_one_continuation_due_and_run_completes(stac
     types = event_types(run_id)
     assert types.count("run.completed") == 1
     assert types.index("interaction.answered") < types.index("step.completed")
+    # The parked step's continuation resumed it (the run-ending commit): ready, resumed, completed, ended
+    last_answer = len(types) - 1 - types[::-1].index("interaction.answered")
+    assert types[last_answer + 1 :] == ["continuation.ready", "step.resumed", "step.completed", "run.completed"]
+    _assert_resumed(run_id)
 
 
 def test_next__becomes_its_own_continuation_and_runs(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
@@ -65,6 +70,24 @@ def test_next__becomes_its_own_continuation_and_runs(stack: Stack, worker) -> No
     assert run.result == {"after": {"go": "yes"}}
     assert [c.kind for c in continuations(run_id)] == ["start", "resume", "start"]
     assert effects(run_id, "after") == 1
+    # Resumed, then handed over to the next step (the generic commit), which starts and ends the run
+    types = event_types(run_id)
+    assert types[types.index("interaction.answered") + 1 :] == [
+        "continuation.ready", "step.resumed", "step.completed", "continuation.ready", "step.completed",
+        "run.completed",
+    ]  # fmt: skip
+    _assert_resumed(run_id)
+
+
+def _assert_resumed(run_id: str) -> None:
+    """One ``step.resumed``, naming the parked step and the resume continuation that committed it."""
+    resumed = [data for type_, data in events(run_id) if type_ == "step.resumed"]
+    resume = [c for c in continuations(run_id) if c.kind == "resume"]
+    assert len(resumed) == len(resume) == 1
+    parked = step(resume[0].step_id)
+    assert resumed[0] == {
+        "run_id": run_id, "step_id": parked.id, "name": parked.name, "continuation_id": resume[0].id,
+    }  # fmt: skip
 
 
 def test_permission__rejected_reaches_the_continuation(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]

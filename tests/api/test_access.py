@@ -1,17 +1,15 @@
-"""Reads behind the API (models/access.py): the event horizon and the redaction of sensitive values."""
+"""Reads behind the API (models/access.py): the event log's reads and the redaction of sensitive values."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from models import access, store
 from models.base import utcnow
 from models.tables import Event, Interaction
-from parkway.db import is_postgres, transaction
-from tests.conftest import BACKEND
+from parkway.db import transaction
+from tests.support import wait_for
 
 
 def make_run() -> str:
@@ -25,29 +23,30 @@ def make_run() -> str:
         return run.id
 
 
-def test_event_horizon__stops_before_a_fresh_gap_and_passes_an_old_one(fresh_db: str) -> None:
+def test_event_reads__deliver_committed_events_in_order_and_a_stream_cursor_past_them(fresh_db: str) -> None:
     run_id = make_run()
-    if BACKEND != "postgres":
-        # SQLite serializes writers: seq never has an in-flight gap, so there is never a horizon.
+    with transaction() as session:
+        admin = store.create_principal(session, kind="admin", name="reads-admin", token_hash=None)
+        assert admin is not None
+        for k in range(3):
+            store.append_event(session, run_id, f"test.read.{k}")
+    with transaction() as session:
+        seqs = list(session.scalars(select(Event.seq).where(Event.run_id == run_id).order_by(Event.seq)))
+
+    def final() -> bool:
+        # On PostgreSQL every writer still open in the cluster holds the bound back: wait for it to pass
         with transaction() as session:
-            assert not is_postgres(session)
-            assert access.event_horizon(session) is None
-        return
+            return access.stream_cursor(session) >= seqs[-1]
+
+    wait_for(final, what="the run's events final")
     with transaction() as session:
-        assert is_postgres(session)
-        top = int(session.scalar(select(func.max(Event.seq))) or 0)
-        assert access.event_horizon(session) is None
-        # A transaction still open holds top+1; a later one committed top+2 just now
-        session.add(Event(seq=top + 2, run_id=run_id, type="x", at=utcnow(), data={}))
-    with transaction() as session:
-        assert access.event_horizon(session) == top
-        page = access.run_events(session, run_id, after=0, limit=100)
-        assert [e.seq for e in page.items][-1] == top
-    with transaction() as session:
-        session.get_one(Event, top + 2).at = utcnow() - timedelta(seconds=10)
-    with transaction() as session:
-        # Long enough ago: the hole was a rolled-back insert, readers go past it
-        assert access.event_horizon(session) is None
+        page = access.run_events(session, run_id, after=seqs[0], limit=2)
+        assert [e.seq for e in page.items] == seqs[1:3] and page.next == str(seqs[2])
+        events, cursor = access.visible_events(session, admin, after=0, limit=100)
+        assert [e.seq for e in events] == seqs and cursor >= seqs[-1]
+        events, cursor = access.visible_events(session, admin, after=0, limit=2)
+        assert [e.seq for e in events] == seqs[:2] and cursor == seqs[1]
+        assert access.visible_events(session, admin, after=2**62, limit=2) == ([], 2**62)
 
 
 def test_public_value__redacts_sensitive_fields_always() -> None:

@@ -59,7 +59,7 @@ def test_hot_statement__binds_and_reads_as_connection_execute(fresh_db: str) -> 
     assert len(hot) == len(plain) == 1
     assert hot[0]._fields == tuple(plain[0]._fields) == ("seq", "at", "data", "flag", "created_at")
     assert hot[0][1:] == tuple(plain[0])[1:]
-    assert hot[0].seq + 1 == plain[0].seq
+    assert hot[0].seq < plain[0].seq
     assert hot[0].at == at and hot[0].at.tzinfo == UTC
     assert hot[0].data == {"k": [1, "x"], "none": None} and hot[0].flag is True
 

@@ -9,10 +9,10 @@ from alembic import command
 from sqlalchemy import select, text
 
 from beat.sweep import run_sweep
+from models import access, store
 from models import status as st
-from models import store
 from models.base import utcnow
-from models.tables import Continuation, Interaction, Run, Step
+from models.tables import Continuation, Event, Interaction, Run, Step
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.errors import SchemaMismatch
 from parkway.migrate import (
@@ -24,8 +24,9 @@ from parkway.migrate import (
 )
 from parkway.migrate import upgrade as parkway_migrate
 from tasks.sdk import answer, cancel
+from tests.conftest import BACKEND
 from tests.integration.helpers import execute_ready, parked
-from tests.support import HUMAN, new_response_id, start
+from tests.support import HUMAN, new_response_id, start, wait_for
 
 
 def test_migrations__upgrade_head_is_idempotent_and_matches_the_models(fresh_db: str) -> None:
@@ -147,3 +148,58 @@ def test_status_enums__every_status_the_store_writes_is_an_enum_member(actors_db
     assert interactions == {"pending", "answered", "rejected", "canceled", "expired", "interrupted"}
     assert {"parked", "resuming", "completed", "failed", "canceled", "interrupted"} <= steps
     assert {"ready", "consumed"} <= conts
+
+
+# --------------------------------------------------------------------------- 0004: events ordered by transaction
+
+
+def test_migration_0004__old_events_keep_their_seqs_and_new_ones_sort_after_them(fresh_db: str) -> None:
+    # Given a database at 0003 (seqs from a sequence) holding a run and its events, written as that schema
+    reset_engine()
+    command.downgrade(alembic_config(), "0003")
+    at = {"at": "2026-12-01 00:00:00"}
+    with transaction() as session:
+        session.execute(
+            text("INSERT INTO principals (id, kind, name, created_at) VALUES ('p0003', 'agent', 'bot0003', :at)"), at
+        )
+        session.execute(
+            text(
+                "INSERT INTO runs (id, workflow, status, owner_id, target, payload, created_at, updated_at, "
+                "projection_pending) VALUES ('r0003', 't.ask_one', 'running', 'p0003', 'team:ops', '{}', :at, :at, "
+                "false)"
+            ),
+            at,
+        )
+        for k in range(3):
+            session.execute(
+                text("INSERT INTO events (run_id, type, at, data) VALUES ('r0003', :type, :at, '{}')"),
+                {**at, "type": f"old.{k}"},
+            )
+    old = [int(s) for s in _event_seqs("r0003")]
+    assert len(old) == 3
+
+    # When it is upgraded to this code's schema
+    reset_engine()
+    command.upgrade(alembic_config(), "head")
+    command.check(alembic_config())
+
+    # Then the old events keep their seqs, and an event written now sorts after every one of them
+    with transaction() as session:
+        store.append_event(session, "r0003", "new.0")
+        xid = session.scalar(text("SELECT pg_current_xact_id()::text::bigint")) if BACKEND == "postgres" else None
+    seqs = _event_seqs("r0003")
+    assert seqs[:3] == old and len(seqs) == 4 and seqs[3] > max(old)
+    if xid is not None:  # numbered by its transaction now, no longer by the old sequence
+        assert seqs[3] == int(xid) << 16 | 1
+
+    # And a reader from the start gets all of them, in order (once no writer in the cluster holds them back)
+    def delivered() -> list[int]:
+        with transaction() as session:
+            return [e.seq for e in access.run_events(session, "r0003", after=0, limit=10).items]
+
+    assert wait_for(lambda: delivered() == seqs, what="old and new events delivered")
+
+
+def _event_seqs(run_id: str) -> list[int]:
+    with transaction() as session:
+        return list(session.scalars(select(Event.seq).where(Event.run_id == run_id).order_by(Event.seq)))
