@@ -109,6 +109,9 @@ def _migrate(url: str, command: object, alembic_config: object) -> None:
     config = alembic_config()  # type: ignore[operator]
     command.upgrade(config, "head")  # type: ignore[attr-defined]
     command.check(config)  # type: ignore[attr-defined]
+    # Nothing may stay pointed at the template: a connection to it makes every later clone fail.
+    os.environ.pop("PARKWAY_DATABASE_URL")
+    reset_settings()
     reset_engine()
 
 
