@@ -70,8 +70,10 @@ def create_app() -> FastAPI:
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware)  # outermost: every request is observed, refused ones too
-    for module in (runs, interactions, principals, grants, events, health, decisions):
-        app.include_router(module.router)
+    for module in (runs, interactions, principals, grants, events, decisions):
+        # Any of them may find the database unreachable: 503 with Retry-After (api/errors.py).
+        app.include_router(module.router, responses=errors.documented(503))
+    app.include_router(health.router)  # liveness never reads the database; readiness documents its own 503
     return app
 
 

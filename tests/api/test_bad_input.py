@@ -90,7 +90,8 @@ def test_idempotency_key_and_query__nul_is_422(client: TestClient, actors: Actor
     before = counts()
     body = {"workflow": "api.ask_any", "payload": {}, "target": TARGET}
     headers = {**actors.auth(AGENT), "Idempotency-Key": "k\u00e9\u00ff".encode("latin-1")}  # type: ignore[dict-item]
-    assert client.post("/v1/runs", json=body, headers=headers).status_code == 201
+    made = client.post("/v1/runs", json=body, headers=headers).status_code
+    assert made == 201
     assert_refused(client.get("/v1/interactions", params={"target": "a\x00b"}, headers=actors.auth(HUMAN)))
     assert_refused(client.get("/v1/interactions", params={"x\x00": "1"}, headers=actors.auth(HUMAN)))
     assert counts()[0] == before[0] + 1

@@ -1,0 +1,188 @@
+"""A database outage is a 503 with ``Retry-After``, not a 500, and once the database is back nothing is lost.
+
+The shared PostgreSQL server is never stopped: a real ``uvicorn`` reaches it through a TCP proxy (a thread
+of this test), which is cut (every connection closed, new ones refused, as in a restart) and restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.api.conftest import ADMIN, AGENT, HUMAN, ApiServer, drive, free_port, make_actors
+from tests.conftest import BACKEND
+from tests.support import TARGET, Stack, interactions, wait_for
+
+pytestmark = pytest.mark.skipif(
+    BACKEND == "sqlite", reason="cuts the connection to a database server; SQLite has no server to lose"
+)
+
+
+class Proxy:
+    """A TCP proxy on 127.0.0.1 to ``upstream``; ``cut`` closes every connection and refuses new ones."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.port = free_port()
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+        self.accepted = 0
+
+    def start(self) -> Proxy:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(128)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    restore = start
+
+    def cut(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            sockets, self._open = self._open, set()
+        if listener is not None:
+            self._close(listener)  # from now on a connect is refused
+        for sock in sockets:
+            self._close(sock)
+
+    @staticmethod
+    def _close(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in accept() or recv() on it
+        sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+                server.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._listener is not listener:  # cut meanwhile
+                    client.close()
+                    server.close()
+                    return
+                self._open.update((client, server))
+                self.accepted += 1
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._open.discard(source)
+                self._open.discard(sink)
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def proxied(stack: Stack) -> Iterator[tuple[Proxy, ApiServer]]:
+    url = make_url(stack.database_url)
+    proxy = Proxy((url.host or "127.0.0.1", url.port or 5432)).start()
+    through = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    server = ApiServer(database_url=through, log=stack.logs / "uvicorn-outage.log").start()
+    try:
+        yield proxy, server
+    finally:
+        server.stop()
+        proxy.cut()
+
+
+def test_outage__503_with_retry_after_then_no_500_and_the_retried_answer_gets_its_receipt(
+    proxied: tuple[Proxy, ApiServer],
+) -> None:
+    proxy, server = proxied
+    http = server.client(timeout=20)
+    actors = make_actors(http)
+    made = http.post("/v1/runs", json={"workflow": "t.ask_one", "payload": {}, "target": TARGET},
+                     headers=actors.auth(AGENT))  # fmt: skip
+    assert made.status_code == 201, made.text
+    run_id = made.json()["id"]
+    drive(run_id)
+    iid = interactions(run_id)["go"].id
+    answer = {"response_id": "answer-through-the-outage", "value": "yes"}
+
+    def requests() -> list[tuple[str, str, dict[str, Any]]]:
+        return [
+            ("GET", f"/v1/runs/{run_id}", {"headers": actors.auth(HUMAN)}),
+            ("GET", "/v1/interactions", {"headers": actors.auth(HUMAN)}),
+            ("GET", f"/v1/runs/{run_id}/events", {"headers": actors.auth(AGENT)}),
+            ("POST", f"/v1/interactions/{iid}/answer", {"headers": actors.auth(HUMAN), "json": answer}),
+            ("POST", "/v1/runs", {"headers": actors.auth(AGENT),
+                                  "json": {"workflow": "t.ask_one", "payload": {}, "target": TARGET}}),
+            ("POST", "/v1/grants", {"headers": actors.auth(ADMIN), "json": {"principal": HUMAN, "target": "x:y"}}),
+            ("POST", f"/v1/interactions/{iid}/answer", {"headers": actors.auth(HUMAN), "json": {"value": 1}}),
+        ]  # fmt: skip
+
+    def send(request: tuple[str, str, dict[str, Any]]) -> httpx.Response:
+        method, path, kwargs = request
+        return http.request(method, path, **kwargs)
+
+    def burst() -> list[int]:
+        """24 reads, 6 at a time: each of the API's pooled connections is used."""
+        with ThreadPoolExecutor(6) as pool:
+            return [r.status_code for r in pool.map(send, [requests()[0]] * 24)]
+
+    # A short cut found first by an answer, whose statements run on the driver's cursor (parkway/hot.py):
+    # the connection it found dead is replaced, and so is every other one the cut killed, though they were
+    # in use moments ago, before a request gets one.
+    assert burst() == [200] * 24
+    proxy.cut()
+    refused = send(requests()[3]).status_code  # (never an assert on the call itself: its repr holds tokens)
+    assert refused == 503
+    proxy.restore()
+    assert burst() == [200] * 24
+
+    # A longer outage: every kind of request while it lasts
+    proxy.cut()
+    during = [send(request) for _ in range(3) for request in requests()]
+    for response in during:
+        assert response.status_code == 503, (response.request.method, response.request.url, response.text)
+        assert response.headers.get("retry-after", "").isdigit(), response.headers
+        body = response.json()
+        assert body["error"] == "unavailable" and isinstance(body["detail"], str), body
+    assert interactions(run_id)["go"].status == "pending"  # the answer sent during the outage was not stored
+
+    proxy.restore()
+    # The pooled connections the cut killed are never handed out again: the first requests after it succeed
+    after = burst()
+    assert after == [200] * 24
+    # The client's exact retry of the answer it sent during the outage goes through, and again gives the receipt
+    first = send(requests()[3])
+    assert first.status_code == 200, first.text
+    again = send(requests()[3]).json()
+    assert again == first.json()
+    row = wait_for(lambda: interactions(run_id)["go"], what="the answer")
+    assert (row.status, row.response_id) == ("answered", answer["response_id"])
+
+    log = server.text()
+    assert "Traceback" not in log and "unhandled error" not in log, log[-3000:]
+    assert "database unavailable" in log
+    print(f"\noutage: {len(during)} requests during the cut, all 503; {len(after)} after it, all 200;"
+          f" proxy connections accepted {proxy.accepted}")  # fmt: skip
+    http.close()
