@@ -300,7 +300,7 @@ async def stream(
     principal = await run_in_threadpool(signed_in, request)
     if principal is None:
         return Response(status_code=401, headers={"Cache-Control": "no-store"})
-    start = int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else after
+    start = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else after
     return StreamingResponse(
         sse_events(request, principal, start),
         media_type="text/event-stream",

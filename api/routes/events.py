@@ -75,7 +75,7 @@ async def stream(
         str | None, Header(max_length=20, description="set by reconnecting clients; wins over `after`")
     ] = None,
 ) -> StreamingResponse:
-    start = int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else after
+    start = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else after
     return StreamingResponse(
         sse_events(request, principal, start),
         media_type="text/event-stream",

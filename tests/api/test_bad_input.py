@@ -7,6 +7,7 @@ payload, an answer's value, a run's target or a key, sent as raw body bytes the 
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 
 import pytest
@@ -18,7 +19,7 @@ from models.jsonsafe import MAX_DEPTH, InvalidInput
 from models.tables import Event, Run
 from parkway.db import transaction
 from parkway.errors import InvalidAnswer, ParkwayError
-from tests.api.conftest import AGENT, HUMAN, Actors, drive
+from tests.api.conftest import AGENT, HUMAN, Actors, ApiServer, drive
 from tests.support import TARGET, interactions
 
 # Raw JSON text of values Python's json module reads but Parkway cannot store.
@@ -182,3 +183,19 @@ def test_form_json_field__refused_as_a_form_error(raw: str) -> None:
         forms.value_from(root, {"value": raw})
     with pytest.raises(forms.FormError):
         forms.value_from(forms.fields_for({"type": "string"}), {"value": "a\x00b"})
+
+
+# --------------------------------------------------------------------------- headers over real HTTP
+
+
+def test_last_event_id__a_non_ascii_digit_is_ignored_not_a_500(server: ApiServer, actors: Actors) -> None:
+    """``Last-Event-ID: \\xb2`` reads (latin-1) as "²", which ``str.isdigit`` accepts and ``int`` refuses. Sent
+    on a raw socket: the test client does not deliver such a header byte as a real server does."""
+    for path in ("/v1/events/stream", "/decisions/stream"):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+            token = actors.tokens[HUMAN].encode()
+            sock.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token
+                         + b"\r\nLast-Event-ID: \xb2\r\n\r\n")  # fmt: skip
+            status = sock.recv(64).split(b"\r\n", 1)[0]
+        assert not status.startswith(b"HTTP/1.1 5"), (path, status)
+    assert "Traceback" not in server.text()
