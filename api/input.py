@@ -11,7 +11,8 @@ it on the request), so it is not parsed twice.
 
 from __future__ import annotations
 
-from email.message import Message
+from collections.abc import Iterable
+from typing import Any
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -20,29 +21,31 @@ from models.jsonsafe import json_problem, text_problem
 
 
 def _is_json(content_type: str | None) -> bool:
-    """What FastAPI reads as JSON: ``application/json`` or ``application/*+json``."""
+    """What FastAPI reads as JSON: ``application/json`` or ``application/*+json`` (any parameters)."""
     if not content_type:
         return False
-    message = Message()
-    message["content-type"] = content_type
-    subtype = message.get_content_subtype()
-    return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+    mime = content_type.partition(";")[0].strip().lower()
+    return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
 
 
 def _strings_problem(request: Request) -> tuple[tuple[str, ...], str] | None:
-    sources = (
-        ("path", request.path_params.items()),
-        ("query", request.query_params.multi_items()),
-        ("header", request.headers.items()),
-    )
+    # Headers arrive as bytes (read as latin-1: never a surrogate), so NUL is all there is to look for.
+    for name, value in request.scope["headers"]:
+        if b"\x00" in name or b"\x00" in value:
+            return ("header", _shown(name.decode("latin-1"))), "contains NUL"
+    sources: list[tuple[str, Iterable[tuple[str, Any]]]] = [("path", request.path_params.items())]
+    if request.scope.get("query_string"):
+        sources.append(("query", request.query_params.multi_items()))
     for where, pairs in sources:
         for name, value in pairs:
             for text in (name, value):
-                problem = text_problem(text) if isinstance(text, str) else None
-                if problem is not None:
-                    shown = name.encode("ascii", "backslashreplace").decode()[:40]
-                    return (where, shown), problem
+                if isinstance(text, str) and (problem := text_problem(text)) is not None:
+                    return (where, _shown(name)), problem
     return None
+
+
+def _shown(name: str) -> str:
+    return name.encode("ascii", "backslashreplace").decode()[:40]
 
 
 async def checked_input(request: Request) -> None:
