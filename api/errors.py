@@ -189,7 +189,7 @@ def database_unavailable(exc: BaseException) -> bool:
     if not isinstance(cause, psycopg.OperationalError):
         return False
     state = cause.sqlstate
-    return state is None or state.startswith(("08", "57P0")) or state == "53300"
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03", "53300")
 
 
 def _unavailable(request: Request, exc: BaseException) -> JSONResponse:

@@ -9,16 +9,19 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from tests.api.conftest import ADMIN, AGENT, HUMAN, ApiServer, drive, free_port, make_actors
-from tests.conftest import BACKEND
+from tests.conftest import BACKEND, PG_ADMIN_URL
 from tests.support import TARGET, Stack, interactions, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -186,3 +189,57 @@ def test_outage__503_with_retry_after_then_no_500_and_the_retried_answer_gets_it
     print(f"\noutage: {len(during)} requests during the cut, all 503; {len(after)} after it, all 200;"
           f" proxy connections accepted {proxy.accepted}")  # fmt: skip
     http.close()
+
+
+def test_restart_kills_the_pooled_connections__the_first_found_is_a_503_and_none_is_handed_out_again(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    """What a PostgreSQL restart does to a running API's pool, without restarting the shared server: every
+    backend of the API is terminated (``57P01 terminating connection due to administrator command``)."""
+    name = f"parkway-api-{uuid.uuid4().hex[:8]}"  # the API's own backends, and no one else's
+    url = make_url(fresh_db).update_query_dict({"application_name": name})
+    server = ApiServer(database_url=url.render_as_string(hide_password=False), log=tmp_path / "uvicorn.log")
+    server.start()
+    try:
+        with server.client(timeout=20) as http:
+            actors = make_actors(http)
+            made = http.post("/v1/runs", json={"workflow": "t.ask_one", "payload": {}, "target": TARGET},
+                             headers=actors.auth(AGENT))  # fmt: skip
+            assert made.status_code == 201, made.text
+            run_id = made.json()["id"]
+            drive(run_id)
+            iid = interactions(run_id)["go"].id
+            answer = {"response_id": "answer-after-the-restart", "value": "yes"}
+
+            def read(_: int) -> int:
+                return http.get(f"/v1/runs/{run_id}", headers=actors.auth(HUMAN)).status_code
+
+            with ThreadPoolExecutor(6) as pool:
+                assert list(pool.map(read, range(24))) == [200] * 24
+            killed = terminate_backends(name)
+            assert killed >= 2
+            # The answer (statements on the driver's cursor) finds a dead connection first: a 503, unless
+            # that connection was idle long enough to be pinged; then none of the others is handed out
+            first = http.post(f"/v1/interactions/{iid}/answer", json=answer, headers=actors.auth(HUMAN))
+            assert first.status_code in (200, 503), first.text
+            if first.status_code == 503:
+                assert first.headers["retry-after"].isdigit() and first.json()["error"] == "unavailable"
+            with ThreadPoolExecutor(6) as pool:
+                assert list(pool.map(read, range(24))) == [200] * 24
+            retried = http.post(f"/v1/interactions/{iid}/answer", json=answer, headers=actors.auth(HUMAN))
+            assert retried.status_code == 200, retried.text
+        assert interactions(run_id)["go"].response_id == answer["response_id"]
+        log = server.text()
+        assert "Traceback" not in log and "unhandled error" not in log, log[-3000:]
+    finally:
+        server.stop()
+
+
+def terminate_backends(application_name: str) -> int:
+    engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            sql = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :n"
+            return int(conn.execute(text(sql), {"n": application_name}).scalar_one())
+    finally:
+        engine.dispose()
