@@ -42,7 +42,7 @@ TOO_LARGE = "the request body is larger than {limit} bytes"
 NOT_READY = "not ready: {reason}"
 INTERNAL = "an internal error occurred; it has been logged"
 UNPARSABLE = "the body could not be parsed"
-DATABASE_UNAVAILABLE = "the database cannot be reached just now; nothing was changed by this request: retry it"
+DATABASE_UNAVAILABLE = "the database cannot be reached just now; retry the request as it is (an exact retry is safe)"
 RETRY_AFTER_S = 2
 
 STATUS_CODES = {

@@ -97,7 +97,13 @@ async def sse_events(request: Request, principal: Principal, after: int) -> Asyn
         yield "retry: 2000\n\n"
         cursor, quiet = after, 0.0
         while not await request.is_disconnected():
-            events, cursor = await run_in_threadpool(_poll, principal, cursor)
+            try:
+                events, cursor = await run_in_threadpool(_poll, principal, cursor)
+            except Exception as exc:  # the database went away: end the stream (the client resumes from its id)
+                if not errors.database_unavailable(exc):
+                    raise
+                errors.log.warning("event stream ended: the database cannot be reached (%s)", type(exc).__name__)
+                return
             for seq, data in events:
                 yield f"id: {seq}\ndata: {data}\n\n"
             if events:

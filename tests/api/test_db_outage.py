@@ -161,7 +161,11 @@ def test_outage__503_with_retry_after_then_no_500_and_the_retried_answer_gets_it
     proxy.restore()
     assert burst() == [200] * 24
 
-    # A longer outage: every kind of request while it lasts
+    # A longer outage: every kind of request while it lasts, and an event stream open when it begins
+    ended: list[str] = []
+    stream = threading.Thread(target=follow_stream, args=(server, actors.auth(HUMAN), ended), daemon=True)
+    stream.start()
+    wait_for(lambda: ended, what="the stream's first line")
     proxy.cut()
     during = [send(request) for _ in range(3) for request in requests()]
     for response in during:
@@ -170,6 +174,8 @@ def test_outage__503_with_retry_after_then_no_500_and_the_retried_answer_gets_it
         body = response.json()
         assert body["error"] == "unavailable" and isinstance(body["detail"], str), body
     assert interactions(run_id)["go"].status == "pending"  # the answer sent during the outage was not stored
+    stream.join(timeout=30)
+    assert ended[-1] == "ended", ended[-3:]  # a clean end of the body (the client resumes with Last-Event-ID)
 
     proxy.restore()
     # The pooled connections the cut killed are never handed out again: the first requests after it succeed
@@ -189,6 +195,17 @@ def test_outage__503_with_retry_after_then_no_500_and_the_retried_answer_gets_it
     print(f"\noutage: {len(during)} requests during the cut, all 503; {len(after)} after it, all 200;"
           f" proxy connections accepted {proxy.accepted}")  # fmt: skip
     http.close()
+
+
+def follow_stream(server: ApiServer, auth: dict[str, str], lines: list[str]) -> None:
+    """Read ``GET /v1/events/stream`` until it ends; the last line says how."""
+    try:
+        with httpx.stream("GET", f"{server.url}/v1/events/stream", headers=auth, timeout=30) as response:
+            for line in response.iter_lines():
+                lines.append(line)
+        lines.append("ended")
+    except httpx.HTTPError as exc:
+        lines.append(f"broken: {type(exc).__name__}")
 
 
 def test_restart_kills_the_pooled_connections__the_first_found_is_a_503_and_none_is_handed_out_again(
