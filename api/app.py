@@ -7,10 +7,11 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from api import errors
+from api.input import checked_input
 from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from api.metrics import MetricsMiddleware
 from api.pages import decisions
@@ -59,12 +60,20 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app() -> FastAPI:
-    app = FastAPI(title="Parkway", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="Parkway",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        dependencies=[Depends(checked_input)],  # every route: NUL, lone surrogates, NaN/inf, deep nesting → 422
+    )
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware)  # outermost: every request is observed, refused ones too
-    for module in (runs, interactions, principals, grants, events, health, decisions):
-        app.include_router(module.router)
+    for module in (runs, interactions, principals, grants, events, decisions):
+        # Any of them may find the database unreachable: 503 with Retry-After (api/errors.py).
+        app.include_router(module.router, responses=errors.documented(503))
+    app.include_router(health.router)  # liveness never reads the database; readiness documents its own 503
     return app
 
 

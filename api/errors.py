@@ -1,8 +1,9 @@
 """Every error the API returns, as JSON ``{"error", "detail", "state"?, "errors"?}``; the texts live here.
 
 Store and SDK outcomes (``parkway.errors.OutcomeError``) keep their own status, code and state. Validation
-errors (422), unknown routes (404), wrong methods (405), too large bodies (413) and unexpected failures
-(500) are rendered in the same shape, so a client has one error format to read.
+errors (422), unknown routes (404), wrong methods (405), too large bodies (413), a database that cannot be
+reached (503 with ``Retry-After``) and unexpected failures (500) are rendered in the same shape, so a client
+has one error format to read.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -41,6 +45,8 @@ TOO_LARGE = "the request body is larger than {limit} bytes"
 NOT_READY = "not ready: {reason}"
 INTERNAL = "an internal error occurred; it has been logged"
 UNPARSABLE = "the body could not be parsed"
+DATABASE_UNAVAILABLE = "the database cannot be reached just now; retry the request as it is (an exact retry is safe)"
+RETRY_AFTER_S = 2
 
 STATUS_CODES = {
     400: "bad_request",
@@ -106,7 +112,8 @@ DESCRIPTIONS = {
     410: "The wait ended without an answer; `state` is the interaction with `run_status`.",
     413: "The request body is larger than 1 MiB.",
     422: "The request (or the answer's value) is not valid; nothing was stored.",
-    503: "Not ready; `detail` says why.",
+    503: "The database cannot be reached for now (`Retry-After` says when to retry; an exact retry is safe), "
+    "or the process is not ready; `detail` says why.",
 }
 
 
@@ -130,7 +137,12 @@ async def _on_validation(request: Request, exc: RequestValidationError) -> JSONR
     # Authentication comes first: a request without a valid token learns nothing, not even its 422.
     from api.deps import authentication_problem
 
-    problem = await run_in_threadpool(authentication_problem, request)
+    try:
+        problem = await run_in_threadpool(authentication_problem, request)
+    except Exception as failure:
+        if not database_unavailable(failure):
+            raise
+        return _unavailable(request, failure)
     if problem is not None:
         return _on_api_error(request, problem)
     messages = _validation_messages(exc)
@@ -165,7 +177,41 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
 
 
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot be reached now (a restart, an outage, a full pool), not
+    that the request or the code is wrong: connection refused or lost, a connection SQLAlchemy found dead
+    (``connection_invalidated``), PostgreSQL shutting down or starting up (SQLSTATE class 08, 57P01-57P03),
+    too many connections (53300), or no pooled connection free in time."""
+    if isinstance(exc, PoolTimeout | DisconnectionError):
+        return True
+    cause: BaseException | None = exc
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        cause = exc.orig
+    if not isinstance(cause, psycopg.OperationalError):
+        return False
+    state = cause.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03", "53300")
+
+
+def _unavailable(request: Request, exc: BaseException) -> JSONResponse:
+    # One line, no traceback: an outage is an operational event, not a bug (the driver's message says which).
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    why = (str(cause).strip().splitlines() or [""])[0][:300]
+    log.warning("database unavailable on %s %s: %s: %s", request.method, request.url.path, type(cause).__name__, why)
+    return error_response(503, "unavailable", DATABASE_UNAVAILABLE, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+async def _on_database(request: Request, exc: Exception) -> JSONResponse:
+    if database_unavailable(exc):
+        return _unavailable(request, exc)
+    return await _on_unexpected(request, exc)
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    if database_unavailable(exc):  # raised outside SQLAlchemy's own wrapping, e.g. from a dependency's pool
+        return _unavailable(request, exc)
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal", INTERNAL)
 
@@ -176,4 +222,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _on_api_error_async)
     app.add_exception_handler(OutcomeError, _on_outcome)
     app.add_exception_handler(StarletteHTTPException, _on_http)
+    for database_error in (DBAPIError, DisconnectionError, PoolTimeout):
+        app.add_exception_handler(database_error, _on_database)
     app.add_exception_handler(Exception, _on_unexpected)

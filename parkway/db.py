@@ -74,10 +74,24 @@ def pool_options() -> dict[str, int]:
 PING_AFTER_IDLE_S = 2.0
 
 
+# When this process last saw a connection invalidated (a statement found it dead: the database restarted or
+# the network dropped it): every pooled connection last used before then is pinged before its next use.
+_last_invalidated: list[float] = [0.0]
+
+
+def _suspect(last_used: float) -> bool:
+    """Whether a connection last used at ``last_used`` (monotonic) must be pinged before it is used."""
+    return time.monotonic() - last_used >= PING_AFTER_IDLE_S or last_used <= _last_invalidated[0]
+
+
 def _ping_when_idle(engine: Engine) -> None:
-    """``pool_pre_ping``, but only for connections idle for ``PING_AFTER_IDLE_S``: a dead one (the database
-    restarted) is replaced before use. Only a restart within that window reaches a statement, which then
-    fails with the disconnect and SQLAlchemy replaces the whole pool; the caller's transaction rolls back."""
+    """``pool_pre_ping``, but only for connections idle for ``PING_AFTER_IDLE_S`` or last used before a
+    connection of this process was found dead: a dead one (the database restarted) is replaced before use.
+    Only a restart within that window reaches a statement, which then fails with the disconnect (the
+    caller's transaction rolls back; the API answers 503) and from then on every older connection is
+    pinged before use: of the connections a restart killed, only the first one found reaches a caller.
+    (SQLAlchemy's own executions also mark the whole pool stale on a disconnect; a ``HotStatement``
+    invalidates just its connection, and this covers the rest.)"""
 
     @event.listens_for(engine, "connect")
     def _on_connect(_dbapi_conn: Any, record: Any) -> None:
@@ -88,9 +102,13 @@ def _ping_when_idle(engine: Engine) -> None:
         if record is not None:
             record.info["idle_since"] = time.monotonic()
 
+    @event.listens_for(engine, "invalidate")
+    def _on_invalidate(_dbapi_conn: Any, _record: Any, _exception: Any) -> None:
+        _last_invalidated[0] = time.monotonic()
+
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
-        if time.monotonic() - record.info.get("idle_since", 0.0) < PING_AFTER_IDLE_S:
+        if not _suspect(record.info.get("idle_since", 0.0)):
             return
         try:
             engine.dialect.do_ping(dbapi_conn)  # in autocommit: the connection is handed over outside a transaction
@@ -218,7 +236,7 @@ def _take_held(engine: Engine, durable: bool) -> Connection | None:
     if held_engine is not engine or conn.invalidated or conn.closed:
         _close_quietly(conn)
         return None
-    if time.monotonic() - used >= PING_AFTER_IDLE_S:  # as the pool does at checkout: a restart is caught here
+    if _suspect(used):  # as the pool does at checkout: a restart is caught here
         try:
             dbapi_conn = conn.connection.dbapi_connection
             assert dbapi_conn is not None

@@ -14,7 +14,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from sqlalchemy import Row
 
-from models import store
+from models import jsonsafe, store
 from models.status import InteractionKind, PrincipalKind
 from models.store import Answer, Credential, InteractionSpec
 from models.tables import Interaction, Principal
@@ -335,6 +335,7 @@ def start_run(
     """
     if not registry.has_step(workflow):
         raise NotRegistered(f"workflow {workflow} is not a registered step")
+    jsonsafe.require_storable({"payload": payload, "target": target, "idempotency_key": idempotency_key}, "the run")
     _json_ok(payload, "the run payload")
     with transaction() as session:
         owner = _principal(session, principal)
@@ -425,6 +426,8 @@ def answer(
     """
     if not response_id:
         raise InvalidAnswer("a response_id is required so that retries can be recognized")
+    if (problem := jsonsafe.json_problem({"response_id": response_id, "value": value})) is not None:
+        raise InvalidAnswer(f"the answer is not JSON Parkway can store ({problem})", errors=[problem])
     digest = response_digest(value)
     with core_transaction() as conn:
         receipt = store.answer(

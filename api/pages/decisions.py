@@ -307,7 +307,7 @@ async def stream(
     principal = await run_in_threadpool(session_principal, sid)
     if principal is None or sid is None:
         return Response(status_code=401, headers={"Cache-Control": "no-store"})
-    start = int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else after
+    start = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else after
     return StreamingResponse(
         _while_open(sid, sse_events(request, principal, start)),
         media_type="text/event-stream",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from api.pages import texts
+from models.jsonsafe import json_problem
 
 Widget = Literal["select", "text", "password", "number", "checkbox", "json", "group"]
 
@@ -84,9 +85,14 @@ def _field(schema: Any, *, name: str, label: str, required: bool, secret: bool, 
 
 
 def value_from(root: Field, form: Mapping[str, str]) -> Any:
-    """The answer's value from a posted form; raises ``FormError`` for a field that cannot be read."""
+    """The answer's value from a posted form; raises ``FormError`` for a field that cannot be read, or for
+    what Parkway cannot store (NUL, a lone surrogate, ``NaN`` in a JSON field: ``models.jsonsafe``)."""
     value = _value(root, form)
-    return None if value is OMIT else value
+    value = None if value is OMIT else value
+    problem = json_problem(value)
+    if problem is not None:
+        raise FormError(texts.NOT_STORABLE.format(problem=problem))
+    return value
 
 
 def _value(spec: Field, form: Mapping[str, str]) -> Any:

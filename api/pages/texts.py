@@ -26,5 +26,6 @@ GONE_WHY = {
 }
 INVALID = "That answer does not fit the question, so nothing was recorded:"
 NOT_JSON = "{label}: not valid JSON ({problem})"
+NOT_STORABLE = "The answer holds what cannot be stored: {problem}"
 FORBIDDEN = "You hold no grant on this prompt's target any more, so it cannot be answered by you."
 NOT_FOUND = "There is no prompt with that id."

@@ -75,7 +75,7 @@ async def stream(
         str | None, Header(max_length=20, description="set by reconnecting clients; wins over `after`")
     ] = None,
 ) -> StreamingResponse:
-    start = int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else after
+    start = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else after
     return StreamingResponse(
         sse_events(request, principal, start),
         media_type="text/event-stream",
@@ -97,7 +97,13 @@ async def sse_events(request: Request, principal: Principal, after: int) -> Asyn
         yield "retry: 2000\n\n"
         cursor, quiet = after, 0.0
         while not await request.is_disconnected():
-            events, cursor = await run_in_threadpool(_poll, principal, cursor)
+            try:
+                events, cursor = await run_in_threadpool(_poll, principal, cursor)
+            except Exception as exc:  # the database went away: end the stream (the client resumes from its id)
+                if not errors.database_unavailable(exc):
+                    raise
+                errors.log.warning("event stream ended: the database cannot be reached (%s)", type(exc).__name__)
+                return
             for seq, data in events:
                 yield f"id: {seq}\ndata: {data}\n\n"
             if events:

@@ -39,3 +39,12 @@ def elsewhere(ctx: Context, payload: Any) -> Park:
         continuation="api.login_done@1",
         interactions=[Question(key="otp", prompt="Code?", schema=OTP_SCHEMA, target=payload["ask"])],
     )
+
+
+@step("api.ask_any")
+def ask_any(ctx: Context, payload: Any) -> Park:
+    """A question whose schema admits any JSON value: what reaches the store is the API's check alone."""
+    return Park(
+        continuation="api.login_done@1",
+        interactions=[Question(key="any", prompt="Anything?", schema={}, target="team:ops")],
+    )
