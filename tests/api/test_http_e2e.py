@@ -228,7 +228,16 @@ def read_sse(
 def test_event_stream__ids_are_seqs_resumes_with_last_event_id_and_ends_on_disconnect(live: Live) -> None:
     run_id = start(live, "t.ask_one")
     wait_run(live, run_id, "waiting")
-    mine = [e["seq"] for e in live.get(f"/v1/runs/{run_id}/events", HUMAN).json()["items"]]
+    # Delivery waits while any write transaction in the cluster is open: wait for the park's events
+    items = wait_for(
+        lambda: (
+            (got := live.get(f"/v1/runs/{run_id}/events", HUMAN).json()["items"])
+            and got[-1]["type"] == "interaction.asked"
+            and got
+        ),
+        what="the parked run's events",
+    )
+    mine = [e["seq"] for e in items]
     # From the start: every event is (id=seq, data=the event), in order
     first = read_sse(live, HUMAN, count=len(mine), **{"Last-Event-ID": str(mine[0] - 1)})
     assert [seq for seq, _ in first] == [data["seq"] for _, data in first]
