@@ -41,10 +41,10 @@ def _db_now(session: Session, *, plus_s: float = 0.0) -> Any:
 def pending_projections(session: Session, *, batch: int) -> list[str]:
     """Terminal runs whose projections are pending and due now, the longest due first (at most ``batch``;
     rows another projector holds are skipped)."""
-    stmt = select(Run.id).where(text("projection_pending"), due_at <= _db_now(session)).order_by(due_at).limit(batch)
-    if session.get_bind().dialect.name == "postgresql":
-        stmt = stmt.with_for_update(skip_locked=True)
-    return list(session.scalars(stmt).all())
+    pg = session.get_bind().dialect.name == "postgresql"
+    pending = text("projection_pending" if pg else "projection_pending = 1")  # the index's predicate, verbatim
+    stmt = select(Run.id).where(pending, due_at <= _db_now(session)).order_by(due_at).limit(batch)
+    return list(session.scalars(stmt.with_for_update(skip_locked=True) if pg else stmt).all())
 
 
 def record_projection_failure(session: Session, run: Run) -> datetime | None:
