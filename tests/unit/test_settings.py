@@ -3,11 +3,9 @@ once into a 0600 file on the embedded default."""
 
 from __future__ import annotations
 
-import multiprocessing
 import re
 import stat
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -111,26 +109,3 @@ def test_key_file__empty_or_short_is_refused_and_never_made_again_over(tmp_path:
         settings.resolved_secret_key()
     assert ("is empty" if not content.strip() else "fewer than 32") in str(refused.value)
     assert path.read_text() == content
-
-
-def _make_key(home: str, start: Any, keys: Any) -> None:
-    start.wait()
-    keys.put(_settings(secret_key="", database_url="", home=home).resolved_secret_key())
-
-
-def test_key_file__processes_starting_at_once_agree_on_one_whole_key(tmp_path: Path) -> None:
-    ctx = multiprocessing.get_context("fork")
-    for round_ in range(10):
-        home = tmp_path / f"home{round_}"
-        start, keys = ctx.Barrier(4), ctx.Queue()
-        procs = [ctx.Process(target=_make_key, args=(str(home), start, keys)) for _ in range(4)]
-        for proc in procs:
-            proc.start()
-        got = [keys.get(timeout=30) for _ in procs]
-        for proc in procs:
-            proc.join(timeout=30)
-            assert proc.exitcode == 0
-        assert len(set(got)) == 1 and len(got[0]) >= 32, got
-        assert (home / "secret.key").read_text().strip() == got[0]
-        assert stat.S_IMODE((home / "secret.key").stat().st_mode) == 0o600
-        assert [p.name for p in home.iterdir()] == ["secret.key"]  # no temporary file left behind
