@@ -23,6 +23,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from models import access
@@ -294,8 +295,18 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, observe_status)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            route = getattr(scope.get("route"), "path", None) or _plain_route(scope) or "unmatched"
             if route not in UNTIMED_ROUTES:
                 REQUEST_LATENCY.labels(scope["method"], route, str(status["code"])).observe(
                     time.perf_counter() - started
                 )
+
+
+def _plain_route(scope: Scope) -> str | None:
+    """The path of the plain Starlette route that served a request (FastAPI's own ``/openapi.json``,
+    ``/docs``, ``/redoc``): FastAPI's router names only its ``APIRoute`` in ``scope["route"]``."""
+    app = scope.get("app")
+    for route in getattr(app, "routes", ()):
+        if isinstance(route, Route) and route.matches(scope)[0] is Match.FULL:
+            return route.path
+    return None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from models import store
+from models import projections, store
 from models.base import utcnow
 from parkway.crash import crash_point
 from parkway.db import transaction
@@ -173,9 +173,10 @@ def _stranded_reviews(report: SweepReport, *, now: datetime, batch: int) -> None
 
 
 def _projections(report: SweepReport, *, batch: int) -> None:
-    """Category 5: terminal runs whose projections do not agree yet → write them again."""
+    """Category 5: terminal runs whose projections do not agree yet and are due → write them again (a run
+    whose write failed is due again only after its back-off, so it never holds back newer ones)."""
     with transaction() as session:
-        run_ids = store.pending_projections(session, batch=batch)
+        run_ids = projections.pending_projections(session, batch=batch)
     for run_id in run_ids:
         try:
             if project(run_id):

@@ -1932,17 +1932,6 @@ def owner_evidence(session: Session, execution_id: str) -> str:
 # --------------------------------------------------------------------------- projections
 
 
-def pending_projections(session: Session, *, batch: int) -> list[str]:
-    return list(
-        session.scalars(
-            _skip_locked(
-                session,
-                select(Run.id).where(Run.projection_pending).order_by(Run.completed_at).limit(batch),
-            )
-        ).all()
-    )
-
-
 def lock_run_for_projection(session: Session, run_id: str) -> Run | None:
     """The run, locked for its projector; ``None`` when unknown or another projector holds it."""
     run: Run | None = session.scalar(_skip_locked(session, select(Run).where(Run.id == run_id)))
@@ -1973,7 +1962,7 @@ _CLEAR_PROJECTION = (
         _R.c.status == bindparam("was"),
         _R.c.finished_by == bindparam("by"),
     )
-    .values(projection_pending=False)
+    .values(projection_pending=False, projection_attempts=0, projection_next_at=None)  # a success clears the back-off
 )
 
 
@@ -1997,7 +1986,7 @@ def _clear_projections() -> Any:
             _R.c.status == given.c.was,
             _R.c.finished_by == given.c.by,
         )
-        .values(projection_pending=False)
+        .values(projection_pending=False, projection_attempts=0, projection_next_at=None)
     )
 
 

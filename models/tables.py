@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    func,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -103,12 +104,16 @@ class Run(Base):
     warnings: Mapped[Any | None] = mapped_column(JSON)
     # Set with the canonical terminal event; cleared once every projection agrees with it.
     projection_pending: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Failed projection writes so far, and when the next may be tried (NULL: at once); cleared on success.
+    projection_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    projection_next_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         UniqueConstraint("owner_id", "idempotency_key"),
+        # Ordered by when each pending projection is due: a run that keeps failing moves back (0007).
         Index(
             "ix_runs_projection_pending",
-            "completed_at",
+            func.coalesce(text("projection_next_at"), text("completed_at")),
             postgresql_where=text("projection_pending"),
             sqlite_where=text("projection_pending = 1"),
         ),

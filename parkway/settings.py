@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from functools import lru_cache
@@ -74,15 +75,56 @@ class Settings(BaseSettings):
         return _embedded_key(Path(self.home).resolve() / "secret.key")
 
 
+KEY_FILE_MIN_CHARS = 32
+
+
 def _embedded_key(path: Path) -> str:
+    """The embedded default's key: read from ``path``, or made there once. The file appears whole or not
+    at all (a 0600 temporary file in the same directory, fsync, then ``os.link`` to the name: two
+    processes starting at once agree on whichever link came first). An empty or short file is refused,
+    never silently made again over: data sealed with the key it held would be lost."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        _create_key_file(path)
+    return _read_key_file(path)
+
+
+def _create_key_file(path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_urlsafe(48))
-    return path.read_text().strip()
+        try:
+            os.write(fd, (secrets.token_urlsafe(48) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # unlike rename, never replaces a key another process made meanwhile
+        except FileExistsError:
+            return
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _read_key_file(path: Path) -> str:
+    try:
+        key = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"the key file {path} cannot be read: {exc}") from exc
+    if len(key) < KEY_FILE_MIN_CHARS:
+        what = "is empty" if not key else f"holds {len(key)} characters, fewer than {KEY_FILE_MIN_CHARS}"
+        raise ConfigError(
+            f"the key file {path} {what}; it is not made again over an existing file (what was sealed with "
+            "its key would be lost): restore it from a backup, or delete it to make a new key, "
+            "or set PARKWAY_SECRET_KEY"
+        )
+    return key
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,8 @@
 """Terminal projections: ``run_metadata.json`` in the run's workspace and a schedule-history row.
 
 Both are written after the canonical terminal event commits, idempotently, from that record alone.
-A failure leaves the run ``projection_pending``; the sweep calls ``project`` again until all agree.
+A failure leaves the run ``projection_pending``; the sweep calls ``project`` again until all agree, each
+failed write pushing the run's next attempt further out (``models.projections``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from models import store
+from models import projections, store
 from models.status import RUN_TERMINAL, normalize_run_status
 from models.store import RunRecord
 from models.tables import Run
@@ -102,7 +103,9 @@ def project(run_id: str) -> bool:
         try:
             write_atomically(metadata_path(run_id), metadata(run))
         except OSError as exc:
-            log.warning("projection write failed; the sweep retries it: %s", exc, extra={"run_id": run_id})
+            next_at = projections.record_projection_failure(session, run)  # backs off: newer runs go first
+            log.warning("projection write failed; the sweep retries it from %s: %s", next_at, exc,
+                        extra={"run_id": run_id, "projection_attempts": run.projection_attempts + 1})  # fmt: skip
             return False
         store.record_schedule_history(session, run)
         return store.clear_projection_pending(session, run)

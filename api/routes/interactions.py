@@ -88,6 +88,8 @@ def _answer(interaction_id: str, body: AnswerIn, caller: Credential) -> dict[str
     try:
         receipt = sdk.answer(interaction_id, body.value, response_id=body.response_id, principal=caller)
     except (Unauthenticated, WrongKind) as exc:
+        if isinstance(exc, WrongKind):  # an answer refused (403) like any other, not an unknown caller
+            ANSWERS.labels(outcome=exc.code).inc()
         raise caller_error(exc) from None
     except OutcomeError as exc:
         ANSWERS.labels(outcome=exc.code).inc()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
+from models import projections
 from models.base import utcnow
 from models.tables import Continuation, Review, Run, ScheduleHistory
 from parkway.db import transaction
@@ -157,15 +158,21 @@ def test_projection_write_fails__pending_until_the_sweep_converges(stack: Stack,
     _history_agrees(run_id, run)
     result = stack.parkway("sweep", "--once", PARKWAY_WORKSPACE_DIR=str(workspace))
     assert result.returncode == 0, result.stderr
-    assert run_row(run_id).projection_pending
-    # When the workspace is writable again, the next sweep converges every projection
+    assert run_row(run_id).projection_pending and run_row(run_id).projection_attempts == 1
+    # When the workspace is writable again, the next sweep after the failed write's back-off converges it
     workspace.unlink()
     workspace.mkdir()
+    wait_for(lambda: _projection_due(run_id), timeout=10, what="the failed projection's back-off to pass")
     result = stack.parkway("sweep", "--once", "--json", PARKWAY_WORKSPACE_DIR=str(workspace))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1])["projections"] >= 1
     _agree(workspace, run_id)
     assert run_row(run_id).completed_at == run.completed_at
+
+
+def _projection_due(run_id: str) -> bool:
+    with transaction() as session:
+        return run_id in projections.pending_projections(session, batch=1000)
 
 
 def test_completed_run__survives_sigkill_of_everything_and_two_sweeps(stack: Stack, workspace: Path) -> None:

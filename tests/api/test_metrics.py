@@ -14,6 +14,7 @@ from beat.sweep import CATEGORIES, run_sweep
 from models.base import utcnow
 from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP, SWEEP_QUEUE
 from tasks.celery_app import app as celery_app
+from tests.api.conftest import AGENT, Actors
 from tests.support import Stack, start, wait_for, wait_parked, wait_status
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -125,3 +126,34 @@ def test_metrics__unacked_counts_a_message_held_by_a_busy_worker(
     flag.touch()
     wait_status(run_id, "completed", sweep=False)
     wait_for(lambda: value(scrape(client), "parkway_broker_unacked") == 0, timeout=20, what="the acknowledgement")
+
+
+def test_metrics__openapi_and_docs_are_timed_under_their_own_paths(client: TestClient) -> None:
+    # Given the schema and both documentation pages fetched
+    before = scrape(client)
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        assert client.get(path).status_code == 200
+    after = scrape(client)
+
+    # Then each is counted under its path, not as an unmatched route
+    def count(samples: Samples, route: str) -> float:
+        key = "parkway_http_request_duration_seconds_count"
+        return value(samples, key, method="GET", route=route, status="200") or 0
+
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        assert count(after, path) - count(before, path) == 1, path
+    assert count(after, "unmatched") == count(before, "unmatched")
+
+
+def test_metrics__an_agents_answer_refused_for_its_kind_is_counted_as_forbidden(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given the answers counted so far
+    before = value(scrape(client), "parkway_answers_total", outcome="forbidden") or 0
+    # When an agent tries to answer (agents never answer)
+    refused = client.post(
+        "/v1/interactions/someone/answer", json={"response_id": "r-agent", "value": 1}, headers=actors.auth(AGENT)
+    )
+    # Then it gets its 403, and the answer is counted with the outcome a 403 has
+    assert refused.status_code == 403, refused.text
+    assert (value(scrape(client), "parkway_answers_total", outcome="forbidden") or 0) == before + 1

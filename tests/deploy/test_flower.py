@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from api.metrics import queue_depths
 from parkway.settings import get_settings
 from tasks.celery_app import CONTINUATIONS_QUEUE, RESUME_STEP, RUN_STEP, STEPS_QUEUE, SWEEP, SWEEP_QUEUE
 from tasks.celery_app import app as celery_app
@@ -98,6 +99,42 @@ def test_flower__healthcheck_is_open_and_the_api_needs_basic_auth(flower: Flower
     assert flower.get("/api/tasks", anonymous=True).status_code == 401
     assert flower.get("/api/workers", auth=(AUTH[0], "wrong")).status_code == 401
     assert flower.get("/api/workers").status_code == 200
+
+
+def test_flower__its_own_metrics_answer_without_its_login(flower: Flower) -> None:
+    # Flower 2.x serves /metrics outside --basic-auth (it has no option to put it behind the login), so
+    # docs/operations.md says to keep Flower's port private: bound to 127.0.0.1 or behind a proxy.
+    anonymous = flower.get("/metrics", anonymous=True)
+    assert anonymous.status_code == 200
+    assert "flower_" in anonymous.text
+    assert flower.get("/api/queues/length", anonymous=True).status_code == 401  # its API stays behind it
+
+
+def test_flower__queue_length_on_redis_agrees_with_parkways_own(stack: Stack, flower: Flower) -> None:
+    def flower_lengths() -> dict[str, int]:
+        response = flower.get("/api/queues/length")
+        assert response.status_code == 200, response.text
+        return {queue["name"]: queue["messages"] for queue in response.json()["active_queues"]}
+
+    if stack.backend != "postgres":
+        # The embedded filesystem broker: Flower cannot read it (Parkway's parkway_queue_length can)
+        response = flower.get("/api/queues/length")
+        assert response.status_code == 404 and "broker is not supported" in response.text
+        return
+    # Given two sweep messages waiting and no worker consuming (this module starts its worker later)
+    before = flower_lengths()
+    assert {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE} <= set(before)
+    for _ in range(2):
+        celery_app.send_task(SWEEP, queue=SWEEP_QUEUE)
+    # Then Flower's queue length counts them, as Parkway's own reading of the broker does
+    after = wait_for(
+        lambda: (lengths := flower_lengths())[SWEEP_QUEUE] == before[SWEEP_QUEUE] + 2 and lengths,
+        timeout=10,
+        what="flower to count the two messages",
+    )
+    depths = queue_depths()
+    assert depths is not None
+    assert {name: after[name] for name in depths.length} == depths.length
 
 
 def test_flower__lists_the_worker_and_its_named_queues(flower: Flower, worker: Worker) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime
 
 from models import store
 from models.base import utcnow
@@ -231,24 +231,32 @@ def test_interrupt_run__closes_pending_interactions_so_answers_are_gone(stack: S
 def test_lease_keeper__renews_a_long_body_s_lease_and_short_bodies_do_not_wake_it(stack: Stack) -> None:
     from tasks.worker import LeaseKeeper, _renewer
 
-    # A body that outlives its lease keeps it: the renewer extends it every third of the lease
+    # A body that outlives its lease keeps it: the renewer extends it every third of the lease (a lease
+    # of seconds, so a busy machine's scheduling delays are far inside the two renewals it leaves spare)
+    lease_s = 4.0
     cid = _start_continuation(start("t.after"))
-    assert _claim(cid, "exec-a", lease_s=0.6)
+    assert _claim(cid, "exec-a", lease_s=lease_s)
     first = continuation(cid).lease_expires_at
     assert first is not None
-    with LeaseKeeper(cid, "exec-a", 0.6):
-        wait_for(lambda: utcnow() > first + timedelta(seconds=0.5), timeout=10, what="the first lease to pass")
-        assert not _claim(cid, "exec-b", lease_s=0.6)  # still held: renewed past its first expiry
-        renewed = continuation(cid).lease_expires_at
-        assert renewed is not None and renewed > first
-    # Short executions, one after another, do not wake the thread (its idle wait is a third of the lease)
-    with LeaseKeeper(cid, "exec-a", 30):
-        pass  # the thread now waits 10 s when idle
+    with LeaseKeeper(cid, "exec-a", lease_s):
+
+        def renewed() -> datetime | None:
+            lease = continuation(cid).lease_expires_at
+            return lease if lease is not None and lease > first else None
+
+        wait_for(renewed, timeout=20, what="the lease renewed")
+        wait_for(lambda: utcnow() > first, timeout=20, what="the first lease to pass")
+        assert not _claim(cid, "exec-b", lease_s=lease_s)  # still held: renewed past its first expiry
+    # Short executions, one after another, do not wake the thread: once it waits a third of the last lease
+    # it saw (here 20 minutes), a hold whose renewal falls due later than that wait ends leaves it asleep
+    with LeaseKeeper(cid, "exec-a", 3600):
+        pass
     wait_for(lambda: not _renewer.held, timeout=5, what="nothing held")
+    wait_for(lambda: _renewer.sleeps_until - time.monotonic() > 600, timeout=10, what="the thread in its long wait")
     before = _renewer.passes
     for i in range(50):
-        with LeaseKeeper(f"{cid}-{i}", "exec-a", 30):
+        with LeaseKeeper(f"{cid}-{i}", "exec-a", 3600):
             pass
         time.sleep(0.002)  # the next message's few milliseconds of Celery work: the thread could run in them
-    assert _renewer.passes - before <= 1
+    assert _renewer.passes == before
     assert _consume(cid, "exec-a")

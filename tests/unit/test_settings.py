@@ -3,6 +3,7 @@ once into a 0600 file on the embedded default."""
 
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
 
@@ -95,3 +96,16 @@ def test_db_pool_size__sizes_the_postgresql_pool_and_refuses_nonsense(monkeypatc
     finally:
         monkeypatch.delenv("PARKWAY_DB_POOL_SIZE")
         reset_settings()
+
+
+@pytest.mark.parametrize("content", ["", "\n", "short-key\n", "k" * 31])
+def test_key_file__empty_or_short_is_refused_and_never_made_again_over(tmp_path: Path, content: str) -> None:
+    # Given an embedded home whose key file was left empty or short (a crash, a bad copy, an editor)
+    path = tmp_path / "secret.key"
+    path.write_text(content)
+    settings = _settings(secret_key="", database_url="", home=str(tmp_path))
+    # Then it is refused with a message naming the file and why, and the file is left as it was
+    with pytest.raises(ConfigError, match=re.escape(str(path))) as refused:
+        settings.resolved_secret_key()
+    assert ("is empty" if not content.strip() else "fewer than 32") in str(refused.value)
+    assert path.read_text() == content
