@@ -8,7 +8,7 @@ index ``ix_runs_projection_pending`` is keyed by when each pending projection is
 its batch.
 
 Revision ID: 0007
-Revises: 0003
+Revises: 0005
 Create Date: 2026-12-02 12:00:00
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | None = "0003"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
