@@ -353,7 +353,7 @@ def start_run(
         )
         run_id = run.id
         to_publish = [(due.id, due.kind)] if due is not None else []
-    publish(to_publish)
+    publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return run_id
 
 
@@ -440,7 +440,7 @@ def answer(
         due = receipt.continuation
         to_publish = [(due.id, due.kind)] if due is not None else []
     crash_point("answer.after_commit")
-    publish(to_publish)
+    publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return receipt.as_dict()
 
 

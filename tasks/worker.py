@@ -209,7 +209,7 @@ def _committed(
     bind(outcome=type(outcome).__name__)
     log.debug("committed %s", type(outcome).__name__, extra={**extra, "action": "commit"})
     crash_point("resume.after_commit")
-    publish(to_publish)
+    publish(to_publish, retry=False)  # once: the sweep relays a lost publish after PARKWAY_REENQUEUE_AFTER_S
     if ended is not None:
         project_soon(ended)
     return "committed"
