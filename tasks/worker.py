@@ -237,9 +237,8 @@ def _run_ending(outcome: Result) -> dict[str, Any] | None:
     """``finish_run``'s arguments for an outcome that ends the run (Complete, Fail), else ``None``."""
     if isinstance(outcome, Complete):
         return {"status": RunStatus.COMPLETED, "result": outcome.result}
-    if isinstance(outcome, Fail):
-        details = {"details": outcome.details} if outcome.details else None
-        return {"status": RunStatus.FAILED, "error": outcome.error, "result": details}
+    if isinstance(outcome, Fail):  # a failed run's result is null; its details have a field of their own
+        return {"status": RunStatus.FAILED, "error": outcome.error, "error_details": outcome.details}
     return None
 
 

@@ -263,3 +263,8 @@ def malformed(ctx: Context, payload: dict[str, Any]) -> Any:
     """Returns (or raises) the malformed outcome the payload names."""
     record_effect(ctx, "malformed")  # in the commit: must never happen for a refused outcome
     return MALFORMED[payload["kind"]]()
+
+
+@step("t.fail_details")
+def fail_details(ctx: Context, payload: dict[str, Any]) -> Fail:
+    return Fail("the check broke", details={"code": 3, "checked": payload.get("checked", [])})
