@@ -348,6 +348,8 @@ def start_run(
     then. With ``idempotency_key``, a retry returns the same run and a different body raises ``Conflict``.
     """
     if not registry.has_step(workflow):
+        registry.import_workflows()  # a script that only set PARKWAY_IMPORTS has not imported them yet
+    if not registry.has_step(workflow):
         raise NotRegistered(f"workflow {workflow} is not a registered step")
     _json_ok(payload, "the run payload")
     with transaction() as session:
