@@ -353,6 +353,10 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
     except ParkForPermission as wait:
         # The body stops before its effect; it runs again on the same journal once answered.
         snapshot = {"step": ctx.step_name, "payload": ctx.payload, "journal": ctx.journal_step_id or ctx.step_id}
+        try:
+            interaction_specs(wait.requests)  # refused now, not inside the commit
+        except WorkflowError as exc:
+            return Fail(storable_text(str(exc)))
         return Park(continuation=f"{RERUN}@{RERUN_VERSION}", snapshot=snapshot, interactions=wait.requests)
     except ContinuationNotRegistered as exc:
         log.warning("step parked on %s, which is not registered", exc.key,
