@@ -179,6 +179,11 @@ class RunOut(BaseModel):
     completed_at: datetime | None
     result: Any
     error: str | None
+    error_details: Any = Field(
+        None,
+        description="a failed run's Fail details, or the partial-failure context of a step that returned "
+        "Complete while its review was running; null otherwise",
+    )
     reason: str | None
     interactions: list[InteractionOut] = Field(description="the open (pending) interactions")
     tool_calls: list[ToolCallOut]
@@ -201,6 +206,7 @@ class RunOut(BaseModel):
             completed_at=run.completed_at,
             result=run.result,
             error=run.error,
+            error_details=run.error_details,
             reason=run.reason,
             interactions=[InteractionOut.of(i) for i in view.open_interactions],
             tool_calls=[ToolCallOut.of(c) for c in view.tool_calls],

@@ -25,7 +25,7 @@ from bench import harness
 from bench.harness import ROOT, Services, log
 
 OUT = ROOT / "bench" / "out"
-CASES = ("anatomy", "throughput", "latency", "recovery", "sweep")
+CASES = ("anatomy", "throughput", "latency", "recovery", "broker_down", "sweep")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -273,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
             cases.case_recovery(bench)
             bench.check_foreign("after recovery")
         services.stop_workers()
+        if "broker_down" in args.cases:  # no worker: the answering side alone
+            from bench.broker_down import case_broker_down
+
+            case_broker_down(bench)
         if "sweep" in args.cases:
             harness.create_database(sweep_db)
             from sqlalchemy import create_engine

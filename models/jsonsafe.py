@@ -1,8 +1,10 @@
-"""What JSON may carry into Parkway: one check for every value the API or the SDK is handed to store.
+"""What Parkway accepts as a JSON value to store: one rule for the API's bodies, the SDK and the workers' outcomes.
 
-Python's ``json`` reads ``NaN``, ``Infinity`` and ``1e400`` (as ``inf``) and ``"\\ud800"`` (a lone
-surrogate), none of which PostgreSQL's ``jsonb`` or UTF-8 can hold; text columns and ``jsonb`` strings
-cannot hold NUL; and a value nested deeper than ``MAX_DEPTH`` is refused before anything recurses on it.
+A value is storable when it is made of ``None``, ``bool``, ``int``, finite ``float``, ``str``, ``list`` (or
+``tuple``) and ``dict`` with ``str`` keys, nested at most ``MAX_DEPTH`` deep, and no string (key or value)
+holds a NUL (PostgreSQL's text and ``jsonb`` refuse it) or a surrogate code point (it has no UTF-8 form:
+a lone ``"\\ud800"`` from a JSON body, or a pair a Python literal left split). ``NaN``, the infinities and
+``1e400`` (read as ``inf``) are not JSON numbers. Both passes walk without recursion, so any depth is safe.
 """
 
 from __future__ import annotations
@@ -13,32 +15,46 @@ from typing import Any
 
 from parkway.errors import ParkwayError
 
-MAX_DEPTH = 64
+MAX_DEPTH = 64  # containers inside containers, at most (the JSON encoder recurses once per level)
 
 _BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+_SCALARS = (type(None), bool, int)
+
+
+class InvalidInput(ParkwayError, ValueError):
+    """Raised by the SDK when a value it is handed is not JSON Parkway can store; nothing was stored."""
+
+
+def require_storable(value: Any, what: str) -> None:
+    """Raise ``InvalidInput`` naming ``what`` when ``value`` fails ``json_problem``."""
+    problem = json_problem(value)
+    if problem is not None:
+        raise InvalidInput(f"{what} is not JSON Parkway can store: {problem}")
 
 
 def text_problem(text: str) -> str | None:
-    """Why this string cannot be stored or compared (NUL, a lone surrogate), or ``None``."""
+    """Why a string cannot be stored or compared (a NUL, a surrogate), or ``None``."""
     found = _BAD_CHARS.search(text)
     if found is None:
         return None
-    char = found.group()
-    return "contains NUL" if char == "\x00" else f"contains a lone surrogate (U+{ord(char):04X})"
+    return "contains a NUL character" if found.group() == "\x00" else "contains a lone surrogate (no UTF-8 form)"
+
+
+def storable_text(text: str) -> str:
+    """``text`` with each NUL and surrogate replaced by U+FFFD (for messages built from exceptions)."""
+    return _BAD_CHARS.sub("\ufffd", text)
 
 
 def json_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
-    """Why ``value`` (as ``json.loads`` makes it) is not JSON Parkway can store, or ``None``.
-
-    The answer says where: ``"at /a/0: contains NUL"``. Iterative, so any depth is safe to check.
-    """
+    """The first reason ``value`` cannot be stored as JSON, as a phrase naming where (``$.a[2]``), or
+    ``None`` when it can. The phrase never quotes a string of the value (it may be a secret)."""
     if _acceptable(value, max_depth):
         return None
     return _first_problem(value, max_depth)
 
 
 def _acceptable(value: Any, max_depth: int) -> bool:
-    """The quick pass (a few hundred ns per item): only containers are stacked."""
+    """The quick pass, over every request body: only containers are stacked, nothing is spelled out."""
     bad, finite = _BAD_CHARS.search, math.isfinite
     stack: list[tuple[Any, int]] = [([value], -1)]
     while stack:
@@ -46,7 +62,7 @@ def _acceptable(value: Any, max_depth: int) -> bool:
         if depth >= max_depth:
             return False
         if type(container) is dict:
-            if any(type(key) is str and bad(key) for key in container):
+            if any(type(key) is not str or bad(key) for key in container):
                 return False
             items: Any = container.values()
         else:
@@ -59,61 +75,48 @@ def _acceptable(value: Any, max_depth: int) -> bool:
             elif kind is float:
                 if not finite(item):
                     return False
-            elif kind is dict or kind is list:
+            elif kind is dict or kind is list or kind is tuple:
                 stack.append((item, depth + 1))
-            elif isinstance(item, str | float | dict | list):  # a subclass: let the careful pass judge
+            elif kind not in _SCALARS:  # a subclass or a non-JSON type: let the careful pass judge
                 return False
     return True
 
 
 def _first_problem(value: Any, max_depth: int) -> str | None:
-    """The careful pass, once the quick one found something: the first problem with where it is."""
-    # (item, its parent's entry, its key there, depth): the path is spelled out only for a problem found
-    stack: list[tuple[Any, Any, Any, int]] = [(value, None, None, 0)]
+    """The careful pass, once the quick one found something: the first problem and where it is."""
+    stack: list[tuple[Any, str, int]] = [(value, "$", 0)]
     while stack:
-        entry = stack.pop()
-        item, depth = entry[0], entry[3]
-        problem: str | None = None
+        item, where, depth = stack.pop()
+        if item is None or isinstance(item, bool | int):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{where}: {item!r} is not a JSON number"
+            continue
         if isinstance(item, str):
             problem = text_problem(item)
-        elif isinstance(item, float):
-            problem = None if math.isfinite(item) else f"is not a finite number ({item})"
-        elif isinstance(item, dict):
-            if depth >= max_depth:
-                problem = f"is nested deeper than {max_depth} levels"
-            else:
-                for key, sub in item.items():
-                    if isinstance(key, str) and (bad := text_problem(key)) is not None:
-                        problem = f"has a key that {bad}"
-                        break
-                    stack.append((sub, entry, key, depth + 1))
-        elif isinstance(item, list):
-            if depth >= max_depth:
-                problem = f"is nested deeper than {max_depth} levels"
-            else:
-                stack.extend((sub, entry, index, depth + 1) for index, sub in enumerate(item))
-        if problem is not None:
-            return f"at {_path(entry)}: {problem}"
+            if problem is not None:
+                return f"{where}: {problem}"
+            continue
+        if not isinstance(item, list | tuple | dict):
+            return f"{where}: a {type(item).__name__} is not a JSON value"
+        if depth >= max_depth:
+            return f"{where}: nested deeper than {max_depth} levels"
+        if isinstance(item, dict):
+            for key, child in reversed(list(item.items())):
+                if not isinstance(key, str):
+                    return f"{where}: a key of type {type(key).__name__} (JSON object keys are strings)"
+                problem = text_problem(key)
+                if problem is not None:
+                    return f"{where}: a key {problem}"
+                stack.append((child, f"{where}.{_show(key)}", depth + 1))
+        else:
+            stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in reversed(list(enumerate(item))))
     return None
 
 
-def _path(entry: tuple[Any, Any, Any, int]) -> str:
-    """A JSON Pointer-like path of a stacked entry (keys shortened, and of printable characters only)."""
-    parts: list[str] = []
-    node: Any = entry
-    while node is not None and node[1] is not None:
-        key = str(node[2])
-        parts.append(key[:40].encode("ascii", "backslashreplace").decode())
-        node = node[1]
-    return "/" + "/".join(reversed(parts))
-
-
-class InvalidInput(ParkwayError, ValueError):
-    """Raised by the SDK when a value it is handed is not JSON Parkway can store; nothing was stored."""
-
-
-def require_storable(value: Any, what: str) -> None:
-    """Raise ``InvalidInput`` naming ``what`` when ``value`` fails ``json_problem``."""
-    problem = json_problem(value)
-    if problem is not None:
-        raise InvalidInput(f"{what} is not JSON Parkway can store: {problem}")
+def _show(key: str) -> str:
+    """A key as a path segment: plain when it is an identifier, else quoted (and cut when long)."""
+    if key.isidentifier() and len(key) <= 40:
+        return key
+    return repr(key if len(key) <= 40 else key[:40] + "…")

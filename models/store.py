@@ -517,6 +517,7 @@ class RunRecord:
     completed_at: datetime | None
     finished_by: str | None
     warnings: Any
+    error_details: Any = None  # a failed run's Fail details (its result is null)
 
 
 def _claimable(now: Any) -> Any:
@@ -813,7 +814,8 @@ _FINISH_STEP = (
         updated_at=_bp("at", _S.c.updated_at),
     )
 )
-_RUN_RECORD_COLUMNS = ("id", "workflow", "status", "completed_at", "finished_by", "warnings")  # as RunRecord
+# As RunRecord's fields, in order.
+_RUN_RECORD_COLUMNS = ("id", "workflow", "status", "completed_at", "finished_by", "warnings", "error_details")
 _FINISH_RUN = (
     update(_R)
     .where(_R.c.id == bindparam("rid"), _R.c.status.in_(_one_of(s.value for s in RUN_LIVE)))
@@ -821,6 +823,7 @@ _FINISH_RUN = (
         status=bindparam("to"),
         result=_bp("res", _R.c.result),
         error=bindparam("err"),
+        error_details=_bp("det", _R.c.error_details),
         reason=bindparam("why"),
         finished_by=bindparam("eid"),
         updated_at=_bp("at", _R.c.updated_at),
@@ -840,10 +843,11 @@ def _end_run(
     result: Any = None,
     error: str | None = None,
     reason: str | None = None,
+    error_details: Any = None,
 ) -> RunRecord | None:
     """live -> terminal for a run (the one compare-and-set that writes a canonical terminal record),
     with its schedule-history row; ``None`` when the run already ended (a proven outcome is kept)."""
-    values = {"res": result, "err": error, "why": reason, "at": utcnow()}
+    values = {"res": result, "err": error, "det": error_details, "why": reason, "at": utcnow()}
     row = session.execute(_FINISH_RUN, {"rid": run_id, "to": status.value, "eid": execution_id, **values}).first()
     if row is None:
         return None
@@ -861,14 +865,18 @@ def finish_run(
     result: Any = None,
     error: str | None = None,
     reason: str | None = None,
+    error_details: Any = None,
 ) -> RunRecord | None:
     """The step ends and its run takes its canonical terminal status (written once, by CAS), with its
     schedule-history row; returns that record, or ``None`` when the run was already terminal."""
     values = {"res": result, "err": error, "why": reason, "at": utcnow()}
     session.execute(_FINISH_STEP, {"sid": step.id, "step_to": _STEP_OF_RUN[status].value, **values})
-    run = _end_run(session, step.run_id, status, execution_id=execution_id, result=result, error=error, reason=reason)
+    run = _end_run(session, step.run_id, status, execution_id=execution_id, result=result, error=error,
+                   reason=reason, error_details=error_details)  # fmt: skip
     erase_secrets(session, run_id=step.run_id)
-    append_events(session, _finish_events(step, status, execution_id, run is not None, error=error, reason=reason))
+    ended = run is not None
+    append_events(session, _finish_events(step, status, execution_id, ended, error=error, reason=reason,
+                                          error_details=error_details))  # fmt: skip
     return run
 
 
@@ -888,6 +896,7 @@ def _finish_events(
     *,
     error: str | None,
     reason: str | None,
+    error_details: Any = None,
 ) -> list[dict[str, Any]]:
     """The step's end and, when this ended the run, the run's: in that order."""
     step_status = _STEP_OF_RUN[status].value
@@ -896,6 +905,8 @@ def _finish_events(
         data: dict[str, Any] = {"status": status.value, "execution_id": execution_id}
         if error is not None:
             data["error"] = error
+        if error_details is not None:
+            data["error_details"] = error_details
         if reason is not None:
             data["reason"] = reason
         events.append(event_row(step.run_id, f"run.{status.value}", **data))
@@ -952,6 +963,7 @@ def consume_and_finish_run(
     execution_id: str,
     result: Any = None,
     error: str | None = None,
+    error_details: Any = None,
 ) -> tuple[bool, RunRecord | None]:
     """``consume`` then ``finish_run`` in one statement (PostgreSQL), its events included: whether the
     consume won, and the run's terminal record (``None`` when the claim was lost or the run had already
@@ -960,10 +972,11 @@ def consume_and_finish_run(
     params = {
         **{"cid": continuation_id, "eid": execution_id, "at": now, "sid": step.id, "rid": step.run_id},
         **{"step_to": _STEP_OF_RUN[status].value, "to": status.value, "res": result, "err": error, "why": None},
+        "det": error_details,
     }
     events = [
         _resumed_event(step.run_id, step.id, step.name, continuation_id),
-        *_finish_events(step, status, execution_id, True, error=error, reason=None),
+        *_finish_events(step, status, execution_id, True, error=error, reason=None, error_details=error_details),
     ]
     row = _CONSUME_AND_FINISH_RUN.first(session, {**params, **_event_params(events)})
     if row is None:

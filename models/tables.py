@@ -96,6 +96,7 @@ class Run(Base):
     request_digest: Mapped[str | None] = mapped_column(String(64))
     result: Mapped[Any | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(Text)
+    error_details: Mapped[Any | None] = mapped_column(JSON)  # a failed run's Fail details (result stays null)
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

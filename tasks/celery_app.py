@@ -28,6 +28,8 @@ RUN_STEP = "parkway.run_step"
 RESUME_STEP = "parkway.resume_step"
 SWEEP = "parkway.sweep"
 
+BROKER_CONNECT_TIMEOUT_S = 2.0  # one connect to the broker, at most (a local or LAN Redis answers in ms)
+
 
 def _queue(name: str) -> Queue:
     # Each queue its own direct exchange and key: a message lands in exactly one queue.
@@ -36,8 +38,9 @@ def _queue(name: str) -> Queue:
 
 def broker_options(settings: Settings) -> dict[str, Any]:
     if settings.broker_url:
-        # Redis redelivers unacked messages after this; keep it above the longest step body.
-        return {"visibility_timeout": 6 * 3600}
+        # Redis redelivers unacked messages after this; keep it above the longest step body. A connect
+        # is bounded (redis-py waits for the OS otherwise): an unreachable broker costs a publish that much.
+        return {"visibility_timeout": 6 * 3600, "socket_connect_timeout": BROKER_CONNECT_TIMEOUT_S}
     folder = settings.broker_folder
     for sub in ("queue", "control", "processed"):
         (folder / sub).mkdir(parents=True, exist_ok=True)

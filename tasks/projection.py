@@ -44,7 +44,8 @@ def _workspace_root() -> str:
 
 
 def metadata(run: Run | RunRecord) -> dict[str, Any]:
-    """The projected record: canonical status (legacy words normalized), time, execution, warnings."""
+    """The projected record: canonical status (legacy words normalized), time, execution, warnings, and a
+    failed run's ``error_details`` (null otherwise)."""
     assert run.completed_at is not None
     status, warning = normalize_run_status(run.status)
     warnings = list(run.warnings or []) + ([warning] if warning else [])
@@ -54,6 +55,7 @@ def metadata(run: Run | RunRecord) -> dict[str, Any]:
         "completed_at": run.completed_at.isoformat(),
         "execution_id": run.finished_by,
         "warnings": warnings,
+        "error_details": run.error_details,
     }
 
 

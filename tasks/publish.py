@@ -11,11 +11,16 @@ from tasks.celery_app import CONTINUATIONS_QUEUE, RESUME_STEP, RUN_STEP, STEPS_Q
 log = logging.getLogger("parkway.publish")
 
 
-def publish(items: Iterable[tuple[str, str]], *, after_first: Callable[[], None] | None = None) -> int:
+def publish(
+    items: Iterable[tuple[str, str]], *, after_first: Callable[[], None] | None = None, retry: bool = True
+) -> int:
     """Send one task per ``(continuation_id, kind)``; call only after the commit that created them.
 
-    All sends share one producer (one broker connection for the batch). A failed send is logged, not
-    raised: the row is committed and the sweep will send it again. Returns how many were sent.
+    All sends share one producer (one broker connection for the batch). A failed send is logged at
+    WARNING (ids only), never raised, and ends the batch: the rows are committed and the sweep sends
+    them again. ``retry=False`` (the answer, start and worker paths) makes one attempt: one connect,
+    bounded by the broker's connect timeout, and no publish retry policy, so a broker outage costs a
+    caller no more than that; the sweep keeps the app's bounded retry policy. Returns how many were sent.
     """
     batch = list(items)
     if not batch:
@@ -23,20 +28,23 @@ def publish(items: Iterable[tuple[str, str]], *, after_first: Callable[[], None]
     sent = 0
     try:
         with app.producer_or_acquire() as producer:
+            if not retry:
+                # Without this, the first send would reconnect for up to ``broker_connection_timeout``.
+                producer.connection.ensure_connection(max_retries=0)
             for index, (continuation_id, kind) in enumerate(batch):
                 crash_point("publish.before_send")
                 name, queue = (RUN_STEP, STEPS_QUEUE) if kind == "start" else (RESUME_STEP, CONTINUATIONS_QUEUE)
-                try:
-                    app.send_task(name, args=[continuation_id], queue=queue, producer=producer)
-                    sent += 1
-                except Exception:
-                    log.warning(
-                        "publish failed; the sweep will send it again",
-                        exc_info=True,
-                        extra={"action": "publish", "continuation_id": continuation_id},
-                    )
+                app.send_task(name, args=[continuation_id], queue=queue, producer=producer, retry=retry)
+                sent += 1
                 if index == 0 and after_first is not None:
                     after_first()
-    except Exception:
-        log.warning("no broker connection to publish on; the sweep will send these again", exc_info=True)
+    except Exception as exc:
+        # The rest of the batch would fail the same way (ids are the only arguments): leave it all to the sweep.
+        log.warning(
+            "publish failed (%s: %s); the sweep will send %d continuation(s) again",
+            type(exc).__name__,
+            exc,
+            len(batch) - sent,
+            extra={"action": "publish", "continuation_ids": [c for c, _ in batch[sent:]]},
+        )
     return sent

@@ -57,3 +57,20 @@ def has_step(name: str) -> bool:
 
 def has_continuation(key: str) -> bool:
     return key in _continuations
+
+
+_imported: set[str] = set()  # modules of PARKWAY_IMPORTS this process has imported through ``import_workflows``
+
+
+def import_workflows() -> None:
+    """Import the modules ``PARKWAY_IMPORTS`` names, each once per process: what registers the workflows'
+    steps and continuations. The worker and the API import them at start; a plain script calling the SDK
+    gets them on first need (an import error is raised as it is, naming the module)."""
+    import importlib
+
+    from parkway.settings import get_settings
+
+    for module in get_settings().import_modules:
+        if module not in _imported:
+            importlib.import_module(module)
+            _imported.add(module)

@@ -11,10 +11,10 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from sqlalchemy import Row
 
 from models import jsonsafe, store
+from models.jsonsafe import json_problem
 from models.status import InteractionKind, PrincipalKind
 from models.store import Answer, Credential, InteractionSpec
 from models.tables import Interaction, Principal
@@ -33,6 +33,7 @@ from parkway.errors import (
 )
 from parkway.settings import get_settings
 from tasks import registry
+from tasks.checks import expires_in_ok, schema_ok, text_ok
 from tasks.publish import publish
 
 __all__ = [
@@ -68,6 +69,15 @@ PERMISSION_SCHEMA = {
     "required": ["approved"],
     "additionalProperties": False,
 }
+
+
+class ContinuationNotRegistered(NotRegistered):
+    """Raised by ``check_outcome`` when a body parks on a ``name@version`` this process has not registered:
+    the system cannot drive that wait, so the step is interrupted (nothing guesses), not failed."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"continuation version {key} is not registered")
+        self.key = key
 
 
 class PossiblyRan(ParkwayError):
@@ -231,10 +241,9 @@ class Context:
 
 
 def _json_ok(value: Any, what: str) -> None:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise WorkflowError(f"{what} is not JSON-serializable: {exc}") from None
+    problem = json_problem(value)
+    if problem is not None:
+        raise WorkflowError(f"{what} is not JSON-serializable ({problem})")
 
 
 def interaction_specs(items: Sequence[Question | Permission]) -> list[InteractionSpec]:
@@ -246,18 +255,18 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
     for item in items:
         if not isinstance(item, Question | Permission):
             raise WorkflowError(f"Park interactions must be Question or Permission, not {type(item).__name__}")
-        if not item.key or item.key in keys:
-            raise WorkflowError(f"interaction key {item.key!r} is empty or used twice in one Park")
+        text_ok(item.key, "an interaction key")
+        if item.key in keys:
+            raise WorkflowError(f"interaction key {item.key!r} is used twice in one Park")
         keys.add(item.key)
         if not item.target:
             raise WorkflowError(f"interaction {item.key} needs a target")
-        if item.expires_in is not None and item.expires_in <= 0:
-            raise WorkflowError(f"interaction {item.key}: expires_in must be positive seconds")
+        text_ok(item.target, f"the target of interaction {item.key}")
+        expires_in_ok(item.key, item.expires_in)
         if isinstance(item, Question):
-            try:
-                Draft202012Validator.check_schema(item.schema)
-            except SchemaError as exc:
-                raise WorkflowError(f"question {item.key} has an invalid JSON Schema: {exc.message}") from None
+            text_ok(item.prompt, f"the prompt of question {item.key}", max_len=None)
+            schema_ok(item.key, item.schema)
+            _json_ok(list(item.sensitive), f"the sensitive fields of question {item.key}")
             specs.append(
                 InteractionSpec(
                     key=item.key,
@@ -273,6 +282,8 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
             resources = [str(r) for r in item.resources]
             if not resources or not item.action:
                 raise WorkflowError(f"permission {item.key} needs an action and at least one resource")
+            text_ok(item.action, f"the action of permission {item.key}")
+            _json_ok(resources, f"the resources of permission {item.key}")
             specs.append(
                 InteractionSpec(
                     key=item.key,
@@ -290,16 +301,18 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
 
 
 def check_outcome(outcome: Any, where: str) -> Outcome:
-    """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable."""
+    """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable, and
+    ``ContinuationNotRegistered`` for a well-formed Park on a version this process has not registered."""
     if isinstance(outcome, Park):
-        if "@" not in outcome.continuation:
+        if not isinstance(outcome.continuation, str) or "@" not in outcome.continuation:
             raise WorkflowError(f"Park from {where} must name a continuation as name@version")
-        if not registry.has_continuation(outcome.continuation):
-            raise WorkflowError(f"continuation {outcome.continuation} is not registered")
+        text_ok(outcome.continuation, f"the continuation named by Park from {where}")
         _json_ok(outcome.snapshot, "the Park snapshot")
         interaction_specs(outcome.interactions)
+        if not registry.has_continuation(outcome.continuation):  # not the workflow's verdict: interrupted
+            raise ContinuationNotRegistered(outcome.continuation)
     elif isinstance(outcome, Next):
-        if not registry.has_step(outcome.step):
+        if not isinstance(outcome.step, str) or not registry.has_step(outcome.step):
             raise WorkflowError(f"step {outcome.step} named by Next from {where} is not registered")
         _json_ok(outcome.payload, "the Next payload")
     elif isinstance(outcome, Complete):
@@ -307,6 +320,7 @@ def check_outcome(outcome: Any, where: str) -> Outcome:
     elif isinstance(outcome, Fail):
         if not isinstance(outcome.error, str) or not outcome.error:
             raise WorkflowError(f"Fail from {where} needs an error text")
+        text_ok(outcome.error, f"the error text of Fail from {where}", max_len=None)
         _json_ok(outcome.details, "the Fail details")
     else:
         raise WorkflowError(f"{where} returned {type(outcome).__name__}; expected Park, Next, Complete or Fail")
@@ -334,9 +348,10 @@ def start_run(
     then. With ``idempotency_key``, a retry returns the same run and a different body raises ``Conflict``.
     """
     if not registry.has_step(workflow):
+        registry.import_workflows()  # a script that only set PARKWAY_IMPORTS has not imported them yet
+    if not registry.has_step(workflow):
         raise NotRegistered(f"workflow {workflow} is not a registered step")
     jsonsafe.require_storable({"payload": payload, "target": target, "idempotency_key": idempotency_key}, "the run")
-    _json_ok(payload, "the run payload")
     with transaction() as session:
         owner = _principal(session, principal)
         if owner.kind != PrincipalKind.AGENT:
@@ -354,7 +369,7 @@ def start_run(
         )
         run_id = run.id
         to_publish = [(due.id, due.kind)] if due is not None else []
-    publish(to_publish)
+    publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return run_id
 
 
@@ -443,7 +458,7 @@ def answer(
         due = receipt.continuation
         to_publish = [(due.id, due.kind)] if due is not None else []
     crash_point("answer.after_commit")
-    publish(to_publish)
+    publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return receipt.as_dict()
 
 

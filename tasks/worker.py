@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models import store
+from models.jsonsafe import storable_text
 from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
 from models.store import Claim
 from parkway.crash import crash_point
@@ -30,6 +31,7 @@ from tasks.publish import publish
 from tasks.sdk import (
     Complete,
     Context,
+    ContinuationNotRegistered,
     Fail,
     Next,
     Outcome,
@@ -41,6 +43,17 @@ from tasks.sdk import (
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 
 log = logging.getLogger("parkway.worker")
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """Not the workflow's verdict: the system cannot drive what the body asked for (a Park on a
+    continuation version this process has not registered), so the step and run end ``interrupted``."""
+
+    reason: str
+
+
+Result = Outcome | Interrupted
 
 
 @app.task(name=RUN_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -195,7 +208,7 @@ def _execute(continuation_id: str, execution_id: str) -> str:
             # (a run that ends here has every sealed value of the run erased by ``finish_run``).
             store.erase_secrets(session, step_id=claim.step.id)
         due, ended = _commit_outcome(session, claim, outcome, execution_id)
-        if not isinstance(outcome, Fail):
+        if not isinstance(outcome, Fail | Interrupted):
             for fn in ctx._in_commit:
                 fn(session)
         to_publish = [(c.id, c.kind) for c in due]
@@ -203,30 +216,29 @@ def _execute(continuation_id: str, execution_id: str) -> str:
 
 
 def _committed(
-    outcome: Outcome, to_publish: list[tuple[str, str]], ended: store.RunRecord | None, extra: dict[str, Any]
+    outcome: Result, to_publish: list[tuple[str, str]], ended: store.RunRecord | None, extra: dict[str, Any]
 ) -> str:
     """After the consume committed: publish what it made due and project the run it ended."""
     bind(outcome=type(outcome).__name__)
     log.debug("committed %s", type(outcome).__name__, extra={**extra, "action": "commit"})
     crash_point("resume.after_commit")
-    publish(to_publish)
+    publish(to_publish, retry=False)  # once: the sweep relays a lost publish after PARKWAY_REENQUEUE_AFTER_S
     if ended is not None:
         project_soon(ended)
     return "committed"
 
 
-def _ends_plainly(claim: Claim, ctx: Context, outcome: Outcome) -> bool:
+def _ends_plainly(claim: Claim, ctx: Context, outcome: Result) -> bool:
     """No review of the step can be running and no ``in_commit`` callback must run in the commit."""
     return not (claim.review_running or ctx.started_reviews) and (isinstance(outcome, Fail) or not ctx._in_commit)
 
 
-def _run_ending(outcome: Outcome) -> dict[str, Any] | None:
+def _run_ending(outcome: Result) -> dict[str, Any] | None:
     """``finish_run``'s arguments for an outcome that ends the run (Complete, Fail), else ``None``."""
     if isinstance(outcome, Complete):
         return {"status": RunStatus.COMPLETED, "result": outcome.result}
-    if isinstance(outcome, Fail):
-        details = {"details": outcome.details} if outcome.details else None
-        return {"status": RunStatus.FAILED, "error": outcome.error, "result": details}
+    if isinstance(outcome, Fail):  # a failed run's result is null; its details have a field of their own
+        return {"status": RunStatus.FAILED, "error": outcome.error, "error_details": outcome.details}
     return None
 
 
@@ -329,8 +341,9 @@ def _refusal(claim: Claim) -> str | None:
     return None
 
 
-def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict[str, Any]) -> Outcome:
-    """Run the body outside any transaction; an exception is the workflow's ``Fail`` verdict."""
+def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict[str, Any]) -> Result:
+    """Run the body outside any transaction; an exception, or an outcome the store could not commit, is
+    the workflow's ``Fail`` verdict (with text the store can hold), decided here on the first execution."""
     try:
         if kind == ContinuationKind.START:
             result = registry.step_body(name)(ctx, body_input)
@@ -340,19 +353,27 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
     except ParkForPermission as wait:
         # The body stops before its effect; it runs again on the same journal once answered.
         snapshot = {"step": ctx.step_name, "payload": ctx.payload, "journal": ctx.journal_step_id or ctx.step_id}
+        try:
+            interaction_specs(wait.requests)  # refused now, not inside the commit
+        except WorkflowError as exc:
+            return Fail(storable_text(str(exc)))
         return Park(continuation=f"{RERUN}@{RERUN_VERSION}", snapshot=snapshot, interactions=wait.requests)
+    except ContinuationNotRegistered as exc:
+        log.warning("step parked on %s, which is not registered", exc.key,
+                    extra={"run_id": ctx.run_id, "step_id": ctx.step_id})  # fmt: skip
+        return Interrupted(f"{exc} (step {ctx.step_name} parked on it)")
     except WorkflowError as exc:
-        return Fail(str(exc))
+        return Fail(storable_text(str(exc)))
     except PossiblyRan as exc:
-        return Fail(f"possibly ran: {exc}")
+        return Fail(storable_text(f"possibly ran: {exc}"))
     except NotRegistered as exc:
-        return Fail(str(exc))
+        return Fail(storable_text(str(exc)))
     except Exception as exc:
         log.warning("step body raised", exc_info=True, extra={"run_id": ctx.run_id, "step_id": ctx.step_id})
-        return Fail(f"{type(exc).__name__}: {exc}")
+        return Fail(storable_text(f"{type(exc).__name__}: {exc}"))
 
 
-def _review_guard(session: Any, claim: Claim, outcome: Outcome, execution_id: str) -> Outcome:
+def _review_guard(session: Any, claim: Claim, outcome: Result, execution_id: str) -> Result:
     """A step cannot complete while a review it started is running: it fails with that context.
 
     Reviews left running by an earlier execution of this step are stranded (this execution holds the
@@ -383,11 +404,13 @@ def _review_guard(session: Any, claim: Claim, outcome: Outcome, execution_id: st
 
 
 def _commit_outcome(
-    session: Any, claim: Claim, outcome: Outcome, execution_id: str
+    session: Any, claim: Claim, outcome: Result, execution_id: str
 ) -> tuple[list[Any], store.RunRecord | None]:
     """Write the step's outcome in the consume transaction; returns the continuations to publish after
     it and, when the run ended here, its terminal record (to project after the commit)."""
     step = claim.step
+    if isinstance(outcome, Interrupted):
+        return [], store.interrupt_run(session, step.run_id, reason=outcome.reason, execution_id=execution_id)
     ending = _run_ending(outcome)
     if ending is not None:
         return [], store.finish_run(session, step, execution_id=execution_id, **ending)

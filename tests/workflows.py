@@ -222,3 +222,49 @@ def args_change(ctx: Context, payload: dict[str, Any]) -> Complete:
              run=lambda: tool_effect(ctx.run_id, "args"))  # fmt: skip
     wait_for_flag(payload, "wait_for", ctx)
     return Complete(result={})
+
+
+def _malformed_question(**changes: Any) -> Park:
+    values: dict[str, Any] = {"key": "go", "prompt": "Go?", "schema": {"type": "string"}, "target": "team:ops"}
+    values.update(changes)
+    return Park(continuation="t.one_done@1", snapshot={}, interactions=[Question(**values)])
+
+
+def _malformed_snapshot(snapshot: Any) -> Park:
+    return Park(continuation="t.one_done@1", snapshot=snapshot, interactions=_malformed_question().interactions)
+
+
+def _raise(exc: Exception) -> Any:
+    raise exc
+
+
+# Outcomes the store could not commit, by name (a run payload is JSON, so the body builds them).
+MALFORMED: dict[str, Any] = {
+    "expires-nan": lambda: _malformed_question(expires_in=float("nan")),
+    "expires-inf": lambda: _malformed_question(expires_in=float("inf")),
+    "expires-negative": lambda: _malformed_question(expires_in=-30),
+    "expires-367-days": lambda: _malformed_question(expires_in=367 * 24 * 3600),
+    "schema-invalid": lambda: _malformed_question(schema={"type": "nope"}),
+    "schema-not-object": lambda: _malformed_question(schema=["string"]),
+    "target-nul": lambda: _malformed_question(target="team:\x00ops"),
+    "snapshot-object": lambda: _malformed_snapshot({"at": object()}),
+    "snapshot-nan": lambda: _malformed_snapshot([float("nan")]),
+    "result-nul": lambda: Complete(result={"text": "a\x00b"}),
+    "result-surrogate": lambda: Complete(result={"text": "\ud800"}),
+    "result-inf": lambda: Complete(result={"score": float("inf")}),
+    "next-payload-nul": lambda: Next("t.after", payload={"text": "\x00"}),
+    "fail-details-nan": lambda: Fail("it broke", details={"score": float("nan")}),
+    "raise-nul": lambda: _raise(RuntimeError("bad \x00 byte")),
+}
+
+
+@step("t.malformed")
+def malformed(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Returns (or raises) the malformed outcome the payload names."""
+    record_effect(ctx, "malformed")  # in the commit: must never happen for a refused outcome
+    return MALFORMED[payload["kind"]]()
+
+
+@step("t.fail_details")
+def fail_details(ctx: Context, payload: dict[str, Any]) -> Fail:
+    return Fail("the check broke", details={"code": 3, "checked": payload.get("checked", [])})

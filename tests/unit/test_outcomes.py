@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from parkway.errors import WorkflowError
-from tasks.sdk import Complete, Fail, Next, Park, Permission, Question, check_outcome
+from tasks.sdk import Complete, ContinuationNotRegistered, Fail, Next, Park, Permission, Question, check_outcome
 
 REGISTERED = "t.finish@1"  # registered by tests.workflows (imported by tests/conftest.py)
 WINDOW = Question(key="window", prompt="When?", schema={"type": "string"}, target="team:ops")
@@ -30,7 +30,6 @@ def _park(**changes: Any) -> Park:
             id="invalid-schema",
         ),
         pytest.param(_park(snapshot={"when": object()}), r"snapshot is not JSON-serializable", id="snapshot"),
-        pytest.param(_park(continuation="t.nowhere@1"), r"t\.nowhere@1 is not registered", id="unregistered"),
         pytest.param(_park(continuation="t.finish"), r"name@version", id="no-version"),
         pytest.param(
             _park(interactions=[Question(key="", prompt="?", schema={}, target="team:ops")]),
@@ -96,3 +95,43 @@ def test_check_outcome__refuses_a_snapshot_that_is_not_strict_json(bad: float) -
 )
 def test_check_outcome__accepts_valid_outcomes_unchanged(outcome: Any) -> None:
     assert check_outcome(outcome, "step t.test") is outcome
+
+
+def _ask(**changes: Any) -> Park:
+    values: dict[str, Any] = {"key": "q", "prompt": "?", "schema": {"type": "string"}, "target": "team:ops"}
+    values.update(changes)
+    return _park(interactions=[Question(**values)])
+
+
+@pytest.mark.parametrize(
+    ("outcome", "problem"),
+    [
+        pytest.param(_ask(expires_in=float("nan")), r"expires_in .* not nan", id="expires-in-nan"),
+        pytest.param(_ask(expires_in=float("inf")), r"expires_in .* not inf", id="expires-in-inf"),
+        pytest.param(_ask(expires_in=-5), r"expires_in must be positive", id="expires-in-negative"),
+        pytest.param(_ask(expires_in=367 * 86400), r"at most 31622400 \(366 days\)", id="expires-in-367-days"),
+        pytest.param(_ask(expires_in="60"), r"expires_in must be a number", id="expires-in-text"),
+        pytest.param(_ask(schema=True), r"needs a JSON Schema object", id="schema-not-an-object"),
+        pytest.param(_ask(schema={"minLength": float("nan")}), r"schema of question q is not JSON", id="schema-nan"),
+        pytest.param(_ask(target="team:\x00ops"), r"target of interaction q contains a NUL", id="target-nul"),
+        pytest.param(_ask(key="q" * 201), r"longer than 200", id="key-too-long"),
+        pytest.param(
+            _park(snapshot={"s": "\ud800"}), r"snapshot .*\$\.s: contains a lone surrogate", id="snapshot-sur"
+        ),
+        pytest.param(Complete(result=["a\x00"]), r"result .*\$\[0\]: contains a NUL", id="result-nul"),
+        pytest.param(Next("t.after", payload={"x": float("-inf")}), r"Next payload .*\$\.x", id="payload-inf"),
+        pytest.param(Fail("broke\x00"), r"error text of Fail .* NUL", id="fail-text-nul"),
+    ],
+)
+def test_check_outcome__refuses_what_the_store_could_not_commit(outcome: Any, problem: str) -> None:
+    with pytest.raises(WorkflowError, match=problem):
+        check_outcome(outcome, "step t.test")
+
+
+def test_check_outcome__a_park_on_an_unregistered_version_is_not_a_workflow_error() -> None:
+    # The system cannot drive it (the worker interrupts the step); a malformed Park would still be a Fail
+    with pytest.raises(ContinuationNotRegistered, match=r"t\.nowhere@1 is not registered") as caught:
+        check_outcome(_park(continuation="t.nowhere@1"), "step t.test")
+    assert caught.value.key == "t.nowhere@1"
+    with pytest.raises(WorkflowError, match="snapshot"):
+        check_outcome(_park(continuation="t.nowhere@1", snapshot={"x": float("nan")}), "step t.test")

@@ -7,7 +7,7 @@ index ``ix_runs_projection_pending`` is keyed by when each pending projection is
 ``coalesce(projection_next_at, completed_at)``, so the sweep reads the due ones in that order, bounded by
 its batch.
 
-Revision ID: 0007
+Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-02 12:00:00
 """
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0007"
+revision: str = "0006"
 down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
