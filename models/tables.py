@@ -111,7 +111,7 @@ class Run(Base):
 
     __table_args__ = (
         UniqueConstraint("owner_id", "idempotency_key"),
-        # Ordered by when each pending projection is due: a run that keeps failing moves back (0007).
+        # Ordered by when each pending projection is due: a run that keeps failing moves back (0006).
         Index(
             "ix_runs_projection_pending",
             func.coalesce(text("projection_next_at"), text("completed_at")),
