@@ -10,11 +10,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from models import store
-from models.base import utcnow
 from parkway.crash import crash_point
 from parkway.db import transaction
 from parkway.settings import get_settings
@@ -51,18 +49,18 @@ class SweepReport:
         return {**self.counts, "duration_s": round(self.duration_s, 4)}
 
 
-def run_sweep(batch: int | None = None, *, now: datetime | None = None) -> SweepReport:
-    """One pass over every category; returns the report (also logged as one summary line)."""
+def run_sweep(batch: int | None = None) -> SweepReport:
+    """One pass over every category; returns the report (also logged as one summary line). Every age and
+    expiry is judged by the database's clock (``models.clock``), never this host's."""
     settings = get_settings()
     batch = batch or settings.sweep_batch
-    now = now or utcnow()
     report = SweepReport(batch=batch)
     started = time.monotonic()
     to_publish: list[tuple[str, str]] = []
-    to_publish += _expired_leases(report, now=now, batch=batch, max_attempts=settings.max_attempts)
-    to_publish += _expire_interactions(report, now=now, batch=batch)
-    to_publish += _stale_ready(report, now=now, batch=batch, older_than=timedelta(seconds=settings.reenqueue_after_s))
-    _stranded_reviews(report, now=now, batch=batch)
+    to_publish += _expired_leases(report, batch=batch, max_attempts=settings.max_attempts)
+    to_publish += _expire_interactions(report, batch=batch)
+    to_publish += _stale_ready(report, batch=batch, older_than_s=settings.reenqueue_after_s)
+    _stranded_reviews(report, batch=batch)
     report.published = _publish_batch(to_publish)
     _projections(report, batch=batch)
     report.duration_s = time.monotonic() - started
@@ -103,12 +101,12 @@ def continuations_queued() -> int | None:
         return None
 
 
-def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attempts: int) -> list[tuple[str, str]]:
+def _expired_leases(report: SweepReport, *, batch: int, max_attempts: int) -> list[tuple[str, str]]:
     """Category 1 (claims whose lease ran out → ready again) and 3 (out of attempts → dead)."""
     due: list[tuple[str, str]] = []
     dead_runs: list[str] = []
     with transaction() as session:
-        for row in store.expired_claims(session, now=now, batch=batch):
+        for row in store.expired_claims(session, batch=batch):
             try:
                 with session.begin_nested():
                     dead = store.give_up_exhausted(session, row.id, max_attempts=max_attempts)
@@ -120,7 +118,7 @@ def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attem
                             extra={"action": "give_up", "continuation_id": row.id, "run_id": row.run_id},
                         )
                         continue
-                    released = store.release_expired_claim(session, row.id, now=now)
+                    released = store.release_expired_claim(session, row.id)
                     if released is not None:
                         report.counts["lease_expired"] += 1
                         due.append((released.id, released.kind))
@@ -131,14 +129,14 @@ def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attem
     return due
 
 
-def _expire_interactions(report: SweepReport, *, now: datetime, batch: int) -> list[tuple[str, str]]:
+def _expire_interactions(report: SweepReport, *, batch: int) -> list[tuple[str, str]]:
     """Category 2: pending interactions past their expiry → expired; the continuation may become due."""
     due: list[tuple[str, str]] = []
     with transaction() as session:
-        for interaction_id in store.expirable_interactions(session, now=now, batch=batch):
+        for interaction_id in store.expirable_interactions(session, batch=batch):
             try:
                 with session.begin_nested():
-                    expiry = store.expire_due(session, interaction_id, now=now)
+                    expiry = store.expire_due(session, interaction_id)
                     if expiry.expired:
                         report.counts["expired"] += 1
                     if expiry.continuation is not None:
@@ -149,19 +147,19 @@ def _expire_interactions(report: SweepReport, *, now: datetime, batch: int) -> l
     return due
 
 
-def _stale_ready(report: SweepReport, *, now: datetime, batch: int, older_than: timedelta) -> list[tuple[str, str]]:
+def _stale_ready(report: SweepReport, *, batch: int, older_than_s: float) -> list[tuple[str, str]]:
     """Category 1: ready continuations not enqueued recently (publish lost, broker flushed) → again."""
     with transaction() as session:
-        ids = store.mark_for_republish(session, now=now, older_than=now - older_than, batch=batch)
+        ids = store.mark_for_republish(session, older_than_s=older_than_s, batch=batch)
         rows = [(cid, kind) for cid, kind in store.continuation_kinds(session, ids)]
     report.counts["republished"] += len(rows)
     return rows
 
 
-def _stranded_reviews(report: SweepReport, *, now: datetime, batch: int) -> None:
+def _stranded_reviews(report: SweepReport, *, batch: int) -> None:
     """Category 4: running reviews whose owner is gone → interrupted, counts kept, evidence in the reason."""
     with transaction() as session:
-        for review in store.stranded_reviews(session, now=now, batch=batch):
+        for review in store.stranded_reviews(session, batch=batch):
             try:
                 with session.begin_nested():
                     evidence = store.owner_evidence(session, review.execution_id)

@@ -13,7 +13,7 @@ import json
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol, cast
 
 from sqlalchemy import (
@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 
 from models.access import principal_by_token
 from models.base import utcnow
+from models.clock import db_now
 from models.status import (
     RUN_LIVE,
     RUN_TERMINAL,
@@ -390,7 +391,7 @@ class Due:
     name: str
 
 
-_INSERT_CONTINUATION = insert(_C)
+_INSERT_CONTINUATION = insert(_C).values(enqueued_at=db_now(), created_at=db_now())
 
 
 def _insert_continuation(
@@ -403,7 +404,6 @@ def _insert_continuation(
     events: list[dict[str, Any]] | None = None,
 ) -> Due:
     """Insert a ready continuation and its event (after ``events``, the caller's, in the same insert)."""
-    now = utcnow()
     due = Due(id=new_id(), kind=kind.value, run_id=run_id, step_id=step_id, name=name)
     session.execute(
         _INSERT_CONTINUATION,
@@ -417,8 +417,6 @@ def _insert_continuation(
             "attempts": 0,
             # Published right after this commit; if that publish is lost the sweep sends it again later.
             "publishes": 1,
-            "enqueued_at": now,
-            "created_at": now,
         },
     )
     ready = event_row(run_id, "continuation.ready", continuation_id=due.id, step_id=step_id, name=name)
@@ -517,12 +515,12 @@ class RunRecord:
     warnings: Any
 
 
-def _claimable(now: Any) -> Any:
-    """ready, or claimed under a lease that expired before ``now`` (a datetime or a bound parameter):
-    the one definition the claim and ``give_up_exhausted`` share."""
+def _claimable() -> Any:
+    """ready, or claimed under a lease that expired by the database's clock: the one definition the claim
+    and ``give_up_exhausted`` share."""
     return or_(
         _C.c.status == _literal(ContinuationStatus.READY),
-        and_(_C.c.status == _literal(ContinuationStatus.CLAIMED), _C.c.lease_expires_at < now),
+        and_(_C.c.status == _literal(ContinuationStatus.CLAIMED), _C.c.lease_expires_at < db_now()),
     )
 
 
@@ -530,14 +528,14 @@ _CLAIM = (
     update(_C)
     .where(
         _C.c.id == bindparam("cid"),
-        _claimable(_bp("now", _C.c.lease_expires_at)),
+        _claimable(),
         _C.c.attempts < bindparam("max_attempts"),
     )
     .values(
         status=ContinuationStatus.CLAIMED.value,
         attempts=_C.c.attempts + 1,
         claimed_by=bindparam("eid"),
-        lease_expires_at=_bp("lease", _C.c.lease_expires_at),
+        lease_expires_at=db_now("lease_s"),
     )
     .returning(_C.c.id, _C.c.run_id, _C.c.step_id, _C.c.kind, _C.c.name, _C.c.attempts)
 )
@@ -609,9 +607,7 @@ def claim_in_one_statement(
 
     ``None`` when nothing was claimed (see ``claim``); the caller then looks at the row in a transaction.
     """
-    now = utcnow()
-    params = {"cid": continuation_id, "now": now, "max_attempts": max_attempts, "eid": execution_id,
-              "lease": now + timedelta(seconds=lease_s)}  # fmt: skip
+    params = {"cid": continuation_id, "max_attempts": max_attempts, "eid": execution_id, "lease_s": lease_s}
     rows = _CLAIM_WITH_CONTEXT.rows(conn, params)
     if not rows:
         return None
@@ -627,18 +623,11 @@ def claim(
 
     Returns the claimed row (id, run_id, step_id, kind, name, attempts). ``None`` when the row is
     consumed, dead, unknown, held under a live lease by someone else, or out of attempts (see
-    ``give_up_exhausted``): the caller's delivery does nothing.
+    ``give_up_exhausted``): the caller's delivery does nothing. The lease ends ``lease_s`` after the
+    database's clock.
     """
-    now = utcnow()
     return session.execute(
-        _CLAIM,
-        {
-            "cid": continuation_id,
-            "now": now,
-            "max_attempts": max_attempts,
-            "eid": execution_id,
-            "lease": now + timedelta(seconds=lease_s),
-        },
+        _CLAIM, {"cid": continuation_id, "max_attempts": max_attempts, "eid": execution_id, "lease_s": lease_s}
     ).first()
 
 
@@ -650,7 +639,7 @@ def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: i
     row = session.scalar(
         select(Continuation).where(
             Continuation.id == continuation_id,
-            _claimable(utcnow()),
+            _claimable(),
             Continuation.attempts >= max_attempts,
         )
     )
@@ -694,7 +683,8 @@ def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]])
 
 
 def renew_lease(session: Session, continuation_id: str, *, execution_id: str, lease_s: float) -> bool:
-    """claimed -> claimed with a later lease, only for the execution that holds it."""
+    """claimed -> claimed with a lease ending ``lease_s`` after the database's clock, only for the
+    execution that holds it."""
     row = session.scalar(
         update(Continuation)
         .where(
@@ -702,7 +692,7 @@ def renew_lease(session: Session, continuation_id: str, *, execution_id: str, le
             Continuation.status == ContinuationStatus.CLAIMED,
             Continuation.claimed_by == execution_id,
         )
-        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_s))
+        .values(lease_expires_at=db_now(lease_s))
         .returning(Continuation.id)
     )
     return row is not None
@@ -978,7 +968,6 @@ def park(
     A continuation that parks again does so as a new step (every wait has its own step and at most one
     continuation).
     """
-    now = utcnow()
     if from_continuation:
         _set_step_status(session, step.id, [StepStatus.RESUMING], StepStatus.COMPLETED, result={"parked": continuation})
         append_event(session, step.run_id, "step.completed", step_id=step.id, name=step.name)
@@ -1013,8 +1002,8 @@ def park(
             sensitive=list(spec.sensitive),
             target=spec.target,
             status=InteractionStatus.PENDING,
-            expires_at=(now + timedelta(seconds=spec.expires_in)) if spec.expires_in else None,
-            created_at=now,
+            expires_at=db_now(spec.expires_in) if spec.expires_in else None,  # the database's clock
+            created_at=db_now(),
         )
         session.add(row)
     session.flush()
@@ -1348,8 +1337,8 @@ def _answer_and_make_due() -> Any:
                 literal(ContinuationStatus.READY.value),
                 literal(0),
                 literal(1),  # published right after this commit; if that publish is lost the sweep sends it again
-                _bp("at", _C.c.enqueued_at),
-                _bp("at", _C.c.created_at),
+                db_now(),  # the re-enqueue age is measured on the database's clock
+                db_now(),
             ),
         )
         .returning(_C.c.run_id, _C.c.name)
@@ -1582,8 +1571,9 @@ class Expiry:
     continuation: Due | None = None  # set when the expiry made the step's continuation due
 
 
-def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Expiry:
-    """pending -> expired past ``expires_at``; the step's continuation becomes due as for an answer.
+def expire_due(session: Session, interaction_id_: str) -> Expiry:
+    """pending -> expired past ``expires_at`` (the database's clock); the step's continuation becomes due
+    as for an answer.
 
     Locks the step first, like answer and cancel (one lock order, no deadlock); a step locked by an
     answer in flight is skipped this pass. ``expired`` is False when the CAS lost.
@@ -1600,9 +1590,9 @@ def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Expi
         .where(
             Interaction.id == interaction_id_,
             Interaction.status == InteractionStatus.PENDING,
-            Interaction.expires_at <= now,
+            Interaction.expires_at <= db_now(),
         )
-        .values(status=InteractionStatus.EXPIRED, closed_at=now)
+        .values(status=InteractionStatus.EXPIRED, closed_at=db_now())
         .returning(Interaction)
         .execution_options(synchronize_session=False)
     )
@@ -1626,11 +1616,13 @@ def _skip_locked(session: Session, stmt: Any) -> Any:
     return stmt.with_for_update(skip_locked=True) if _is_pg(session) else stmt
 
 
-def mark_for_republish(session: Session, *, now: datetime, older_than: datetime, batch: int) -> list[str]:
-    """ready continuations not enqueued since ``older_than``: stamp ``enqueued_at`` (CAS) and return ids.
+def mark_for_republish(session: Session, *, older_than_s: float, batch: int) -> list[str]:
+    """ready continuations not enqueued in the last ``older_than_s`` seconds of the database's clock: stamp
+    ``enqueued_at`` (CAS) and return ids.
 
     Concurrent sweeps skip each other's locked rows and the CAS on ``enqueued_at`` keeps one winner.
     """
+    older_than = db_now(-older_than_s)
     ids = session.scalars(
         _skip_locked(
             session,
@@ -1652,21 +1644,22 @@ def mark_for_republish(session: Session, *, now: datetime, older_than: datetime,
             Continuation.status == ContinuationStatus.READY,
             or_(Continuation.enqueued_at.is_(None), Continuation.enqueued_at < older_than),
         )
-        .values(enqueued_at=now, publishes=Continuation.publishes + 1)
+        .values(enqueued_at=db_now(), publishes=Continuation.publishes + 1)
         .returning(Continuation.id)
         .execution_options(synchronize_session=False)
     ).all()
     return list(won)
 
 
-def expired_claims(session: Session, *, now: datetime, batch: int) -> list[Continuation]:
-    """claimed continuations whose lease ran out (the process running the body died)."""
+def expired_claims(session: Session, *, batch: int) -> list[Continuation]:
+    """claimed continuations whose lease ran out by the database's clock (the process running the body died)."""
     return list(
         session.scalars(
             _skip_locked(
                 session,
                 select(Continuation)
-                .where(Continuation.status == _literal(ContinuationStatus.CLAIMED), Continuation.lease_expires_at < now)
+                .where(Continuation.status == _literal(ContinuationStatus.CLAIMED))
+                .where(Continuation.lease_expires_at < db_now())
                 .order_by(Continuation.lease_expires_at)
                 .limit(batch),
             )
@@ -1674,20 +1667,20 @@ def expired_claims(session: Session, *, now: datetime, batch: int) -> list[Conti
     )
 
 
-def release_expired_claim(session: Session, continuation_id: str, *, now: datetime) -> Continuation | None:
+def release_expired_claim(session: Session, continuation_id: str) -> Continuation | None:
     """claimed (lease expired) -> ready, stamped as enqueued now; ``None`` if it changed meanwhile."""
     return session.scalar(
         update(Continuation)
         .where(
             Continuation.id == continuation_id,
             Continuation.status == ContinuationStatus.CLAIMED,
-            Continuation.lease_expires_at < now,
+            Continuation.lease_expires_at < db_now(),
         )
         .values(
             status=ContinuationStatus.READY,
             claimed_by=None,
             lease_expires_at=None,
-            enqueued_at=now,
+            enqueued_at=db_now(),
             publishes=Continuation.publishes + 1,
         )
         .returning(Continuation)
@@ -1695,7 +1688,7 @@ def release_expired_claim(session: Session, continuation_id: str, *, now: dateti
     )
 
 
-def expirable_interactions(session: Session, *, now: datetime, batch: int) -> list[str]:
+def expirable_interactions(session: Session, *, batch: int) -> list[str]:
     """pending interactions past their expiry (unlocked: ``expire_due`` takes the step lock, then CASes)."""
     return list(
         session.scalars(
@@ -1703,7 +1696,7 @@ def expirable_interactions(session: Session, *, now: datetime, batch: int) -> li
             .where(
                 Interaction.status == _literal(InteractionStatus.PENDING),
                 Interaction.expires_at.is_not(None),
-                Interaction.expires_at <= now,
+                Interaction.expires_at <= db_now(),
             )
             .order_by(Interaction.expires_at)
             .limit(batch)
@@ -1802,26 +1795,26 @@ def running_reviews(session: Session, step_id: str) -> list[Review]:
     )
 
 
-def _owner_alive(now: datetime) -> Any:
+def _owner_alive() -> Any:
     return (
         select(Continuation.id)
         .where(
             Continuation.claimed_by == Review.execution_id,
             Continuation.status == _literal(ContinuationStatus.CLAIMED),
-            Continuation.lease_expires_at >= now,
+            Continuation.lease_expires_at >= db_now(),
         )
         .exists()
     )
 
 
-def stranded_reviews(session: Session, *, now: datetime, batch: int) -> list[Review]:
+def stranded_reviews(session: Session, *, batch: int) -> list[Review]:
     """running reviews whose owning execution no longer holds a live claim (it died or moved on)."""
     return list(
         session.scalars(
             _skip_locked(
                 session,
                 select(Review)
-                .where(Review.status == _literal(ReviewStatus.RUNNING), ~_owner_alive(now))
+                .where(Review.status == _literal(ReviewStatus.RUNNING), ~_owner_alive())
                 .order_by(Review.created_at)
                 .limit(batch),
             )
