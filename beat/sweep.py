@@ -7,24 +7,37 @@ row is logged and skipped without stopping the pass.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from models import store
+from models import fail_closed, store
 from parkway.crash import crash_point
 from parkway.db import transaction
 from parkway.settings import get_settings
+from tasks import registry
 from tasks.celery_app import CONTINUATIONS_QUEUE, SWEEP, SWEEP_QUEUE, app
 from tasks.projection import project, project_quietly
 from tasks.publish import publish
 
 log = logging.getLogger("parkway.sweep")
 
-# In SPEC §6 order: 1 republished + lease_expired, 2 expired, 3 dead, 4 reviews_interrupted, 5 projections;
-# errors counts rows skipped after an exception.
-CATEGORIES = ("republished", "lease_expired", "expired", "dead", "reviews_interrupted", "projections", "errors")
+# In SPEC §6 order: 1 republished + lease_expired, 2 expired, 3 dead + unregistered + revoked (waits whose
+# continuation version is not registered, or whose run's owner lost its grant), 4 reviews_interrupted,
+# 5 projections; errors counts rows skipped after an exception.
+CATEGORIES = (
+    "republished",
+    "lease_expired",
+    "expired",
+    "dead",
+    "unregistered",
+    "revoked",
+    "reviews_interrupted",
+    "projections",
+    "errors",
+)
 
 
 @dataclass
@@ -58,6 +71,7 @@ def run_sweep(batch: int | None = None) -> SweepReport:
     started = time.monotonic()
     to_publish: list[tuple[str, str]] = []
     to_publish += _expired_leases(report, batch=batch, max_attempts=settings.max_attempts)
+    _failed_closed(report, batch=batch)
     to_publish += _expire_interactions(report, batch=batch)
     to_publish += _stale_ready(report, batch=batch, older_than_s=settings.reenqueue_after_s)
     _stranded_reviews(report, batch=batch)
@@ -127,6 +141,47 @@ def _expired_leases(report: SweepReport, *, batch: int, max_attempts: int) -> li
                 log.exception("sweep skipped a bad row", extra={"action": "sweep", "continuation_id": row.id})
     project_quietly(dead_runs)
     return due
+
+
+def _registered() -> frozenset[str] | None:
+    """The continuation versions this process can run, or ``None`` when it cannot judge: its workflow
+    modules (``PARKWAY_IMPORTS``, and ``tasks.worker`` for the SDK's own) fail to import, or nothing is
+    registered at all (a sweep started without them must not interrupt every wait)."""
+    try:
+        for module in ("tasks.worker", *get_settings().import_modules):
+            importlib.import_module(module)
+    except Exception:
+        log.warning("workflow modules failed to import; not checking continuation versions", exc_info=True)
+        return None
+    return registry.continuation_keys() or None
+
+
+def _failed_closed(report: SweepReport, *, batch: int) -> None:
+    """Category 3 for waits: a parked step whose continuation version is not registered here, or whose
+    run's owner lost its grant → its run, step and pending interactions interrupted with the reason."""
+    registered = _registered()
+    ended: list[str] = []
+    with transaction() as session:
+        found: dict[str, list[fail_closed.Wait]] = {"unregistered": []}
+        if registered is not None:
+            found["unregistered"] = fail_closed.unregistered_waits(session, registered=registered, batch=batch)
+        found["revoked"] = fail_closed.revoked_waits(session, batch=batch)
+        for category, waits in found.items():
+            for wait in waits:
+                try:
+                    with session.begin_nested():
+                        if fail_closed.interrupt_wait(session, wait) is not None:
+                            report.counts[category] += 1
+                            ended.append(wait.run_id)
+                            log.warning(
+                                "wait interrupted: %s",
+                                wait.reason,
+                                extra={"action": "interrupt", "run_id": wait.run_id, "step_id": wait.step_id},
+                            )
+                except Exception:
+                    report.counts["errors"] += 1
+                    log.exception("sweep skipped a bad row", extra={"action": "sweep", "step_id": wait.step_id})
+    project_quietly(ended)
 
 
 def _expire_interactions(report: SweepReport, *, batch: int) -> list[tuple[str, str]]:

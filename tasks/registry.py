@@ -57,3 +57,8 @@ def has_step(name: str) -> bool:
 
 def has_continuation(key: str) -> bool:
     return key in _continuations
+
+
+def continuation_keys() -> frozenset[str]:
+    """Every registered ``name@version`` (what the sweep compares parked steps against)."""
+    return frozenset(_continuations)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -13,14 +14,35 @@ from sqlalchemy import select
 from beat.sweep import SweepReport, run_sweep
 from models import store
 from models.base import utcnow
-from models.tables import Continuation
+from models.tables import Continuation, Step
 from parkway.db import transaction
 from parkway.settings import get_settings, reset_settings
 from tasks.celery_app import RESUME_STEP, RUN_STEP
 from tasks.sdk import Gone, answer
 from tasks.worker import execute
-from tests.integration.helpers import Sent, continuation, events, execute_ready, interaction, parked, step
-from tests.support import HUMAN, continuations, event_types, new_response_id, pass_time, run_row, start, wait_for
+from tests.integration.helpers import (
+    Sent,
+    add_principal,
+    continuation,
+    events,
+    execute_ready,
+    interaction,
+    live_grant_ids,
+    parked,
+    step,
+)
+from tests.support import (
+    AGENT,
+    HUMAN,
+    TARGET,
+    continuations,
+    event_types,
+    new_response_id,
+    pass_time,
+    run_row,
+    start,
+    wait_for,
+)
 
 
 def _start_ids(n: int, workflow: str = "t.after") -> list[str]:
@@ -234,6 +256,123 @@ def test_sweep__expired_claim_out_of_attempts_becomes_dead_and_interrupts_its_ru
     pass_time(60)
     assert _counts(run_sweep()) == dict.fromkeys(_counts(report), 0)
     assert execute(cid) == "duplicate"
+
+
+# --------------------------------------------------------------------------- category 3: waits that fail closed
+
+
+@pytest.fixture
+def unregister(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Take a continuation version out of this process's registry, as a deploy that dropped it would."""
+    from tasks import registry
+
+    def drop(key: str) -> None:
+        monkeypatch.delitem(registry._continuations, key)
+
+    return drop
+
+
+def _assert_interrupted(run_id: str, go: str, reason: str) -> None:
+    run = run_row(run_id)
+    assert (run.status, run.reason) == ("interrupted", reason) and run.completed_at is not None
+    assert interaction(go).status == "interrupted" and interaction(go).reason == reason
+    assert {s.status for s in _steps(run_id)} == {"interrupted"}
+    types = event_types(run_id)
+    assert types.count("run.interrupted") == 1 and types.count("interaction.interrupted") == 1
+    # And an answer now is refused with the run's status: never a 200 that a worker would throw away
+    with pytest.raises(Gone) as caught:
+        answer(go, "yes", response_id=new_response_id(), principal=HUMAN)
+    assert caught.value.state is not None
+    assert (caught.value.state["status"], caught.value.state["run_status"]) == ("interrupted", "interrupted")
+
+
+def _steps(run_id: str) -> list[Step]:
+    with transaction() as session:
+        return list(session.scalars(select(Step).where(Step.run_id == run_id)))
+
+
+def test_sweep__a_wait_on_an_unregistered_continuation_version_is_interrupted(
+    actors_db: str, sent: Sent, unregister: Callable[[str], None]
+) -> None:
+    # Given a run parked on t.one_done@1, and another parked on t.finish@1
+    run_id, asked = parked("t.ask_one")
+    other, other_asked = parked("t.ask_two")
+
+    # When t.one_done@1 is no longer registered and a sweep runs
+    unregister("t.one_done@1")
+    sent.clear()
+    report = run_sweep()
+
+    # Then its wait is interrupted with a reason naming the version; the other wait is left alone
+    _assert_interrupted(run_id, asked["go"].id, "continuation version t.one_done@1 is not registered")
+    assert report.counts["unregistered"] == 1 and report.counts["errors"] == 0
+    assert run_row(other).status == "waiting"
+    assert {i.status for i in other_asked.values()} == {"pending"}
+    assert sent.calls == []
+
+    # And a later pass does nothing more
+    assert run_sweep().counts["unregistered"] == 0
+
+
+def test_sweep__a_wait_whose_owner_lost_its_grant_is_interrupted(actors_db: str, sent: Sent) -> None:
+    # Given a run parked for bot, and another of a second agent that keeps its grant
+    run_id, asked = parked("t.ask_one")
+    add_principal("bot2", "agent", grant=TARGET)
+    from tasks.sdk import start_run
+
+    kept = start_run("t.ask_one", {}, principal="bot2", target=TARGET)
+    execute_ready(kept)
+
+    # When bot's grant on the run's target is revoked and a sweep runs
+    with transaction() as session:
+        for grant_id in live_grant_ids(AGENT):
+            assert store.revoke_grant(session, grant_id) is not None
+    report = run_sweep()
+
+    # Then bot's wait is interrupted, reason "authority revoked"; bot2's is left alone
+    _assert_interrupted(run_id, asked["go"].id, "authority revoked")
+    assert report.counts["revoked"] == 1 and report.counts["errors"] == 0
+    assert run_row(kept).status == "waiting"
+    assert run_sweep().counts["revoked"] == 0
+
+
+def test_sweep__failing_closed_is_bounded_by_batch_and_safe_beside_itself(
+    actors_db: str, unregister: Callable[[str], None]
+) -> None:
+    # Given 12 waits on a version that is then unregistered
+    runs = [parked("t.ask_one")[0] for _ in range(12)]
+    unregister("t.one_done@1")
+
+    # When a pass with batch=5 runs, then two passes run concurrently until none finds anything
+    assert run_sweep(batch=5).counts["unregistered"] == 5
+    barrier = threading.Barrier(2)
+
+    def sweeper() -> int:
+        barrier.wait(timeout=30)
+        total = 0
+        while (n := run_sweep(batch=2).counts["unregistered"]) > 0:
+            total += n
+        return total
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        totals = list(pool.map(lambda _: sweeper(), range(2)))
+
+    # Then each wait was interrupted exactly once
+    assert sum(totals) == 7
+    assert {run_row(r).status for r in runs} == {"interrupted"}
+    assert [event_types(r).count("run.interrupted") for r in runs] == [1] * 12
+
+
+def test_sweep__a_process_with_nothing_registered_interrupts_nothing(
+    actors_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tasks import registry
+
+    run_id, _ = parked("t.ask_one")
+    monkeypatch.setattr(registry, "_continuations", {})
+
+    assert run_sweep().counts["unregistered"] == 0
+    assert run_row(run_id).status == "waiting"
 
 
 # --------------------------------------------------------------------------- category 2: expiry
