@@ -47,18 +47,18 @@ def _owner_granted() -> Any:
     )
 
 
-def _parked_waits(*conditions: Any, batch: int, columns: tuple[Any, ...] = ()) -> Any:
-    """Parked steps with a pending interaction that meet ``conditions``, at most ``batch`` interactions."""
-    return (
-        select(_S.c.run_id, _S.c.id, *columns)
-        .select_from(_I.join(_S, _S.c.id == _I.c.step_id))
-        .where(
-            _I.c.status == store._literal(InteractionStatus.PENDING),
-            _S.c.status == store._literal(StepStatus.PARKED),
-            *conditions,
-        )
-        .limit(batch)
-    )
+# Both selections walk the pending interactions (``ix_interactions_pending``) and look up each one's step
+# or run in a scalar subquery: PostgreSQL runs that per row through the primary key, never as a join that
+# the planner may turn into a scan of the whole steps or runs table (it did, at 10^5 terminal runs).
+_PENDING = _I.c.status == store._literal(InteractionStatus.PENDING)
+_PARKED_ON = (
+    select(_S.c.continuation)
+    .where(_S.c.id == _I.c.step_id, _S.c.status == store._literal(StepStatus.PARKED))
+    .scalar_subquery()
+)
+_OWNER_GRANTED = (
+    select(_owner_granted()).select_from(_R.join(_P, _P.c.id == _R.c.owner_id)).where(_R.c.id == _I.c.run_id)
+).scalar_subquery()
 
 
 def _distinct(rows: Any, reason: Any) -> list[Wait]:
@@ -70,14 +70,19 @@ def _distinct(rows: Any, reason: Any) -> list[Wait]:
 
 def unregistered_waits(session: Session, *, registered: Collection[str], batch: int) -> list[Wait]:
     """Parked steps whose continuation ``name@version`` is not among ``registered`` (unlocked)."""
-    stmt = _parked_waits(_S.c.continuation.not_in(sorted(registered)), batch=batch, columns=(_S.c.continuation,))
+    continuation = _PARKED_ON.label("continuation")
+    stmt = (
+        select(_I.c.run_id, _I.c.step_id, continuation)
+        .where(_PENDING, _PARKED_ON.not_in(sorted(registered)))
+        .limit(batch)
+    )
     return _distinct(session.execute(stmt), lambda row: f"continuation version {row[2]} is not registered")
 
 
 def revoked_waits(session: Session, *, batch: int) -> list[Wait]:
-    """Parked steps of runs whose owner no longer holds a live grant on the run's target (unlocked)."""
-    stmt = _parked_waits(~_owner_granted(), batch=batch)
-    stmt = stmt.join(_R, _R.c.id == _S.c.run_id).join(_P, _P.c.id == _R.c.owner_id)
+    """Parked steps (a pending interaction is only ever a parked step's) of runs whose owner no longer
+    holds a live grant on the run's target (unlocked)."""
+    stmt = select(_I.c.run_id, _I.c.step_id).where(_PENDING, _OWNER_GRANTED.is_(False)).limit(batch)
     return _distinct(session.execute(stmt), lambda _row: AUTHORITY_REVOKED)
 
 
