@@ -1246,9 +1246,10 @@ def _lock_interaction(session: Executor, interaction_id_: str, principal: Actor)
 
 
 def _refuse_ended_wait(session: Executor, interaction: Row[Any], run_status: str) -> None:
-    """Raise ``Gone`` for a pending interaction whose wait has ended: past its deadline (the sweep will
-    record the expiry; the outcome never depends on when it runs) or its run already terminal."""
-    if interaction.expires_at is not None and interaction.expires_at <= utcnow():
+    """Raise ``Gone`` for a pending interaction whose wait has ended: past its deadline by the database's
+    clock (the sweep will record the expiry; the outcome never depends on when it runs, nor on this host's
+    clock) or its run already terminal."""
+    if interaction.expires_at is not None and interaction.expires_at <= session.scalar(select(db_now())):
         state = interaction_state(session, interaction)
         state["status"] = InteractionStatus.EXPIRED.value
         raise Gone(f"interaction {interaction.id} expired at {interaction.expires_at.isoformat()}", state)

@@ -18,7 +18,8 @@ from parkway.db import transaction
 from parkway.settings import get_settings
 from tests.acceptance.clock_workflows import HANG
 from tests.conftest import BACKEND
-from tests.support import Stack, Worker, continuations, start, wait_for, wait_status
+from tests.integration.helpers import parked
+from tests.support import HUMAN, Stack, Worker, continuations, start, wait_for, wait_status
 
 pytestmark = [
     pytest.mark.usefixtures("own_workers"),
@@ -159,3 +160,37 @@ def test_clock__a_hung_worker_ten_minutes_behind_loses_its_lease_after_the_lease
         "step.completed",
         "run.completed",
     ]
+
+
+ANSWER_CODE = """
+from tasks.sdk import Gone, answer
+try:
+    print(answer({iid!r}, "yes", response_id="r-skewed", principal={human!r})["status"])
+except Gone as gone:
+    print("gone", gone.state["status"])
+"""
+
+
+@pytest.mark.parametrize(
+    ("offset", "expires_in", "outcome"),
+    [
+        (f"+{SKEW_S:.0f}s", 120, "answered"),  # due in 2 minutes: its host thinks 8 minutes ago
+        (f"-{SKEW_S:.0f}s", 1, "gone expired"),  # past by the database's clock: its host thinks not for 10 minutes
+    ],
+)
+def test_clock__an_answer_from_a_host_whose_clock_is_off_meets_the_database_s_deadline(
+    stack: Stack, offset: str, expires_in: int, outcome: str
+) -> None:
+    # Given a question with a deadline (expires_at computed by the database at park time)
+    _, asked = parked("t.ask_one", {"expires_in": expires_in})
+    go, deadline = asked["go"], asked["go"].expires_at
+    assert deadline is not None
+    if expires_in == 1:
+        wait_for(lambda: _db_now() > deadline, timeout=10, what="the deadline to pass by the database's clock")
+
+    # When a process whose clock is ten minutes off answers it
+    done = stack.run_python(ANSWER_CODE.format(iid=go.id, human=HUMAN), **_skewed(offset))
+
+    # Then the deadline is the database's: open until expires_at, closed after, whatever that host's clock says
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == outcome
