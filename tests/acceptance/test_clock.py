@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -15,11 +16,22 @@ from sqlalchemy import func, select
 from beat.sweep import run_sweep
 from models.tables import Continuation, Event, Review
 from parkway.db import transaction
-from parkway.settings import get_settings
+from parkway.settings import get_settings, reset_settings
 from tests.acceptance.clock_workflows import HANG
 from tests.conftest import BACKEND
 from tests.integration.helpers import parked
-from tests.support import HUMAN, Stack, Worker, continuations, start, wait_for, wait_status
+from tests.support import (
+    AGENT,
+    HUMAN,
+    TARGET,
+    Stack,
+    Worker,
+    continuations,
+    pass_time,
+    start,
+    wait_for,
+    wait_status,
+)
 
 pytestmark = [
     pytest.mark.usefixtures("own_workers"),
@@ -194,3 +206,45 @@ def test_clock__an_answer_from_a_host_whose_clock_is_off_meets_the_database_s_de
     # Then the deadline is the database's: open until expires_at, closed after, whatever that host's clock says
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == outcome
+
+
+START_CODE = """
+import tests.workflows
+from tasks.sdk import start_run
+print(start_run("t.after", {{}}, principal={agent!r}, target={target!r}))
+"""
+
+
+@pytest.fixture
+def slow_reenqueue(monkeypatch: pytest.MonkeyPatch) -> Iterator[float]:
+    """This process's sweep republishes after 60 s (not the suite's 1 s): "at once" is then well before it."""
+    monkeypatch.setenv("PARKWAY_REENQUEUE_AFTER_S", "60")
+    reset_settings()
+    yield 60.0
+    monkeypatch.undo()
+    reset_settings()
+
+
+def _publishes(continuation_id: str) -> int:
+    with transaction() as session:
+        return session.get_one(Continuation, continuation_id).publishes
+
+
+@pytest.mark.parametrize("offset", [f"+{SKEW_S:.0f}s", f"-{SKEW_S:.0f}s"])
+def test_clock__a_run_started_on_a_host_whose_clock_is_off_is_republished_by_the_database_s_age(
+    stack: Stack, offset: str, slow_reenqueue: float
+) -> None:
+    # Given a run started (its message published, no worker up) by a process ten minutes off
+    done = stack.run_python(START_CODE.format(agent=AGENT, target=TARGET), **_skewed(offset))
+    assert done.returncode == 0, done.stderr
+    (ready,) = continuations(done.stdout.strip())
+
+    # When a sweep runs at once, then after the re-enqueue delay of database time has passed
+    run_sweep()
+    at_once = _publishes(ready.id)
+    pass_time(slow_reenqueue + 1)
+    run_sweep()
+
+    # Then it was left alone at first (ten minutes behind would have stamped it as sent ten minutes ago)
+    # and published again after the delay (ten minutes ahead would have stamped it as sent in ten minutes)
+    assert (at_once, _publishes(ready.id)) == (1, 2)
