@@ -7,26 +7,37 @@ row is logged and skipped without stopping the pass.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
-from models import projections, store
-from models.base import utcnow
+from models import fail_closed, projections, store
 from parkway.crash import crash_point
 from parkway.db import transaction
 from parkway.settings import get_settings
+from tasks import registry
 from tasks.celery_app import CONTINUATIONS_QUEUE, SWEEP, SWEEP_QUEUE, app
 from tasks.projection import project, project_quietly
 from tasks.publish import publish
 
 log = logging.getLogger("parkway.sweep")
 
-# In SPEC §6 order: 1 republished + lease_expired, 2 expired, 3 dead, 4 reviews_interrupted, 5 projections;
-# errors counts rows skipped after an exception.
-CATEGORIES = ("republished", "lease_expired", "expired", "dead", "reviews_interrupted", "projections", "errors")
+# In SPEC §6 order: 1 republished + lease_expired, 2 expired, 3 dead + unregistered + revoked (waits whose
+# continuation version is not registered, or whose run's owner lost its grant), 4 reviews_interrupted,
+# 5 projections; errors counts rows skipped after an exception.
+CATEGORIES = (
+    "republished",
+    "lease_expired",
+    "expired",
+    "dead",
+    "unregistered",
+    "revoked",
+    "reviews_interrupted",
+    "projections",
+    "errors",
+)
 
 
 @dataclass
@@ -51,18 +62,19 @@ class SweepReport:
         return {**self.counts, "duration_s": round(self.duration_s, 4)}
 
 
-def run_sweep(batch: int | None = None, *, now: datetime | None = None) -> SweepReport:
-    """One pass over every category; returns the report (also logged as one summary line)."""
+def run_sweep(batch: int | None = None) -> SweepReport:
+    """One pass over every category; returns the report (also logged as one summary line). Every age and
+    expiry is judged by the database's clock (``models.clock``), never this host's."""
     settings = get_settings()
     batch = batch or settings.sweep_batch
-    now = now or utcnow()
     report = SweepReport(batch=batch)
     started = time.monotonic()
     to_publish: list[tuple[str, str]] = []
-    to_publish += _expired_leases(report, now=now, batch=batch, max_attempts=settings.max_attempts)
-    to_publish += _expire_interactions(report, now=now, batch=batch)
-    to_publish += _stale_ready(report, now=now, batch=batch, older_than=timedelta(seconds=settings.reenqueue_after_s))
-    _stranded_reviews(report, now=now, batch=batch)
+    to_publish += _expired_leases(report, batch=batch, max_attempts=settings.max_attempts)
+    _failed_closed(report, batch=batch)
+    to_publish += _expire_interactions(report, batch=batch)
+    to_publish += _stale_ready(report, batch=batch, older_than_s=settings.reenqueue_after_s)
+    _stranded_reviews(report, batch=batch)
     report.published = _publish_batch(to_publish)
     _projections(report, batch=batch)
     report.duration_s = time.monotonic() - started
@@ -103,12 +115,12 @@ def continuations_queued() -> int | None:
         return None
 
 
-def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attempts: int) -> list[tuple[str, str]]:
+def _expired_leases(report: SweepReport, *, batch: int, max_attempts: int) -> list[tuple[str, str]]:
     """Category 1 (claims whose lease ran out → ready again) and 3 (out of attempts → dead)."""
     due: list[tuple[str, str]] = []
     dead_runs: list[str] = []
     with transaction() as session:
-        for row in store.expired_claims(session, now=now, batch=batch):
+        for row in store.expired_claims(session, batch=batch):
             try:
                 with session.begin_nested():
                     dead = store.give_up_exhausted(session, row.id, max_attempts=max_attempts)
@@ -120,7 +132,7 @@ def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attem
                             extra={"action": "give_up", "continuation_id": row.id, "run_id": row.run_id},
                         )
                         continue
-                    released = store.release_expired_claim(session, row.id, now=now)
+                    released = store.release_expired_claim(session, row.id)
                     if released is not None:
                         report.counts["lease_expired"] += 1
                         due.append((released.id, released.kind))
@@ -131,14 +143,55 @@ def _expired_leases(report: SweepReport, *, now: datetime, batch: int, max_attem
     return due
 
 
-def _expire_interactions(report: SweepReport, *, now: datetime, batch: int) -> list[tuple[str, str]]:
+def _registered() -> frozenset[str] | None:
+    """The continuation versions this process can run, or ``None`` when it cannot judge: its workflow
+    modules (``PARKWAY_IMPORTS``, and ``tasks.worker`` for the SDK's own) fail to import, or nothing is
+    registered at all (a sweep started without them must not interrupt every wait)."""
+    try:
+        for module in ("tasks.worker", *get_settings().import_modules):
+            importlib.import_module(module)
+    except Exception:
+        log.warning("workflow modules failed to import; not checking continuation versions", exc_info=True)
+        return None
+    return registry.continuation_keys() or None
+
+
+def _failed_closed(report: SweepReport, *, batch: int) -> None:
+    """Category 3 for waits: a parked step whose continuation version is not registered here, or whose
+    run's owner lost its grant → its run, step and pending interactions interrupted with the reason."""
+    registered = _registered()
+    ended: list[str] = []
+    with transaction() as session:
+        found: dict[str, list[fail_closed.Wait]] = {"unregistered": []}
+        if registered is not None:
+            found["unregistered"] = fail_closed.unregistered_waits(session, registered=registered, batch=batch)
+        found["revoked"] = fail_closed.revoked_waits(session, batch=batch)
+        for category, waits in found.items():
+            for wait in waits:
+                try:
+                    with session.begin_nested():
+                        if fail_closed.interrupt_wait(session, wait) is not None:
+                            report.counts[category] += 1
+                            ended.append(wait.run_id)
+                            log.warning(
+                                "wait interrupted: %s",
+                                wait.reason,
+                                extra={"action": "interrupt", "run_id": wait.run_id, "step_id": wait.step_id},
+                            )
+                except Exception:
+                    report.counts["errors"] += 1
+                    log.exception("sweep skipped a bad row", extra={"action": "sweep", "step_id": wait.step_id})
+    project_quietly(ended)
+
+
+def _expire_interactions(report: SweepReport, *, batch: int) -> list[tuple[str, str]]:
     """Category 2: pending interactions past their expiry → expired; the continuation may become due."""
     due: list[tuple[str, str]] = []
     with transaction() as session:
-        for interaction_id in store.expirable_interactions(session, now=now, batch=batch):
+        for interaction_id in store.expirable_interactions(session, batch=batch):
             try:
                 with session.begin_nested():
-                    expiry = store.expire_due(session, interaction_id, now=now)
+                    expiry = store.expire_due(session, interaction_id)
                     if expiry.expired:
                         report.counts["expired"] += 1
                     if expiry.continuation is not None:
@@ -149,19 +202,19 @@ def _expire_interactions(report: SweepReport, *, now: datetime, batch: int) -> l
     return due
 
 
-def _stale_ready(report: SweepReport, *, now: datetime, batch: int, older_than: timedelta) -> list[tuple[str, str]]:
+def _stale_ready(report: SweepReport, *, batch: int, older_than_s: float) -> list[tuple[str, str]]:
     """Category 1: ready continuations not enqueued recently (publish lost, broker flushed) → again."""
     with transaction() as session:
-        ids = store.mark_for_republish(session, now=now, older_than=now - older_than, batch=batch)
+        ids = store.mark_for_republish(session, older_than_s=older_than_s, batch=batch)
         rows = [(cid, kind) for cid, kind in store.continuation_kinds(session, ids)]
     report.counts["republished"] += len(rows)
     return rows
 
 
-def _stranded_reviews(report: SweepReport, *, now: datetime, batch: int) -> None:
+def _stranded_reviews(report: SweepReport, *, batch: int) -> None:
     """Category 4: running reviews whose owner is gone → interrupted, counts kept, evidence in the reason."""
     with transaction() as session:
-        for review in store.stranded_reviews(session, now=now, batch=batch):
+        for review in store.stranded_reviews(session, batch=batch):
             try:
                 with session.begin_nested():
                     evidence = store.owner_evidence(session, review.execution_id)

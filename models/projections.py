@@ -3,18 +3,18 @@
 A run's projections are due at ``coalesce(projection_next_at, completed_at)`` (the key of the partial index
 ``ix_runs_projection_pending``): when it ended, until a write fails; then each failure pushes the time out
 (exponential, capped), so a run whose write keeps failing never holds back the newer ones. Times come from
-the database's clock (PostgreSQL ``now()``); on the embedded SQLite the database shares the host's clock.
+the database's clock (``models.clock.db_now``).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any, cast
+from datetime import datetime
+from typing import cast
 
-from sqlalchemy import Table, func, literal, select, text, update
+from sqlalchemy import Table, func, select, text, update
 from sqlalchemy.orm import Session
 
-from models.base import UTCDateTime, utcnow
+from models.clock import db_now
 from models.tables import Run
 
 _R = cast(Table, Run.__table__)
@@ -31,19 +31,12 @@ def backoff_s(attempts: int) -> float:
     return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** max(0, min(attempts - 1, 30)))
 
 
-def _db_now(session: Session, *, plus_s: float = 0.0) -> Any:
-    """The database's clock (plus some seconds) as an SQL expression."""
-    if session.get_bind().dialect.name == "postgresql":
-        return func.now() + literal(timedelta(seconds=plus_s)) if plus_s else func.now()
-    return literal(utcnow() + timedelta(seconds=plus_s), UTCDateTime)  # embedded: one host, one clock
-
-
 def pending_projections(session: Session, *, batch: int) -> list[str]:
     """Terminal runs whose projections are pending and due now, the longest due first (at most ``batch``;
     rows another projector holds are skipped)."""
     pg = session.get_bind().dialect.name == "postgresql"
     pending = text("projection_pending" if pg else "projection_pending = 1")  # the index's predicate, verbatim
-    stmt = select(Run.id).where(pending, due_at <= _db_now(session)).order_by(due_at).limit(batch)
+    stmt = select(Run.id).where(pending, due_at <= db_now()).order_by(due_at).limit(batch)
     return list(session.scalars(stmt.with_for_update(skip_locked=True) if pg else stmt).all())
 
 
@@ -59,7 +52,7 @@ def record_projection_failure(session: Session, run: Run) -> datetime | None:
             _R.c.projection_pending.is_(True),
             _R.c.projection_attempts == run.projection_attempts,
         )
-        .values(projection_attempts=attempts, projection_next_at=_db_now(session, plus_s=backoff_s(attempts)))
+        .values(projection_attempts=attempts, projection_next_at=db_now(backoff_s(attempts)))
         .returning(_R.c.projection_next_at)
     ).scalar_one_or_none()
     return next_at

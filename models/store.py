@@ -13,7 +13,7 @@ import json
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, Protocol, cast
 
 from sqlalchemy import (
@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 
 from models.access import principal_by_token
 from models.base import utcnow
+from models.clock import db_now
 from models.status import (
     RUN_LIVE,
     RUN_TERMINAL,
@@ -392,7 +393,7 @@ class Due:
     name: str
 
 
-_INSERT_CONTINUATION = insert(_C)
+_INSERT_CONTINUATION = insert(_C).values(enqueued_at=db_now(), created_at=db_now())
 
 
 def _insert_continuation(
@@ -405,7 +406,6 @@ def _insert_continuation(
     events: list[dict[str, Any]] | None = None,
 ) -> Due:
     """Insert a ready continuation and its event (after ``events``, the caller's, in the same insert)."""
-    now = utcnow()
     due = Due(id=new_id(), kind=kind.value, run_id=run_id, step_id=step_id, name=name)
     session.execute(
         _INSERT_CONTINUATION,
@@ -419,8 +419,6 @@ def _insert_continuation(
             "attempts": 0,
             # Published right after this commit; if that publish is lost the sweep sends it again later.
             "publishes": 1,
-            "enqueued_at": now,
-            "created_at": now,
         },
     )
     ready = event_row(run_id, "continuation.ready", continuation_id=due.id, step_id=step_id, name=name)
@@ -520,12 +518,12 @@ class RunRecord:
     error_details: Any = None  # a failed run's Fail details (its result is null)
 
 
-def _claimable(now: Any) -> Any:
-    """ready, or claimed under a lease that expired before ``now`` (a datetime or a bound parameter):
-    the one definition the claim and ``give_up_exhausted`` share."""
+def _claimable() -> Any:
+    """ready, or claimed under a lease that expired by the database's clock: the one definition the claim
+    and ``give_up_exhausted`` share."""
     return or_(
         _C.c.status == _literal(ContinuationStatus.READY),
-        and_(_C.c.status == _literal(ContinuationStatus.CLAIMED), _C.c.lease_expires_at < now),
+        and_(_C.c.status == _literal(ContinuationStatus.CLAIMED), _C.c.lease_expires_at < db_now()),
     )
 
 
@@ -533,14 +531,14 @@ _CLAIM = (
     update(_C)
     .where(
         _C.c.id == bindparam("cid"),
-        _claimable(_bp("now", _C.c.lease_expires_at)),
+        _claimable(),
         _C.c.attempts < bindparam("max_attempts"),
     )
     .values(
         status=ContinuationStatus.CLAIMED.value,
         attempts=_C.c.attempts + 1,
         claimed_by=bindparam("eid"),
-        lease_expires_at=_bp("lease", _C.c.lease_expires_at),
+        lease_expires_at=db_now("lease_s"),
     )
     .returning(_C.c.id, _C.c.run_id, _C.c.step_id, _C.c.kind, _C.c.name, _C.c.attempts)
 )
@@ -612,9 +610,7 @@ def claim_in_one_statement(
 
     ``None`` when nothing was claimed (see ``claim``); the caller then looks at the row in a transaction.
     """
-    now = utcnow()
-    params = {"cid": continuation_id, "now": now, "max_attempts": max_attempts, "eid": execution_id,
-              "lease": now + timedelta(seconds=lease_s)}  # fmt: skip
+    params = {"cid": continuation_id, "max_attempts": max_attempts, "eid": execution_id, "lease_s": lease_s}
     rows = _CLAIM_WITH_CONTEXT.rows(conn, params)
     if not rows:
         return None
@@ -630,18 +626,11 @@ def claim(
 
     Returns the claimed row (id, run_id, step_id, kind, name, attempts). ``None`` when the row is
     consumed, dead, unknown, held under a live lease by someone else, or out of attempts (see
-    ``give_up_exhausted``): the caller's delivery does nothing.
+    ``give_up_exhausted``): the caller's delivery does nothing. The lease ends ``lease_s`` after the
+    database's clock.
     """
-    now = utcnow()
     return session.execute(
-        _CLAIM,
-        {
-            "cid": continuation_id,
-            "now": now,
-            "max_attempts": max_attempts,
-            "eid": execution_id,
-            "lease": now + timedelta(seconds=lease_s),
-        },
+        _CLAIM, {"cid": continuation_id, "max_attempts": max_attempts, "eid": execution_id, "lease_s": lease_s}
     ).first()
 
 
@@ -653,7 +642,7 @@ def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: i
     row = session.scalar(
         select(Continuation).where(
             Continuation.id == continuation_id,
-            _claimable(utcnow()),
+            _claimable(),
             Continuation.attempts >= max_attempts,
         )
     )
@@ -697,7 +686,8 @@ def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]])
 
 
 def renew_lease(session: Session, continuation_id: str, *, execution_id: str, lease_s: float) -> bool:
-    """claimed -> claimed with a later lease, only for the execution that holds it."""
+    """claimed -> claimed with a lease ending ``lease_s`` after the database's clock, only for the
+    execution that holds it."""
     row = session.scalar(
         update(Continuation)
         .where(
@@ -705,7 +695,7 @@ def renew_lease(session: Session, continuation_id: str, *, execution_id: str, le
             Continuation.status == ContinuationStatus.CLAIMED,
             Continuation.claimed_by == execution_id,
         )
-        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_s))
+        .values(lease_expires_at=db_now(lease_s))
         .returning(Continuation.id)
     )
     return row is not None
@@ -1017,7 +1007,6 @@ def park(
     A continuation that parks again does so as a new step (every wait has its own step and at most one
     continuation).
     """
-    now = utcnow()
     if from_continuation:
         _set_step_status(session, step.id, [StepStatus.RESUMING], StepStatus.COMPLETED, result={"parked": continuation})
         append_event(session, step.run_id, "step.completed", step_id=step.id, name=step.name)
@@ -1052,8 +1041,8 @@ def park(
             sensitive=list(spec.sensitive),
             target=spec.target,
             status=InteractionStatus.PENDING,
-            expires_at=(now + timedelta(seconds=spec.expires_in)) if spec.expires_in else None,
-            created_at=now,
+            expires_at=db_now(spec.expires_in) if spec.expires_in else None,  # the database's clock
+            created_at=db_now(),
         )
         session.add(row)
     session.flush()
@@ -1328,9 +1317,10 @@ def _lock_interaction(session: Executor, interaction_id_: str, principal: Actor,
 
 
 def _refuse_ended_wait(session: Executor, interaction: Row[Any], run_status: str) -> None:
-    """Raise ``Gone`` for a pending interaction whose wait has ended: past its deadline (the sweep will
-    record the expiry; the outcome never depends on when it runs) or its run already terminal."""
-    if interaction.expires_at is not None and interaction.expires_at <= utcnow():
+    """Raise ``Gone`` for a pending interaction whose wait has ended: past its deadline by the database's
+    clock (the sweep will record the expiry; the outcome never depends on when it runs, nor on this host's
+    clock) or its run already terminal."""
+    if interaction.expires_at is not None and interaction.expires_at <= session.scalar(select(db_now())):
         state = interaction_state(session, interaction)
         state["status"] = InteractionStatus.EXPIRED.value
         raise Gone(f"interaction {interaction.id} expired at {interaction.expires_at.isoformat()}", state)
@@ -1419,8 +1409,8 @@ def _answer_and_make_due() -> Any:
                 literal(ContinuationStatus.READY.value),
                 literal(0),
                 literal(1),  # published right after this commit; if that publish is lost the sweep sends it again
-                _bp("at", _C.c.enqueued_at),
-                _bp("at", _C.c.created_at),
+                db_now(),  # the re-enqueue age is measured on the database's clock
+                db_now(),
             ),
         )
         .returning(_C.c.run_id, _C.c.name)
@@ -1667,8 +1657,9 @@ class Expiry:
     continuation: Due | None = None  # set when the expiry made the step's continuation due
 
 
-def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Expiry:
-    """pending -> expired past ``expires_at``; the step's continuation becomes due as for an answer.
+def expire_due(session: Session, interaction_id_: str) -> Expiry:
+    """pending -> expired past ``expires_at`` (the database's clock); the step's continuation becomes due
+    as for an answer.
 
     Locks the step first, like answer and cancel (one lock order, no deadlock); a step locked by an
     answer in flight is skipped this pass. ``expired`` is False when the CAS lost.
@@ -1685,9 +1676,9 @@ def expire_due(session: Session, interaction_id_: str, *, now: datetime) -> Expi
         .where(
             Interaction.id == interaction_id_,
             Interaction.status == InteractionStatus.PENDING,
-            Interaction.expires_at <= now,
+            Interaction.expires_at <= db_now(),
         )
-        .values(status=InteractionStatus.EXPIRED, closed_at=now)
+        .values(status=InteractionStatus.EXPIRED, closed_at=db_now())
         .returning(Interaction)
         .execution_options(synchronize_session=False)
     )
@@ -1711,11 +1702,13 @@ def _skip_locked(session: Session, stmt: Any) -> Any:
     return stmt.with_for_update(skip_locked=True) if _is_pg(session) else stmt
 
 
-def mark_for_republish(session: Session, *, now: datetime, older_than: datetime, batch: int) -> list[str]:
-    """ready continuations not enqueued since ``older_than``: stamp ``enqueued_at`` (CAS) and return ids.
+def mark_for_republish(session: Session, *, older_than_s: float, batch: int) -> list[str]:
+    """ready continuations not enqueued in the last ``older_than_s`` seconds of the database's clock: stamp
+    ``enqueued_at`` (CAS) and return ids.
 
     Concurrent sweeps skip each other's locked rows and the CAS on ``enqueued_at`` keeps one winner.
     """
+    older_than = db_now(-older_than_s)
     ids = session.scalars(
         _skip_locked(
             session,
@@ -1737,21 +1730,22 @@ def mark_for_republish(session: Session, *, now: datetime, older_than: datetime,
             Continuation.status == ContinuationStatus.READY,
             or_(Continuation.enqueued_at.is_(None), Continuation.enqueued_at < older_than),
         )
-        .values(enqueued_at=now, publishes=Continuation.publishes + 1)
+        .values(enqueued_at=db_now(), publishes=Continuation.publishes + 1)
         .returning(Continuation.id)
         .execution_options(synchronize_session=False)
     ).all()
     return list(won)
 
 
-def expired_claims(session: Session, *, now: datetime, batch: int) -> list[Continuation]:
-    """claimed continuations whose lease ran out (the process running the body died)."""
+def expired_claims(session: Session, *, batch: int) -> list[Continuation]:
+    """claimed continuations whose lease ran out by the database's clock (the process running the body died)."""
     return list(
         session.scalars(
             _skip_locked(
                 session,
                 select(Continuation)
-                .where(Continuation.status == _literal(ContinuationStatus.CLAIMED), Continuation.lease_expires_at < now)
+                .where(Continuation.status == _literal(ContinuationStatus.CLAIMED))
+                .where(Continuation.lease_expires_at < db_now())
                 .order_by(Continuation.lease_expires_at)
                 .limit(batch),
             )
@@ -1759,20 +1753,20 @@ def expired_claims(session: Session, *, now: datetime, batch: int) -> list[Conti
     )
 
 
-def release_expired_claim(session: Session, continuation_id: str, *, now: datetime) -> Continuation | None:
+def release_expired_claim(session: Session, continuation_id: str) -> Continuation | None:
     """claimed (lease expired) -> ready, stamped as enqueued now; ``None`` if it changed meanwhile."""
     return session.scalar(
         update(Continuation)
         .where(
             Continuation.id == continuation_id,
             Continuation.status == ContinuationStatus.CLAIMED,
-            Continuation.lease_expires_at < now,
+            Continuation.lease_expires_at < db_now(),
         )
         .values(
             status=ContinuationStatus.READY,
             claimed_by=None,
             lease_expires_at=None,
-            enqueued_at=now,
+            enqueued_at=db_now(),
             publishes=Continuation.publishes + 1,
         )
         .returning(Continuation)
@@ -1780,7 +1774,7 @@ def release_expired_claim(session: Session, continuation_id: str, *, now: dateti
     )
 
 
-def expirable_interactions(session: Session, *, now: datetime, batch: int) -> list[str]:
+def expirable_interactions(session: Session, *, batch: int) -> list[str]:
     """pending interactions past their expiry (unlocked: ``expire_due`` takes the step lock, then CASes)."""
     return list(
         session.scalars(
@@ -1788,7 +1782,7 @@ def expirable_interactions(session: Session, *, now: datetime, batch: int) -> li
             .where(
                 Interaction.status == _literal(InteractionStatus.PENDING),
                 Interaction.expires_at.is_not(None),
-                Interaction.expires_at <= now,
+                Interaction.expires_at <= db_now(),
             )
             .order_by(Interaction.expires_at)
             .limit(batch)
@@ -1887,26 +1881,26 @@ def running_reviews(session: Session, step_id: str) -> list[Review]:
     )
 
 
-def _owner_alive(now: datetime) -> Any:
+def _owner_alive() -> Any:
     return (
         select(Continuation.id)
         .where(
             Continuation.claimed_by == Review.execution_id,
             Continuation.status == _literal(ContinuationStatus.CLAIMED),
-            Continuation.lease_expires_at >= now,
+            Continuation.lease_expires_at >= db_now(),
         )
         .exists()
     )
 
 
-def stranded_reviews(session: Session, *, now: datetime, batch: int) -> list[Review]:
+def stranded_reviews(session: Session, *, batch: int) -> list[Review]:
     """running reviews whose owning execution no longer holds a live claim (it died or moved on)."""
     return list(
         session.scalars(
             _skip_locked(
                 session,
                 select(Review)
-                .where(Review.status == _literal(ReviewStatus.RUNNING), ~_owner_alive(now))
+                .where(Review.status == _literal(ReviewStatus.RUNNING), ~_owner_alive())
                 .order_by(Review.created_at)
                 .limit(batch),
             )

@@ -177,6 +177,13 @@ class Interaction(Base):
             postgresql_where=text("status = 'pending' AND expires_at IS NOT NULL"),
             sqlite_where=text("status = 'pending' AND expires_at IS NOT NULL"),
         ),
+        # The waits the sweep checks for a lost authority or an unregistered continuation (models/fail_closed.py).
+        Index(
+            "ix_interactions_pending",
+            "step_id",
+            postgresql_where=text("status = 'pending'"),
+            sqlite_where=text("status = 'pending'"),
+        ),
     )
 
 

@@ -74,3 +74,8 @@ def import_workflows() -> None:
         if module not in _imported:
             importlib.import_module(module)
             _imported.add(module)
+
+
+def continuation_keys() -> frozenset[str]:
+    """Every registered ``name@version`` (what the sweep compares parked steps against)."""
+    return frozenset(_continuations)

@@ -66,6 +66,7 @@ from sqlalchemy import create_engine, text  # noqa: E402
 import tests.workflows  # noqa: E402,F401  (registers the test workflows in this process too)
 from parkway.db import reset_engine  # noqa: E402
 from parkway.settings import reset_settings  # noqa: E402
+from tasks.projection import drain_projections  # noqa: E402
 from tests.support import Stack, unavailable  # noqa: E402
 
 
@@ -182,6 +183,8 @@ def fresh_db(template_db: str) -> Iterator[str]:
     try:
         yield url
     finally:
+        # A run this test ended is projected on a thread a moment later: not on the next database.
+        drain_projections()
         reset_engine()
         drop_database(url)
         if previous:

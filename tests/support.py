@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -262,3 +263,15 @@ def start(workflow: str, payload: Any = None, **kwargs: Any) -> str:
     from tasks.sdk import start_run
 
     return start_run(workflow, payload if payload is not None else {}, principal=AGENT, target=TARGET, **kwargs)
+
+
+def pass_time(seconds: float) -> None:
+    """As though ``seconds`` of the database's clock passed, for what the sweep judges by it: every live
+    continuation's publish time and lease, and every pending question's expiry, move back that much."""
+    delta = timedelta(seconds=seconds)
+    with transaction() as session:
+        for c in session.scalars(select(Continuation).where(Continuation.status.in_(["ready", "claimed"]))):
+            c.enqueued_at = c.enqueued_at - delta if c.enqueued_at else None
+            c.lease_expires_at = c.lease_expires_at - delta if c.lease_expires_at else None
+        for i in session.scalars(select(Interaction).where(Interaction.status == "pending")):
+            i.expires_at = i.expires_at - delta if i.expires_at else None

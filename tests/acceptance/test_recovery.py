@@ -130,9 +130,10 @@ def test_continuation_version_removed_while_parked__fails_closed(stack: Stack) -
     run_id = start("t.ask_one", {"continuation": "t.one_done@2"})
     asked = wait_parked(run_id)
     assert old.terminate() == 0
-    # When a deploy without that version resumes it
-    stack.start_worker()
+    # When it is answered, then a deploy without that version resumes it (answered first: a sweep of the new
+    # deploy would otherwise interrupt the parked step before the answer, which then gets 410)
     answer(asked["go"].id, "go", response_id=new_response_id(), principal=HUMAN)
+    stack.start_worker()
     # Then step and run are interrupted with a reason naming the version, and nothing ran
     run = wait_status(run_id, "interrupted")
     assert run.reason == "continuation version t.one_done@2 is not registered"

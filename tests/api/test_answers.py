@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
 
 from beat.sweep import run_sweep
-from models.base import utcnow
 from tests.api.conftest import AGENT, HUMAN, Actors, drive
-from tests.support import TARGET, event_types, interactions
+from tests.support import TARGET, event_types, interactions, pass_time
 
 
 def start_parked(client: TestClient, actors: Actors, workflow: str, payload: Any = None) -> str:
@@ -114,7 +112,8 @@ def test_answer_after_expiry__410(client: TestClient, actors: Actors) -> None:
     run_id = start_parked(client, actors, "t.ask_two", {"expires_in": 60})
     iid = interactions(run_id)["window"].id
     assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(HUMAN)).json()["expires_at"].endswith("Z")
-    run_sweep(now=utcnow() + timedelta(seconds=120))
+    pass_time(120)
+    run_sweep()
     gone = answer(client, actors, iid, "now", "too-late")
     assert gone.status_code == 410
     assert gone.json()["state"]["status"] == "expired"

@@ -4,18 +4,16 @@ continuation, sweep totals. Runs on Redis (default backend) and on the filesyste
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from beat.sweep import CATEGORIES, run_sweep
-from models.base import utcnow
 from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP, SWEEP_QUEUE
 from tasks.celery_app import app as celery_app
 from tests.api.conftest import AGENT, Actors
-from tests.support import Stack, start, wait_for, wait_parked, wait_status
+from tests.support import Stack, pass_time, start, wait_for, wait_parked, wait_status
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 QUEUES = (STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE)
@@ -70,7 +68,8 @@ def test_metrics__queue_length_oldest_ready_and_sweep_totals_with_no_worker(clie
 
     # When a sweep pass finds the ready continuation stale, it publishes it again and records its totals
     republished_before = value(samples, "parkway_sweep_rows_total", category="republished") or 0
-    report = run_sweep(now=utcnow() + timedelta(seconds=30))
+    pass_time(30)
+    report = run_sweep()
     assert report.counts["republished"] >= 1
     after = scrape(client)
     for category in CATEGORIES:

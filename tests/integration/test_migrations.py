@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from alembic import command
 from sqlalchemy import select, text
@@ -11,7 +9,6 @@ from sqlalchemy import select, text
 from beat.sweep import run_sweep
 from models import access, store
 from models import status as st
-from models.base import utcnow
 from models.tables import Continuation, Event, Interaction, Run, Step
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.errors import SchemaMismatch
@@ -26,7 +23,7 @@ from parkway.migrate import upgrade as parkway_migrate
 from tasks.sdk import answer, cancel
 from tests.conftest import BACKEND
 from tests.integration.helpers import execute_ready, parked
-from tests.support import HUMAN, new_response_id, start, wait_for
+from tests.support import HUMAN, new_response_id, pass_time, start, wait_for
 
 
 def test_migrations__upgrade_head_is_idempotent_and_matches_the_models(fresh_db: str) -> None:
@@ -126,7 +123,8 @@ def test_status_enums__every_status_the_store_writes_is_an_enum_member(actors_db
     _canceled, asked = parked("t.ask_two")
     cancel(asked["window"].id, response_id=new_response_id(), principal=HUMAN)
     _expired, asked = parked("t.ask_two", {"expires_in": 1})
-    run_sweep(now=utcnow() + timedelta(seconds=30))
+    pass_time(30)
+    run_sweep()
     interrupted, _ = parked("t.ask_one")
     with transaction() as session:
         store.interrupt_run(session, interrupted, reason="test", execution_id="test")

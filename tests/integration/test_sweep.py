@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import select
@@ -14,18 +14,35 @@ from sqlalchemy import select
 from beat.sweep import SweepReport, run_sweep
 from models import store
 from models.base import utcnow
-from models.tables import Continuation
+from models.tables import Continuation, Step
 from parkway.db import transaction
-from parkway.settings import get_settings
+from parkway.settings import get_settings, reset_settings
 from tasks.celery_app import RESUME_STEP, RUN_STEP
 from tasks.sdk import Gone, answer
 from tasks.worker import execute
-from tests.integration.helpers import Sent, continuation, events, execute_ready, interaction, parked, step
-from tests.support import HUMAN, continuations, event_types, new_response_id, run_row, start, wait_for
-
-
-def _later(seconds: float = 60.0) -> datetime:
-    return utcnow() + timedelta(seconds=seconds)
+from tests.integration.helpers import (
+    Sent,
+    add_principal,
+    continuation,
+    events,
+    execute_ready,
+    interaction,
+    live_grant_ids,
+    parked,
+    step,
+)
+from tests.support import (
+    AGENT,
+    HUMAN,
+    TARGET,
+    continuations,
+    event_types,
+    new_response_id,
+    pass_time,
+    run_row,
+    start,
+    wait_for,
+)
 
 
 def _start_ids(n: int, workflow: str = "t.after") -> list[str]:
@@ -57,6 +74,15 @@ def _claim_until_expired(continuation_id: str) -> None:
     wait_for(lambda: utcnow() > lease, timeout=5, what="the lease to expire")
 
 
+@pytest.fixture
+def slow_reenqueue(monkeypatch: pytest.MonkeyPatch) -> float:
+    """A re-enqueue delay longer than a test's passes take (the suite's 1 s would let a row republished by
+    the first pass fall due again by the last): returns it. ``pass_time`` past it makes rows stale."""
+    monkeypatch.setenv("PARKWAY_REENQUEUE_AFTER_S", "60")
+    reset_settings()
+    return 60.0
+
+
 def _counts(report: SweepReport) -> dict[str, int]:
     return {k: report.counts[k] for k in ("republished", "lease_expired", "expired", "dead", "errors")}
 
@@ -73,16 +99,17 @@ def test_sweep__republishes_a_ready_continuation_older_than_the_reenqueue_delay(
     assert _counts(run_sweep())["republished"] == 0
     assert sent.calls == [] and continuation(cid).publishes == 1
 
-    # When a sweep runs after the delay
-    now = _later(get_settings().reenqueue_after_s + 1)
-    report = run_sweep(now=now)
+    # When a sweep runs after the delay (of the database's clock)
+    pass_time(get_settings().reenqueue_after_s + 1)
+    aged = continuation(cid).enqueued_at
+    report = run_sweep()
 
     # Then it is published again once, stamped as enqueued now
     assert _counts(report) == {"republished": 1, "lease_expired": 0, "expired": 0, "dead": 0, "errors": 0}
     assert sent.calls == [(RUN_STEP, cid, "parkway.steps")]
     row = continuation(cid)
     assert (row.status, row.publishes, row.attempts) == ("ready", 2, 0)
-    assert row.enqueued_at == now
+    assert aged is not None and row.enqueued_at is not None and row.enqueued_at > aged
 
     # And it is the same unit of work: executing it commits the run once
     assert execute(cid) == "committed"
@@ -96,22 +123,25 @@ def test_sweep__republishes_a_resume_continuation_to_the_continuations_queue(act
     (resume,) = [c for c in continuations(run_id) if c.kind == "resume"]
     sent.clear()
 
-    run_sweep(now=_later())
+    pass_time(60)
+    run_sweep()
 
     assert sent.calls == [(RESUME_STEP, resume.id, "parkway.continuations")]
 
 
-def test_sweep__each_category_touches_at_most_batch_rows_per_pass(actors_db: str, sent: Sent) -> None:
+def test_sweep__each_category_touches_at_most_batch_rows_per_pass(
+    actors_db: str, sent: Sent, slow_reenqueue: float
+) -> None:
     # Given 30 stale ready continuations, 30 claims with expired leases and 30 questions past expiry
     stale = _start_ids(30)
     claimed = _start_ids(30)
     for cid in claimed:
         _claim(cid, lease_s=0.01)
     expiring = [parked("t.ask_two", {"expires_in": 1})[1]["window"].id for _ in range(30)]
-    now = _later()
+    pass_time(slow_reenqueue + 1)
 
     # When sweeps with batch=10 run at a time when all of them are due
-    reports = [_counts(run_sweep(batch=10, now=now)) for _ in range(4)]
+    reports = [_counts(run_sweep(batch=10)) for _ in range(4)]
 
     # Then every pass handled at most 10 per category, and three passes handled all of them
     per_pass = {"republished": 10, "lease_expired": 10, "expired": 10, "dead": 0, "errors": 0}
@@ -122,18 +152,20 @@ def test_sweep__each_category_touches_at_most_batch_rows_per_pass(actors_db: str
     assert {interaction(i).status for i in expiring} == {"expired"}
 
 
-def test_sweep__two_concurrent_sweeps_republish_each_row_exactly_once(actors_db: str, sent: Sent) -> None:
+def test_sweep__two_concurrent_sweeps_republish_each_row_exactly_once(
+    actors_db: str, sent: Sent, slow_reenqueue: float
+) -> None:
     # Given 200 ready continuations whose publish was lost
     ids = _start_ids(200)
     sent.clear()
-    now = _later()
+    pass_time(slow_reenqueue + 1)
     barrier = threading.Barrier(2)
 
     def sweeper() -> int:
         barrier.wait(timeout=30)
         total = 0
         while True:
-            n = run_sweep(batch=25, now=now).counts["republished"]
+            n = run_sweep(batch=25).counts["republished"]
             total += n
             if n == 0:
                 return total
@@ -183,7 +215,8 @@ def test_sweep__live_claim_is_left_alone(actors_db: str, sent: Sent) -> None:
     _claim(cid, lease_s=30, execution_id="alive")
     sent.clear()
 
-    report = run_sweep(now=_later(5))
+    pass_time(5)
+    report = run_sweep()
 
     assert _counts(report)["lease_expired"] == 0
     assert (continuation(cid).status, continuation(cid).claimed_by) == ("claimed", "alive")
@@ -220,8 +253,126 @@ def test_sweep__expired_claim_out_of_attempts_becomes_dead_and_interrupts_its_ru
     assert sent.calls == []
 
     # And a later pass, or a late delivery, does nothing more
-    assert _counts(run_sweep(now=_later())) == dict.fromkeys(_counts(report), 0)
+    pass_time(60)
+    assert _counts(run_sweep()) == dict.fromkeys(_counts(report), 0)
     assert execute(cid) == "duplicate"
+
+
+# --------------------------------------------------------------------------- category 3: waits that fail closed
+
+
+@pytest.fixture
+def unregister(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Take a continuation version out of this process's registry, as a deploy that dropped it would."""
+    from tasks import registry
+
+    def drop(key: str) -> None:
+        monkeypatch.delitem(registry._continuations, key)
+
+    return drop
+
+
+def _assert_interrupted(run_id: str, go: str, reason: str) -> None:
+    run = run_row(run_id)
+    assert (run.status, run.reason) == ("interrupted", reason) and run.completed_at is not None
+    assert interaction(go).status == "interrupted" and interaction(go).reason == reason
+    assert {s.status for s in _steps(run_id)} == {"interrupted"}
+    types = event_types(run_id)
+    assert types.count("run.interrupted") == 1 and types.count("interaction.interrupted") == 1
+    # And an answer now is refused with the run's status: never a 200 that a worker would throw away
+    with pytest.raises(Gone) as caught:
+        answer(go, "yes", response_id=new_response_id(), principal=HUMAN)
+    assert caught.value.state is not None
+    assert (caught.value.state["status"], caught.value.state["run_status"]) == ("interrupted", "interrupted")
+
+
+def _steps(run_id: str) -> list[Step]:
+    with transaction() as session:
+        return list(session.scalars(select(Step).where(Step.run_id == run_id)))
+
+
+def test_sweep__a_wait_on_an_unregistered_continuation_version_is_interrupted(
+    actors_db: str, sent: Sent, unregister: Callable[[str], None]
+) -> None:
+    # Given a run parked on t.one_done@1, and another parked on t.finish@1
+    run_id, asked = parked("t.ask_one")
+    other, other_asked = parked("t.ask_two")
+
+    # When t.one_done@1 is no longer registered and a sweep runs
+    unregister("t.one_done@1")
+    sent.clear()
+    report = run_sweep()
+
+    # Then its wait is interrupted with a reason naming the version; the other wait is left alone
+    _assert_interrupted(run_id, asked["go"].id, "continuation version t.one_done@1 is not registered")
+    assert report.counts["unregistered"] == 1 and report.counts["errors"] == 0
+    assert run_row(other).status == "waiting"
+    assert {i.status for i in other_asked.values()} == {"pending"}
+    assert sent.calls == []
+
+    # And a later pass does nothing more
+    assert run_sweep().counts["unregistered"] == 0
+
+
+def test_sweep__a_wait_whose_owner_lost_its_grant_is_interrupted(actors_db: str, sent: Sent) -> None:
+    # Given a run parked for bot, and another of a second agent that keeps its grant
+    run_id, asked = parked("t.ask_one")
+    add_principal("bot2", "agent", grant=TARGET)
+    from tasks.sdk import start_run
+
+    kept = start_run("t.ask_one", {}, principal="bot2", target=TARGET)
+    execute_ready(kept)
+
+    # When bot's grant on the run's target is revoked and a sweep runs
+    with transaction() as session:
+        for grant_id in live_grant_ids(AGENT):
+            assert store.revoke_grant(session, grant_id) is not None
+    report = run_sweep()
+
+    # Then bot's wait is interrupted, reason "authority revoked"; bot2's is left alone
+    _assert_interrupted(run_id, asked["go"].id, "authority revoked")
+    assert report.counts["revoked"] == 1 and report.counts["errors"] == 0
+    assert run_row(kept).status == "waiting"
+    assert run_sweep().counts["revoked"] == 0
+
+
+def test_sweep__failing_closed_is_bounded_by_batch_and_safe_beside_itself(
+    actors_db: str, unregister: Callable[[str], None]
+) -> None:
+    # Given 12 waits on a version that is then unregistered
+    runs = [parked("t.ask_one")[0] for _ in range(12)]
+    unregister("t.one_done@1")
+
+    # When a pass with batch=5 runs, then two passes run concurrently until none finds anything
+    assert run_sweep(batch=5).counts["unregistered"] == 5
+    barrier = threading.Barrier(2)
+
+    def sweeper() -> int:
+        barrier.wait(timeout=30)
+        total = 0
+        while (n := run_sweep(batch=2).counts["unregistered"]) > 0:
+            total += n
+        return total
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        totals = list(pool.map(lambda _: sweeper(), range(2)))
+
+    # Then each wait was interrupted exactly once
+    assert sum(totals) == 7
+    assert {run_row(r).status for r in runs} == {"interrupted"}
+    assert [event_types(r).count("run.interrupted") for r in runs] == [1] * 12
+
+
+def test_sweep__a_process_with_nothing_registered_interrupts_nothing(
+    actors_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tasks import registry
+
+    run_id, _ = parked("t.ask_one")
+    monkeypatch.setattr(registry, "_continuations", {})
+
+    assert run_sweep().counts["unregistered"] == 0
+    assert run_row(run_id).status == "waiting"
 
 
 # --------------------------------------------------------------------------- category 2: expiry
@@ -238,7 +389,8 @@ def test_sweep__expired_question_closes_and_the_continuation_waits_for_its_sibli
     assert interaction(window.id).status == "pending"
 
     # When a sweep runs past the expiry
-    report = run_sweep(now=_later(5))
+    pass_time(5)
+    report = run_sweep()
 
     # Then "window" is expired, "reason" still pending, and no continuation is due yet
     assert _counts(report)["expired"] == 1
@@ -265,7 +417,8 @@ def test_sweep__expired_question_closes_and_the_continuation_waits_for_its_sibli
     assert result["reason"] == "maintenance"
 
     # And expired stays closed: another pass changes nothing
-    assert _counts(run_sweep(now=_later(10)))["expired"] == 0
+    pass_time(10)
+    assert _counts(run_sweep())["expired"] == 0
     assert interaction(window.id).status == "expired"
 
 
@@ -302,11 +455,11 @@ def test_sweep__expiry_racing_an_answer_on_the_same_question_never_errors(
     sweep_selected, answer_locked = threading.Event(), threading.Event()
     real_expire_due, real_validate = store.expire_due, sdk.validate_value
 
-    def expire_due(session, interaction_id, *, now):  # type: ignore[no-untyped-def]
+    def expire_due(session, interaction_id):  # type: ignore[no-untyped-def]
         # the sweep has selected the row; let the answer take the step before expiring it
         sweep_selected.set()
         answer_locked.wait(timeout=2)
-        return real_expire_due(session, interaction_id, now=now)
+        return real_expire_due(session, interaction_id)
 
     def validate(interaction, value):  # type: ignore[no-untyped-def]
         # the answer holds the step (validation runs under the lock, before the write)
@@ -324,8 +477,9 @@ def test_sweep__expiry_racing_an_answer_on_the_same_question_never_errors(
             return exc
 
     # When the sweep's expiry and the answer interleave
+    pass_time(120)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        sweeping = pool.submit(run_sweep, now=_later(120))
+        sweeping = pool.submit(run_sweep)
         answered = pool.submit(answering)
         report, outcome = sweeping.result(timeout=60), answered.result(timeout=60)
 
