@@ -31,8 +31,8 @@ runs = sa.table(
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("error_details", sa.JSON(), nullable=True))
+    # In place, not a batch: SQLite's batch mode copies the table and would lose 0006's index on an expression.
+    op.add_column("runs", sa.Column("error_details", sa.JSON(), nullable=True))
     bind = op.get_bind()
     rows = bind.execute(
         sa.select(runs.c.id, runs.c.result).where(runs.c.status.in_(FAILED), runs.c.result.is_not(None))
@@ -47,5 +47,4 @@ def downgrade() -> None:
     rows = bind.execute(sa.select(runs.c.id, runs.c.error_details).where(runs.c.error_details.is_not(None))).all()
     for run_id, details in rows:
         bind.execute(runs.update().where(runs.c.id == run_id).values(result={"details": details}))
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.drop_column("error_details")
+    op.execute("ALTER TABLE runs DROP COLUMN error_details")  # in place on SQLite too (3.35+)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sysconfig
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -38,7 +39,7 @@ pytestmark = [
     pytest.mark.skipif(BACKEND == "sqlite", reason="SQLite's clock is each process's own: no shared clock to use"),
 ]
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+LIBFAKETIME = Path(f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}/faketime/libfaketime.so.1")
 SKEW_S = 600.0
 
 
