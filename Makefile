@@ -16,10 +16,18 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/parkway up
 
-## test: the whole suite twice: PostgreSQL + Redis, then SQLite + the embedded broker
+## test: the whole suite twice, side by side: PostgreSQL + Redis here, SQLite + the embedded broker in the
+## background (its log in var/test-sqlite.log, shown at the end); fails if either run fails
 test: $(STAMP)
-	$(MAKE) --no-print-directory test-postgres
-	$(MAKE) --no-print-directory test-sqlite
+	@mkdir -p var
+	@echo "make test: the SQLite run goes on in the background (var/test-sqlite.log); the PostgreSQL run follows here"
+	@PARKWAY_TEST_BACKEND=sqlite $(PY) -m pytest $(PYTEST_ARGS) > var/test-sqlite.log 2>&1 & sqlite=$$!; \
+	PARKWAY_TEST_BACKEND=postgres $(PY) -m pytest $(PYTEST_ARGS); postgres=$$?; \
+	wait $$sqlite; sqlite_rc=$$?; \
+	echo "make test: the SQLite run (var/test-sqlite.log):"; \
+	if [ $$sqlite_rc -eq 0 ]; then tail -n 1 var/test-sqlite.log; else cat var/test-sqlite.log; fi; \
+	echo "make test: PostgreSQL rc=$$postgres, SQLite rc=$$sqlite_rc"; \
+	[ $$postgres -eq 0 ] && [ $$sqlite_rc -eq 0 ]
 
 test-postgres: $(STAMP)
 	PARKWAY_TEST_BACKEND=postgres $(PY) -m pytest $(PYTEST_ARGS)

@@ -76,6 +76,16 @@ def _service_problem() -> str | None:
     return unavailable(PG_ADMIN_URL, REDIS_URL)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The SQLite run deselects (never skips) what lives only in PostgreSQL: each test runs where it applies."""
+    if BACKEND != "sqlite":
+        return
+    elsewhere = [item for item in items if item.get_closest_marker("postgres_only")]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [item for item in items if not item.get_closest_marker("postgres_only")]
+
+
 @pytest.fixture(scope="session")
 def template_db() -> Iterator[str]:
     """A database migrated to head (and checked for drift against the models), to clone from."""

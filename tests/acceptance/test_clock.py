@@ -19,7 +19,6 @@ from models.tables import Continuation, Event, Review
 from parkway.db import transaction
 from parkway.settings import get_settings, reset_settings
 from tests.acceptance.clock_workflows import HANG
-from tests.conftest import BACKEND
 from tests.integration.helpers import parked
 from tests.support import (
     AGENT,
@@ -36,7 +35,7 @@ from tests.support import (
 
 pytestmark = [
     pytest.mark.usefixtures("own_workers"),
-    pytest.mark.skipif(BACKEND == "sqlite", reason="SQLite's clock is each process's own: no shared clock to use"),
+    pytest.mark.postgres_only(reason="SQLite's clock is each process's own: no shared clock to use"),
 ]
 
 LIBFAKETIME = Path(f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}/faketime/libfaketime.so.1")

@@ -21,12 +21,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from tests.api.conftest import ADMIN, AGENT, HUMAN, ApiServer, drive, free_port, make_actors
-from tests.conftest import BACKEND, PG_ADMIN_URL
+from tests.conftest import PG_ADMIN_URL
 from tests.support import TARGET, Stack, interactions, wait_for
 
-pytestmark = pytest.mark.skipif(
-    BACKEND == "sqlite", reason="cuts the connection to a database server; SQLite has no server to lose"
-)
+pytestmark = pytest.mark.postgres_only(reason="cuts the connection to a database server; SQLite has no server to lose")
 
 
 class Proxy:

@@ -23,11 +23,9 @@ from models import store
 from models.tables import Event, Run
 from parkway.db import transaction
 from tests.api.conftest import ADMIN, AGENT, HUMAN, Actors, ApiServer, make_actors
-from tests.conftest import BACKEND
 from tests.support import TARGET, wait_for
 
-pytestmark = pytest.mark.skipif(
-    BACKEND == "sqlite",
+pytestmark = pytest.mark.postgres_only(
     reason="SQLite has one writer at a time (BEGIN IMMEDIATE: writers and the stream's polls queue behind a "
     "held transaction), so there is no interleaving of writers to soak",
 )

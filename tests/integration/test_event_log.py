@@ -21,11 +21,9 @@ from models import access, store
 from models.tables import Event, Principal
 from parkway.cli import hash_token, new_token
 from parkway.db import session_factory, transaction
-from tests.conftest import BACKEND
 from tests.support import AGENT, TARGET, wait_for
 
-pytestmark = pytest.mark.skipif(
-    BACKEND == "sqlite",
+pytestmark = pytest.mark.postgres_only(
     reason="SQLite has one writer at a time: a second writer waits for the first to commit, so two writers "
     "never interleave and its seqs are in commit order",
 )
