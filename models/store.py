@@ -2002,7 +2002,7 @@ _CLEAR_PROJECTIONS = _clear_projections()
 
 def clear_projections_pending(session: Session, runs: Sequence[RunRecord | Run]) -> int:
     """``clear_projection_pending`` for several runs: how many were cleared. On PostgreSQL one statement
-    (an executemany, even pipelined, cost a Bind and an Execute per run: 3 % of a worker's time)."""
+    (an executemany, even pipelined, costs a Bind and an Execute per run; bench/RESULTS.md has the figure)."""
     if len(runs) == 1:
         return int(clear_projection_pending(session, runs[0]))
     if _is_pg(session):

@@ -1,8 +1,8 @@
 """Hot statements: the few Core statements every continuation runs, sent straight to the driver's cursor.
 
-An answer's two statements, the claim and the run-ending consume each cost about 85 µs of client CPU in
+An answer's two statements, the claim and the run-ending consume spend much of their client CPU in
 SQLAlchemy's execution layer (the statement's cache key and its lookup, the execution context, the result
-object): a third of each statement's whole client cost, measured beside a plain psycopg cursor. These
+object; bench/RESULTS.md has the figures, measured beside a plain psycopg cursor). These
 statements need none of it. A ``HotStatement`` is compiled once per dialect; each execution fills the
 parameters through the same bind processors SQLAlchemy would use, converts the rows through the same
 result processors, fires the engine's cursor-execute events when someone listens (the benchmarks'
@@ -46,7 +46,7 @@ class _Compiled:
     def parameters(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """What ``SQLCompiler.construct_params`` makes of ``given`` (a value by the bind's key, else by its
         name in the SQL, else the bind's own value; a required one missing is refused), then each bind's
-        processor: its loop, planned once (construct_params was 3 % of a worker's CPU)."""
+        processor: its loop, planned once (construct_params per execution showed in the worker's profile)."""
         params = {}
         for b in self.binds:
             if b.key in given:

@@ -165,7 +165,7 @@ def execute(continuation_id: str) -> str:
     In a Celery task the ids go into the task's log context, which lasts until Celery has written its own
     line about the task: that one line (``Task … succeeded in …s: 'committed'``) then carries the run,
     step, continuation, execution and outcome, and is the execution's line at INFO (a second line of ours
-    cost 5 % of a worker's CPU per continuation).
+    showed in the worker's profile; bench/RESULTS.md).
     """
     execution_id = store.new_id()
     with nullcontext() if in_context() else bound():
