@@ -1,0 +1,256 @@
+"""1. throughput: answer→consume beside a bare Celery CAS task (and py-spy, optional)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench import seed
+from bench.cases.common import (
+    Bench,
+    CpuMeter,
+    Producers,
+    answer_fn,
+    check_consumed,
+    loadavg,
+    park_many,
+    ratio,
+    record_cpu,
+    send_fn,
+    wait_count,
+    wait_drained,
+)
+from bench.cases.httpapi import LeanHttpClient, api_server
+from bench.harness import (
+    log,
+    spawn,
+    stop_process,
+)
+from bench.workflows import CAS
+
+# --------------------------------------------------------------------------- py-spy (optional)
+
+
+def start_py_spy(bench: Bench, label: str) -> list[Any]:
+    """Sample every worker pool child (and this process) with py-spy while a case runs (only threads holding
+    the GIL: Python CPU, not waits); collapsed stacks
+    land in the run's log folder. Only with ``--py-spy`` (py-spy is not a dependency)."""
+    import shutil
+
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(exe).exists():
+        log("    --py-spy: py-spy is not installed (pip install py-spy); not profiling")
+        return []
+    pids = [("producer", os.getpid())] + ([("api", bench.api_pid)] if bench.api_pid else [])
+    for worker in bench.services.workers:
+        pids += [(f"{worker.name}-child{i}", pid) for i, pid in enumerate(worker.pool_children())]
+    spies = []
+    for name, pid in pids:
+        out = bench.services.out_dir / "profiles" / f"{label}-{name}.txt"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [exe, "record", "-p", str(pid), "-f", "raw", "-r", "200", "--nonblocking", "--gil", "-o", str(out)]
+        spies.append(spawn(cmd, env=dict(os.environ), log_path=out.with_suffix(".log")))
+    log(f"    py-spy sampling {len(spies)} processes into {bench.services.out_dir.name}/profiles/")
+    return spies
+
+
+def stop_py_spy(spies: list[Any]) -> None:
+    import signal
+
+    for proc in spies:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    for proc in spies:
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=30)  # py-spy writes its output on SIGINT
+        stop_process(proc, grace_s=5)
+
+
+# --------------------------------------------------------------------------- 1. throughput
+
+
+def run_baseline_throughput(bench: Bench, n: int) -> float:
+    ids = bench.rows(n)
+    producers = Producers(ids, send_fn(CAS), bench.args.threads)
+    t0 = producers.start()
+    t1 = wait_count(
+        lambda: seed.count_done_rows(ids[0], ids[-1]),
+        n,
+        timeout=max(300, n / 2),
+        what="baseline CAS rows done",
+        services=bench.services,
+    )
+    producers.join()
+    rate = n / (t1 - t0)
+    bench.record(
+        "throughput",
+        {
+            "variant": "baseline",
+            "n": n,
+            "seconds": t1 - t0,
+            "per_s": rate,
+            "errors": producers.errors[:5],
+            "load": loadavg(),
+        },
+    )
+    return rate
+
+
+def run_parkway_throughput(bench: Bench, n: int, *, http_base: str | None) -> tuple[float, float]:
+    parked, seconds = seed.timed(park_many, bench, n)
+    log(f"    seeded {n} parked steps in {seconds:.1f}s")
+    before = seed.count_consumed_resumes()
+    if http_base is None:
+        fn = answer_fn(seed.HUMAN)
+        variant = "python"
+        client = None
+    else:
+        client = LeanHttpClient(http_base, token=bench.http_token)
+
+        def fn(p: seed.Parked) -> Any:
+            assert client is not None
+            body = {"response_id": uuid.uuid4().hex, "value": "yes"}
+            status, text_ = client.post_json(f"/v1/interactions/{p.interaction_id}/answer", body)
+            if status != 200:
+                raise RuntimeError(f"HTTP {status}: {text_[:200]}")
+
+        variant = "http"
+    threads = bench.args.http_clients if http_base else bench.args.threads
+    producers = Producers(parked, fn, threads)
+    spies = start_py_spy(bench, f"throughput-{variant}") if bench.args.py_spy else []
+    try:
+        t0 = producers.start()
+        t1 = wait_drained(
+            bench,
+            lambda: not any(t.is_alive() for t in producers.threads),
+            timeout=max(300, n / 2),
+            what=f"parkway ({variant}) continuations",
+        )
+        producers.join()
+        check_consumed(before, n - len(producers.errors), f"parkway ({variant})")
+    finally:
+        stop_py_spy(spies)
+        if client is not None:
+            client.close()
+    if producers.errors:
+        log(f"    {len(producers.errors)} answers failed, e.g. {producers.errors[0]}")
+    done = n - len(producers.errors)
+    rate = done / (t1 - t0)
+    answer_rate = n / (producers.finished - t0)
+    bench.record(
+        "throughput",
+        {
+            "variant": variant,
+            "n": n,
+            "seconds": t1 - t0,
+            "per_s": rate,
+            "producer_seconds": producers.finished - t0,
+            "answers_per_s": answer_rate,
+            "errors": producers.errors[:5],
+            "error_count": len(producers.errors),
+            "load": loadavg(),
+        },
+    )
+    return rate, answer_rate
+
+
+VARIANT_LABELS = {
+    "baseline": "bare CAS task",
+    "consume": "Parkway consume only",
+    "python": "Parkway answer→consume (Python)",
+    "http": "Parkway answer→consume (HTTP)",
+}
+
+
+def run_consume_throughput(bench: Bench, n: int) -> float:
+    """The worker side alone: N steps put in the answered state in bulk (the rows store.answer commits),
+    then their resume tasks published as fast as the baseline's, from the same producer threads."""
+    from tasks.publish import publish
+
+    parked = seed.bulk_parked(n)
+    ids = seed.bulk_answer(parked)
+    before = seed.count_consumed_resumes()
+    producers = Producers(ids, lambda cid: publish([(cid, "resume")]), bench.args.threads)
+    t0 = producers.start()
+    t1 = wait_drained(
+        bench,
+        lambda: not any(t.is_alive() for t in producers.threads),
+        timeout=max(300, n / 2),
+        what="parkway (consume only) continuations",
+    )
+    producers.join()
+    check_consumed(before, n, "parkway (consume only)")
+    rate = n / (t1 - t0)
+    bench.record(
+        "throughput",
+        {"variant": "consume", "n": n, "seconds": t1 - t0, "per_s": rate, "load": loadavg()},
+    )
+    return rate
+
+
+def case_throughput(bench: Bench) -> None:
+    args = bench.args
+    n = args.n
+    log(f"== throughput: N={n}, {args.reps} reps, producer threads={args.threads}, workers -c 2")
+    base_m = bench.metric("throughput", "bare Celery CAS task", "/s")
+    py_m = bench.metric("throughput", "Parkway answer→consume (Python)", "/s")
+    py_r = bench.metric("throughput", "ratio Parkway(Python) ÷ baseline", "x", ">= 0.5")
+    py_a = bench.metric("throughput", "producer answers/s (Python)", "/s")
+    with api_server(bench) if args.http else contextlib.nullcontext() as base_url:
+        if args.http and base_url is None:
+            log(f"    HTTP variant skipped: {bench.skipped.get('throughput.http')}")
+        elif not args.http:
+            bench.skipped["throughput.http"] = "disabled with --no-http"
+        for rep in range(args.reps):
+            log(f"  rep {rep + 1}/{args.reps} (load {loadavg()})")
+            # Each Parkway variant close in time to its baseline (python right beside it), the order
+            # reversed every other rep, so the shared machine's slow spells fall on both sides of a ratio.
+            order = ["baseline", "python", "http", "consume"]
+            if rep % 2:
+                order.reverse()
+            rates: dict[str, float] = {}
+            cpus: dict[str, dict[str, float]] = {}
+            for variant in order:
+                if variant == "http" and base_url is None:
+                    continue
+                with CpuMeter(bench) as meter:
+                    if variant == "baseline":
+                        rates[variant] = run_baseline_throughput(bench, n)
+                    elif variant == "consume":
+                        rates[variant] = run_consume_throughput(bench, n)
+                    elif variant == "python":
+                        rates[variant], answers = run_parkway_throughput(bench, n, http_base=None)
+                        py_a.add(answers)
+                    else:
+                        rates[variant], answers = run_parkway_throughput(bench, n, http_base=base_url)
+                        bench.metric("throughput", "producer answers/s (HTTP)", "/s").add(answers)
+                cpus[variant] = meter.per_unit(n)
+                record_cpu(bench, VARIANT_LABELS[variant], cpus[variant])
+                bench.record("cpu", {"variant": variant, "rep": rep, **cpus[variant]})
+                c = cpus[variant]
+                log(
+                    f"    {variant:8}: {rates[variant]:7.0f} /s; CPU per unit {c['total']:.1f} ms "
+                    f"(workers {c['workers']:.1f}, postgres {c['postgres']:.1f}, producer {c['producer']:.1f}"
+                    + (f", api {c['api']:.1f})" if c.get("api") else ")")
+                )
+            for variant in ("consume", "python", "http"):
+                if variant in cpus:
+                    bench.metric("cpu", f"ratio CPU per unit {VARIANT_LABELS[variant]} ÷ baseline", "x").add(
+                        ratio(cpus[variant]["total"], cpus["baseline"]["total"])
+                    )
+            base_m.add(rates["baseline"])
+            py_m.add(rates["python"])
+            py_r.add(ratio(rates["python"], rates["baseline"]))
+            bench.metric("throughput", "Parkway consume only (answered in bulk, published)", "/s").add(rates["consume"])
+            bench.metric("throughput", "ratio Parkway(consume only) ÷ baseline", "x").add(
+                ratio(rates["consume"], rates["baseline"])
+            )
+            if "http" in rates:
+                bench.metric("throughput", "Parkway answer→consume (HTTP)", "/s").add(rates["http"])
+                bench.metric("throughput", "ratio Parkway(HTTP) ÷ baseline", "x", ">= 0.5").add(
+                    ratio(rates["http"], rates["baseline"])
+                )
