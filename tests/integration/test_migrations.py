@@ -439,3 +439,21 @@ def _index_definitions() -> dict[str, str]:
         else:
             rows = session.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"))
         return {name: definition for name, definition in rows.all()}
+
+
+def test_migration_0009__names_a_word_no_status_names_and_stops(fresh_db: str) -> None:
+    # Given a database at 0008 with a principal kind no enum names (nor any legacy word)
+    config = alembic_config()
+    reset_engine()
+    command.downgrade(config, "0008")
+    with transaction() as session:
+        session.execute(
+            text("INSERT INTO principals (id, kind, name, created_at) VALUES ('p1', 'robot', 'r2', '2026-12-01')")
+        )
+
+    # Then the upgrade stops before any constraint, naming the row's column and word
+    reset_engine()
+    with pytest.raises(RuntimeError, match=r"principals\.kind = 'robot'"):
+        command.upgrade(config, "head")
+    reset_engine()
+    assert current_revision(get_engine()) == "0008"
