@@ -348,7 +348,7 @@ if BACKEND == "postgres":  # runs.status is VARCHAR(16): only SQLite (no length 
 
 
 def test_migration_0009__normalizes_legacy_words_and_keeps_every_index(fresh_db: str) -> None:
-    # Given a database at 0008 holding runs with every legacy status word, a child row of each table, and a
+    # Given a database at 0008 holding runs with every legacy status word (one with a step), and a
     # schedule-history row projected by old code with a legacy word
     config = alembic_config()
     indexes_at_head = _index_definitions()
@@ -403,7 +403,7 @@ def test_migration_0009__normalizes_legacy_words_and_keeps_every_index(fresh_db:
         assert stored["r-persistence-warned"][1] == ["an earlier warning", "completed with a persistence error"]
     assert history == "completed"
 
-    # And every index is as it was (SQLite's table copies lose none, the expression index included)
+    # And every index is as it was (no table was copied: SQLite keeps 0006's index on an expression)
     assert _index_definitions() == indexes_at_head
     if BACKEND == "sqlite":
         with transaction() as session:
