@@ -79,6 +79,11 @@ class ToolPhase(StrEnum):
     SETTLED = "settled"  # outcome durable
 
 
+class ToolReplay(StrEnum):
+    SAFE = "safe"  # an executing call with no outcome runs again on re-execution
+    NEVER = "never"  # ... is settled as possibly-run instead, never run twice
+
+
 LEGACY_RUN_STATUS = {
     "success": (RunStatus.COMPLETED, None),
     "succeeded": (RunStatus.COMPLETED, None),

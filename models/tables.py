@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -9,6 +10,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     Float,
     ForeignKey,
     Index,
@@ -16,16 +18,35 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    column,
     func,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, UTCDateTime, utcnow
+from models.status import (
+    RUN_TERMINAL,
+    ContinuationKind,
+    ContinuationStatus,
+    InteractionKind,
+    InteractionStatus,
+    PrincipalKind,
+    ReviewStatus,
+    RunStatus,
+    StepStatus,
+    ToolPhase,
+    ToolReplay,
+)
 
 ID = String(64)
 # BIGINT on PostgreSQL, INTEGER (rowid alias, so autoincrementing) on SQLite.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def one_of(name: str, words: Iterable[str]) -> CheckConstraint:
+    """The database refuses a value of column ``name`` that ``words`` (an enum) does not name: ck_<table>_<name>."""
+    return CheckConstraint(column(name).in_([str(word) for word in words]), name=name)
 
 
 class Principal(Base):
@@ -39,6 +60,8 @@ class Principal(Base):
     disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # +1 at each rotation and at disabling: a Decisions session of an earlier generation has ended.
     token_generation: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+
+    __table_args__ = (one_of("kind", PrincipalKind),)
 
 
 class PageSession(Base):
@@ -111,6 +134,7 @@ class Run(Base):
 
     __table_args__ = (
         UniqueConstraint("owner_id", "idempotency_key"),
+        one_of("status", RunStatus),
         # Ordered by when each pending projection is due: a run that keeps failing moves back (0006).
         Index(
             "ix_runs_projection_pending",
@@ -138,7 +162,7 @@ class Step(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    __table_args__ = (UniqueConstraint("run_id", "seq"),)
+    __table_args__ = (UniqueConstraint("run_id", "seq"), one_of("status", StepStatus))
 
 
 class Interaction(Base):
@@ -171,6 +195,8 @@ class Interaction(Base):
 
     __table_args__ = (
         UniqueConstraint("step_id", "key"),
+        one_of("kind", InteractionKind),
+        one_of("status", InteractionStatus),
         Index(
             "ix_interactions_pending_expiry",
             "expires_at",
@@ -208,6 +234,8 @@ class Continuation(Base):
     __table_args__ = (
         # At most one continuation per step wait: a double insert is a conflict, not a second unit.
         UniqueConstraint("step_id", "kind"),
+        one_of("kind", ContinuationKind),
+        one_of("status", ContinuationStatus),
         Index(
             "ix_continuations_ready",
             "enqueued_at",
@@ -263,6 +291,7 @@ class Review(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     __table_args__ = (
+        one_of("status", ReviewStatus),
         Index(
             "ix_reviews_running",
             "created_at",
@@ -293,7 +322,7 @@ class ToolCall(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    __table_args__ = (UniqueConstraint("step_id", "key"),)
+    __table_args__ = (UniqueConstraint("step_id", "key"), one_of("replay", ToolReplay), one_of("phase", ToolPhase))
 
 
 class ScheduleHistory(Base):
@@ -307,6 +336,8 @@ class ScheduleHistory(Base):
     completed_at: Mapped[datetime] = mapped_column(UTCDateTime)
     execution_id: Mapped[str] = mapped_column(String(64))
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (one_of("status", [s for s in RunStatus if s in RUN_TERMINAL]),)  # only terminal runs project
 
 
 class SweepTotal(Base):

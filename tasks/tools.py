@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from models import journal, store
-from models.status import InteractionStatus, ToolPhase
+from models.status import InteractionStatus, ToolPhase, ToolReplay
 from models.tables import Interaction
 from parkway.crash import crash_point
 from parkway.db import transaction
@@ -24,7 +24,7 @@ from tasks.sdk import Context, Permission, PermissionRejected, PossiblyRan, Tool
 
 RERUN = "parkway.rerun"
 RERUN_VERSION = 1
-REPLAY_CLASSES = ("safe", "never")
+REPLAY_CLASSES = tuple(ToolReplay)
 
 
 class ParkForPermission(BaseException):  # control flow: `except Exception` in a body must not eat it)

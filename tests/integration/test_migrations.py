@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterable
+
 import pytest
+import sqlalchemy as sa
 from alembic import command
 from sqlalchemy import select, text
+from sqlalchemy.exc import IntegrityError
 
 from beat.sweep import run_sweep
 from models import access, store
 from models import status as st
-from models.tables import Continuation, Event, Interaction, Run, Step
+from models.base import Base, utcnow
+from models.tables import (
+    Continuation,
+    Event,
+    Interaction,
+    Principal,
+    Review,
+    Run,
+    ScheduleHistory,
+    Step,
+    ToolCall,
+)
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.errors import SchemaMismatch
 from parkway.migrate import (
@@ -148,6 +165,117 @@ def test_status_enums__every_status_the_store_writes_is_an_enum_member(actors_db
     assert {"ready", "consumed"} <= conts
 
 
+# Every enum-like column, and the words the database must allow in it: exactly the enum's.
+DATABASE_ENUMS: dict[tuple[str, str], Iterable[str]] = {
+    ("principals", "kind"): st.PrincipalKind,
+    ("runs", "status"): st.RunStatus,
+    ("steps", "status"): st.StepStatus,
+    ("interactions", "kind"): st.InteractionKind,
+    ("interactions", "status"): st.InteractionStatus,
+    ("continuations", "kind"): st.ContinuationKind,
+    ("continuations", "status"): st.ContinuationStatus,
+    ("reviews", "status"): st.ReviewStatus,
+    ("tool_calls", "phase"): st.ToolPhase,
+    ("tool_calls", "replay"): st.ToolReplay,
+    ("schedule_history", "status"): st.RUN_TERMINAL,  # a projection of a terminal run only
+}
+
+
+def _quoted_words(clause: str) -> set[str]:
+    return set(re.findall(r"'([^']*)'", clause))
+
+
+def _database_checks() -> dict[str, str]:
+    """Every CHECK constraint of the schema, by name, as the database's catalog states it (SQLite: the
+    triggers 0009 made in their place, one on insert and one on update, which must agree)."""
+    with transaction() as session:
+        if BACKEND == "postgres":
+            rows = session.execute(
+                text(
+                    "SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
+                    "JOIN pg_namespace n ON n.oid = c.connamespace "
+                    "WHERE c.contype = 'c' AND n.nspname = current_schema()"
+                )
+            ).all()
+            return {name: clause for name, clause in rows}
+        rows = session.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")).all()
+    triggers = {name: sql.split(" WHEN ", 1)[1].split(" BEGIN ", 1)[0] for name, sql in rows}
+    checks = {name.removesuffix("_insert"): when for name, when in triggers.items() if name.endswith("_insert")}
+    assert triggers == {
+        **{f"{n}_insert": w for n, w in checks.items()},
+        **{f"{n}_update": w for n, w in checks.items()},
+    }
+    return checks
+
+
+def test_status_enums__equal_what_the_database_allows(fresh_db: str) -> None:
+    expected = {
+        f"ck_{table}_{column}": {str(word) for word in words} for (table, column), words in DATABASE_ENUMS.items()
+    }
+
+    # The database's own constraints (as the migrations made them): one per enum column, exactly its words
+    checks = _database_checks()
+    assert {name: _quoted_words(clause) for name, clause in checks.items()} == expected
+    for table, column in DATABASE_ENUMS:
+        assert re.search(rf"\b{column}\b", checks[f"ck_{table}_{column}"])
+
+    # And the models declare the same ones (``alembic check`` does not compare CHECK constraints)
+    declared = {
+        str(constraint.name): _quoted_words(str(constraint.sqltext.compile(compile_kwargs={"literal_binds": True})))
+        for table in Base.metadata.tables.values()
+        for constraint in table.constraints
+        if isinstance(constraint, sa.CheckConstraint)
+    }
+    assert declared == expected
+
+
+def test_status_columns__refuse_a_word_the_enums_do_not_name(fresh_db: str) -> None:
+    # Given one row in every table with an enum column, each with words the enums name (accepted)
+    with transaction() as session:
+        session.add(Principal(id="p", kind="agent", name="ck-bot"))
+        session.flush()
+        session.add(Run(id="r", workflow="w", status="running", owner_id="p", target="t", payload={}))
+        session.flush()
+        session.add(Step(id="s", run_id="r", seq=0, name="n", status="running"))
+        session.flush()
+        session.add_all(
+            [
+                Interaction(id="i", run_id="r", step_id="s", key="k", kind="question", target="t", status="pending"),
+                Continuation(id="c", run_id="r", step_id="s", kind="start", name="n", status="ready"),
+                Review(id="v", run_id="r", step_id="s", kind="k", status="running", execution_id="e"),
+                ToolCall(
+                    id="tc",
+                    run_id="r",
+                    step_id="s",
+                    key="k",
+                    name="n",
+                    args_digest="d",
+                    replay="safe",
+                    phase="executing",
+                ),
+                ScheduleHistory(run_id="r", workflow="w", status="completed", completed_at=utcnow(), execution_id="e"),
+            ]
+        )
+
+    # Then inserting a run with a word no enum names (here a legacy one, normalized by 0009) is refused
+    with pytest.raises(IntegrityError), transaction() as session:
+        session.add(Run(id="r2", workflow="w", status="success", owner_id="p", target="t", payload={}))
+
+    # And so is setting any enum column to an unknown word
+    accepted = []
+    for table, column in DATABASE_ENUMS:
+        try:
+            with transaction() as session:
+                session.execute(text(f"UPDATE {table} SET {column} = 'bogus'"))
+        except IntegrityError:
+            continue
+        accepted.append(f"{table}.{column}")
+    assert accepted == []
+    # ("running" is a run status but no history status: only terminal runs are projected)
+    with pytest.raises(IntegrityError), transaction() as session:
+        session.execute(text("UPDATE schedule_history SET status = 'running'"))
+
+
 # --------------------------------------------------------------------------- 0004: events ordered by transaction
 
 
@@ -201,3 +329,131 @@ def test_migration_0004__old_events_keep_their_seqs_and_new_ones_sort_after_them
 def _event_seqs(run_id: str) -> list[int]:
     with transaction() as session:
         return list(session.scalars(select(Event.seq).where(Event.run_id == run_id).order_by(Event.seq)))
+
+
+# --------------------------------------------------------------------------- 0009: statuses checked by the database
+
+LEGACY_RUNS = {  # run id -> (the word old code stored, its warnings, the word 0009 stores)
+    "r-success": ("success", None, "completed"),
+    "r-succeeded": ("succeeded", None, "completed"),
+    "r-error": ("error", None, "failed"),
+    "r-stopped": ("stopped", None, "canceled"),
+    "r-cancelled": ("cancelled", None, "canceled"),
+    "r-persistence": ("completed_with_persistence_error", None, "completed"),
+    "r-persistence-warned": ("completed_with_persistence_error", ["an earlier warning"], "completed"),
+    "r-waiting": ("waiting", None, "waiting"),
+}
+if BACKEND == "postgres":  # runs.status is VARCHAR(16): only SQLite (no length check) can hold the longest word
+    LEGACY_RUNS = {run_id: row for run_id, row in LEGACY_RUNS.items() if len(row[0]) <= 16}
+
+
+def test_migration_0009__normalizes_legacy_words_and_keeps_every_index(fresh_db: str) -> None:
+    # Given a database at 0008 holding runs with every legacy status word (one with a step), and a
+    # schedule-history row projected by old code with a legacy word
+    config = alembic_config()
+    indexes_at_head = _index_definitions()
+    reset_engine()
+    command.downgrade(config, "0008")
+    indexes_at_0008 = _index_definitions()
+    at = {"at": "2026-12-01 00:00:00"}
+    with transaction() as session:
+        session.execute(
+            text("INSERT INTO principals (id, kind, name, created_at) VALUES ('p0008', 'agent', 'bot0008', :at)"), at
+        )
+        for run_id, (word, warnings, _) in LEGACY_RUNS.items():
+            session.execute(
+                sa.text(
+                    "INSERT INTO runs (id, workflow, status, owner_id, target, payload, warnings, created_at, "
+                    "updated_at, completed_at, projection_pending) VALUES (:id, 'w', :status, 'p0008', 'team:ops', "
+                    "'{}', :warnings, :at, :at, :at, false)"
+                ).bindparams(sa.bindparam("warnings", type_=sa.JSON)),
+                {**at, "id": run_id, "status": word, "warnings": warnings},
+            )
+        session.execute(
+            text(
+                "INSERT INTO steps (id, run_id, seq, name, status, created_at, updated_at) "
+                "VALUES ('s0008', 'r-waiting', 0, 'n', 'parked', :at, :at)"
+            ),
+            at,
+        )
+        session.execute(
+            text(
+                "INSERT INTO schedule_history (run_id, workflow, status, completed_at, execution_id, recorded_at) "
+                "VALUES ('r-success', 'w', 'success', :at, 'e', :at)"
+            ),
+            at,
+        )
+    read_before = {run_id: _read(word, warnings) for run_id, (word, warnings, _) in LEGACY_RUNS.items()}
+
+    # When it is upgraded
+    reset_engine()
+    command.upgrade(config, "head")
+    command.check(config)
+
+    # Then each run holds its canonical word and reads exactly as before (a legacy warning kept in warnings)
+    with transaction() as session:
+        rows = session.execute(text("SELECT id, status, warnings FROM runs")).all()
+        history = session.scalar(text("SELECT status FROM schedule_history WHERE run_id = 'r-success'"))
+    stored = {row.id: (row.status, _json(row.warnings)) for row in rows}
+    assert {run_id: status for run_id, (status, _) in stored.items()} == {
+        run_id: canonical for run_id, (_, _, canonical) in LEGACY_RUNS.items()
+    }
+    assert {run_id: _read(status, warnings) for run_id, (status, warnings) in stored.items()} == read_before
+    if "r-persistence-warned" in stored:
+        assert stored["r-persistence-warned"][1] == ["an earlier warning", "completed with a persistence error"]
+    assert history == "completed"
+
+    # And every index is as it was (no table was copied: SQLite keeps 0006's index on an expression)
+    assert _index_definitions() == indexes_at_head
+    if BACKEND == "sqlite":
+        with transaction() as session:
+            names = {row[1] for row in session.execute(text("PRAGMA index_list(runs)"))}
+        assert "ix_runs_projection_pending" in names
+
+    # And the downgrade, with these rows in place, drops the checks and keeps the indexes too
+    reset_engine()
+    command.downgrade(config, "0008")
+    assert _index_definitions() == indexes_at_0008
+    assert _database_checks() == {}
+    reset_engine()
+    command.upgrade(config, "head")
+    command.check(config)
+
+
+def _read(word: str, warnings: list[str] | None) -> tuple[str, list[str]]:
+    """A run's status and warnings as the API and the projections read them."""
+    status, warning = st.normalize_run_status(word)
+    return status.value, [*(warnings or []), *([warning] if warning else [])]
+
+
+def _json(value: object) -> object:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _index_definitions() -> dict[str, str]:
+    with transaction() as session:
+        if BACKEND == "postgres":
+            rows = session.execute(
+                text("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()")
+            )
+        else:
+            rows = session.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"))
+        return {name: definition for name, definition in rows.all()}
+
+
+def test_migration_0009__names_a_word_no_status_names_and_stops(fresh_db: str) -> None:
+    # Given a database at 0008 with a principal kind no enum names (nor any legacy word)
+    config = alembic_config()
+    reset_engine()
+    command.downgrade(config, "0008")
+    with transaction() as session:
+        session.execute(
+            text("INSERT INTO principals (id, kind, name, created_at) VALUES ('p1', 'robot', 'r2', '2026-12-01')")
+        )
+
+    # Then the upgrade stops before any constraint, naming the row's column and word
+    reset_engine()
+    with pytest.raises(RuntimeError, match=r"principals\.kind = 'robot'"):
+        command.upgrade(config, "head")
+    reset_engine()
+    assert current_revision(get_engine()) == "0008"
