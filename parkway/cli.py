@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import collections
 import ctypes
-import hashlib
 import json
 import os
 import secrets
@@ -20,21 +19,13 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from parkway.errors import ParkwayError
+from parkway.tokens import hash_token, new_token
 
 if TYPE_CHECKING:
     from parkway.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUES = "parkway.steps,parkway.continuations,parkway.sweep"
-
-
-def hash_token(token: str) -> str:
-    """Tokens are random and high-entropy: a plain SHA-256 is what is stored and looked up."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_token() -> str:
-    return "pk_" + secrets.token_urlsafe(32)
 
 
 def cmd_migrate(_: argparse.Namespace) -> int:
