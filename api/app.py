@@ -11,6 +11,7 @@ from fastapi import Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from api import errors
+from api.deps import authentication_problem
 from api.input import checked_input
 from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from api.metrics import MetricsMiddleware
@@ -67,7 +68,7 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
         dependencies=[Depends(checked_input)],  # every route: NUL, lone surrogates, NaN/inf, deep nesting → 422
     )
-    errors.install(app)
+    errors.install(app, authentication_problem)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware)  # outermost: every request is observed, refused ones too
     for module in (runs, interactions, principals, grants, events, decisions):

@@ -19,10 +19,10 @@ from api.errors import ApiError
 from models import access
 from models.store import ANSWERERS, Credential
 from models.tables import Principal
-from parkway.cli import hash_token
 from parkway.db import read_statement, session_factory
 from parkway.errors import Unauthenticated, WrongKind
 from parkway.settings import get_settings
+from parkway.tokens import hash_token
 
 T = TypeVar("T")
 

@@ -9,6 +9,7 @@ has one error format to read.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -135,8 +136,8 @@ def _validation_messages(exc: RequestValidationError) -> list[str]:
 
 async def _on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
     # Authentication comes first: a request without a valid token learns nothing, not even its 422.
-    from api.deps import authentication_problem
-
+    # The check comes from ``install`` (api.deps imports this module, so this one cannot import it back).
+    authentication_problem: Callable[[Request], ApiError | None] = request.app.state.authentication_problem
     try:
         problem = await run_in_threadpool(authentication_problem, request)
     except Exception as failure:
@@ -216,8 +217,10 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "internal", INTERNAL)
 
 
-def install(app: FastAPI) -> None:
-    """Register the handlers that give every error the API's JSON shape."""
+def install(app: FastAPI, authentication_problem: Callable[[Request], ApiError | None]) -> None:
+    """Register the handlers that give every error the API's JSON shape; ``authentication_problem`` says
+    why a request is not authenticated (or ``None``), so that a 422 is only told to an authenticated caller."""
+    app.state.authentication_problem = authentication_problem
     app.add_exception_handler(RequestValidationError, _on_validation)  # type: ignore[arg-type]
     app.add_exception_handler(ApiError, _on_api_error_async)
     app.add_exception_handler(OutcomeError, _on_outcome)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from beat import schedule
 from models import fail_closed, projections, store
 from parkway.crash import crash_point
 from parkway.db import transaction
@@ -248,3 +249,6 @@ def sweep_task(chained: int = 0, sent: int = 0) -> dict[str, Any]:
     if should_chain(report, chained, sent):
         app.send_task(SWEEP, kwargs={"chained": chained + 1, "sent": sent + report.published}, queue=SWEEP_QUEUE)
     return {**report.as_dict(), "chained": chained}
+
+
+schedule.install(app, get_settings())  # the sweep task and its cadence are registered together

@@ -20,8 +20,8 @@ from bench.workflows import ASK, BENCH_DDL, TARGET, ask
 from models import store
 from models.base import utcnow
 from models.tables import Step
-from parkway.cli import hash_token
 from parkway.db import transaction
+from parkway.tokens import hash_token
 from tasks.sdk import Context, interaction_specs, request_digest
 
 AGENT = "bench-agent"

@@ -32,7 +32,7 @@ from typing import Any, TextIO, TypeVar
 
 import httpx
 
-from parkway.cli import QUEUES, Child, child_environment, http_ok, stop_children, stop_signals
+from parkway.children import QUEUES, Child, child_environment, http_ok, stop_children, stop_signals
 
 T = TypeVar("T")
 

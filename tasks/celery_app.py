@@ -78,14 +78,7 @@ def configure(app: Celery, settings: Settings) -> None:
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
         imports=["tasks.worker", "beat.sweep", *settings.import_modules],
-        beat_schedule={
-            "parkway-sweep": {
-                "task": SWEEP,
-                "schedule": settings.sweep_interval_s,
-                # Never let sweeps pile up while no worker is consuming.
-                "options": {"expires": settings.sweep_interval_s, "queue": SWEEP_QUEUE},
-            }
-        },
+        # The schedule itself is beat's (beat.schedule); its file is named here: beat reads it before loading modules.
         beat_schedule_filename=str(settings.broker_folder.parent / "celerybeat-schedule"),
     )
 

@@ -28,13 +28,13 @@ from parkway.errors import (
     InvalidAnswer,
     NotFound,
     NotRegistered,
-    ParkwayError,
     WorkflowError,
 )
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.checks import expires_in_ok, schema_ok, text_ok
 from tasks.publish import publish
+from tasks.tooltypes import Permission, PermissionRejected, PossiblyRan, ToolFailed
 
 __all__ = [
     "Answer",
@@ -80,18 +80,6 @@ class ContinuationNotRegistered(NotRegistered):
         self.key = key
 
 
-class PossiblyRan(ParkwayError):
-    """Raised in a step body when a ``never`` tool call may have run before a crash (it is not rerun)."""
-
-
-class ToolFailed(ParkwayError):
-    """Raised in a step body when a journaled tool call settled with an error (replayed, not rerun)."""
-
-
-class PermissionRejected(ToolFailed):
-    """Raised in a step body when the permission a tool call asked for was rejected (or ended unanswered)."""
-
-
 # --------------------------------------------------------------------------- declaring
 
 
@@ -123,16 +111,6 @@ class Question:
     target: str
     expires_in: float | None = None
     sensitive: Sequence[str] = ()
-
-
-@dataclass(frozen=True)
-class Permission:
-    key: str
-    action: str
-    resources: Sequence[str]
-    target: str
-    expires_in: float | None = None
-    request_id: str | None = None  # set by ctx.tool's preflight: deterministic for (call, action, resources)
 
 
 @dataclass(frozen=True)

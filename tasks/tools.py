@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from models import journal, store
 from models.status import InteractionStatus, ToolPhase, ToolReplay
@@ -20,7 +20,10 @@ from parkway.crash import crash_point
 from parkway.db import transaction
 from parkway.errors import WorkflowError
 from tasks import registry
-from tasks.sdk import Context, Permission, PermissionRejected, PossiblyRan, ToolFailed, continuation
+from tasks.tooltypes import Permission, PermissionRejected, PossiblyRan, ToolFailed
+
+if TYPE_CHECKING:
+    from tasks.sdk import Context
 
 RERUN = "parkway.rerun"
 RERUN_VERSION = 1
@@ -172,9 +175,11 @@ def _settle(call_id: str, *, outcome: Any = None, error: str | None = None) -> N
         journal.settle(session, call_id, from_=ToolPhase.EXECUTING, outcome=outcome, error=error)
 
 
-@continuation(RERUN, version=RERUN_VERSION)
 def rerun(ctx: Context, snapshot: dict[str, Any], answers: dict[str, Any]) -> Any:
     """After a tool call's permissions were answered, run the step body again on its own journal."""
     ctx.step_name, ctx.payload, ctx.journal_step_id = snapshot["step"], snapshot["payload"], snapshot["journal"]
     ctx.in_step_body = True
     return registry.step_body(snapshot["step"])(ctx, snapshot["payload"])
+
+
+registry.register_continuation(RERUN, RERUN_VERSION, rerun)  # as @continuation would; tasks.sdk imports this module

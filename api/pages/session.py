@@ -23,9 +23,9 @@ from fastapi import Request, Response
 from models import access, principals
 from models.status import PrincipalKind
 from models.tables import Principal
-from parkway.cli import hash_token
 from parkway.db import read_statement, transaction
 from parkway.settings import get_settings
+from parkway.tokens import hash_token
 
 PATH = "/decisions"
 SESSION_COOKIE = "parkway_session"

@@ -15,8 +15,8 @@ from api.errors import ApiError, documented
 from api.schemas import ID, PrincipalCreate, PrincipalCreated
 from models import principals, store
 from models.principals import PrincipalInfo
-from parkway.cli import hash_token, new_token
 from parkway.db import transaction
+from parkway.tokens import hash_token, new_token
 
 router = APIRouter(prefix="/v1/principals", tags=["principals"])
 

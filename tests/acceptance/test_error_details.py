@@ -14,9 +14,9 @@ from sqlalchemy import select
 
 from models import store
 from models.tables import Event
-from parkway.cli import hash_token, new_token
 from parkway.db import transaction
 from parkway.settings import reset_settings
+from parkway.tokens import hash_token, new_token
 from tasks.projection import metadata_path
 from tests.support import Stack, start, wait_for, wait_status
 

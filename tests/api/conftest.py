@@ -21,8 +21,8 @@ import tests.api.flows  # noqa: F401  (registers the API-only workflows in this 
 from models import store
 from models.status import ContinuationStatus
 from models.tables import Continuation
-from parkway.cli import hash_token, new_token
 from parkway.db import transaction
+from parkway.tokens import hash_token, new_token
 from tasks.worker import execute
 from tests.support import ROOT, TARGET, Stack, child_env, wait_for
 

@@ -10,8 +10,8 @@ from sqlalchemy import select
 
 from models import access, store
 from models.tables import Grant, Principal
-from parkway.cli import hash_token
 from parkway.db import read_statement, transaction
+from parkway.tokens import hash_token
 from tests.support import ROOT, TARGET, Stack, child_env
 
 

@@ -16,9 +16,9 @@ from models import store
 from models.base import utcnow
 from models.store import Credential
 from models.tables import Grant, Principal
-from parkway.cli import hash_token, new_token
 from parkway.db import transaction
 from parkway.errors import Unauthenticated, WrongKind
+from parkway.tokens import hash_token, new_token
 from tasks.sdk import (
     Conflict,
     Forbidden,

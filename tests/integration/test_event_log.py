@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 from api.routes.events import _poll
 from models import access, store
 from models.tables import Event, Principal
-from parkway.cli import hash_token, new_token
 from parkway.db import session_factory, transaction
+from parkway.tokens import hash_token, new_token
 from tests.support import AGENT, TARGET, wait_for
 
 pytestmark = pytest.mark.postgres_only(
