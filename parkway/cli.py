@@ -23,16 +23,22 @@ if TYPE_CHECKING:
 
 
 def cmd_migrate(_: argparse.Namespace) -> int:
+    from sqlalchemy.exc import OperationalError
+
     from parkway.db import get_engine
     from parkway.migrate import current_revision, upgrade
     from parkway.settings import get_settings
 
     settings = get_settings()
     engine = get_engine()
-    before = current_revision(engine)
-    after = upgrade(engine)
     where = "embedded SQLite" if settings.embedded_database else engine.url.render_as_string(hide_password=True)
-    print(f"parkway migrate: {where}: {before or 'empty'} -> {after}", file=sys.stderr)
+    try:
+        before = current_revision(engine)
+    except OperationalError as exc:  # the driver's first line says why: refused, unknown host, bad password
+        why = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+        raise ParkwayError(f"cannot reach the database at {where}: {why}") from None
+    after = upgrade(engine)
+    print(f"parkway migrate: {where}: {before or 'empty'} -> {after}")
     return 0
 
 
