@@ -25,5 +25,7 @@ def test_migrate__unreachable_database_is_one_line_naming_the_url(tmp_path: Path
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "Traceback" not in done.stderr
-    assert lines[0].startswith("parkway migrate: cannot reach the database at postgresql+psycopg://parkway:***@127.0.0.1:")
+    assert lines[0].startswith(
+        "parkway migrate: cannot reach the database at postgresql+psycopg://parkway:***@127.0.0.1:"
+    )
     assert "hunter2" not in done.stderr + done.stdout
