@@ -191,7 +191,7 @@ def test_schema_guard__worker_refuses_a_schema_it_does_not_match(
 def test_parkway_migrate__is_idempotent_at_head(stack: Stack) -> None:
     result = stack.parkway("migrate")
     assert result.returncode == 0, result.stderr
-    assert f"-> {head_revision()}" in result.stderr
+    assert f"-> {head_revision()}" in result.stdout  # progress lines go to stdout
 
 
 def test_completed_run_keeps_its_terminal_record_across_restart_and_sweeps(stack: Stack) -> None:
