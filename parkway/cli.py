@@ -1,4 +1,5 @@
-"""The ``parkway`` command (SPEC §7): migrate, token create|revoke|rotate, sweep --once, up, demo."""
+"""The ``parkway`` command: migrate, token create|revoke|rotate, grant create|list|revoke, run start, sweep
+--once, up, demo."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from parkway import cli_grants
 from parkway.children import QUEUES, Child, child_environment, http_ok, stop_children, stop_signals
 from parkway.errors import ParkwayError
 from parkway.tokens import hash_token, new_token
@@ -307,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     rotate = token_sub.add_parser("rotate", help="give a principal a new token and print it once; the old one ends")
     rotate.add_argument("name", metavar="NAME")
     rotate.set_defaults(fn=cmd_token_rotate)
+    cli_grants.add_commands(sub.add_parser)
     sweep = sub.add_parser("sweep", help="run the recovery sweep")
     sweep.add_argument("--once", action="store_true", required=True, help="one pass, then exit")
     sweep.add_argument("--batch", type=int, default=None)
