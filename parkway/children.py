@@ -77,6 +77,14 @@ class Child:
         self.reader.start()
         return self
 
+    def restart(self) -> Child:
+        """Start the command again after it died; what is left of its group (a worker's pool processes)
+        is killed first, so nothing of the old one runs beside the new one."""
+        self.kill_group()
+        self.wait_reader()
+        self.seen.clear()
+        return self.start()
+
     def _read(self) -> None:
         stream = getattr(self.proc, "stdout", None)
         if stream is None or isinstance(stream, str):

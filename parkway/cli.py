@@ -1,12 +1,11 @@
-"""The ``parkway`` command (SPEC §7): migrate, token create|revoke|rotate, sweep --once, up, demo."""
+"""The ``parkway`` command: migrate, token create|revoke|rotate, grant create|list|revoke, run start, sweep
+--once, up, demo."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import secrets
-import signal
 import sys
 import threading
 import time
@@ -14,8 +13,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from parkway import cli_bootstrap, cli_grants
 from parkway.children import QUEUES, Child, child_environment, http_ok, stop_children, stop_signals
 from parkway.errors import ParkwayError
+from parkway.supervisor import RestartPolicy, Supervisor, exit_text
 from parkway.tokens import hash_token, new_token
 
 if TYPE_CHECKING:
@@ -136,47 +137,49 @@ def _where(settings: Settings) -> str:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    """Migrate, then run API, worker, beat and Flower until Ctrl-C / SIGTERM (or one of them dies)."""
+    """Migrate, then run API, worker, beat and Flower until Ctrl-C / SIGTERM, restarting a child that dies
+    (until one dies too often)."""
     from parkway.settings import get_settings
 
     settings = get_settings()
     settings.resolved_secret_key()  # refuse now, not in four children; makes the embedded key file once
     cmd_migrate(args)
+    home = Path(settings.home).resolve()
+    for line in cli_bootstrap.welcome(settings):  # before any child can fail: tokens are shown only now
+        print(f"parkway up: {line}", flush=True)
     env = child_environment()
-    env["PARKWAY_HOME"] = str(Path(settings.home).resolve())
+    env["PARKWAY_HOME"] = str(home)
     py = sys.executable
     celery = [py, "-m", "celery", "-A", "tasks.celery_app:app"]
     api_url = f"http://{_local(args.host)}:{args.port}"
     shown_api = api_url if args.host in ("", "0.0.0.0", "::") else f"http://{args.host}:{args.port}"
     flower_url = f"http://127.0.0.1:{args.flower_port}"
     lock = threading.Lock()
-    commands: dict[str, tuple[list[str], Sequence[str]]] = {
+    commands: dict[str, tuple[list[str], Sequence[str], dict[str, str]]] = {
         "api": ([py, "-m", "uvicorn", "api.app:app", "--host", args.host, "--port", str(args.port),
-                 "--timeout-graceful-shutdown", "5"], ()),
-        "worker": ([*celery, "worker", "-l", "info", "-c", str(args.concurrency), "-Q", QUEUES], [" ready."]),
-        "beat": ([*celery, "beat", "-l", "info"], ["beat: Starting"]),
+                 "--timeout-graceful-shutdown", "5"], (), env),
+        "worker": ([*celery, "worker", "-l", "info", "-c", str(args.concurrency), "-Q", QUEUES], [" ready."], env),
+        "beat": ([*celery, "beat", "-l", "info"], ["beat: Starting"], env),
     }  # fmt: skip
     ready_lines = {
         "api": f"api ready: {shown_api}  (docs {shown_api}/docs, OpenAPI {shown_api}/openapi.json)",
         "worker": f"worker ready: queues {QUEUES.replace(',', ', ')}",
         "beat": f"beat ready: recovery sweep every {settings.sweep_interval_s:g}s",
     }
+    flower_where = ""
     if args.flower:
-        # Never an open Flower: FLOWER_BASIC_AUTH (user:password) if set, else a password made for this run.
-        flower_auth = os.environ.get("FLOWER_BASIC_AUTH", "")
-        login = "basic auth from FLOWER_BASIC_AUTH"
-        if not flower_auth:
-            flower_auth = f"parkway:{secrets.token_urlsafe(18)}"
-            login = f"user:password {flower_auth}"
+        # Never an open Flower, and its login never on a command line (ps shows those): Flower reads it
+        # from FLOWER_BASIC_AUTH in its environment.
+        flower_auth, login, flower_where = cli_bootstrap.flower_login(home)
         commands["flower"] = (
-            [*celery, "flower", "--address=127.0.0.1", f"--port={args.flower_port}", "--persistent=False",
-             f"--basic-auth={flower_auth}"],
+            [*celery, "flower", "--address=127.0.0.1", f"--port={args.flower_port}", "--persistent=False"],
             (),
-        )  # fmt: skip
+            {**env, "FLOWER_BASIC_AUTH": flower_auth},
+        )
         ready_lines["flower"] = f"flower ready: {flower_url}  ({login})"
     children = {
-        name: Child(name, cmd, env, watch=watch, relay=sys.stderr, relay_lock=lock)
-        for name, (cmd, watch) in commands.items()
+        name: Child(name, cmd, child_env, watch=watch, relay=sys.stderr, relay_lock=lock)
+        for name, (cmd, watch, child_env) in commands.items()
     }
     ready_checks: dict[str, Callable[[], bool]] = {
         "api": lambda: http_ok(f"{api_url}/healthz"),
@@ -202,8 +205,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             child.start()
             print(f" {child.name} (pid {child.pid})…", end="", flush=True)
         print(flush=True)
-        supervisor = Supervisor(list(children.values()), ready_checks, ready_lines, stop, say)
-        code = supervisor.run(started=started, timeout=args.startup_timeout, where=_where(settings))
+        policy = RestartPolicy(limit=args.restarts, window_s=args.restart_window)
+        supervisor = Supervisor(list(children.values()), ready_checks, ready_lines, stop, say, policy)
+        announce = cli_bootstrap.urls(shown_api, flower_url if args.flower else None, flower_where)
+        code = supervisor.run(started=started, timeout=args.startup_timeout, where=_where(settings), announce=announce)
         running = ", ".join(c.name for c in children.values() if c.alive())
         if running:
             say(f"stopping {running} (SIGTERM, up to {args.grace:g}s; Ctrl-C again to kill now)…")
@@ -212,74 +217,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     if left:
         say(f"could not stop {', '.join(left)}")
         return 1
-    say("stopped (" + ", ".join(f"{name} {_exit_text(rc)}" for name, rc in codes.items()) + ")")
+    say("stopped (" + ", ".join(f"{name} {exit_text(rc)}" for name, rc in codes.items()) + ")")
     return code
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "not started"
-    if code < 0:
-        try:
-            return f"by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"by signal {-code}"
-    return f"exit {code}"
-
-
-class Supervisor:
-    """Waits until every child is ready (printing each as it gets there), then until a signal or a death."""
-
-    def __init__(
-        self,
-        children: list[Child],
-        ready_checks: dict[str, Callable[[], bool]],
-        ready_lines: dict[str, str],
-        stop: dict[str, int],
-        say: Callable[[str], None],
-    ) -> None:
-        self.children, self.ready_checks, self.ready_lines = children, ready_checks, ready_lines
-        self.stop, self.say = stop, say
-
-    def run(self, *, started: float, timeout: float, where: str) -> int:
-        pending = [c for c in self.children if c.proc is not None]
-        deadline = started + timeout
-        while pending and not self.stop["count"]:
-            for child in list(pending):
-                if not child.alive():
-                    return self.died(child, during_startup=True)
-                if self.ready_checks[child.name]():
-                    pending.remove(child)
-                    self.say(self.ready_lines[child.name])
-            if pending and time.monotonic() > deadline:
-                self.say(f"{', '.join(c.name for c in pending)} not ready after {timeout:g}s; stopping everything")
-                for child in pending:
-                    self.print_tail(child)
-                return 1
-            time.sleep(0.1)
-        if not self.stop["count"]:
-            self.say(f"all up in {time.monotonic() - started:.1f}s on {where}; Ctrl-C stops everything")
-        while not self.stop["count"]:
-            for child in self.children:
-                if not child.alive():
-                    return self.died(child, during_startup=False)
-            time.sleep(0.2)
-        self.say(f"{signal.Signals(self.stop['signum']).name} received")
-        return 0
-
-    def died(self, child: Child, *, during_startup: bool) -> int:
-        child.wait_reader(1.0)
-        when = "during startup" if during_startup else "unexpectedly"
-        self.say(f"{child.name} exited {when} with code {child.returncode}; stopping everything")
-        self.print_tail(child)
-        return 1
-
-    def print_tail(self, child: Child) -> None:
-        lines = child.tail()
-        if lines:
-            self.say(f"last lines of {child.name}:")
-            for line in lines:
-                self.say(f"  {line}")
 
 
 # --------------------------------------------------------------------------- parkway demo
@@ -307,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     rotate = token_sub.add_parser("rotate", help="give a principal a new token and print it once; the old one ends")
     rotate.add_argument("name", metavar="NAME")
     rotate.set_defaults(fn=cmd_token_rotate)
+    cli_grants.add_commands(sub.add_parser)
     sweep = sub.add_parser("sweep", help="run the recovery sweep")
     sweep.add_argument("--once", action="store_true", required=True, help="one pass, then exit")
     sweep.add_argument("--batch", type=int, default=None)
@@ -315,8 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser(
         "up",
         help="run the whole stack on this machine (API, worker, beat, Flower)",
-        description="Migrate, then run the API, a worker, beat and Flower until Ctrl-C or SIGTERM. "
-        "Progress and URLs go to stdout, the children's logs to stderr (prefixed with their name).",
+        description="Migrate, then run the API, a worker, beat and Flower until Ctrl-C or SIGTERM. A child "
+        "that dies is restarted (after 1s, 2s, 4s …) unless it was restarted --restarts times within "
+        "--restart-window seconds: then everything stops, exit 1. On the first start of an empty embedded "
+        "database it makes an admin, an agent and a human (granted on target 'example') and prints their "
+        "tokens, only then. Progress, tokens and URLs go to stdout, the children's logs to stderr "
+        "(prefixed with their name).",
     )
     up.add_argument("--host", default="127.0.0.1", help="the API's address (default 127.0.0.1)")
     up.add_argument("--port", type=int, default=8000, help="the API's port (default 8000)")
@@ -324,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--no-flower", dest="flower", action="store_false", help="do not start Flower")
     up.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
     up.add_argument("--grace", type=float, default=30.0, help="seconds children get to stop after SIGTERM")
+    up.add_argument("--restarts", type=int, default=5, help="restarts of one child allowed within the window (5)")
+    up.add_argument("--restart-window", type=float, default=60.0, help="the window of --restarts, seconds (60)")
     up.add_argument("--startup-timeout", type=float, default=60.0, help="seconds to wait for every child to be ready")
     up.set_defaults(fn=cmd_up)
     demo = sub.add_parser(

@@ -13,306 +13,40 @@ code (137) is the worker's own.
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
 
-import httpx
+from parkway.children import stop_signals
+from parkway.demo_narrator import DemoFailed, Narrator, brief_value, short, summary, wait_until
+from parkway.demo_stack import (
+    ADMIN,
+    AGENT,
+    COMMITTED,
+    CRASH_POINT,
+    DEMO_SETTINGS,
+    EFFECTS_TABLE,
+    HUMAN,
+    TARGET,
+    TOOL,
+    DemoStack,
+    demo_environment,
+)
 
-from parkway.children import QUEUES, Child, child_environment, http_ok, stop_children, stop_signals
-
-T = TypeVar("T")
-
-# Kept in step with parkway.demo_workflows, which is not imported here: importing the SDK configures the
-# Celery app from the settings of the moment, and this process only knows its home once the demo starts.
-TARGET = "team:ops"
-EFFECTS_TABLE = "parkway_demo_effects"
-TOOL, COMMITTED = "tool", "committed"
-CRASH_POINT = "resume.before_commit"
-DEMO_SETTINGS = {
-    "PARKWAY_IMPORTS": "parkway.demo_workflows",
-    "PARKWAY_CLAIM_LEASE_S": "2",
-    "PARKWAY_REENQUEUE_AFTER_S": "1",
-    "PARKWAY_SWEEP_INTERVAL_S": "1",
-    "PARKWAY_MAX_ATTEMPTS": "5",
-}
-AGENT, HUMAN, ADMIN = "demo-agent", "demo-ana", "demo-admin"
-STARTUP_TIMEOUT_S = 60.0
-
-
-class DemoFailed(Exception):
-    """A check the rest of the story depends on did not hold."""
+__all__ = ["ADMIN", "AGENT", "COMMITTED", "DEMO_SETTINGS", "EFFECTS_TABLE", "HUMAN", "TARGET", "TOOL", "run_demo"]
 
 
 class Interrupted(BaseException):
     """Ctrl-C or SIGTERM: stop the children and leave."""
 
 
-@dataclass
-class Check:
-    label: str
-    ok: bool
-
-
-class Narrator:
-    """Prints the timeline (seconds since the start) and keeps the checks for the summary."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.started = time.monotonic()
-        self.started_at = datetime.now(UTC)
-        self.checks: list[Check] = []
-        self.ok_mark, self.bad_mark = "✓", "✗"
-        try:
-            "✓✗…→─".encode(getattr(out, "encoding", None) or "ascii")
-        except (UnicodeEncodeError, LookupError):
-            self.ok_mark, self.bad_mark = "+", "x"
-            reconfigure = getattr(out, "reconfigure", None)
-            if reconfigure is not None:
-                reconfigure(errors="replace")
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def line(self, text: str = "") -> None:
-        print(text, file=self.out, flush=True)
-
-    def say(self, text: str, *details: str) -> None:
-        self.line(f"{self.elapsed():6.1f}s    {text}")
-        for detail in details:
-            self.line(f"{'':12}{detail}")
-
-    def check(self, ok: bool, text: str, *details: str, label: str = "", failure: Sequence[str] = ()) -> bool:
-        """One claim of the story: a timeline line with ✓ or ✗, and a row of the summary (``label``)."""
-        self.checks.append(Check(label=label or text, ok=bool(ok)))
-        mark = self.ok_mark if ok else self.bad_mark
-        self.line(f"{self.elapsed():6.1f}s  {mark} {text}")
-        for detail in [*details, *([] if ok else failure)]:
-            self.line(f"{'':12}{detail}")
-        return bool(ok)
-
-    def require(self, ok: bool, text: str, *details: str, label: str = "", failure: Sequence[str] = ()) -> None:
-        """A check the rest of the story depends on: the demo stops when it does not hold."""
-        if not self.check(ok, text, *details, label=label, failure=failure):
-            raise DemoFailed(label or text)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], T], timeout: float, interval: float = 0.1) -> T | None:
-    """Poll until ``condition()`` is truthy (returned) or the timeout passes (``None``)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(interval)
-
-
-def short(identifier: str) -> str:
-    return identifier[:8] + "…" if len(identifier) > 9 else identifier
-
-
-@contextmanager
-def demo_environment(home: Path) -> Iterator[dict[str, str]]:
-    """This process and its children on a fresh embedded home: no configured database, broker or key."""
-    saved = dict(os.environ)
-    env = {k: v for k, v in child_environment().items() if not k.startswith("PARKWAY_")}
-    env.update(DEMO_SETTINGS, PARKWAY_HOME=str(home), PARKWAY_WORKSPACE_DIR=str(home / "workspaces"))
-    os.environ.clear()
-    os.environ.update(env)
-    _reset()
-    try:
-        yield env
-    finally:
-        _reset()
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-def _reset() -> None:
-    from parkway.db import reset_engine
-    from parkway.settings import reset_settings
-
-    reset_settings()
-    reset_engine()
-
-
-class Demo:
-    """The stack's processes, an HTTP client, and the story."""
-
-    def __init__(self, home: Path, env: dict[str, str], narrator: Narrator, *, verbose: bool) -> None:
-        self.home, self.env, self.n = home, env, narrator
-        self.logs = home / "logs"
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.verbose = verbose
-        self.children: list[Child] = []
-        self.serial = itertools.count(1)
-        self.http = httpx.Client(base_url=self.url, timeout=15)
-        self.tokens: dict[str, str] = {}
-        self.marks: list[tuple[datetime, str]] = []
-
-    # ----------------------------------------------------------------- processes
-
-    def start(self, role: str, *, crash_at: str | None = None) -> Child:
-        py = sys.executable
-        celery = [py, "-m", "celery", "-A", "tasks.celery_app:app"]
-        number = next(self.serial)
-        if role == "api":
-            cmd = [py, "-m", "uvicorn", "api.app:app", "--host", "127.0.0.1", "--port", str(self.port),
-                   "--timeout-graceful-shutdown", "2"]  # fmt: skip
-        elif role == "worker":
-            cmd = [*celery, "worker", "-l", "info", "-P", "solo", "-n", f"demo{number}@%h", "-Q", QUEUES,
-                   "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
-        else:
-            cmd = [*celery, "beat", "-l", "info", "-s", str(self.home / "celerybeat-schedule")]
-        env = dict(self.env)
-        if crash_at:
-            env["PARKWAY_CRASH_AT"] = crash_at
-        child = Child(
-            role,
-            cmd,
-            env,
-            watch=[" ready.", "beat: Starting", f"crash point {CRASH_POINT} reached"],
-            log=self.logs / f"{number:02d}-{role}.log",
-            relay=sys.stderr if self.verbose else None,
-        ).start()
-        self.children.append(child)
-        return child
-
-    def ready(self, child: Child) -> bool:
-        if child.name == "api":
-            return http_ok(f"{self.url}/healthz")
-        marker = " ready." if child.name == "worker" else "beat: Starting"
-        return marker in child.seen
-
-    def wait_ready(self, *children: Child, label: str) -> None:
-        def all_ready() -> bool:
-            for child in children:
-                if not child.alive():
-                    raise DemoFailed(f"{child.name} (pid {child.pid}) exited with {child.returncode} while starting")
-            return all(self.ready(c) for c in children)
-
-        names = ", ".join(f"{c.name} (pid {c.pid})" for c in children)
-        try:
-            ready = wait_until(all_ready, STARTUP_TIMEOUT_S, interval=0.1)
-        except DemoFailed as exc:
-            self.n.require(False, str(exc), label=label)
-        text = f"{names} ready" if ready else f"{names}: not ready after {STARTUP_TIMEOUT_S:g}s"
-        self.n.require(bool(ready), text, label=label)
-
-    def stop_all(self) -> None:
-        stop_children([c for c in self.children if c.alive()], grace_s=10, say=lambda _: None)
-        for child in self.children:
-            if child.group_alive():
-                child.kill_group()
-
-    def tails(self) -> None:
-        """On failure: the last lines of every process that ran."""
-        for child in self.children:
-            if child.log is not None and child.log.exists():
-                lines = child.log.read_text(errors="replace").splitlines()[-12:]
-                self.n.line(f"--- {child.log} (pid {child.pid}, exit {child.returncode})")
-                for line in lines:
-                    self.n.line(f"    {line[:200]}")
-
-    def mark(self, text: str) -> None:
-        """A moment of the story that the run's event log cannot show (processes dying and starting)."""
-        self.marks.append((datetime.now(UTC), text))
-
-    # ----------------------------------------------------------------- HTTP
-
-    def call(
-        self, method: str, path: str, who: str, headers: dict[str, str] | None = None, **kwargs: Any
-    ) -> httpx.Response:
-        headers = {**(headers or {}), "Authorization": f"Bearer {self.tokens[who]}"}
-        return self.http.request(method, path, headers=headers, **kwargs)
-
-    def run_view(self, run_id: str) -> dict[str, Any]:
-        response = self.call("GET", f"/v1/runs/{run_id}", HUMAN)
-        response.raise_for_status()
-        data: dict[str, Any] = response.json()
-        return data
-
-    def pending(self, run_id: str) -> list[dict[str, Any]]:
-        response = self.call("GET", "/v1/interactions", HUMAN, params={"status": "pending", "run_id": run_id})
-        response.raise_for_status()
-        items: list[dict[str, Any]] = response.json()["items"]
-        return sorted(items, key=lambda i: str(i["key"]))
-
-    def events(self, run_id: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        cursor: str | None = None
-        while True:
-            params = {"cursor": cursor} if cursor else {"after": 0}
-            response = self.call("GET", f"/v1/runs/{run_id}/events", HUMAN, params=params)
-            response.raise_for_status()
-            page = response.json()
-            items += page["items"]
-            cursor = page.get("next")
-            if not cursor or not page["items"]:
-                return items
-
-    # ----------------------------------------------------------------- database (what HTTP does not show)
-
-    def effects(self, run_id: str) -> dict[str, int]:
-        from sqlalchemy import text
-
-        from parkway.db import transaction
-
-        with transaction() as session:
-            rows = session.execute(
-                text(f"SELECT kind, COUNT(*) FROM {EFFECTS_TABLE} WHERE run_id = :r GROUP BY kind"), {"r": run_id}
-            ).all()
-        counts = {TOOL: 0, COMMITTED: 0}
-        counts.update({str(kind): int(n) for kind, n in rows})
-        return counts
-
-    def resume_continuation(self, run_id: str) -> dict[str, Any] | None:
-        from sqlalchemy import select
-
-        from models.status import ContinuationKind
-        from models.tables import Continuation
-        from parkway.db import transaction
-
-        with transaction() as session:
-            rows = session.scalars(
-                select(Continuation).where(Continuation.run_id == run_id, Continuation.kind == ContinuationKind.RESUME)
-            ).all()
-            if len(rows) != 1:
-                return None
-            row = rows[0]
-            return {"id": row.id, "status": row.status, "attempts": row.attempts, "name": row.name}
-
-    def continuation_statuses(self, run_id: str) -> list[str]:
-        from sqlalchemy import select
-
-        from models.tables import Continuation
-        from parkway.db import transaction
-
-        with transaction() as session:
-            return list(session.scalars(select(Continuation.status).where(Continuation.run_id == run_id)))
+class Demo(DemoStack):
+    """The story, told on the demo's stack."""
 
     # ----------------------------------------------------------------- the story
 
@@ -457,52 +191,6 @@ class Demo:
         )
         self.print_events(run_id, events)
 
-    def admin_token(self) -> None:
-        """The first admin comes from the command line: `parkway token create` prints its token once."""
-        admin = subprocess.run(
-            [sys.executable, "-m", "parkway.cli", "token", "create", "--kind", "admin", "--name", ADMIN],
-            env=self.env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        self.n.require(
-            admin.returncode == 0 and admin.stdout.strip().startswith("pk_"),
-            f"`parkway token create --kind admin --name {ADMIN}` printed a token",
-            failure=admin.stderr.strip().splitlines()[-5:],
-            label="admin token from `parkway token create`",
-        )
-        self.tokens[ADMIN] = admin.stdout.strip()
-
-    def principals(self) -> None:
-        """The agent, the human and their grants, made by the admin over HTTP."""
-        n = self.n
-        made = []
-        for kind, name in (("agent", AGENT), ("human", HUMAN)):
-            principal = self.call("POST", "/v1/principals", ADMIN, json={"kind": kind, "name": name})
-            if principal.status_code == 201:
-                self.tokens[name] = principal.json()["token"]
-            grant = self.call("POST", "/v1/grants", ADMIN, json={"principal": name, "target": TARGET})
-            made += [principal, grant]
-        n.require(
-            all(r.status_code == 201 for r in made),
-            f"as {ADMIN}: POST /v1/principals agent {AGENT} and human {HUMAN}, POST /v1/grants {TARGET} for both "
-            f"→ {', '.join(str(r.status_code) for r in made)}",
-            failure=[r.text[:200] for r in made if r.status_code != 201],
-            label="principals and grants made over HTTP",
-        )
-
-    def migrate(self) -> str:
-        from sqlalchemy import text
-
-        from parkway.db import get_engine, transaction
-        from parkway.demo_workflows import EFFECTS_DDL
-        from parkway.migrate import upgrade
-        from parkway.settings import get_settings
-
-        get_settings().resolved_secret_key()  # the embedded key file, made once, before any child reads it
-        revision = upgrade(get_engine())
-        with transaction() as session:
-            session.execute(text(EFFECTS_DDL))
-        return revision
-
     def print_events(self, run_id: str, events: list[dict[str, Any]]) -> None:
         """The run's event log as a timeline, with the moments processes died and started (marked ─)."""
         n = self.n
@@ -510,33 +198,13 @@ class Demo:
         for event in events:
             at = datetime.fromisoformat(str(event["at"]).replace("Z", "+00:00"))
             data = {k: v for k, v in (event.get("data") or {}).items() if k != "run_id"}
-            brief = ", ".join(f"{k}={_brief(v)}" for k, v in data.items())
+            brief = ", ".join(f"{k}={brief_value(v)}" for k, v in data.items())
             rows.append((at, f"#{event['seq']:<4} {event['type']:<23} {brief}"[:150]))
         rows += [(at, f"{'─' * 5} {text}") for at, text in self.marks]
         n.line()
         n.line(f"event log: GET /v1/runs/{run_id}/events ({len(events)} events; ─ marks what the demo did)")
         for at, text in sorted(rows, key=lambda r: r[0]):
             n.line(f"{(at - n.started_at).total_seconds():6.1f}s  {text}")
-
-
-def _brief(value: Any) -> str:
-    if isinstance(value, str):
-        return short(value) if len(value) >= 24 and " " not in value else value
-    return json.dumps(value)[:60]
-
-
-def summary(narrator: Narrator, *, finished: bool) -> bool:
-    """The checks as a table; true only if the story finished and every check held."""
-    n = narrator
-    n.line()
-    n.line("summary")
-    for number, check in enumerate(n.checks, 1):
-        n.line(f"  {number:>2}  {n.ok_mark if check.ok else n.bad_mark}  {check.label}")
-    held = sum(c.ok for c in n.checks)
-    ok = finished and held == len(n.checks) and held > 0
-    verdict = "every check held" if ok else "NOT every check held" if finished else "the story did not finish"
-    n.line(f"{held}/{len(n.checks)} checks held in {n.elapsed():.1f}s: {verdict}")
-    return ok
 
 
 def run_demo(*, keep: bool = False, verbose: bool = False, out: TextIO | None = None) -> int:

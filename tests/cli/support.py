@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support import ROOT, wait_for
@@ -66,3 +67,43 @@ def stop(proc: subprocess.Popen[bytes], groups: list[int], *, grace: float = 20)
         proc.wait(timeout=10)
     with suppress(AssertionError):
         wait_for(lambda: not any(group_alive(g) for g in groups if g > 0), timeout=10, what="children gone")
+
+
+@dataclass
+class Up:
+    """A ``parkway up`` started by a test, its stdout and stderr in files."""
+
+    proc: subprocess.Popen[bytes]
+    home: Path
+    out: Path
+    err: Path
+    env: dict[str, str]
+    api: str
+    flower: str
+    groups: list[int] = field(default_factory=list)
+
+    def stdout(self) -> str:
+        return self.out.read_text(encoding="utf-8", errors="replace")
+
+    def logs(self) -> str:
+        return f"stdout:\n{self.stdout()}\nstderr (last 4000 chars):\n{self.err.read_text(errors='replace')[-4000:]}"
+
+    def printed(self, text: str) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"parkway up exited with {self.proc.returncode}\n{self.logs()}")
+        return text in self.stdout()
+
+    def stop(self) -> None:
+        stop(self.proc, [*self.groups, *child_pids(self.stdout()).values()])
+
+
+def start_up(tmp_path: Path, home: Path, *args: str, name: str = "up") -> Up:
+    """``parkway up`` on the embedded defaults in ``home``, with the test workflows, on free ports."""
+    env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows")
+    api_port, flower_port = free_port(), free_port()
+    out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+    cmd = [sys.executable, "-m", "parkway.cli", "up", "--port", str(api_port), "--flower-port", str(flower_port),
+           "--concurrency", "1", "--grace", "30", *args]  # fmt: skip
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
+    return Up(proc, home, out, err, env, f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{flower_port}")

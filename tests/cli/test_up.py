@@ -15,57 +15,25 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.cli.support import child_pids, embedded_env, free_port, group_alive, parkway, stop
+from tests.cli.support import Up, child_pids, embedded_env, group_alive, parkway, start_up, stop
 from tests.support import wait_for
 from tests.workflows import EFFECTS_DDL
 
 TARGET = "team:ops"
 
 
-@dataclass
-class Up:
-    proc: subprocess.Popen[bytes]
-    home: Path
-    out: Path
-    err: Path
-    env: dict[str, str]
-    api: str
-    flower: str
-    groups: list[int] = field(default_factory=list)
-
-    def stdout(self) -> str:
-        return self.out.read_text(encoding="utf-8", errors="replace")
-
-    def logs(self) -> str:
-        return f"stdout:\n{self.stdout()}\nstderr (last 4000 chars):\n{self.err.read_text(errors='replace')[-4000:]}"
-
-    def printed(self, text: str) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"parkway up exited with {self.proc.returncode}\n{self.logs()}")
-        return text in self.stdout()
-
-
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[Up]:
-    home = tmp_path / "home"
-    env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows")
-    api_port, flower_port = free_port(), free_port()
-    out, err = tmp_path / "up.out", tmp_path / "up.err"
-    cmd = [sys.executable, "-m", "parkway.cli", "up", "--port", str(api_port), "--flower-port", str(flower_port),
-           "--concurrency", "1", "--grace", "30"]  # fmt: skip
-    with open(out, "wb") as stdout, open(err, "wb") as stderr:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
-    running = Up(proc, home, out, err, env, f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{flower_port}")
+    running = start_up(tmp_path, tmp_path / "home")
     try:
         yield running
     finally:
-        stop(proc, running.groups or list(child_pids(running.stdout()).values()))
+        running.stop()
 
 
 def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sigint(up: Up, tmp_path: Path) -> None:

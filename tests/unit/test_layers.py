@@ -15,7 +15,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("parkway", "models", "tasks", "beat", "api")
-CLI = ("parkway.cli", "parkway.children", "parkway.demo", "parkway.demo_workflows")  # the CLI and its demo
+CLI = (  # the CLI and its demo
+    "parkway.cli",
+    "parkway.cli_bootstrap",
+    "parkway.cli_grants",
+    "parkway.children",
+    "parkway.supervisor",
+    "parkway.demo",
+    "parkway.demo_narrator",
+    "parkway.demo_stack",
+    "parkway.demo_workflows",
+)
 
 # layer → the layers its modules may import (besides their own).
 ALLOWED = {

@@ -1,0 +1,172 @@
+"""``parkway grant create|list|revoke`` and ``parkway run start``: grants and a first run from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from collections.abc import Callable
+
+# parkway run start's exit codes, also shown by its --help.
+RUN_EXIT_CODES = {
+    0: "the run started; its id is printed on stdout",
+    1: "refused: the principal is unknown, disabled or not an agent, or holds no grant on the target, "
+    "or the idempotency key was used with another body",
+    2: "bad usage: --payload is not JSON or not storable, an option is wrong, or the database is not "
+    "reachable or not migrated",
+    3: "the workflow is not registered: no module of PARKWAY_IMPORTS defines it",
+}
+GRANT_EXIT_CODES = {
+    0: "done (revoking a grant already revoked is a no-op)",
+    1: "no such principal (or it is disabled) or no such grant",
+    2: "bad usage, or the database is not reachable or not migrated",
+}
+
+
+def exit_codes(codes: dict[int, str]) -> str:
+    rows = (
+        textwrap.fill(text, 100, initial_indent=f"  {code}  ", subsequent_indent="     ")
+        for code, text in codes.items()
+    )
+    return "exit codes:\n" + "\n".join(rows)
+
+
+def _fail(command: str, text: str, code: int) -> int:
+    print(f"parkway {command}: {text}", file=sys.stderr)
+    return code
+
+
+def _ready() -> None:
+    from parkway.db import get_engine
+    from parkway.migrate import require_current_schema
+
+    require_current_schema(get_engine())
+
+
+def cmd_grant_create(args: argparse.Namespace) -> int:
+    """Give a live principal a target; the new grant's id alone on stdout."""
+    from models import principals, store
+    from parkway.db import transaction
+
+    _ready()
+    with transaction() as session:
+        # The principal's row locked: a grant cannot be made for it while it is being disabled.
+        principal = principals.live_principal_for_update(session, args.principal)
+        if principal is None:
+            disabled = store.principal_by_name(session, args.principal) is not None
+            why = "is disabled" if disabled else "does not exist (parkway token create makes one)"
+            return _fail("grant create", f"the principal {args.principal!r} {why}", 1)
+        grant = store.create_grant(session, principal_id=principal.id, target=args.target)
+        grant_id = grant.id
+    print(grant_id)
+    return 0
+
+
+def cmd_grant_list(args: argparse.Namespace) -> int:
+    """The grants, oldest first: live ones, or all with ``--all``; one line each."""
+    from sqlalchemy import select
+
+    from models.tables import Grant, Principal
+    from parkway.db import transaction
+
+    _ready()
+    # A plain read (models has no grant listing yet); every write goes through the store.
+    query = select(Grant.id, Principal.name, Principal.kind, Grant.target, Grant.created_at, Grant.revoked_at)
+    query = query.join(Principal, Principal.id == Grant.principal_id).order_by(Grant.created_at, Grant.id)
+    if not args.all:
+        query = query.where(Grant.revoked_at.is_(None))
+    if args.principal:
+        query = query.where(Principal.name == args.principal)
+    with transaction() as session:
+        rows = session.execute(query).all()
+    print(f"{'ID':<36}  {'PRINCIPAL':<20}  {'KIND':<6}  {'TARGET':<20}  {'CREATED (UTC)':<19}  REVOKED (UTC)")
+    for row in rows:
+        revoked = f"{row.revoked_at:%Y-%m-%d %H:%M:%S}" if row.revoked_at is not None else "-"
+        print(f"{row.id:<36}  {row.name:<20}  {row.kind:<6}  {row.target:<20}  "
+              f"{row.created_at:%Y-%m-%d %H:%M:%S}  {revoked}")  # fmt: skip
+    return 0
+
+
+def cmd_grant_revoke(args: argparse.Namespace) -> int:
+    from models import access, store
+    from parkway.db import transaction
+
+    _ready()
+    with transaction() as session:
+        revoked = store.revoke_grant(session, args.grant_id)
+        found = access.grant_by_id(session, args.grant_id)
+        if found is None:
+            return _fail("grant revoke", f"no grant has the id {args.grant_id!r} (parkway grant list --all)", 1)
+        grant, name = found
+        target = grant.target
+    said = "revoked" if revoked is not None else "was already revoked"
+    print(f"parkway grant revoke: the grant of {name} on {target} {said}")
+    return 0
+
+
+def cmd_run_start(args: argparse.Namespace) -> int:
+    """Start a run as an agent, as ``POST /v1/runs`` does; the run's id alone on stdout."""
+    from parkway.errors import Conflict, Forbidden, NotRegistered
+    from parkway.settings import get_settings
+
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as exc:
+        return _fail("run start", f"--payload is not JSON ({exc}): {args.payload[:80]!r}", 2)
+    _ready()
+    from models.jsonsafe import InvalidInput
+    from tasks import sdk
+
+    try:
+        run_id = sdk.start_run(
+            args.workflow, payload, principal=args.as_, target=args.target, idempotency_key=args.idempotency_key
+        )
+    except NotRegistered:
+        imports = get_settings().imports or "nothing"
+        return _fail("run start", f"no workflow is named {args.workflow!r} (PARKWAY_IMPORTS imports {imports})", 3)
+    except (Forbidden, Conflict) as exc:
+        return _fail("run start", str(exc), 1)
+    except InvalidInput as exc:
+        return _fail("run start", str(exc), 2)
+    print(run_id)
+    print(f"parkway run start: run {run_id} of {args.workflow} started as {args.as_} on target {args.target}; "
+          f"GET /v1/runs/{run_id} follows it", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def add_commands(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
+    """``grant`` and ``run`` on the ``parkway`` parser (``add_parser`` is its subparsers' method)."""
+    raw = argparse.RawDescriptionHelpFormatter
+    grant = add_parser("grant", help="give principals targets, list and revoke grants")
+    grant_sub = grant.add_subparsers(dest="grant_command", required=True)
+    create = grant_sub.add_parser(
+        "create", help="grant a principal a target; prints the grant's id", epilog=exit_codes(GRANT_EXIT_CODES),
+        formatter_class=raw,
+    )  # fmt: skip
+    create.add_argument("--principal", required=True, metavar="NAME")
+    create.add_argument("--target", required=True, metavar="TARGET")
+    create.set_defaults(fn=cmd_grant_create)
+    listing = grant_sub.add_parser("list", help="list the live grants", epilog=exit_codes(GRANT_EXIT_CODES),
+                                   formatter_class=raw)  # fmt: skip
+    listing.add_argument("--all", action="store_true", help="revoked grants too")
+    listing.add_argument("--principal", metavar="NAME", help="only this principal's")
+    listing.set_defaults(fn=cmd_grant_list)
+    revoke = grant_sub.add_parser("revoke", help="revoke a grant by id", epilog=exit_codes(GRANT_EXIT_CODES),
+                                  formatter_class=raw)  # fmt: skip
+    revoke.add_argument("grant_id", metavar="ID")
+    revoke.set_defaults(fn=cmd_grant_revoke)
+    run = add_parser("run", help="start a run from the shell")
+    run_sub = run.add_subparsers(dest="run_command", required=True)
+    start = run_sub.add_parser(
+        "start",
+        help="start a run of WORKFLOW as an agent (as POST /v1/runs does); prints its id",
+        epilog=exit_codes(RUN_EXIT_CODES),
+        formatter_class=raw,
+    )
+    start.add_argument("workflow", metavar="WORKFLOW")
+    start.add_argument("--payload", default="{}", metavar="JSON", help="the run's input, JSON (default {})")
+    start.add_argument("--as", dest="as_", required=True, metavar="NAME", help="the agent that owns the run")
+    start.add_argument("--target", required=True, metavar="TARGET", help="a target the agent holds a grant on")
+    start.add_argument("--idempotency-key", default=None, metavar="KEY", help="a retry with it returns the same run")
+    start.set_defaults(fn=cmd_run_start)

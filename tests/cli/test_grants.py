@@ -1,0 +1,97 @@
+"""``parkway grant create|list|revoke`` and ``parkway run start`` (issue 19, item 2), run as a subprocess
+against the test database."""
+
+from __future__ import annotations
+
+import uuid
+
+from models import access, store
+from parkway.db import transaction
+from tests.support import AGENT, HUMAN, TARGET, Stack
+
+
+def made(stack: Stack, kind: str) -> str:
+    name = f"cli-{kind}-{uuid.uuid4().hex[:8]}"
+    created = stack.parkway("token", "create", "--kind", kind, "--name", name)
+    assert created.returncode == 0, created.stderr
+    return name
+
+
+def listed(stack: Stack, *args: str) -> list[list[str]]:
+    out = stack.parkway("grant", "list", *args)
+    assert out.returncode == 0, out.stderr
+    header, *rows = out.stdout.splitlines()
+    assert header.split()[:4] == ["ID", "PRINCIPAL", "KIND", "TARGET"], header
+    return [row.split() for row in rows]
+
+
+def test_grant__create_list_revoke_through_the_cli(stack: Stack) -> None:
+    name = made(stack, "agent")
+    target = f"team:{uuid.uuid4().hex[:6]}"
+
+    created = stack.parkway("grant", "create", "--principal", name, "--target", target)
+    assert created.returncode == 0, created.stderr
+    grant_id = created.stdout.strip()
+    assert len(created.stdout.splitlines()) == 1 and grant_id
+    with transaction() as session:
+        principal = store.principal_by_name(session, name)
+        assert principal is not None and store.is_granted(session, principal, target)
+
+    [row] = listed(stack, "--principal", name)
+    assert row[:4] == [grant_id, name, "agent", target] and row[-1] == "-", row
+    assert grant_id in {r[0] for r in listed(stack)}
+
+    revoked = stack.parkway("grant", "revoke", grant_id)
+    assert revoked.returncode == 0, revoked.stderr
+    assert f"the grant of {name} on {target} revoked" in revoked.stdout
+    with transaction() as session:
+        principal = store.principal_by_name(session, name)
+        assert principal is not None and not store.is_granted(session, principal, target)
+    again = stack.parkway("grant", "revoke", grant_id)
+    assert again.returncode == 0 and "was already revoked" in again.stdout, again.stdout + again.stderr
+    assert listed(stack, "--principal", name) == []
+    [row] = listed(stack, "--principal", name, "--all")
+    assert row[0] == grant_id and row[-1] != "-", row
+
+
+def test_grant__unknown_or_disabled_principal_and_unknown_grant_are_refused(stack: Stack) -> None:
+    nobody = stack.parkway("grant", "create", "--principal", "nobody-" + uuid.uuid4().hex, "--target", TARGET)
+    assert nobody.returncode == 1 and nobody.stdout == "" and "does not exist" in nobody.stderr
+    name = made(stack, "human")
+    assert stack.parkway("token", "revoke", name).returncode == 0
+    disabled = stack.parkway("grant", "create", "--principal", name, "--target", TARGET)
+    assert disabled.returncode == 1 and "is disabled" in disabled.stderr, disabled.stderr
+    unknown = stack.parkway("grant", "revoke", uuid.uuid4().hex)
+    assert unknown.returncode == 1 and "no grant has the id" in unknown.stderr, unknown.stderr
+
+
+def test_run_start__starts_a_run_as_the_agent_and_prints_its_id(stack: Stack) -> None:
+    started = stack.parkway("run", "start", "t.after", "--payload", '{"n": 1}', "--as", AGENT, "--target", TARGET)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    assert len(started.stdout.splitlines()) == 1
+    with transaction() as session:
+        run = access.get_run(session, run_id)
+        assert run is not None
+        assert (run.workflow, run.payload, run.target, run.status) == ("t.after", {"n": 1}, TARGET, "running")
+    assert f"run {run_id} of t.after started as {AGENT}" in started.stderr
+
+
+def test_run_start__bad_json_unknown_workflow_and_unknown_principal_have_their_exit_codes(stack: Stack) -> None:
+    def start(workflow: str, payload: str, who: str, target: str = TARGET) -> tuple[int, str, str]:
+        done = stack.parkway("run", "start", workflow, "--payload", payload, "--as", who, "--target", target)
+        return done.returncode, done.stdout, done.stderr
+
+    code, out, err = start("t.after", "{not json", AGENT)
+    assert (code, out) == (2, "") and "--payload is not JSON" in err and "Traceback" not in err, err
+    code, out, err = start("t.nothing_" + uuid.uuid4().hex[:6], "{}", AGENT)
+    assert (code, out) == (3, "") and "no workflow is named" in err and "tests.workflows" in err, err
+    code, out, err = start("t.after", "{}", "nobody-" + uuid.uuid4().hex)
+    assert (code, out) == (1, "") and "does not exist" in err, err
+    code, out, err = start("t.after", "{}", HUMAN)
+    assert (code, out) == (1, "") and "runs are started by agents" in err, err
+    code, out, err = start("t.after", "{}", AGENT, "team:none")
+    assert (code, out) == (1, "") and "holds no grant on target team:none" in err, err
+    documented = stack.parkway("run", "start", "--help")
+    assert documented.returncode == 0 and "exit codes:" in documented.stdout
+    assert all(f"  {code}  " in documented.stdout for code in range(4)), documented.stdout
