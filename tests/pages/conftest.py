@@ -18,7 +18,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 import tests.pages.flows  # noqa: F401  (registers the page tests' workflows in this process)
-from tests.api.conftest import Actors, make_actors
+from tests.api.conftest import Actors, ApiServer, make_actors
+from tests.pages.browsing import Site
+from tests.pages.flows import IMPORTS
 from tests.support import ROOT, Stack
 
 if TYPE_CHECKING:
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
 
 CHROMIUM = Path(os.environ.get("PARKWAY_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("PARKWAY_CHROMEDRIVER", "/usr/bin/chromedriver"))
-ARTIFACTS = ROOT / "test-artifacts"
+ARTIFACTS = Path(os.environ.get("PARKWAY_TEST_ARTIFACTS") or ROOT / "var" / "artifacts")
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -90,6 +92,19 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def site(stack: Stack, browser: WebDriver) -> Iterator[Site]:
+    server = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-pages.log")
+    server.start(PARKWAY_IMPORTS=IMPORTS)
+    stack.start_worker(PARKWAY_IMPORTS=IMPORTS)
+    try:
+        with server.client() as http:
+            yield Site(server=server, http=http, actors=make_actors(http), browser=browser)
+    finally:
+        browser.get("about:blank")  # close the page's event stream: uvicorn waits for open streams on SIGTERM
+        server.stop()
 
 
 # --------------------------------------------------------------------------- reading the page's forms

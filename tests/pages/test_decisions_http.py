@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from models.tables import Interaction
 from parkway.db import transaction
-from tests.api.conftest import AGENT, HUMAN, STRANGER, Actors, drive
+from tests.api.conftest import ADMIN, AGENT, HUMAN, STRANGER, Actors, drive
 from tests.pages.conftest import Forms
 from tests.support import TARGET, run_row
 
@@ -74,7 +74,7 @@ def test_sign_in__sets_an_httponly_strict_cookie_and_never_renders_the_token(
     assert response.status_code == 303 and response.headers["location"] == PAGE
     cookies = response.headers.get_list("set-cookie")
     session = next(c for c in cookies if c.startswith("parkway_session="))
-    assert "HttpOnly" in session and "SameSite=strict" in session and "Path=/decisions" in session
+    assert "HttpOnly" in session and "SameSite=strict" in session and "Path=/;" in session
     signed_in = browser_like.get(PAGE)
     assert f"signed in as <strong>{HUMAN}</strong>" in signed_in.text
     assert token not in signed_in.text
@@ -230,3 +230,33 @@ def test_page__shows_only_granted_targets_and_refuses_an_answer_without_a_grant(
 
 def test_stream__needs_a_signed_in_session(browser_like: TestClient) -> None:
     assert browser_like.get(f"{PAGE}/stream").status_code == 401
+
+
+# --------------------------------------------------------------------------- the inbox
+
+
+def test_inbox__one_card_per_run_with_one_cancel_and_for_me_is_the_default_view(
+    browser_like: TestClient, actors: Actors
+) -> None:
+    run_id = start(browser_like, actors, "pages.deploy", {"service": "inbox"})
+    ids = {key: pending_id(browser_like, actors, run_id, key) for key in ("shell", "plan")}
+    # A human granted on the target: the run's prompts are one card, with one "Cancel run"
+    sign_in(browser_like, actors.tokens[HUMAN])
+    page = browser_like.get(PAGE).text
+    card = re.search(rf'<article class="card" data-run-of="{run_id}">(.*?)</article>', page, re.S)
+    assert card is not None
+    assert set(re.findall(r'<div class="prompt" data-interaction="([^"]+)"', card.group(1))) == set(ids.values())
+    assert card.group(1).count("Cancel run") == 1
+    assert re.findall(r'<span class="count" id="count">(\d+)</span>', page) == [str(page.count('<div class="prompt" '))]
+    # An admin holding no grant on it: not "for me" (the default), but under "all I may see"
+    sign_in(browser_like, actors.tokens[ADMIN])
+    assert run_id not in browser_like.get(PAGE).text
+    assert f'data-run-of="{run_id}"' in browser_like.get(PAGE, params={"view": "all"}).text
+    # The live page's fragment follows the same view
+    fragment = f"{PAGE}/runs/{run_id}/card"
+    assert browser_like.get(fragment).status_code == 204
+    shown = browser_like.get(fragment, params={"view": "all"})
+    assert shown.status_code == 200 and f'data-run-of="{run_id}"' in shown.text
+    assert Forms(shown.text).forms[f"/decisions/interactions/{ids['plan']}/answer"]["csrf"]
+    browser_like.cookies.clear()
+    assert browser_like.get(fragment).status_code == 401
