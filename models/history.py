@@ -195,6 +195,19 @@ def pending(
     return Page(items, _encode(last.created_at, last.id) if last is not None else None)
 
 
+def cancel_via(session: Session, principal: Principal, run_id: str) -> str | None:
+    """The interaction through which "Cancel run" cancels: a pending one the caller may read (canceling
+    it cancels its step and the run), else the latest one, whose outcome then says why not; ``None``
+    when the caller may read none of the run's interactions."""
+    return session.scalar(
+        select(Interaction.id)
+        .join(Run, Run.id == Interaction.run_id)
+        .where(Interaction.run_id == run_id, access.interaction_visible(principal))
+        .order_by((Interaction.status == InteractionStatus.PENDING).desc(), Interaction.created_at.desc())
+        .limit(1)
+    )
+
+
 # --------------------------------------------------------------------------- cursors
 
 

@@ -17,7 +17,7 @@ from api.pages import forms, texts
 from api.pages.inbox import Notice, decisions_page
 from api.pages.render import login_page
 from api.pages.session import csrf_ok, session_id, signed_in
-from models import access
+from models import access, history
 from models.access import InteractionView
 from models.status import InteractionKind, InteractionStatus
 from models.tables import Principal
@@ -46,6 +46,18 @@ def post(request: Request, interaction_id: str, form: dict[str, str], act: Any) 
         return decisions_page(request, principal, notice=Notice(False, texts.FORBIDDEN), status_code=403)
     notice, status_code = act(principal, view, response_id, form)
     return decisions_page(request, principal, notice=notice, status_code=status_code)
+
+
+def cancel_run(request: Request, run_id: str, form: dict[str, str]) -> Response:
+    """ "Cancel run" on a run's card: cancel through a pending prompt of the run as it is now."""
+    principal = signed_in(request)
+    if principal is None:
+        return login_page(request, message=texts.SESSION_ENDED, status_code=401)
+    with transaction() as session:
+        interaction_id = history.cancel_via(session, principal, run_id)
+    if interaction_id is None:
+        return decisions_page(request, principal, notice=Notice(False, texts.NO_RUN_PROMPT), status_code=404)
+    return post(request, interaction_id, form, cancel)
 
 
 def answer(principal: Principal, view: InteractionView, response_id: str, form: dict[str, str]) -> tuple[Notice, int]:

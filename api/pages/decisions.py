@@ -110,6 +110,12 @@ def cancel(request: Request, interaction_id: str, form: FormDep) -> Response:
     return answering.post(request, interaction_id, form, answering.cancel)
 
 
+@router.post("/runs/{run_id}/cancel")
+def cancel_run(request: Request, run_id: Annotated[str, Path(pattern=RUN_ID)], form: FormDep) -> Response:
+    """Cancel a run from its card, as the signed-in person (through a prompt of it still pending)."""
+    return answering.cancel_run(request, run_id, form)
+
+
 @router.get("/stream")
 async def stream(
     request: Request,

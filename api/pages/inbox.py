@@ -76,11 +76,6 @@ class RunCard:
     prompts: list[Card]
     cancel_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
-    @property
-    def cancel_via(self) -> str:
-        """Canceling any pending prompt cancels its step and the run: the first one is used."""
-        return str(self.prompts[0].i.id)
-
 
 def _card(view: InteractionView, runs: dict[str, Run]) -> Card:
     interaction = view.interaction

@@ -50,8 +50,8 @@ def sign_in(client: TestClient, token: str) -> None:
     assert response.status_code == 303, response.text
 
 
-def form_of(html: str, interaction_id: str, action: str = "answer") -> dict[str, str]:
-    return Forms(html).forms[f"/decisions/interactions/{interaction_id}/{action}"]
+def form_of(html: str, interaction_id: str) -> dict[str, str]:
+    return Forms(html).forms[f"/decisions/interactions/{interaction_id}/answer"]
 
 
 def notice(page: str) -> str:
@@ -174,7 +174,7 @@ def test_answer__409_410_and_422_are_sentences_on_the_page(browser_like: TestCli
     run_id = start(browser_like, actors, "pages.ask", {"prompt": "Still there?"})
     iid = pending_id(browser_like, actors, run_id)
     page = browser_like.get(PAGE).text
-    fields, cancel_fields = form_of(page, iid), form_of(page, iid, "cancel")
+    fields, cancel_fields = form_of(page, iid), Forms(page).forms[f"{PAGE}/runs/{run_id}/cancel"]
     canceled = browser_like.post(
         f"/v1/interactions/{iid}/cancel", json={"response_id": "c"}, headers=actors.auth(HUMAN)
     )
@@ -182,7 +182,7 @@ def test_answer__409_410_and_422_are_sentences_on_the_page(browser_like: TestCli
     gone = browser_like.post(f"{PAGE}/interactions/{iid}/answer", data={**fields, "value": "x"})
     assert gone.status_code == 410 and "it was canceled" in notice(gone.text)
     # And canceling it from the page is a 410 too, never a 500
-    again = browser_like.post(f"{PAGE}/interactions/{iid}/cancel", data=cancel_fields)
+    again = browser_like.post(f"{PAGE}/runs/{run_id}/cancel", data=cancel_fields)
     assert again.status_code == 410 and "it was canceled" in notice(again.text)
 
 
@@ -245,7 +245,8 @@ def test_inbox__one_card_per_run_with_one_cancel_and_for_me_is_the_default_view(
     page = browser_like.get(PAGE).text
     card = re.search(rf'<article class="card" data-run-of="{run_id}">(.*?)</article>', page, re.S)
     assert card is not None
-    assert set(re.findall(r'<div class="prompt" data-interaction="([^"]+)"', card.group(1))) == set(ids.values())
+    listed = re.findall(r'<div class="prompt" data-interaction="([^"]+)"', card.group(1))
+    assert sorted(listed) == sorted(ids.values())
     assert card.group(1).count("Cancel run") == 1
     assert re.findall(r'<span class="count" id="count">(\d+)</span>', page) == [str(page.count('<div class="prompt" '))]
     # An admin holding no grant on it: not "for me" (the default), but under "all I may see"
@@ -260,3 +261,14 @@ def test_inbox__one_card_per_run_with_one_cancel_and_for_me_is_the_default_view(
     assert Forms(shown.text).forms[f"/decisions/interactions/{ids['plan']}/answer"]["csrf"]
     browser_like.cookies.clear()
     assert browser_like.get(fragment).status_code == 401
+    # "Cancel run" still cancels once the prompt listed first was answered elsewhere
+    sign_in(browser_like, actors.tokens[HUMAN])
+    cancel_form = Forms(browser_like.get(PAGE).text).forms[f"{PAGE}/runs/{run_id}/cancel"]
+    first = listed[0]
+    value = {"approved": True} if first == ids["shell"] else {"window": "now", "replicas": 1, "otp": "123456"}
+    answered = browser_like.post(
+        f"/v1/interactions/{first}/answer", json={"response_id": "inbox", "value": value}, headers=actors.auth(HUMAN)
+    )
+    assert answered.status_code == 200, answered.text
+    canceled = browser_like.post(f"{PAGE}/runs/{run_id}/cancel", data=cancel_form)
+    assert canceled.status_code == 200 and notice(canceled.text).startswith("Canceled.")
