@@ -69,6 +69,8 @@ def describe(event: Event) -> str:
         return f"{d.get('name', '')} ({d.get('key', '')}){extra}"
     if kind == "continuation":
         return f"{d.get('name', '')}{_why(d)}"
+    if kind == "review" and "finding_count" in d:
+        return f"verdict {_quoted(d, 'verdict')}, {d['finding_count']} findings, {d.get('verification_count')} verified"
     if kind == "review":
         return f"{d.get('kind', '')}{_why(d)}".strip() or str(d.get("review_id", ""))
     return ", ".join(f"{k}={v}" for k, v in sorted(d.items()) if isinstance(v, str | int | bool))[:200]
