@@ -104,12 +104,6 @@ def list_runs(
     return Page(items, _encode(last.created_at, last.id) if last is not None else None)
 
 
-def workflows(session: Session, principal: Principal, *, limit: int = 200) -> list[str]:
-    """The workflow names of the runs the caller may read, for the filter's choices."""
-    stmt = select(Run.workflow).where(access.run_visible(principal)).group_by(Run.workflow).order_by(Run.workflow)
-    return list(session.scalars(stmt.limit(limit)))
-
-
 def run_history(session: Session, principal: Principal, run: Run) -> History:
     """Everything ``/runs/{id}`` shows of a run the caller may read (the caller checks that first)."""
     cursor = access.stream_cursor(session)  # read first: events after it reach the page by its stream

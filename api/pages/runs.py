@@ -73,6 +73,7 @@ def list_runs(
         assert refused is not None
         return refused
     status = status if status in STATUSES else ""
+    workflow = workflow.strip()
     with transaction() as session:
         after = access.stream_cursor(session)
         listed = functools.partial(history.list_runs, session, principal, status=status, workflow=workflow)
@@ -80,7 +81,6 @@ def list_runs(
             page = listed(cursor=cursor, limit=LIST_LIMIT)
         except access.InvalidCursor:  # not a cursor this page handed out: the first page
             page = listed(cursor=None, limit=LIST_LIMIT)
-        names = history.workflows(session, principal)
     return _page(
         request,
         principal,
@@ -90,7 +90,7 @@ def list_runs(
         status=status,
         workflow=workflow,
         statuses=STATUSES,
-        workflows=names,
+        workflows=sorted({line.run.workflow for line in page.items} | ({workflow} if workflow else set())),
         run_status=run_status,
         stream_url=f"/decisions/stream?after={after}",
     )

@@ -146,3 +146,22 @@ def test_live_inbox__a_prompt_asked_after_the_page_loaded_appears_as_its_runs_ca
     assert not site.all(card) and waiting(site) == before
     errors = [e["message"] for e in site.browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
+
+
+def test_live_inbox__a_prompt_that_expires_while_the_page_is_open_leaves_it(site: Site) -> None:
+    # Given a person on the Decisions page, and a question asked afterwards that expires in a few seconds
+    sign_in(site)
+    before = waiting(site)
+    run_id = site.start("pages.ask", {"prompt": "Flush the CDN?", "expires_in": 8})
+    card = f'#run-cards article[data-run-of="{run_id}"]'
+    site.wait(lambda _: site.all(card), "the new question's card")
+    question = site.css(f"{card} .prompt").get_attribute("data-interaction")
+    assert waiting(site) == before + 1
+    # When the sweep expires it
+    wait_for(
+        lambda: interactions(run_id)["q"].status == "expired", timeout=WAIT_S, sweep=True, what="the question to expire"
+    )
+    # Then it leaves the waiting list, without a reload, and is listed as no longer answerable
+    site.wait(lambda _: not site.all(card), "the expired question to leave")
+    assert site.css(f'#ended [data-interaction="{question}"] .state').text == "expired"
+    assert waiting(site) == before
