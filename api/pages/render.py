@@ -26,6 +26,7 @@ STATIC = {
     "decisions.css": "text/css",
     "live.js": "text/javascript",
     "history.js": "text/javascript",
+    "stream.js": "text/javascript",
     "favicon.svg": "image/svg+xml",
 }
 HEADERS = {

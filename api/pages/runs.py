@@ -119,29 +119,32 @@ def show_run(request: Request, run_id: RunId) -> Response:
     )
 
 
-@router.get("/{run_id}/parts")
-def parts(request: Request, run_id: RunId) -> Response:
-    """The run's summary and tables, for the live page to swap in (401, 403 or 404 as the page would)."""
+def _fragment_of(request: Request, run_id: str) -> tuple[Principal, Run] | Response:
+    """Who asks for a live page's fragment and the run it is of, or the bare status the page would get."""
     principal = signed_in(request)
     if principal is None:
         return Response(status_code=401, headers=NO_STORE)
     run, code = _readable(principal, run_id)
-    if run is None:
-        return Response(status_code=code, headers=NO_STORE)
+    return (principal, run) if run is not None else Response(status_code=code, headers=NO_STORE)
+
+
+@router.get("/{run_id}/parts")
+def parts(request: Request, run_id: RunId) -> Response:
+    """The run's summary and tables, for the live page to swap in (401, 403 or 404 as the page would)."""
+    found = _fragment_of(request, run_id)
+    if isinstance(found, Response):
+        return found
     with transaction() as session:
-        story = history.run_history(session, principal, run)
+        story = history.run_history(session, *found)
     return render(request, "_run_parts.html", {"h": story, "status": run_status(story.run)})
 
 
 @router.get("/{run_id}/timeline")
 def timeline(request: Request, run_id: RunId, after: Annotated[int, Query(ge=0, le=2**62)] = 0) -> Response:
     """The run's final events after ``after`` as timeline rows, for the live page to append."""
-    principal = signed_in(request)
-    if principal is None:
-        return Response(status_code=401, headers=NO_STORE)
-    run, code = _readable(principal, run_id)
-    if run is None:
-        return Response(status_code=code, headers=NO_STORE)
+    found = _fragment_of(request, run_id)
+    if isinstance(found, Response):
+        return found
     with transaction() as session:
         events = history.events_after(session, run_id, after=after)
     return render(request, "_timeline.html", {"lines": lines(events)})

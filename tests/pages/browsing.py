@@ -3,19 +3,22 @@ HTTP client for the API, and helpers to wait for what the page shows."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from tests.api.conftest import AGENT, HUMAN, Actors, ApiServer
-from tests.support import TARGET, wait_for
+from tests.support import ROOT, TARGET, wait_for
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.remote.webelement import WebElement
 
 WAIT_S = 30
+ARTIFACTS = Path(os.environ.get("PARKWAY_TEST_ARTIFACTS") or ROOT / "var" / "artifacts")
 
 
 @dataclass
@@ -80,6 +83,21 @@ class Site:
 
     def wait_live(self) -> None:
         self.wait(lambda _: self.css("#live").text == "live", "the live status stream to connect")
+
+    def console_errors(self) -> list[str]:
+        """Script errors and Content-Security-Policy violations logged since the last call."""
+        return [e["message"] for e in self.browser.get_log("browser") if e["level"] == "SEVERE"]
+
+    def screenshot(self, name: str) -> Path:
+        """The whole page as a PNG under ``ARTIFACTS`` (the window grown to the page's height)."""
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        height = self.browser.execute_script("return document.documentElement.scrollHeight")
+        self.browser.set_window_size(1280, min(int(height) + 140, 6000))
+        target = ARTIFACTS / name
+        assert self.browser.save_screenshot(str(target))
+        assert target.stat().st_size > 10_000
+        print(f"screenshot: {target}")
+        return target
 
     def card(self, interaction_id: str) -> WebElement:
         """A prompt on the page: answerable (in its run's card) or listed as closed."""

@@ -94,19 +94,9 @@ RELEASE_SCHEMA = {
 @step("pages.release")
 def release(ctx: Context, payload: dict[str, Any]) -> Park:
     """A question with a sensitive field; once answered, a next step with a tool call and a review."""
-    return Park(
-        continuation="pages.release_decided@1",
-        snapshot={"service": payload["service"]},
-        interactions=[
-            Question(
-                key="release",
-                prompt=f"Release {payload['service']} to which channel?",
-                schema=RELEASE_SCHEMA,
-                target="team:ops",
-                sensitive=["otp"],
-            )
-        ],
-    )
+    prompt = f"Release {payload['service']} to which channel?"
+    release = Question(key="release", prompt=prompt, schema=RELEASE_SCHEMA, target="team:ops", sensitive=["otp"])
+    return Park(continuation="pages.release_decided@1", snapshot=payload, interactions=[release])
 
 
 @continuation("pages.release_decided", version=1)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from tests.api.conftest import HUMAN
 from tests.pages.browsing import WAIT_S, Site, sign_in
-from tests.pages.conftest import ARTIFACTS
 from tests.support import interactions, wait_for
 
 
@@ -97,15 +96,9 @@ def test_sign_in_answer_and_approve__the_run_completes_live_on_the_page(site: Si
     assert site.card(ids["shell"]).find_element("css selector", ".state").text == "approved"
     assert "by api-ana" in site.card(ids["shell"]).text
     # No script error and no Content-Security-Policy violation on the way
-    errors = [e["message"] for e in site.browser.get_log("browser") if e["level"] == "SEVERE"]
-    assert errors == []
+    assert site.console_errors() == []
     # The screenshot: the whole page as the person sees it
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    height = site.browser.execute_script("return document.documentElement.scrollHeight")
-    site.browser.set_window_size(1280, min(int(height) + 140, 4000))
-    target = ARTIFACTS / "decisions.png"
-    assert site.browser.save_screenshot(str(target))
-    assert target.stat().st_size > 10_000
+    site.screenshot("decisions.png")
 
 
 def waiting(site: Site) -> int:
@@ -144,8 +137,7 @@ def test_live_inbox__a_prompt_asked_after_the_page_loaded_appears_as_its_runs_ca
     site.submit(site.css(f"{card} form.cancel button"))
     assert site.css("#notice").text.startswith("Canceled.")
     assert not site.all(card) and waiting(site) == before
-    errors = [e["message"] for e in site.browser.get_log("browser") if e["level"] == "SEVERE"]
-    assert errors == []
+    assert site.console_errors() == []
 
 
 def test_live_inbox__a_prompt_that_expires_while_the_page_is_open_leaves_it(site: Site) -> None:

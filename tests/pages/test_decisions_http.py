@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,8 +13,8 @@ from sqlalchemy import text
 from models.tables import Interaction
 from parkway.db import transaction
 from tests.api.conftest import ADMIN, AGENT, HUMAN, STRANGER, Actors, drive
-from tests.pages.conftest import Forms
-from tests.support import TARGET, run_row
+from tests.pages.conftest import Forms, start_driven
+from tests.support import run_row
 
 PAGE = "/decisions"
 
@@ -25,16 +24,6 @@ def browser_like(client: TestClient, actors: Actors) -> TestClient:
     """The shared client signed out, as a fresh browser would be."""
     client.cookies.clear()
     return client
-
-
-def start(client: TestClient, actors: Actors, workflow: str, payload: dict[str, Any]) -> str:
-    made = client.post(
-        "/v1/runs", json={"workflow": workflow, "payload": payload, "target": TARGET}, headers=actors.auth(AGENT)
-    )
-    assert made.status_code == 201, made.text
-    run_id = str(made.json()["id"])
-    drive(run_id)
-    return run_id
 
 
 def pending_id(client: TestClient, actors: Actors, run_id: str, key: str = "q") -> str:
@@ -109,7 +98,7 @@ def test_sign_in__refused_with_a_sentence(
 def test_answer__without_this_sessions_csrf_token_is_refused_and_nothing_is_stored(
     browser_like: TestClient, actors: Actors
 ) -> None:
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "CSRF?"})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "CSRF?"})
     iid = pending_id(browser_like, actors, run_id)
     sign_in(browser_like, actors.tokens[HUMAN])
     fields = form_of(browser_like.get(PAGE).text, iid)
@@ -127,7 +116,7 @@ def test_answer__without_this_sessions_csrf_token_is_refused_and_nothing_is_stor
 def test_page__escapes_prompts_and_schema_text(browser_like: TestClient, actors: Actors) -> None:
     evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
     schema = {"type": "string", "enum": [evil, "ok"], "description": evil}
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": evil, "schema": schema})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": evil, "schema": schema})
     pending_id(browser_like, actors, run_id)
     sign_in(browser_like, actors.tokens[HUMAN])
     page = browser_like.get(PAGE).text
@@ -139,7 +128,7 @@ def test_page__escapes_prompts_and_schema_text(browser_like: TestClient, actors:
 
 
 def test_answer__exact_retry_of_a_double_submit_gets_the_same_receipt(browser_like: TestClient, actors: Actors) -> None:
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "Twice?"})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "Twice?"})
     iid = pending_id(browser_like, actors, run_id)
     sign_in(browser_like, actors.tokens[HUMAN])
     fields = {**form_of(browser_like.get(PAGE).text, iid), "value": "yes"}
@@ -155,7 +144,7 @@ def test_answer__409_410_and_422_are_sentences_on_the_page(browser_like: TestCli
     sign_in(browser_like, actors.tokens[HUMAN])
     # 422: the value does not fit the schema; nothing stored, a valid answer afterwards still wins
     schema = {"type": "string", "enum": ["now", "tonight"]}
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "When?", "schema": schema})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "When?", "schema": schema})
     iid = pending_id(browser_like, actors, run_id)
     fields = form_of(browser_like.get(PAGE).text, iid)
     invalid = browser_like.post(f"{PAGE}/interactions/{iid}/answer", data={**fields, "value": "never"})
@@ -171,7 +160,7 @@ def test_answer__409_410_and_422_are_sentences_on_the_page(browser_like: TestCli
     assert late.status_code == 409
     assert notice(late.text).startswith(f"Too late: this prompt was already answered by {HUMAN}")
     # 410: the wait ended (canceled over the API) before the page's form was posted
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "Still there?"})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "Still there?"})
     iid = pending_id(browser_like, actors, run_id)
     page = browser_like.get(PAGE).text
     fields, cancel_fields = form_of(page, iid), Forms(page).forms[f"{PAGE}/runs/{run_id}/cancel"]
@@ -187,7 +176,7 @@ def test_answer__409_410_and_422_are_sentences_on_the_page(browser_like: TestCli
 
 
 def test_answer__a_sensitive_value_is_never_echoed_back_in_a_422(browser_like: TestClient, actors: Actors) -> None:
-    run_id = start(browser_like, actors, "pages.deploy", {"service": "search"})
+    run_id = start_driven(browser_like, actors, "pages.deploy", {"service": "search"})
     iid = pending_id(browser_like, actors, run_id, key="plan")
     sign_in(browser_like, actors.tokens[HUMAN])
     fields = form_of(browser_like.get(PAGE).text, iid)
@@ -198,7 +187,7 @@ def test_answer__a_sensitive_value_is_never_echoed_back_in_a_422(browser_like: T
 
 
 def test_page__lists_a_pending_prompt_on_a_dead_run_as_not_answerable(browser_like: TestClient, actors: Actors) -> None:
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "Orphaned?"})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "Orphaned?"})
     iid = pending_id(browser_like, actors, run_id)
     with transaction() as session:  # a run that ended while its question stayed pending (before a sweep)
         session.execute(text("UPDATE runs SET status = 'failed' WHERE id = :id"), {"id": run_id})
@@ -212,7 +201,7 @@ def test_page__lists_a_pending_prompt_on_a_dead_run_as_not_answerable(browser_li
 def test_page__shows_only_granted_targets_and_refuses_an_answer_without_a_grant(
     browser_like: TestClient, actors: Actors
 ) -> None:
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "For ops only"})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "For ops only"})
     iid = pending_id(browser_like, actors, run_id)
     sign_in(browser_like, actors.tokens[HUMAN])
     fields = form_of(browser_like.get(PAGE).text, iid)
@@ -238,7 +227,7 @@ def test_stream__needs_a_signed_in_session(browser_like: TestClient) -> None:
 def test_inbox__one_card_per_run_with_one_cancel_and_for_me_is_the_default_view(
     browser_like: TestClient, actors: Actors
 ) -> None:
-    run_id = start(browser_like, actors, "pages.deploy", {"service": "inbox"})
+    run_id = start_driven(browser_like, actors, "pages.deploy", {"service": "inbox"})
     ids = {key: pending_id(browser_like, actors, run_id, key) for key in ("shell", "plan")}
     # A human granted on the target: the run's prompts are one card, with one "Cancel run"
     sign_in(browser_like, actors.tokens[HUMAN])

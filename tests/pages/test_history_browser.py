@@ -8,7 +8,6 @@ import pytest
 
 from tests.api.conftest import HUMAN
 from tests.pages.browsing import Site, sign_in
-from tests.pages.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.postgres_only  # models/history.py is written for PostgreSQL
 
@@ -63,13 +62,6 @@ def test_run_history__follows_the_run_live_to_completion_and_is_screenshotted(si
     completed = site.css('#timeline li[data-type="run.completed"] summary')
     completed.click()
     assert '"type"' not in completed.text and "data" in site.css('#timeline li[data-type="run.completed"] pre').text
-    errors = [e["message"] for e in site.browser.get_log("browser") if e["level"] == "SEVERE"]
-    assert errors == []
+    assert site.console_errors() == []
     # The screenshot: the whole page
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    height = site.browser.execute_script("return document.documentElement.scrollHeight")
-    site.browser.set_window_size(1280, min(int(height) + 140, 6000))
-    target = ARTIFACTS / "run-history.png"
-    assert site.browser.save_screenshot(str(target))
-    assert target.stat().st_size > 10_000
-    print(f"run history screenshot: {target}")
+    site.screenshot("run-history.png")

@@ -6,28 +6,17 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.conftest import ADMIN, AGENT, HUMAN, STRANGER, Actors, drive
-from tests.pages.conftest import Forms
-from tests.support import TARGET
+from tests.api.conftest import ADMIN, HUMAN, STRANGER, Actors, drive
+from tests.pages.conftest import Forms, start_driven
+from tests.support import wait_for
 
 pytestmark = pytest.mark.postgres_only  # models/history.py is written for PostgreSQL
 
 OTP = "913377"
-
-
-def start(client: TestClient, actors: Actors, workflow: str, payload: dict[str, Any]) -> str:
-    made = client.post(
-        "/v1/runs", json={"workflow": workflow, "payload": payload, "target": TARGET}, headers=actors.auth(AGENT)
-    )
-    assert made.status_code == 201, made.text
-    run_id = str(made.json()["id"])
-    drive(run_id)
-    return run_id
 
 
 def sign_in(client: TestClient, token: str, next_path: str = "") -> None:
@@ -45,7 +34,7 @@ def text_of(page: str) -> str:
 
 def released(client: TestClient, actors: Actors) -> str:
     """A pages.release run answered (with its sensitive field) and driven to completion."""
-    run_id = start(client, actors, "pages.release", {"service": "atlas"})
+    run_id = start_driven(client, actors, "pages.release", {"service": "atlas"})
     listed = client.get("/v1/interactions", params={"run_id": run_id}, headers=actors.auth(HUMAN)).json()["items"]
     answered = client.post(
         f"/v1/interactions/{listed[0]['id']}/answer",
@@ -79,7 +68,7 @@ def test_runs__signed_out_is_the_sign_in_form_and_signing_in_leads_back(client: 
 def test_runs__lists_what_the_api_would_show_filtered_by_status_and_workflow(
     client: TestClient, actors: Actors
 ) -> None:
-    waiting = start(client, actors, "pages.ask", {"prompt": "History list?"})
+    waiting = start_driven(client, actors, "pages.ask", {"prompt": "History list?"})
     done = released(client, actors)
     sign_in(client, actors.tokens[HUMAN])
     everything = client.get("/runs").text
@@ -108,9 +97,14 @@ def test_run_page__shows_status_events_steps_interactions_tools_and_reviews_neve
 ) -> None:
     run_id = released(client, actors)
     sign_in(client, actors.tokens[HUMAN])
-    page = client.get(f"/runs/{run_id}")
-    assert page.status_code == 200, page.text
-    body = page.text
+
+    def shown_to_the_end() -> str | None:
+        # The page shows the events below its stream's cursor: one another writer holds back comes by the stream.
+        page = client.get(f"/runs/{run_id}")
+        assert page.status_code == 200, page.text
+        return page.text if 'data-type="run.completed"' in page.text else None
+
+    body = wait_for(shown_to_the_end, what="the run's page to show its events up to run.completed")
     assert OTP not in body
     api_events = client.get(f"/v1/runs/{run_id}/events", headers=actors.auth(HUMAN)).json()["items"]
     # The timeline: every event of the run, one line each, in seq order

@@ -3,22 +3,8 @@
 // both rendered by the server (/runs/{id}/timeline?after=N, /runs/{id}/parts). On /runs: status badges.
 "use strict";
 (function () {
+  const live = window.parkwayLive;
   const body = document.body;
-  const url = body.dataset.stream;
-  const live = document.getElementById("live");
-  if (!url || !window.EventSource) {
-    if (live) live.textContent = "reload for updates";
-    return;
-  }
-  const runStatus = {
-    "run.created": "running",
-    "continuation.ready": "running",
-    "step.parked": "waiting",
-    "run.completed": "completed",
-    "run.failed": "failed",
-    "run.canceled": "canceled",
-    "run.interrupted": "interrupted",
-  };
   const run = body.dataset.run;
   const timeline = document.getElementById("timeline");
   let last = Number(body.dataset.last || "0");
@@ -66,8 +52,7 @@
       })
       .catch(function () {
         again = false; // signed out, or no longer granted: the page says so instead of retrying
-        live.textContent = "reload for updates";
-        live.className = "live off";
+        live.say("reload for updates", "off");
       })
       .finally(function () {
         busy = false;
@@ -78,26 +63,8 @@
       });
   }
 
-  const source = new EventSource(url);
-  source.onopen = function () {
-    live.textContent = "live";
-    live.className = "live on";
-  };
-  source.onerror = function () {
-    live.textContent = "reconnecting…";
-    live.className = "live off";
-  };
-  source.onmessage = function (message) {
-    const event = JSON.parse(message.data);
-    if (run) {
-      if (event.run_id === run && event.seq > last) refresh();
-      return;
-    }
-    const status = runStatus[event.type];
-    if (!status) return;
-    for (const badge of document.querySelectorAll('[data-run="' + CSS.escape(event.run_id) + '"]')) {
-      badge.textContent = status;
-      badge.className = "status status-" + status;
-    }
-  };
+  live.open(function (event) {
+    if (!run) live.follow(event);
+    else if (event.run_id === run && event.seq > last) refresh();
+  });
 })();

@@ -3,25 +3,10 @@
 // that closes, or whose run ends, leaves the list and is listed below; status badges follow their runs.
 "use strict";
 (function () {
-  const body = document.body;
-  const url = body.dataset.stream;
-  const live = document.getElementById("live");
-  if (!url || !window.EventSource) {
-    if (live) live.textContent = "reload for updates";
-    return;
-  }
-  const terminal = new Set((body.dataset.terminal || "").split(" "));
-  const view = body.dataset.view || "mine";
+  const live = window.parkwayLive;
+  const terminal = new Set((document.body.dataset.terminal || "").split(" "));
+  const view = document.body.dataset.view || "mine";
   const cards = document.getElementById("run-cards");
-  const runStatus = {
-    "run.created": "running",
-    "continuation.ready": "running",
-    "step.parked": "waiting",
-    "run.completed": "completed",
-    "run.failed": "failed",
-    "run.canceled": "canceled",
-    "run.interrupted": "interrupted",
-  };
   const closedAs = {
     "interaction.answered": "answered",
     "interaction.rejected": "rejected",
@@ -104,28 +89,11 @@
     }, 150);
   }
 
-  const source = new EventSource(url);
-  source.onopen = function () {
-    live.textContent = "live";
-    live.className = "live on";
-  };
-  source.onerror = function () {
-    live.textContent = "reconnecting…";
-    live.className = "live off";
-  };
-  source.onmessage = function (message) {
-    const event = JSON.parse(message.data);
-    const run = CSS.escape(event.run_id);
-    const status = runStatus[event.type];
-    if (status) {
-      for (const badge of document.querySelectorAll('[data-run="' + run + '"]')) {
-        badge.textContent = status;
-        badge.className = "status status-" + status;
-      }
-      if (terminal.has(status)) {
-        for (const prompt of document.querySelectorAll('article[data-run-of="' + run + '"] .prompt')) {
-          leave(prompt, "run " + status, null);
-        }
+  live.open(function (event) {
+    const status = live.follow(event);
+    if (status && terminal.has(status)) {
+      for (const prompt of document.querySelectorAll('article[data-run-of="' + CSS.escape(event.run_id) + '"] .prompt')) {
+        leave(prompt, "run " + status, null);
       }
     }
     if (event.type === "interaction.asked") fetchCard(event.run_id);
@@ -137,6 +105,6 @@
         leave(prompt, state, who);
       }
     }
-  };
+  });
   count();
 })();
