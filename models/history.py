@@ -104,9 +104,11 @@ def list_runs(
     return Page(items, _encode(last.created_at, last.id) if last is not None else None)
 
 
-def run_history(session: Session, principal: Principal, run: Run) -> History:
-    """Everything ``/runs/{id}`` shows of a run the caller may read (the caller checks that first)."""
+def run_history(session: Session, principal: Principal, run_id: str) -> History:
+    """Everything ``/runs/{id}`` shows of a run the caller may read (the caller checks that first: a run
+    is never deleted, so one seen there is read here)."""
     cursor = access.stream_cursor(session)  # read first: events after it reach the page by its stream
+    run = session.get_one(Run, run_id)
     owner = session.scalar(select(Principal.name).where(Principal.id == run.owner_id)) or ""
     events = list(
         session.scalars(

@@ -107,7 +107,7 @@ def show_run(request: Request, run_id: RunId) -> Response:
     if run is None:
         return _problem(request, principal, run_id, code)
     with transaction() as session:
-        story = history.run_history(session, principal, run)
+        story = history.run_history(session, principal, run.id)
     return _page(
         request,
         principal,
@@ -135,7 +135,7 @@ def parts(request: Request, run_id: RunId) -> Response:
     if isinstance(found, Response):
         return found
     with transaction() as session:
-        story = history.run_history(session, *found)
+        story = history.run_history(session, found[0], found[1].id)
     return render(request, "_run_parts.html", {"h": story, "status": run_status(story.run)})
 
 

@@ -28,6 +28,7 @@ def test_run_history__follows_the_run_live_to_completion_and_is_screenshotted(si
     site.wait_live()
     row = site.css(f'tr[data-run-row="{run_id}"]')
     assert "pages.release" in row.text and "waiting" in row.text
+    site.screenshot("runs.png")
     row.find_element("css selector", "a").click()
     site.wait(lambda _: site.browser.current_url.endswith(f"/runs/{run_id}"), "the run's page")
     site.wait_live()

@@ -15,6 +15,7 @@
     "interaction.interrupted": "interrupted",
   };
   const fetching = new Map(); // run id -> a fetch of its card is due (several asks of one step: one fetch)
+  const closed = new Set(); // prompts and runs seen closing: a card fetched before that is stale for them
 
   function count() {
     const n = cards ? cards.querySelectorAll(".prompt").length : 0;
@@ -78,8 +79,13 @@
             const holder = document.createElement("div");
             holder.innerHTML = html; // the server's autoescaped template: no script runs (CSP: script-src 'self')
             const card = holder.querySelector("article[data-run-of]");
-            if (card && old) old.replaceWith(card);
-            else if (card) cards.append(card);
+            for (const prompt of card ? card.querySelectorAll(".prompt") : []) {
+              if (closed.has(prompt.dataset.interaction)) prompt.remove();
+            }
+            if (!card || closed.has(run) || !card.querySelector(".prompt")) {
+              if (old) old.remove();
+            } else if (old) old.replaceWith(card);
+            else cards.append(card);
           }
           count();
         })
@@ -92,6 +98,7 @@
   live.open(function (event) {
     const status = live.follow(event);
     if (status && terminal.has(status)) {
+      closed.add(event.run_id);
       for (const prompt of document.querySelectorAll('article[data-run-of="' + CSS.escape(event.run_id) + '"] .prompt')) {
         leave(prompt, "run " + status, null);
       }
@@ -101,6 +108,7 @@
     const id = event.data && event.data.interaction_id;
     if (state && typeof id === "string") {
       const who = event.data.answered_by || event.data.canceled_by;
+      closed.add(id);
       for (const prompt of document.querySelectorAll('.prompt[data-interaction="' + CSS.escape(id) + '"]')) {
         leave(prompt, state, who);
       }
