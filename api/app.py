@@ -16,6 +16,7 @@ from api.input import checked_input
 from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from api.metrics import MetricsMiddleware
 from api.pages import decisions
+from api.pages import runs as run_pages
 from api.routes import events, grants, health, interactions, principals, runs
 from parkway.db import get_engine
 from parkway.errors import ConfigError
@@ -71,7 +72,7 @@ def create_app() -> FastAPI:
     errors.install(app, authentication_problem)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware)  # outermost: every request is observed, refused ones too
-    for module in (runs, interactions, principals, grants, events, decisions):
+    for module in (runs, interactions, principals, grants, events, decisions, run_pages):
         # Any of them may find the database unreachable: 503 with Retry-After (api/errors.py).
         app.include_router(module.router, responses=errors.documented(503))
     app.include_router(health.router)  # liveness never reads the database; readiness documents its own 503

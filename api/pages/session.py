@@ -2,8 +2,8 @@
 
 Signing in with a token makes a session (``models.principals``): a random id, stored only as its SHA-256
 and bound to the principal and its token generation. The session cookie holds that id, never the bearer
-token (HttpOnly, SameSite=Strict, path ``/decisions``, Secure over HTTPS); it is not a bearer token either.
-The session is read on every request, so it ends at once, in every API process, when the person signs out,
+token (HttpOnly, SameSite=Strict, path ``/`` so ``/runs`` shares it, Secure over HTTPS); nor is it a bearer
+token. The session is read on every request, so it ends at once, in every API process, when the person signs out,
 when it expires (``SESSION_TTL``), when the principal's token is rotated or when the principal is disabled;
 grants are read anew each time. A second cookie holds a random nonce, made on the first visit and again at
 each sign-in. Every form carries ``HMAC(key, nonce | session id hash)``: a form from before a sign-in, or
@@ -27,7 +27,7 @@ from parkway.db import read_statement, transaction
 from parkway.settings import get_settings
 from parkway.tokens import hash_token
 
-PATH = "/decisions"
+PATH = "/"  # the Decisions page and the run history (/runs) share one session
 SESSION_COOKIE = "parkway_session"
 NONCE_COOKIE = "parkway_nonce"
 CSRF_FIELD = "csrf"

@@ -29,3 +29,7 @@ NOT_JSON = "{label}: not valid JSON ({problem})"
 NOT_STORABLE = "The answer holds what cannot be stored: {problem}"
 FORBIDDEN = "You hold no grant on this prompt's target any more, so it cannot be answered by you."
 NOT_FOUND = "There is no prompt with that id."
+NO_RUN_PROMPT = "That run has no prompt you may cancel it through."
+
+RUN_NOT_FOUND = "There is no run {id}."
+RUN_FORBIDDEN = "{name} holds no grant on the target of run {id}, so its history cannot be shown."

@@ -18,15 +18,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 import tests.pages.flows  # noqa: F401  (registers the page tests' workflows in this process)
-from tests.api.conftest import Actors, make_actors
-from tests.support import ROOT, Stack
+from tests.api.conftest import AGENT, Actors, ApiServer, drive, make_actors
+from tests.pages.browsing import Site
+from tests.pages.flows import IMPORTS
+from tests.support import TARGET, Stack
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
 CHROMIUM = Path(os.environ.get("PARKWAY_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("PARKWAY_CHROMEDRIVER", "/usr/bin/chromedriver"))
-ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -51,6 +52,17 @@ def client(stack: Stack) -> Iterator[TestClient]:
 @pytest.fixture(scope="module")
 def actors(client: TestClient) -> Actors:
     return make_actors(client)
+
+
+def start_driven(client: TestClient, actors: Actors, workflow: str, payload: dict[str, Any]) -> str:
+    """A run started over HTTP by the agent, its ready continuations run in this process (as a worker would)."""
+    made = client.post(
+        "/v1/runs", json={"workflow": workflow, "payload": payload, "target": TARGET}, headers=actors.auth(AGENT)
+    )
+    assert made.status_code == 201, made.text
+    run_id = str(made.json()["id"])
+    drive(run_id)
+    return run_id
 
 
 def browser_problem() -> str | None:
@@ -90,6 +102,19 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def site(stack: Stack, browser: WebDriver) -> Iterator[Site]:
+    server = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-pages.log")
+    server.start(PARKWAY_IMPORTS=IMPORTS)
+    stack.start_worker(PARKWAY_IMPORTS=IMPORTS)
+    try:
+        with server.client() as http:
+            yield Site(server=server, http=http, actors=make_actors(http), browser=browser)
+    finally:
+        browser.get("about:blank")  # close the page's event stream: uvicorn waits for open streams on SIGTERM
+        server.stop()
 
 
 # --------------------------------------------------------------------------- reading the page's forms

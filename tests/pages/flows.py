@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tasks.sdk import Complete, Context, Park, Permission, Question, continuation, step
+from tasks.sdk import Complete, Context, Next, Park, Permission, Question, continuation, step
 
 IMPORTS = "tests.workflows,tests.pages.flows"
 
@@ -81,3 +81,36 @@ def ask(ctx: Context, payload: dict[str, Any]) -> Park:
 @continuation("pages.ask_done", version=1)
 def ask_done(ctx: Context, snapshot: Any, answers: dict[str, Any]) -> Complete:
     return Complete(result={"status": answers["q"].status, "value": answers["q"].value})
+
+
+RELEASE_SCHEMA = {
+    "type": "object",
+    "properties": {"channel": {"type": "string", "enum": ["stable", "beta"]}, "otp": {"type": "string"}},
+    "required": ["channel", "otp"],
+    "additionalProperties": False,
+}
+
+
+@step("pages.release")
+def release(ctx: Context, payload: dict[str, Any]) -> Park:
+    """A question with a sensitive field; once answered, a next step with a tool call and a review."""
+    prompt = f"Release {payload['service']} to which channel?"
+    release = Question(key="release", prompt=prompt, schema=RELEASE_SCHEMA, target="team:ops", sensitive=["otp"])
+    return Park(continuation="pages.release_decided@1", snapshot=payload, interactions=[release])
+
+
+@continuation("pages.release_decided", version=1)
+def release_decided(ctx: Context, snapshot: dict[str, Any], answers: dict[str, Any]) -> Next:
+    return Next(
+        "pages.release_apply", payload={"service": snapshot["service"], "channel": answers["release"].value["channel"]}
+    )
+
+
+@step("pages.release_apply")
+def release_apply(ctx: Context, payload: dict[str, Any]) -> Complete:
+    out = ctx.tool(
+        "publish", key="publish", args=payload, replay="never", run=lambda: f"published {payload['service']}"
+    )
+    review_id = ctx.start_review("release-check")
+    ctx.record_review(review_id, "clean", 3, 2)
+    return Complete(result={"out": out, "channel": payload["channel"]})

@@ -1,132 +1,12 @@
 """The Decisions page in a real headless Chromium (Selenium) against a real ``uvicorn api.app:app`` and a
-real ``celery worker``: sign in, answer through the page, watch the run complete live; a screenshot is saved
-to test-artifacts/decisions.png."""
+real ``celery worker``: sign in, answer through the page, watch the run complete live; prompts asked after
+the page loaded appear, answered ones leave; a screenshot is saved to $PARKWAY_TEST_ARTIFACTS/decisions.png."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import httpx
-import pytest
-
-from tests.api.conftest import AGENT, HUMAN, Actors, ApiServer, make_actors
-from tests.pages.conftest import ARTIFACTS
-from tests.pages.flows import IMPORTS
-from tests.support import TARGET, Stack, interactions, wait_for
-
-if TYPE_CHECKING:
-    from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.remote.webelement import WebElement
-
-WAIT_S = 30
-
-
-@dataclass
-class Site:
-    """The real stack, an HTTP client for the API, and the browser."""
-
-    server: ApiServer
-    http: httpx.Client
-    actors: Actors
-    browser: WebDriver
-
-    def start(self, workflow: str, payload: dict[str, Any]) -> str:
-        made = self.http.post(
-            "/v1/runs",
-            json={"workflow": workflow, "payload": payload, "target": TARGET},
-            headers=self.actors.auth(AGENT),
-        )
-        assert made.status_code == 201, made.text
-        return str(made.json()["id"])
-
-    def run(self, run_id: str) -> dict[str, Any]:
-        found: dict[str, Any] = self.http.get(f"/v1/runs/{run_id}", headers=self.actors.auth(HUMAN)).json()
-        return found
-
-    def wait_pending(self, run_id: str, count: int = 1) -> dict[str, str]:
-        """Wait until the run is parked with ``count`` pending interactions; their ids by key."""
-
-        def parked() -> dict[str, str] | None:
-            run = self.run(run_id)
-            if run["status"] != "waiting" or len(run["interactions"]) != count:
-                return None
-            return {i["key"]: i["id"] for i in run["interactions"]}
-
-        return wait_for(parked, timeout=WAIT_S, what=f"run {run_id} parked over HTTP")
-
-    # ----------------------------------------------------------------- the browser
-
-    def open(self) -> None:
-        self.browser.get(f"{self.server.url}/decisions")
-
-    def wait(self, condition: Any, what: str) -> Any:
-        from selenium.webdriver.support.ui import WebDriverWait
-
-        return WebDriverWait(self.browser, WAIT_S).until(condition, message=f"timed out waiting for {what}")
-
-    def css(self, selector: str) -> WebElement:
-        from selenium.webdriver.common.by import By
-
-        return self.browser.find_element(By.CSS_SELECTOR, selector)
-
-    def all(self, selector: str) -> list[WebElement]:
-        from selenium.webdriver.common.by import By
-
-        return self.browser.find_elements(By.CSS_SELECTOR, selector)
-
-    def submit(self, button: WebElement) -> None:
-        """Click a submit button and wait for the page it posts to."""
-        old = self.css("html")
-        button.click()
-        self.wait(lambda _: _gone(old), "the form's response page")
-        self.wait(lambda _: self.browser.execute_script("return document.readyState") == "complete", "page load")
-
-    def wait_live(self) -> None:
-        self.wait(lambda _: self.css("#live").text == "live", "the live status stream to connect")
-
-    def card(self, interaction_id: str) -> WebElement:
-        return self.css(f'article[data-interaction="{interaction_id}"]')
-
-
-def _gone(element: WebElement) -> bool:
-    """Whether the page this element belonged to was replaced. Selenium's ``staleness_of`` expects a
-    StaleElementReferenceException; Chromium also answers "Node with given id does not belong to the
-    document" when the navigation lands mid-call, which means the same."""
-    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
-
-    try:
-        element.is_enabled()
-    except StaleElementReferenceException:
-        return True
-    except WebDriverException as exc:
-        if "does not belong to the document" in str(exc):
-            return True
-        raise
-    return False
-
-
-@pytest.fixture(scope="module")
-def site(stack: Stack, browser: WebDriver) -> Iterator[Site]:
-    server = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-pages.log")
-    server.start(PARKWAY_IMPORTS=IMPORTS)
-    stack.start_worker(PARKWAY_IMPORTS=IMPORTS)
-    try:
-        with server.client() as http:
-            yield Site(server=server, http=http, actors=make_actors(http), browser=browser)
-    finally:
-        browser.get("about:blank")  # close the page's event stream: uvicorn waits for open streams on SIGTERM
-        server.stop()
-
-
-def sign_in(site: Site, who: str = HUMAN) -> None:
-    site.browser.delete_all_cookies()
-    site.open()
-    site.css("#token").send_keys(site.actors.tokens[who])
-    site.submit(site.css("form[action='/decisions/login'] button[type=submit]"))
-    assert site.css(".whoami").text == f"signed in as {who} (human)"
-    site.wait_live()
+from tests.api.conftest import HUMAN
+from tests.pages.browsing import WAIT_S, Site, sign_in
+from tests.support import interactions, wait_for
 
 
 def test_expired_and_canceled_prompts__are_shown_as_not_answerable(site: Site) -> None:
@@ -142,16 +22,15 @@ def test_expired_and_canceled_prompts__are_shown_as_not_answerable(site: Site) -
     doomed_id = site.wait_pending(doomed)["q"]
     sign_in(site)
     assert site.card(doomed_id).find_elements("css selector", "form.answer")
-    # When someone cancels it while the page is open, the page closes it live
+    # When someone cancels it while the page is open, it leaves the waiting list live and is listed as ended
     canceled = site.http.post(
         f"/v1/interactions/{doomed_id}/cancel",
         json={"response_id": "browser-test", "reason": "superseded by a newer run"},
         headers=site.actors.auth(HUMAN),
     )
     assert canceled.status_code == 200
-    site.wait(lambda _: site.card(doomed_id).find_element("css selector", ".closed-note").is_displayed(), "live close")
-    assert "canceled" in site.card(doomed_id).find_element("css selector", ".closed-note").text
-    assert not site.card(doomed_id).find_element("css selector", "form.answer").is_displayed()
+    site.wait(lambda _: not site.all(f'#run-cards [data-interaction="{doomed_id}"]'), "the canceled prompt to leave")
+    assert "canceled" in site.css(f'#ended [data-interaction="{doomed_id}"] .state').text
     # Then after a reload both are listed as ended, marked as such, with no form to answer them
     site.open()
     site.wait_live()
@@ -217,12 +96,64 @@ def test_sign_in_answer_and_approve__the_run_completes_live_on_the_page(site: Si
     assert site.card(ids["shell"]).find_element("css selector", ".state").text == "approved"
     assert "by api-ana" in site.card(ids["shell"]).text
     # No script error and no Content-Security-Policy violation on the way
-    errors = [e["message"] for e in site.browser.get_log("browser") if e["level"] == "SEVERE"]
-    assert errors == []
+    assert site.console_errors() == []
     # The screenshot: the whole page as the person sees it
-    ARTIFACTS.mkdir(exist_ok=True)
-    height = site.browser.execute_script("return document.documentElement.scrollHeight")
-    site.browser.set_window_size(1280, min(int(height) + 140, 4000))
-    target = ARTIFACTS / "decisions.png"
-    assert site.browser.save_screenshot(str(target))
-    assert target.stat().st_size > 10_000
+    site.screenshot("decisions.png")
+
+
+def waiting(site: Site) -> int:
+    """The count the page shows next to "Waiting for a decision"."""
+    return int(site.css("#count").text)
+
+
+def test_live_inbox__a_prompt_asked_after_the_page_loaded_appears_as_its_runs_card_and_leaves_once_answered(
+    site: Site,
+) -> None:
+    # Given a person on the Decisions page, its stream connected
+    sign_in(site)
+    before = len(site.all("#run-cards .prompt"))
+    assert waiting(site) == before
+    # When a run asks a permission and a question after the page was loaded
+    run_id = site.start("pages.deploy", {"service": "ledger"})
+    card = f'#run-cards article[data-run-of="{run_id}"]'
+    # Then both appear, without a reload, as one card of that run with one "Cancel run", and the count follows
+    site.wait(lambda _: len(site.all(f"{card} .prompt")) == 2, "the new run's card with both prompts")
+    assert len(site.all(f"{card} form.cancel button")) == 1
+    assert site.css(f"{card} form.cancel button").text == "Cancel run"
+    assert site.css(f"{card} select[name='value.window']").is_displayed()
+    site.wait(lambda _: waiting(site) == before + 2, "the count to include the new prompts")
+    # When the permission is approved elsewhere, it leaves the card; the question stays
+    ids = site.wait_pending(run_id, count=2)
+    approved = site.http.post(
+        f"/v1/interactions/{ids['shell']}/answer",
+        json={"response_id": "live-inbox", "value": {"approved": True}},
+        headers=site.actors.auth(HUMAN),
+    )
+    assert approved.status_code == 200, approved.text
+    site.wait(lambda _: not site.all(f'#run-cards [data-interaction="{ids["shell"]}"]'), "the approved prompt to leave")
+    assert site.css(f'#decided [data-interaction="{ids["shell"]}"] .state').text == "approved"
+    assert len(site.all(f"{card} .prompt")) == 1 and waiting(site) == before + 1
+    # And once the run is canceled, its card leaves altogether
+    site.submit(site.css(f"{card} form.cancel button"))
+    assert site.css("#notice").text.startswith("Canceled.")
+    assert not site.all(card) and waiting(site) == before
+    assert site.console_errors() == []
+
+
+def test_live_inbox__a_prompt_that_expires_while_the_page_is_open_leaves_it(site: Site) -> None:
+    # Given a person on the Decisions page, and a question asked afterwards that expires in a few seconds
+    sign_in(site)
+    before = waiting(site)
+    run_id = site.start("pages.ask", {"prompt": "Flush the CDN?", "expires_in": 8})
+    card = f'#run-cards article[data-run-of="{run_id}"]'
+    site.wait(lambda _: site.all(card), "the new question's card")
+    question = site.css(f"{card} .prompt").get_attribute("data-interaction")
+    assert waiting(site) == before + 1
+    # When the sweep expires it
+    wait_for(
+        lambda: interactions(run_id)["q"].status == "expired", timeout=WAIT_S, sweep=True, what="the question to expire"
+    )
+    # Then it leaves the waiting list, without a reload, and is listed as no longer answerable
+    site.wait(lambda _: not site.all(card), "the expired question to leave")
+    assert site.css(f'#ended [data-interaction="{question}"] .state').text == "expired"
+    assert waiting(site) == before

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,9 +12,9 @@ from sqlalchemy import text
 
 from models.tables import Interaction
 from parkway.db import transaction
-from tests.api.conftest import AGENT, HUMAN, STRANGER, Actors, drive
-from tests.pages.conftest import Forms
-from tests.support import TARGET, run_row
+from tests.api.conftest import ADMIN, AGENT, HUMAN, STRANGER, Actors, drive
+from tests.pages.conftest import Forms, start_driven
+from tests.support import run_row
 
 PAGE = "/decisions"
 
@@ -25,16 +24,6 @@ def browser_like(client: TestClient, actors: Actors) -> TestClient:
     """The shared client signed out, as a fresh browser would be."""
     client.cookies.clear()
     return client
-
-
-def start(client: TestClient, actors: Actors, workflow: str, payload: dict[str, Any]) -> str:
-    made = client.post(
-        "/v1/runs", json={"workflow": workflow, "payload": payload, "target": TARGET}, headers=actors.auth(AGENT)
-    )
-    assert made.status_code == 201, made.text
-    run_id = str(made.json()["id"])
-    drive(run_id)
-    return run_id
 
 
 def pending_id(client: TestClient, actors: Actors, run_id: str, key: str = "q") -> str:
@@ -50,8 +39,8 @@ def sign_in(client: TestClient, token: str) -> None:
     assert response.status_code == 303, response.text
 
 
-def form_of(html: str, interaction_id: str, action: str = "answer") -> dict[str, str]:
-    return Forms(html).forms[f"/decisions/interactions/{interaction_id}/{action}"]
+def form_of(html: str, interaction_id: str) -> dict[str, str]:
+    return Forms(html).forms[f"/decisions/interactions/{interaction_id}/answer"]
 
 
 def notice(page: str) -> str:
@@ -74,7 +63,7 @@ def test_sign_in__sets_an_httponly_strict_cookie_and_never_renders_the_token(
     assert response.status_code == 303 and response.headers["location"] == PAGE
     cookies = response.headers.get_list("set-cookie")
     session = next(c for c in cookies if c.startswith("parkway_session="))
-    assert "HttpOnly" in session and "SameSite=strict" in session and "Path=/decisions" in session
+    assert "HttpOnly" in session and "SameSite=strict" in session and "Path=/;" in session
     signed_in = browser_like.get(PAGE)
     assert f"signed in as <strong>{HUMAN}</strong>" in signed_in.text
     assert token not in signed_in.text
@@ -109,7 +98,7 @@ def test_sign_in__refused_with_a_sentence(
 def test_answer__without_this_sessions_csrf_token_is_refused_and_nothing_is_stored(
     browser_like: TestClient, actors: Actors
 ) -> None:
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "CSRF?"})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "CSRF?"})
     iid = pending_id(browser_like, actors, run_id)
     sign_in(browser_like, actors.tokens[HUMAN])
     fields = form_of(browser_like.get(PAGE).text, iid)
@@ -127,7 +116,7 @@ def test_answer__without_this_sessions_csrf_token_is_refused_and_nothing_is_stor
 def test_page__escapes_prompts_and_schema_text(browser_like: TestClient, actors: Actors) -> None:
     evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
     schema = {"type": "string", "enum": [evil, "ok"], "description": evil}
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": evil, "schema": schema})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": evil, "schema": schema})
     pending_id(browser_like, actors, run_id)
     sign_in(browser_like, actors.tokens[HUMAN])
     page = browser_like.get(PAGE).text
@@ -139,7 +128,7 @@ def test_page__escapes_prompts_and_schema_text(browser_like: TestClient, actors:
 
 
 def test_answer__exact_retry_of_a_double_submit_gets_the_same_receipt(browser_like: TestClient, actors: Actors) -> None:
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "Twice?"})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "Twice?"})
     iid = pending_id(browser_like, actors, run_id)
     sign_in(browser_like, actors.tokens[HUMAN])
     fields = {**form_of(browser_like.get(PAGE).text, iid), "value": "yes"}
@@ -155,7 +144,7 @@ def test_answer__409_410_and_422_are_sentences_on_the_page(browser_like: TestCli
     sign_in(browser_like, actors.tokens[HUMAN])
     # 422: the value does not fit the schema; nothing stored, a valid answer afterwards still wins
     schema = {"type": "string", "enum": ["now", "tonight"]}
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "When?", "schema": schema})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "When?", "schema": schema})
     iid = pending_id(browser_like, actors, run_id)
     fields = form_of(browser_like.get(PAGE).text, iid)
     invalid = browser_like.post(f"{PAGE}/interactions/{iid}/answer", data={**fields, "value": "never"})
@@ -171,10 +160,10 @@ def test_answer__409_410_and_422_are_sentences_on_the_page(browser_like: TestCli
     assert late.status_code == 409
     assert notice(late.text).startswith(f"Too late: this prompt was already answered by {HUMAN}")
     # 410: the wait ended (canceled over the API) before the page's form was posted
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "Still there?"})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "Still there?"})
     iid = pending_id(browser_like, actors, run_id)
     page = browser_like.get(PAGE).text
-    fields, cancel_fields = form_of(page, iid), form_of(page, iid, "cancel")
+    fields, cancel_fields = form_of(page, iid), Forms(page).forms[f"{PAGE}/runs/{run_id}/cancel"]
     canceled = browser_like.post(
         f"/v1/interactions/{iid}/cancel", json={"response_id": "c"}, headers=actors.auth(HUMAN)
     )
@@ -182,12 +171,12 @@ def test_answer__409_410_and_422_are_sentences_on_the_page(browser_like: TestCli
     gone = browser_like.post(f"{PAGE}/interactions/{iid}/answer", data={**fields, "value": "x"})
     assert gone.status_code == 410 and "it was canceled" in notice(gone.text)
     # And canceling it from the page is a 410 too, never a 500
-    again = browser_like.post(f"{PAGE}/interactions/{iid}/cancel", data=cancel_fields)
+    again = browser_like.post(f"{PAGE}/runs/{run_id}/cancel", data=cancel_fields)
     assert again.status_code == 410 and "it was canceled" in notice(again.text)
 
 
 def test_answer__a_sensitive_value_is_never_echoed_back_in_a_422(browser_like: TestClient, actors: Actors) -> None:
-    run_id = start(browser_like, actors, "pages.deploy", {"service": "search"})
+    run_id = start_driven(browser_like, actors, "pages.deploy", {"service": "search"})
     iid = pending_id(browser_like, actors, run_id, key="plan")
     sign_in(browser_like, actors.tokens[HUMAN])
     fields = form_of(browser_like.get(PAGE).text, iid)
@@ -198,7 +187,7 @@ def test_answer__a_sensitive_value_is_never_echoed_back_in_a_422(browser_like: T
 
 
 def test_page__lists_a_pending_prompt_on_a_dead_run_as_not_answerable(browser_like: TestClient, actors: Actors) -> None:
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "Orphaned?"})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "Orphaned?"})
     iid = pending_id(browser_like, actors, run_id)
     with transaction() as session:  # a run that ended while its question stayed pending (before a sweep)
         session.execute(text("UPDATE runs SET status = 'failed' WHERE id = :id"), {"id": run_id})
@@ -212,7 +201,7 @@ def test_page__lists_a_pending_prompt_on_a_dead_run_as_not_answerable(browser_li
 def test_page__shows_only_granted_targets_and_refuses_an_answer_without_a_grant(
     browser_like: TestClient, actors: Actors
 ) -> None:
-    run_id = start(browser_like, actors, "pages.ask", {"prompt": "For ops only"})
+    run_id = start_driven(browser_like, actors, "pages.ask", {"prompt": "For ops only"})
     iid = pending_id(browser_like, actors, run_id)
     sign_in(browser_like, actors.tokens[HUMAN])
     fields = form_of(browser_like.get(PAGE).text, iid)
@@ -230,3 +219,45 @@ def test_page__shows_only_granted_targets_and_refuses_an_answer_without_a_grant(
 
 def test_stream__needs_a_signed_in_session(browser_like: TestClient) -> None:
     assert browser_like.get(f"{PAGE}/stream").status_code == 401
+
+
+# --------------------------------------------------------------------------- the inbox
+
+
+def test_inbox__one_card_per_run_with_one_cancel_and_for_me_is_the_default_view(
+    browser_like: TestClient, actors: Actors
+) -> None:
+    run_id = start_driven(browser_like, actors, "pages.deploy", {"service": "inbox"})
+    ids = {key: pending_id(browser_like, actors, run_id, key) for key in ("shell", "plan")}
+    # A human granted on the target: the run's prompts are one card, with one "Cancel run"
+    sign_in(browser_like, actors.tokens[HUMAN])
+    page = browser_like.get(PAGE).text
+    card = re.search(rf'<article class="card" data-run-of="{run_id}">(.*?)</article>', page, re.S)
+    assert card is not None
+    listed = re.findall(r'<div class="prompt" data-interaction="([^"]+)"', card.group(1))
+    assert sorted(listed) == sorted(ids.values())
+    assert card.group(1).count("Cancel run") == 1
+    assert re.findall(r'<span class="count" id="count">(\d+)</span>', page) == [str(page.count('<div class="prompt" '))]
+    # An admin holding no grant on it: not "for me" (the default), but under "all I may see"
+    sign_in(browser_like, actors.tokens[ADMIN])
+    assert run_id not in browser_like.get(PAGE).text
+    assert f'data-run-of="{run_id}"' in browser_like.get(PAGE, params={"view": "all"}).text
+    # The live page's fragment follows the same view
+    fragment = f"{PAGE}/runs/{run_id}/card"
+    assert browser_like.get(fragment).status_code == 204
+    shown = browser_like.get(fragment, params={"view": "all"})
+    assert shown.status_code == 200 and f'data-run-of="{run_id}"' in shown.text
+    assert Forms(shown.text).forms[f"/decisions/interactions/{ids['plan']}/answer"]["csrf"]
+    browser_like.cookies.clear()
+    assert browser_like.get(fragment).status_code == 401
+    # "Cancel run" still cancels once the prompt listed first was answered elsewhere
+    sign_in(browser_like, actors.tokens[HUMAN])
+    cancel_form = Forms(browser_like.get(PAGE).text).forms[f"{PAGE}/runs/{run_id}/cancel"]
+    first = listed[0]
+    value = {"approved": True} if first == ids["shell"] else {"window": "now", "replicas": 1, "otp": "123456"}
+    answered = browser_like.post(
+        f"/v1/interactions/{first}/answer", json={"response_id": "inbox", "value": value}, headers=actors.auth(HUMAN)
+    )
+    assert answered.status_code == 200, answered.text
+    canceled = browser_like.post(f"{PAGE}/runs/{run_id}/cancel", data=cancel_form)
+    assert canceled.status_code == 200 and notice(canceled.text).startswith("Canceled.")

@@ -1,0 +1,223 @@
+"""Reads for the run history pages (``/runs``, ``/runs/{id}``): a caller's runs, and one run's whole story.
+
+Nothing here writes state. Visibility is the API's (``models.access``): a run and its events are visible to
+whoever holds a live grant on its target (admins: all), an interaction to whoever may read it over the API.
+Nothing read here carries a sealed value: interaction values go through ``access.public_value``, and step
+payloads, snapshots and tool-call arguments or outcomes are not read at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.orm import Session, aliased
+
+from models import access
+from models.access import InteractionView, Page
+from models.status import InteractionStatus
+from models.tables import Event, Grant, Interaction, Principal, Review, Run, Step, ToolCall
+
+EVENT_LIMIT = 1000  # a run's page shows at most this many events; the rest is a link to the API
+
+
+@dataclass(frozen=True)
+class RunLine:
+    """One row of ``/runs``."""
+
+    run: Run
+    owner: str
+    pending: int  # interactions still waiting for someone
+
+
+@dataclass(frozen=True)
+class Answered:
+    """An interaction of the run as the caller may see it: who answered or closed it, and when."""
+
+    interaction: Interaction
+    answered_by: str | None
+    closed_by: str | None
+    value: Any  # ``access.public_value``: sensitive fields "***"
+
+    @property
+    def decision(self) -> str:
+        """A permission reads approved or rejected; everything else its status."""
+        i = self.interaction
+        if i.kind == "permission" and i.status == InteractionStatus.ANSWERED:
+            return "approved"
+        return str(i.status)
+
+
+@dataclass(frozen=True)
+class History:
+    """One run's story: the run, its steps, the interactions the caller may see, tool calls, reviews and
+    its events up to ``cursor`` (every event at or below it is final; a stream resumes after it)."""
+
+    run: Run
+    owner: str
+    steps: list[Step]
+    interactions: list[Answered]
+    tool_calls: list[ToolCall]
+    reviews: list[Review]
+    events: list[Event]
+    cursor: int
+    more_events: bool
+
+
+def list_runs(
+    session: Session,
+    principal: Principal,
+    *,
+    status: str | None,
+    workflow: str | None,
+    cursor: str | None,
+    limit: int,
+) -> Page[RunLine]:
+    """Runs the caller may read, newest first, ``limit`` at a time; ``status`` and ``workflow`` filter
+    exactly. A cursor is one ``next`` of an earlier page (``access.InvalidCursor`` otherwise)."""
+    pending = (
+        select(func.count())
+        .where(Interaction.run_id == Run.id, Interaction.status == InteractionStatus.PENDING)
+        .correlate(Run)
+        .scalar_subquery()
+    )
+    stmt = (
+        select(Run, Principal.name, pending)
+        .join(Principal, Principal.id == Run.owner_id)
+        .where(access.run_visible(principal))
+    )
+    if status:
+        stmt = stmt.where(Run.status == status)
+    if workflow:
+        stmt = stmt.where(Run.workflow == workflow)
+    if cursor is not None:
+        at, run_id = _decode(cursor)
+        stmt = stmt.where(or_(Run.created_at < at, and_(Run.created_at == at, Run.id < run_id)))
+    rows = session.execute(stmt.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit + 1)).all()
+    items = [RunLine(row[0], row[1], int(row[2])) for row in rows[:limit]]
+    last = items[-1].run if len(rows) > limit and items else None
+    return Page(items, _encode(last.created_at, last.id) if last is not None else None)
+
+
+def run_history(session: Session, principal: Principal, run_id: str) -> History:
+    """Everything ``/runs/{id}`` shows of a run the caller may read (the caller checks that first: a run
+    is never deleted, so one seen there is read here)."""
+    cursor = access.stream_cursor(session)  # read first: events after it reach the page by its stream
+    run = session.get_one(Run, run_id)
+    owner = session.scalar(select(Principal.name).where(Principal.id == run.owner_id)) or ""
+    events = list(
+        session.scalars(
+            select(Event).where(Event.run_id == run.id, Event.seq <= cursor).order_by(Event.seq).limit(EVENT_LIMIT + 1)
+        )
+    )
+    return History(
+        run=run,
+        owner=owner,
+        steps=list(session.scalars(select(Step).where(Step.run_id == run.id).order_by(Step.seq))),
+        interactions=interactions(session, principal, run.id),
+        tool_calls=list(
+            session.scalars(select(ToolCall).where(ToolCall.run_id == run.id).order_by(ToolCall.created_at))
+        ),
+        reviews=list(session.scalars(select(Review).where(Review.run_id == run.id).order_by(Review.created_at))),
+        events=events[:EVENT_LIMIT],
+        cursor=cursor,
+        more_events=len(events) > EVENT_LIMIT,
+    )
+
+
+def interactions(session: Session, principal: Principal, run_id: str) -> list[Answered]:
+    """The run's interactions the caller may read, in the order they were asked."""
+    answerer, closer = aliased(Principal), aliased(Principal)
+    rows = session.execute(
+        select(Interaction, answerer.name, closer.name)
+        .join(Run, Run.id == Interaction.run_id)
+        .outerjoin(answerer, answerer.id == Interaction.answered_by_id)
+        .outerjoin(closer, closer.id == Interaction.closed_by_id)
+        .where(Interaction.run_id == run_id, access.interaction_visible(principal))
+        .order_by(Interaction.created_at, Interaction.id)
+    ).all()
+    return [Answered(row[0], row[1], row[2], access.public_value(row[0])) for row in rows]
+
+
+def events_after(session: Session, run_id: str, *, after: int, limit: int = EVENT_LIMIT) -> list[Event]:
+    """The run's final events after ``after``, in order: what a live page appends to its timeline."""
+    return access.run_events(session, run_id, after=after, limit=limit).items
+
+
+# --------------------------------------------------------------------------- the Decisions inbox
+
+
+def my_targets(session: Session, principal: Principal) -> set[str]:
+    """The targets the caller holds a live grant on ("for me" on the Decisions page)."""
+    return set(
+        session.scalars(select(Grant.target).where(Grant.principal_id == principal.id, Grant.revoked_at.is_(None)))
+    )
+
+
+def pending(
+    session: Session,
+    principal: Principal,
+    *,
+    mine: bool,
+    run_id: str | None = None,
+    cursor: str | None = None,
+    limit: int,
+) -> Page[InteractionView]:
+    """Pending interactions the caller may read, oldest first; ``mine``: only those for a target the
+    caller holds a live grant on (an admin sees every other one only when asking for all)."""
+    stmt = (
+        select(Interaction)
+        .join(Run, Run.id == Interaction.run_id)
+        .where(Interaction.status == InteractionStatus.PENDING, access.interaction_visible(principal))
+    )
+    if mine:
+        live = select(Grant.target).where(Grant.principal_id == principal.id, Grant.revoked_at.is_(None))
+        stmt = stmt.where(Interaction.target.in_(live))
+    if run_id is not None:
+        stmt = stmt.where(Interaction.run_id == run_id)
+    if cursor is not None:
+        at, after_id = _decode(cursor)
+        stmt = stmt.where(
+            or_(Interaction.created_at > at, and_(Interaction.created_at == at, Interaction.id > after_id))
+        )
+    rows = list(session.scalars(stmt.order_by(Interaction.created_at, Interaction.id).limit(limit + 1)))
+    items = [InteractionView(row, None) for row in rows[:limit]]
+    last = items[-1].interaction if len(rows) > limit and items else None
+    return Page(items, _encode(last.created_at, last.id) if last is not None else None)
+
+
+def cancel_via(session: Session, principal: Principal, run_id: str) -> str | None:
+    """The interaction through which "Cancel run" cancels: a pending one the caller may read (canceling
+    it cancels its step and the run), else the latest one, whose outcome then says why not; ``None``
+    when the caller may read none of the run's interactions."""
+    return session.scalar(
+        select(Interaction.id)
+        .join(Run, Run.id == Interaction.run_id)
+        .where(Interaction.run_id == run_id, access.interaction_visible(principal))
+        .order_by((Interaction.status == InteractionStatus.PENDING).desc(), Interaction.created_at.desc())
+        .limit(1)
+    )
+
+
+# --------------------------------------------------------------------------- cursors
+
+
+def _encode(at: datetime, run_id: str) -> str:
+    raw = json.dumps([at.isoformat(), run_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: str) -> tuple[datetime, str]:
+    try:
+        at, run_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        parsed = datetime.fromisoformat(at)
+        if not isinstance(run_id, str) or parsed.tzinfo is None:
+            raise ValueError(cursor)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+        raise access.InvalidCursor(f"cursor {cursor[:40]!r} is not one this page handed out") from exc
+    return parsed, run_id
