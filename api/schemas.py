@@ -1,4 +1,4 @@
-"""Request and response bodies of the HTTP API (SPEC §4 "Resource shapes"). Times are ISO 8601 UTC."""
+"""Request and response bodies of the HTTP API (docs/api.md). Times are ISO 8601 UTC."""
 
 from __future__ import annotations
 
@@ -20,18 +20,6 @@ class Body(BaseModel):
     """Request bodies refuse unknown fields: a field the API does not read (``owner``) is an error."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class ErrorBody(BaseModel):
-    error: str = Field(description="a stable machine-readable code, e.g. `conflict`, `gone`, `forbidden`")
-    detail: str = Field(description="a sentence for people")
-    state: dict[str, Any] | None = Field(
-        default=None, description="the authoritative state of what the request was about (409, 410)"
-    )
-    errors: list[str] | None = Field(default=None, description="each validation problem (422)")
 
 
 # --------------------------------------------------------------------------- runs
@@ -214,6 +202,54 @@ class RunOut(BaseModel):
             steps=[StepOut.of(s) for s in view.steps],
             warnings=[*(run.warnings or []), *([warning] if warning else [])],
         )
+
+
+# --------------------------------------------------------------------------- errors (one model per kind)
+
+
+class ErrorBody(BaseModel):
+    """Every error: a stable code and a sentence (401, 403, 404, 405, 413, 500, 503, a taken name's 409)."""
+
+    error: str = Field(description="a stable machine-readable code, e.g. `forbidden`, `not_found`, `unavailable`")
+    detail: str = Field(description="a sentence for people")
+
+
+class ValidationErrorBody(ErrorBody):
+    """422: the request, or an answer's value, is not valid; nothing was stored."""
+
+    errors: list[str] | None = Field(default=None, description="each problem found, where one is named")
+
+
+class InteractionState(InteractionOut):
+    """An interaction as ``GET /v1/interactions/{id}`` shows it, with the status of its run."""
+
+    run_status: RunStatusLiteral
+
+
+class InteractionConflict(ErrorBody):
+    """409 on an answer or cancel: another response won; ``state`` is the interaction as it is now."""
+
+    error: Literal["conflict"]
+    state: InteractionState
+
+
+class InteractionGone(ErrorBody):
+    """410 on an answer or cancel: the wait ended without an answer; ``state`` says how, and the run's status."""
+
+    error: Literal["gone"]
+    state: InteractionState
+
+
+class RunConflictState(BaseModel):
+    run_id: str = Field(description="the run this idempotency key started")
+    status: RunStatusLiteral
+
+
+class RunConflict(ErrorBody):
+    """409 on starting a run: the idempotency key already started a run with another request."""
+
+    error: Literal["conflict"]
+    state: RunConflictState
 
 
 # --------------------------------------------------------------------------- interactions

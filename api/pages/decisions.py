@@ -29,7 +29,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.errors import ApiError
+from api.errors import ApiError, outcome_status
 from api.metrics import ANSWERS
 from api.pages import forms, texts
 from api.pages.session import (
@@ -384,7 +384,7 @@ def _answer(principal: Principal, view: InteractionView, response_id: str, form:
         ANSWERS.labels(outcome=exc.code).inc()
         if isinstance(exc, InvalidAnswer):
             exc.errors = _redacted(exc.errors, value, [str(s) for s in (interaction.sensitive or [])])
-        return _outcome(exc, canceling=False), exc.status_code
+        return _outcome(exc, canceling=False), outcome_status(exc)
     ANSWERS.labels(outcome=receipt["status"]).inc()
     if interaction.kind == InteractionKind.PERMISSION:
         text = (texts.APPROVED if receipt["status"] == InteractionStatus.ANSWERED else texts.REJECTED).format(
@@ -412,7 +412,7 @@ def _cancel(principal: Principal, view: InteractionView, response_id: str, form:
     try:
         sdk.cancel(interaction.id, response_id=response_id, principal=principal.name, reason=reason)
     except OutcomeError as exc:
-        return _outcome(exc, canceling=True), exc.status_code
+        return _outcome(exc, canceling=True), outcome_status(exc)
     return Notice(True, texts.CANCELED.format(run=interaction.run_id), run_id=interaction.run_id), 200
 
 
