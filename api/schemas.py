@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.access import InteractionView, RunView, public_value
 from models.status import normalize_run_status
-from models.tables import Event, Grant, Review, Step, ToolCall
+from models.tables import Grant, Review, Step, ToolCall
 
 # Text columns cannot hold NUL (PostgreSQL refuses it): every string the API stores or looks up excludes it.
 TEXT = r"^[^\x00]*$"
@@ -318,26 +318,6 @@ class GrantOut(BaseModel):
             created_at=grant.created_at,
             revoked_at=grant.revoked_at,
         )
-
-
-# --------------------------------------------------------------------------- events
-
-
-class EventOut(BaseModel):
-    seq: int
-    run_id: str
-    type: str
-    at: datetime
-    data: dict[str, Any]
-
-    @classmethod
-    def of(cls, event: Event) -> EventOut:
-        return cls(seq=event.seq, run_id=event.run_id, type=event.type, at=event.at, data=event.data or {})
-
-
-class EventPage(BaseModel):
-    items: list[EventOut]
-    next: str | None = Field(description="pass back as `?cursor=` (or `?after=`) for the next page")
 
 
 # --------------------------------------------------------------------------- health
