@@ -4,6 +4,8 @@ sidebar would fetch a logo from its CDN)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from importlib.resources import files
 
 from fastapi import FastAPI
@@ -22,32 +24,35 @@ HEADERS = {"Content-Security-Policy": CSP, "Cache-Control": "no-store"}
 
 def install(app: FastAPI) -> None:
     """Serve the two documentation pages and their assets (the app is made with ``docs_url=None``)."""
-    static = files("fastapi_offline") / "static"
-    app.mount(ASSETS, StaticFiles(directory=str(static)), name="docs-assets")
-    title = app.title
-    openapi_url = app.openapi_url or "/openapi.json"
-
-    @app.get("/docs", include_in_schema=False)
-    async def swagger_ui() -> HTMLResponse:
-        page = get_swagger_ui_html(
+    app.mount(ASSETS, StaticFiles(directory=str(files("fastapi_offline") / "static")), name="docs-assets")
+    openapi_url, favicon = app.openapi_url or "/openapi.json", f"{ASSETS}/favicon.png"
+    pages: dict[str, Callable[[], HTMLResponse]] = {
+        "/docs": partial(
+            get_swagger_ui_html,
             openapi_url=openapi_url,
-            title=f"{title} - Swagger UI",
+            title=f"{app.title} - Swagger UI",
             swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{ASSETS}/favicon.png",
+            swagger_favicon_url=favicon,
             swagger_ui_parameters={"validatorUrl": "none"},  # it would send the schema to swagger.io
-        )
-        page.headers.update(HEADERS)
-        return page
-
-    @app.get("/redoc", include_in_schema=False)
-    async def redoc() -> HTMLResponse:
-        page = get_redoc_html(
+        ),
+        "/redoc": partial(
+            get_redoc_html,
             openapi_url=openapi_url,
-            title=f"{title} - ReDoc",
+            title=f"{app.title} - ReDoc",
             redoc_js_url=f"{ASSETS}/redoc.standalone.js",
-            redoc_favicon_url=f"{ASSETS}/favicon.png",
+            redoc_favicon_url=favicon,
             with_google_fonts=False,
-        )
-        page.headers.update(HEADERS)
-        return page
+        ),
+    }
+    for path, render in pages.items():
+        app.add_api_route(path, _endpoint(render), methods=["GET"], include_in_schema=False)
+
+
+def _endpoint(render: Callable[[], HTMLResponse]) -> Callable[[], Awaitable[HTMLResponse]]:
+    async def page() -> HTMLResponse:
+        response = render()
+        response.headers.update(HEADERS)
+        return response
+
+    return page
