@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, JsonValue, Tag, TypeAdapter
 
 from models.tables import Event
 
@@ -125,9 +125,9 @@ class ReviewEvent(EventBase):
 
 
 class OtherEvent(EventBase):
-    """An event of a type this version does not describe."""
+    """An event of a type this version does not describe (never one of the types above: ``oneOf`` holds)."""
 
-    type: str
+    type: str = Field(json_schema_extra=lambda schema: _not_a_known_type(schema))
     data: dict[str, Any]
 
 
@@ -139,9 +139,14 @@ FAMILIES: dict[str, type[EventBase]] = {
     "toolcall": ToolCallEvent,
     "review": ReviewEvent,
 }
-_FAMILY_OF = {
+_FAMILY_OF: dict[str, str] = {
     type_: family for family, cls in FAMILIES.items() for type_ in get_args(cls.model_fields["type"].annotation)
 }
+
+
+def _not_a_known_type(schema: dict[str, JsonValue]) -> None:
+    known: list[JsonValue] = [*sorted(_FAMILY_OF)]
+    schema["not"] = {"enum": known}
 
 
 def family(value: Any) -> str:
