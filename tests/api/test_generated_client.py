@@ -122,8 +122,13 @@ def test_generated_client__drives_a_run_from_principals_to_completion(
 
     # And its history comes back as typed events: each family its own model, in order
     events_api = importlib.import_module(f"{PACKAGE}.api.events.list_run_events")
-    page = events_api.sync(client=human, run_id=run.id)
-    assert isinstance(page, models.EventPage), page
+
+    def history() -> Any:  # an event is listed once final (every older transaction ended): wait for the last
+        page = events_api.sync(client=human, run_id=run.id)
+        assert isinstance(page, models.EventPage), page
+        return page if page.items and getattr(page.items[-1].type_, "value", "") == "run.completed" else None
+
+    page = wait_for(history, timeout=60, what="the run's events up to run.completed")
     kinds = [(type(e).__name__, getattr(e.type_, "value", e.type_)) for e in page.items]
     assert kinds[0] == ("RunEvent", "run.created"), kinds
     assert ("InteractionEvent", "interaction.answered") in kinds and kinds[-1] == ("RunEvent", "run.completed")
