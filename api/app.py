@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from api import errors
+from api import docs, errors
 from api.deps import authentication_problem
 from api.input import checked_input
 from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
@@ -68,7 +68,10 @@ def create_app() -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(checked_input)],  # every route: NUL, lone surrogates, NaN/inf, deep nesting → 422
+        docs_url=None,  # api/docs.py serves /docs and /redoc from local files instead of a CDN
+        redoc_url=None,
     )
+    docs.install(app)
     errors.install(app, authentication_problem)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware)  # outermost: every request is observed, refused ones too

@@ -1,6 +1,7 @@
 """Every error the API returns, as JSON ``{"error", "detail", "state"?, "errors"?}``; the texts live here.
 
-Store and SDK outcomes (``parkway.errors.OutcomeError``) keep their own status, code and state. Validation
+Store and SDK outcomes (``parkway.errors.OutcomeError``) keep their own code and state; their HTTP status
+is decided here (``OUTCOME_STATUS``), not in the kernel. Validation
 errors (422), unknown routes (404), wrong methods (405), too large bodies (413), a database that cannot be
 reached (503 with ``Retry-After``) and unexpected failures (500) are rendered in the same shape, so a client
 has one error format to read.
@@ -17,13 +18,22 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.schemas import ErrorBody
-from parkway.errors import InvalidAnswer, OutcomeError
+from api.schemas import ErrorBody, InteractionConflict, InteractionGone, RunConflict, ValidationErrorBody
+from parkway.errors import (
+    Conflict,
+    Forbidden,
+    Gone,
+    InvalidAnswer,
+    NotFound,
+    OutcomeError,
+    Unauthenticated,
+)
 
 log = logging.getLogger("parkway.api")
 
@@ -64,6 +74,24 @@ STATUS_CODES = {
     500: "internal",
     503: "not_ready",
 }
+
+# The HTTP status of each kernel outcome; a subclass (``WrongKind`` is a ``Forbidden``) takes its base's.
+OUTCOME_STATUS: dict[type[OutcomeError], int] = {
+    Unauthenticated: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+    Gone: 410,
+    InvalidAnswer: 422,
+}
+
+
+def outcome_status(exc: OutcomeError) -> int:
+    """The HTTP status for a kernel outcome: the nearest class in its MRO that has one, else 400."""
+    for cls in type(exc).__mro__:
+        if cls in OUTCOME_STATUS:
+            return OUTCOME_STATUS[cls]
+    return 400
 
 
 class ApiError(Exception):
@@ -118,9 +146,17 @@ DESCRIPTIONS = {
 }
 
 
-def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` for these error codes, all with the ``ErrorBody`` shape."""
-    return {code: {"model": ErrorBody, "description": DESCRIPTIONS[code]} for code in codes}
+# The body of each error code, where it is not the plain ``ErrorBody``; routes name their 409/410 models.
+MODELS: dict[int, type[BaseModel]] = {422: ValidationErrorBody}
+INTERACTION_OUTCOMES: dict[int, type[BaseModel]] = {409: InteractionConflict, 410: InteractionGone}
+RUN_OUTCOMES: dict[int, type[BaseModel]] = {409: RunConflict}
+
+
+def documented(*codes: int, models: dict[int, type[BaseModel]] | None = None) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for these error codes: ``models`` (a route's own), else ``MODELS``, else
+    ``ErrorBody``."""
+    chosen = {**MODELS, **(models or {})}
+    return {code: {"model": chosen.get(code, ErrorBody), "description": DESCRIPTIONS[code]} for code in codes}
 
 
 # --------------------------------------------------------------------------- handlers
@@ -163,7 +199,7 @@ async def _on_api_error_async(request: Request, exc: Exception) -> JSONResponse:
 async def _on_outcome(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, OutcomeError)
     errors = exc.errors if isinstance(exc, InvalidAnswer) else None
-    return error_response(exc.status_code, exc.code, exc.detail, state=exc.state, errors=errors)
+    return error_response(outcome_status(exc), exc.code, exc.detail, state=exc.state, errors=errors)
 
 
 async def _on_http(request: Request, exc: Exception) -> JSONResponse:

@@ -1,4 +1,4 @@
-"""Request and response bodies of the HTTP API (SPEC §4 "Resource shapes"). Times are ISO 8601 UTC."""
+"""Request and response bodies of the HTTP API (docs/api.md). Times are ISO 8601 UTC."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.access import InteractionView, RunView, public_value
 from models.status import normalize_run_status
-from models.tables import Event, Grant, Review, Step, ToolCall
+from models.tables import Grant, Review, Step, ToolCall
 
 # Text columns cannot hold NUL (PostgreSQL refuses it): every string the API stores or looks up excludes it.
 TEXT = r"^[^\x00]*$"
@@ -20,18 +20,6 @@ class Body(BaseModel):
     """Request bodies refuse unknown fields: a field the API does not read (``owner``) is an error."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class ErrorBody(BaseModel):
-    error: str = Field(description="a stable machine-readable code, e.g. `conflict`, `gone`, `forbidden`")
-    detail: str = Field(description="a sentence for people")
-    state: dict[str, Any] | None = Field(
-        default=None, description="the authoritative state of what the request was about (409, 410)"
-    )
-    errors: list[str] | None = Field(default=None, description="each validation problem (422)")
 
 
 # --------------------------------------------------------------------------- runs
@@ -216,6 +204,54 @@ class RunOut(BaseModel):
         )
 
 
+# --------------------------------------------------------------------------- errors (one model per kind)
+
+
+class ErrorBody(BaseModel):
+    """Every error: a stable code and a sentence (401, 403, 404, 405, 413, 500, 503, a taken name's 409)."""
+
+    error: str = Field(description="a stable machine-readable code, e.g. `forbidden`, `not_found`, `unavailable`")
+    detail: str = Field(description="a sentence for people")
+
+
+class ValidationErrorBody(ErrorBody):
+    """422: the request, or an answer's value, is not valid; nothing was stored."""
+
+    errors: list[str] | None = Field(default=None, description="each problem found, where one is named")
+
+
+class InteractionState(InteractionOut):
+    """An interaction as ``GET /v1/interactions/{id}`` shows it, with the status of its run."""
+
+    run_status: RunStatusLiteral
+
+
+class InteractionConflict(ErrorBody):
+    """409 on an answer or cancel: another response won; ``state`` is the interaction as it is now."""
+
+    error: Literal["conflict"]
+    state: InteractionState
+
+
+class InteractionGone(ErrorBody):
+    """410 on an answer or cancel: the wait ended without an answer; ``state`` says how, and the run's status."""
+
+    error: Literal["gone"]
+    state: InteractionState
+
+
+class RunConflictState(BaseModel):
+    run_id: str = Field(description="the run this idempotency key started")
+    status: RunStatusLiteral
+
+
+class RunConflict(ErrorBody):
+    """409 on starting a run: the idempotency key already started a run with another request."""
+
+    error: Literal["conflict"]
+    state: RunConflictState
+
+
 # --------------------------------------------------------------------------- interactions
 
 
@@ -282,26 +318,6 @@ class GrantOut(BaseModel):
             created_at=grant.created_at,
             revoked_at=grant.revoked_at,
         )
-
-
-# --------------------------------------------------------------------------- events
-
-
-class EventOut(BaseModel):
-    seq: int
-    run_id: str
-    type: str
-    at: datetime
-    data: dict[str, Any]
-
-    @classmethod
-    def of(cls, event: Event) -> EventOut:
-        return cls(seq=event.seq, run_id=event.run_id, type=event.type, at=event.at, data=event.data or {})
-
-
-class EventPage(BaseModel):
-    items: list[EventOut]
-    next: str | None = Field(description="pass back as `?cursor=` (or `?after=`) for the next page")
 
 
 # --------------------------------------------------------------------------- health

@@ -172,7 +172,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         # from FLOWER_BASIC_AUTH in its environment.
         flower_auth, login, flower_where = cli_bootstrap.flower_login(home)
         commands["flower"] = (
-            [*celery, "flower", "--address=127.0.0.1", f"--port={args.flower_port}", "--persistent=False"],
+            [
+                *celery,
+                "flower",
+                "--address=127.0.0.1",
+                f"--port={args.flower_port}",
+                "--persistent=False",
+                "--inspect_timeout=10000",
+            ],
             (),
             {**env, "FLOWER_BASIC_AUTH": flower_auth},
         )

@@ -26,9 +26,10 @@ class WorkflowError(ParkwayError):
 
 
 class OutcomeError(ParkwayError):
-    """Root of the answer/cancel outcomes other than success; carries the authoritative state."""
+    """Root of the answer/cancel outcomes other than success; carries the authoritative state. ``code`` is
+    the stable error code a client reads (the API's ``error`` field); the HTTP status is the API's business
+    (``api/errors.py``)."""
 
-    status_code = 400
     code = "error"
 
     def __init__(self, detail: str, state: dict[str, Any] | None = None) -> None:
@@ -40,21 +41,18 @@ class OutcomeError(ParkwayError):
 class NotFound(OutcomeError):
     """Raised when an id never existed (or the caller may not learn that it does)."""
 
-    status_code = 404
     code = "not_found"
 
 
 class Forbidden(OutcomeError):
     """Raised when the principal holds no current grant for what it asks."""
 
-    status_code = 403
     code = "forbidden"
 
 
 class Unauthenticated(OutcomeError):
     """Raised when no principal holds the token a caller presented."""
 
-    status_code = 401
     code = "unauthorized"
 
 
@@ -71,21 +69,18 @@ class WrongKind(Forbidden):
 class Conflict(OutcomeError):
     """Raised when another response won, or a retry reuses a response id with another value."""
 
-    status_code = 409
     code = "conflict"
 
 
 class Gone(OutcomeError):
     """Raised when the wait ended without an answer (expired, canceled, interrupted, run ended)."""
 
-    status_code = 410
     code = "gone"
 
 
 class InvalidAnswer(OutcomeError):
     """Raised when a value fails the interaction's JSON Schema; nothing was stored."""
 
-    status_code = 422
     code = "invalid_answer"
 
     def __init__(self, detail: str, state: dict[str, Any] | None = None, errors: list[str] | None = None) -> None:

@@ -11,6 +11,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 from parkway.errors import SchemaMismatch
+from parkway.placeholders import refuse_placeholders
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,6 +28,7 @@ def alembic_config(url: str | None = None) -> Config:
 
 def upgrade(engine: Engine) -> str:
     """Bring the schema to head; returns the revision now current."""
+    refuse_placeholders(engine)  # an env file's placeholders stop a deployment at its first step
     config = alembic_config()
     with engine.begin() as connection:
         config.attributes["connection"] = connection

@@ -24,7 +24,7 @@ class Settings(BaseSettings):
 
     database_url: str = ""
     broker_url: str = ""
-    imports: str = ""
+    imports: str = "examples"  # the shipped example workflows, when PARKWAY_IMPORTS is not set
     secret_key: str = ""
     sweep_interval_s: float = Field(default=5.0, gt=0)
     sweep_batch: int = Field(default=500, gt=0)

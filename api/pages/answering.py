@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import Request, Response
 
+from api.errors import outcome_status
 from api.metrics import ANSWERS
 from api.pages import forms, texts
 from api.pages.inbox import Notice, decisions_page
@@ -80,7 +81,7 @@ def answer(principal: Principal, view: InteractionView, response_id: str, form: 
         ANSWERS.labels(outcome=exc.code).inc()
         if isinstance(exc, InvalidAnswer):
             exc.errors = _redacted(exc.errors, value, [str(s) for s in (interaction.sensitive or [])])
-        return _outcome(exc, canceling=False), exc.status_code
+        return _outcome(exc, canceling=False), outcome_status(exc)
     ANSWERS.labels(outcome=receipt["status"]).inc()
     if interaction.kind == InteractionKind.PERMISSION:
         text = (texts.APPROVED if receipt["status"] == InteractionStatus.ANSWERED else texts.REJECTED).format(
@@ -108,7 +109,7 @@ def cancel(principal: Principal, view: InteractionView, response_id: str, form: 
     try:
         sdk.cancel(interaction.id, response_id=response_id, principal=principal.name, reason=reason)
     except OutcomeError as exc:
-        return _outcome(exc, canceling=True), exc.status_code
+        return _outcome(exc, canceling=True), outcome_status(exc)
     return Notice(True, texts.CANCELED.format(run=interaction.run_id), run_id=interaction.run_id), 200
 
 

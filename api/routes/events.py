@@ -13,14 +13,22 @@ from starlette.concurrency import run_in_threadpool
 from api import errors
 from api.deps import PrincipalDep, SessionDep
 from api.errors import ApiError, documented
+from api.event_schemas import EventPage, event_out
 from api.metrics import OPEN_STREAMS
-from api.schemas import ID, EventOut, EventPage
+from api.schemas import ID
 from models import access
 from models.tables import Principal
 from parkway.db import transaction
 
 router = APIRouter(tags=["events"])
 
+STREAM_FORMAT = (
+    "A `text/event-stream`. It opens with `retry: 2000`; then one message per event, in `seq` order: "
+    "`id: <seq>`, then `data: <one event as JSON>` (the same object as an item of `GET /v1/runs/{run_id}/events`, "
+    "schemas `RunEvent`, `StepEvent`, `InteractionEvent`, `ContinuationEvent`, `ToolCallEvent`, `ReviewEvent` "
+    "or `OtherEvent` by the family of its `type`), then a blank line. `: keep-alive` comment lines come after "
+    "15 s without events. Reconnect with `Last-Event-ID: <last seq>` (or `?after=`) to resume where you were."
+)
 POLL_S = 0.5
 KEEPALIVE_S = 15.0
 STREAM_BATCH = 100
@@ -33,6 +41,7 @@ def _cursor(after: int, cursor: str | None) -> int:
 @router.get(
     "/v1/runs/{run_id}/events",
     response_model=EventPage,
+    operation_id="list_run_events",
     summary="A run's events with seq > after, in order",
     responses=documented(401, 403, 404, 422),
 )
@@ -52,17 +61,18 @@ def run_events(
     if not access.can_see_run(session, principal, run_id):
         raise ApiError(403, errors.RUN_FORBIDDEN.format(name=principal.name, id=run_id))
     page = access.run_events(session, run_id, after=start, limit=limit)
-    return EventPage(items=[EventOut.of(e) for e in page.items], next=page.next)
+    return EventPage(items=[event_out(e) for e in page.items], next=page.next)
 
 
 @router.get(
     "/v1/events/stream",
     response_class=StreamingResponse,
+    operation_id="stream_events",
     summary="Server-sent events of every run the caller may see (`id:` is the event's seq)",
     responses={
         200: {
-            "description": "`id: <seq>` and `data: <event JSON>` per event; resume with `Last-Event-ID`",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": STREAM_FORMAT,
+            "content": {"text/event-stream": {"schema": {"type": "string", "description": STREAM_FORMAT}}},
         },
         **documented(401, 422),
     },
@@ -87,7 +97,7 @@ def _poll(principal: Principal, after: int) -> tuple[list[tuple[int, str]], int]
     """One short read: the visible events after the cursor, as (seq, JSON), and the next cursor."""
     with transaction() as session:
         events, cursor = access.visible_events(session, principal, after=after, limit=STREAM_BATCH)
-        return [(e.seq, EventOut.of(e).model_dump_json()) for e in events], cursor
+        return [(e.seq, event_out(e).model_dump_json()) for e in events], cursor
 
 
 async def sse_events(request: Request, principal: Principal, after: int) -> AsyncIterator[str]:

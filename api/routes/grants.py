@@ -20,6 +20,7 @@ router = APIRouter(prefix="/v1/grants", tags=["grants"])
     "",
     status_code=201,
     response_model=GrantOut,
+    operation_id="create_grant",
     summary="Grant a principal (by name) access to a target",
     responses=documented(401, 403, 413, 422),
 )
@@ -39,6 +40,7 @@ def create_grant(body: GrantCreate, admin: AdminDep) -> GrantOut:
     "/{grant_id}",
     status_code=204,
     response_class=Response,
+    operation_id="revoke_grant",
     summary="Revoke a grant; reads and answers are denied from the next request on",
     responses=documented(401, 403, 404, 422),
 )

@@ -14,7 +14,7 @@ from parkway.migrate import head_revision, schema_problem
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
+@router.get("/healthz", response_model=Health, operation_id="get_liveness", summary="Liveness: the process answers")
 def healthz() -> Health:
     return Health(status="ok")
 
@@ -22,6 +22,7 @@ def healthz() -> Health:
 @router.get(
     "/readyz",
     response_model=Readiness,
+    operation_id="get_readiness",
     summary="Readiness: the database schema is the one this code needs and the broker is reachable",
     responses=documented(503),
 )
@@ -59,6 +60,7 @@ def broker_problem() -> str | None:
 @router.get(
     "/metrics",
     response_class=Response,
+    operation_id="get_metrics",
     summary="Prometheus metrics",
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
 )

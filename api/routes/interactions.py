@@ -35,6 +35,7 @@ StatusFilter = Literal["pending", "answered", "rejected", "canceled", "expired",
 @router.get(
     "",
     response_model=InteractionPage,
+    operation_id="list_interactions",
     summary="Interactions the caller may see (granted targets; own runs for agents; all for admins)",
     responses=documented(401, 422),
 )
@@ -59,6 +60,7 @@ def list_interactions(
 @router.get(
     "/{interaction_id}",
     response_model=InteractionOut,
+    operation_id="get_interaction",
     summary="Prompt, schema, status, expiry and who answered; never a sensitive value",
     responses=documented(401, 403, 404, 422),
 )
@@ -74,8 +76,9 @@ def read_interaction(interaction_id: InteractionId, principal: PrincipalDep, ses
 @router.post(
     "/{interaction_id}/answer",
     response_model=AnswerReceiptOut,
+    operation_id="answer_interaction",
     summary="Answer: the first response wins; an exact retry gets the same receipt",
-    responses=documented(401, 403, 404, 409, 410, 413, 422),
+    responses=documented(401, 403, 404, 409, 410, 413, 422, models=errors.INTERACTION_OUTCOMES),
 )
 async def answer(interaction_id: InteractionId, body: AnswerIn, caller: AnswererCredentialDep) -> dict[str, Any]:
     # The hot path: one hop off the event loop, and the caller's principal read by the answer's own
@@ -101,8 +104,9 @@ def _answer(interaction_id: str, body: AnswerIn, caller: Credential) -> dict[str
 @router.post(
     "/{interaction_id}/cancel",
     response_model=CancelReceiptOut,
+    operation_id="cancel_interaction",
     summary="Cancel the parked step: its pending interactions, the step and the run become canceled",
-    responses=documented(401, 403, 404, 409, 410, 413, 422),
+    responses=documented(401, 403, 404, 409, 410, 413, 422, models=errors.INTERACTION_OUTCOMES),
 )
 def cancel(interaction_id: InteractionId, body: CancelIn, principal: PrincipalDep) -> dict[str, Any]:
     try:

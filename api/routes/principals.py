@@ -50,6 +50,7 @@ class PrincipalPage(BaseModel):
     "",
     status_code=201,
     response_model=PrincipalCreated,
+    operation_id="create_principal",
     summary="Create a principal (admins); its token is in this response only",
     responses=documented(401, 403, 409, 413, 422),
 )
@@ -65,6 +66,7 @@ def create_principal(body: PrincipalCreate, admin: AdminDep) -> PrincipalCreated
 @router.get(
     "",
     response_model=PrincipalPage,
+    operation_id="list_principals",
     summary="Every principal by name: id, kind, name, created_at, disabled_at (admins); never a token",
     responses=documented(401, 403, 422),
 )
@@ -85,6 +87,7 @@ def list_principals(
     "/{principal_id}",
     status_code=204,
     response_class=Response,
+    operation_id="disable_principal",
     summary="Disable a principal: its token gets 401 from now on, its grants are revoked, its page sessions end",
     responses=documented(401, 403, 404, 409, 422),
 )
@@ -104,6 +107,7 @@ def disable_principal(principal_id: PrincipalId, admin: AdminDep) -> Response:
     "/{principal_id}/token",
     status_code=201,
     response_model=PrincipalCreated,
+    operation_id="rotate_principal_token",
     summary="Rotate a principal's token: the new one is in this response only, the old one gets 401 at once",
     responses=documented(401, 403, 404, 409, 413, 422),
 )

@@ -33,8 +33,9 @@ IdempotencyKey = Annotated[
     "",
     status_code=201,
     response_model=RunOut,
+    operation_id="start_run",
     summary="Start a run (agents granted on the target)",
-    responses=documented(401, 403, 409, 413, 422),
+    responses=documented(401, 403, 409, 413, 422, models=errors.RUN_OUTCOMES),
 )
 def start_run(body: RunCreate, agent: AgentDep, idempotency_key: IdempotencyKey = None) -> RunOut:
     """The owner is the authenticated agent; a body naming an `owner` is refused (422)."""
@@ -57,6 +58,7 @@ def start_run(body: RunCreate, agent: AgentDep, idempotency_key: IdempotencyKey 
 @router.get(
     "/{run_id}",
     response_model=RunOut,
+    operation_id="get_run",
     summary="A run's canonical status, result or error, steps and open interactions",
     responses=documented(401, 403, 404, 422),
 )

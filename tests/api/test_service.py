@@ -157,8 +157,10 @@ def test_metrics__answers_by_outcome_continuations_by_status_latency(client: Tes
 
 def test_openapi__documents_every_error_response(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
-    assert "HTTPValidationError" not in spec["components"]["schemas"]
-    assert "ErrorBody" in spec["components"]["schemas"]
+    schemas = spec["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas
+    # One model per error: 422 lists its problems, 409/410 of an answer or cancel carry the interaction.
+    interaction_outcomes = {"409": "InteractionConflict", "410": "InteractionGone"}
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
             codes = set(operation["responses"])
@@ -166,10 +168,46 @@ def test_openapi__documents_every_error_response(client: TestClient) -> None:
                 assert {"401", "422"} <= codes, (method, path, codes)
                 for code in codes - {"200", "201", "204"}:
                     ref = operation["responses"][code]["content"]["application/json"]["schema"]["$ref"]
-                    assert ref.endswith("/ErrorBody"), (method, path, code)
+                    if code == "422":
+                        expected = "ValidationErrorBody"
+                    elif path.startswith("/v1/interactions/") and code in interaction_outcomes:
+                        expected = interaction_outcomes[code]
+                    elif path == "/v1/runs" and code == "409":
+                        expected = "RunConflict"
+                    else:
+                        expected = "ErrorBody"
+                    assert ref.rpartition("/")[2] == expected, (method, path, code)
             if method in ("post", "put", "patch"):
                 assert "413" in codes, (method, path)
     answer = spec["paths"]["/v1/interactions/{interaction_id}/answer"]["post"]["responses"]
     assert {"200", "401", "403", "404", "409", "410", "413", "422"} <= set(answer)
+    for model in ("InteractionConflict", "InteractionGone"):
+        assert schemas[model]["properties"]["state"]["$ref"].endswith("/InteractionState"), model
+        assert "state" in schemas[model]["required"]
+    assert "run_status" in schemas["InteractionState"]["required"]
+
+
+def test_openapi__operation_ids_are_stable_names(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    ids = {(method, path): op["operationId"] for path, ops in spec["paths"].items() for method, op in ops.items()}
+    assert ids == {
+        ("post", "/v1/runs"): "start_run",
+        ("get", "/v1/runs/{run_id}"): "get_run",
+        ("get", "/v1/runs/{run_id}/events"): "list_run_events",
+        ("get", "/v1/events/stream"): "stream_events",
+        ("get", "/v1/interactions"): "list_interactions",
+        ("get", "/v1/interactions/{interaction_id}"): "get_interaction",
+        ("post", "/v1/interactions/{interaction_id}/answer"): "answer_interaction",
+        ("post", "/v1/interactions/{interaction_id}/cancel"): "cancel_interaction",
+        ("post", "/v1/principals"): "create_principal",
+        ("get", "/v1/principals"): "list_principals",
+        ("delete", "/v1/principals/{principal_id}"): "disable_principal",
+        ("post", "/v1/principals/{principal_id}/token"): "rotate_principal_token",
+        ("post", "/v1/grants"): "create_grant",
+        ("delete", "/v1/grants/{grant_id}"): "revoke_grant",
+        ("get", "/healthz"): "get_liveness",
+        ("get", "/readyz"): "get_readiness",
+        ("get", "/metrics"): "get_metrics",
+    }
     assert "503" in spec["paths"]["/readyz"]["get"]["responses"]
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"

@@ -24,11 +24,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# Flower's wait for inspect replies (ms). Its default (1 s) drops replies of a loaded worker; an inspect
+# of one named worker returns as soon as that worker replies, so a long wait costs nothing when it is quick.
+INSPECT_TIMEOUT_MS = 10000
+
+
 def flower_command(port: int, basic_auth: str) -> list[str]:
     """The Flower the suite runs; docker-compose.yml's ``flower`` service must run the same entry point."""
     return [
         sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", "flower",
         f"--port={port}", "--address=127.0.0.1", f"--basic-auth={basic_auth}", "--persistent=False",
+        f"--inspect_timeout={INSPECT_TIMEOUT_MS}",
     ]  # fmt: skip
 
 
@@ -59,11 +65,17 @@ class Flower:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def get(
-        self, path: str, *, auth: tuple[str, str] | None = None, anonymous: bool = False, **params: Any
+        self,
+        path: str,
+        *,
+        auth: tuple[str, str] | None = None,
+        anonymous: bool = False,
+        timeout: float = 10,
+        **params: Any,
     ) -> httpx.Response:
         """GET with Flower's credentials, others (``auth``), or none at all (``anonymous``)."""
         credentials = None if anonymous else auth or self.auth
-        return httpx.get(f"{self.url}{path}", auth=credentials, params=params, timeout=10)
+        return httpx.get(f"{self.url}{path}", auth=credentials, params=params, timeout=timeout)
 
     def api(self, path: str, **params: Any) -> Any:
         response = self.get(path, **params)

@@ -22,6 +22,7 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from parkway.errors import ConfigError
+from parkway.placeholders import is_placeholder, placeholder_problems
 from parkway.settings import Settings
 from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP_QUEUE
 from tasks.celery_app import app as celery_app
@@ -50,6 +51,24 @@ def env_file(path: Path) -> dict[str, str]:
 
 
 ENV_EXAMPLE = env_file(ROOT / ".env.example")
+
+
+def interpolate(value: str, variables: dict[str, str]) -> str:
+    """Compose's ``${NAME}``, ``${NAME:-default}`` and ``${NAME:?error}``, from ``variables`` (its .env)."""
+
+    def one(match: re.Match[str]) -> str:
+        name, how, rest = match.group(1), match.group(2), match.group(3)
+        value = variables.get(name, "")
+        if how == ":?" and not value:
+            raise AssertionError(f"compose would refuse to start: {rest}")
+        return value or (rest if how == ":-" else "")
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:[-?])([^}]*))?\}", one, value)
+
+
+APP_ENVIRONMENT: dict[str, str] = COMPOSE["x-app"]["environment"]
+# What the app containers get from the env file, with the variables docker-compose.yml sets from it.
+STACK_ENV = {**ENV_EXAMPLE, **{name: interpolate(value, ENV_EXAMPLE) for name, value in APP_ENVIRONMENT.items()}}
 
 
 def argv(service: str) -> list[str]:
@@ -163,14 +182,11 @@ def parkway_up_commands(recorded: list[list[str]], monkeypatch: pytest.MonkeyPat
     return {role(command): command for command in commands}
 
 
-def assert_same_entry_point(service: str, suite: list[str], source: str, *, environment: bool = False) -> None:
+def assert_same_entry_point(service: str, suite: list[str], source: str) -> None:
     program, positional, options = parse(argv(service))
     suite_program, suite_positional, suite_options = parse(suite)
     assert (program, positional) == (suite_program, suite_positional), f"{service} vs {source}: {suite}"
     for name, value in options.items():
-        if environment and name in IN_ENVIRONMENT:
-            assert name not in suite_options, f"{source} puts {name} on {service}'s command line: {suite}"
-            continue
         assert name in suite_options, f"{service} passes {name}, which {source} never does: {suite}"
         if name not in PER_DEPLOYMENT:
             assert value == suite_options[name], f"{service}: {name}={value}, {source}: {suite_options[name]}"
@@ -195,7 +211,8 @@ def test_compose__services_parkway_up_also_runs_use_its_entry_points(
 ) -> None:
     assert {"api", "worker", "beat"} <= set(parkway_up_commands)
     for service in set(APP_SERVICES) & set(parkway_up_commands):
-        assert_same_entry_point(service, parkway_up_commands[service], "parkway up", environment=True)
+        assert_same_entry_point(service, parkway_up_commands[service], "parkway up")
+        assert not IN_ENVIRONMENT & set(parse(parkway_up_commands[service])[2]), parkway_up_commands[service]
 
 
 def test_compose__migrate_is_the_parkway_migrate_command() -> None:
@@ -216,40 +233,82 @@ def test_compose__worker_consumes_the_three_named_queues_and_beat_stays_out_of_i
 # --------------------------------------------------------------------------- environment
 
 
+def stack_settings(**changes: str) -> Settings:
+    values = {
+        name.removeprefix("PARKWAY_").lower(): value for name, value in STACK_ENV.items() if name.startswith("PARKWAY_")
+    }
+    return Settings.model_validate({**values, **changes})
+
+
 def test_env_example__every_parkway_name_is_a_setting() -> None:
     assert Settings.model_config["env_prefix"] == "PARKWAY_"
     settings = {f"PARKWAY_{name.upper()}" for name in Settings.model_fields}
-    names = {name for name in ENV_EXAMPLE if name.startswith("PARKWAY_")}
+    names = {name for name in STACK_ENV if name.startswith("PARKWAY_")}
     assert names - settings == set()
     required = {"PARKWAY_DATABASE_URL", "PARKWAY_BROKER_URL", "PARKWAY_SECRET_KEY", "PARKWAY_IMPORTS"}
     assert required <= names
+    assert "examples" in stack_settings().import_modules  # the example workflows, as `make run` loads them
 
 
 def test_env_example__values_parse_and_the_placeholder_key_is_refused() -> None:
-    values = {
-        name.removeprefix("PARKWAY_").lower(): value
-        for name, value in ENV_EXAMPLE.items()
-        if name.startswith("PARKWAY_")
-    }
-    settings = Settings.model_validate(values)
+    settings = stack_settings()
     with pytest.raises(ConfigError):
         settings.resolved_secret_key()
     real_key = "r" * 48
-    assert Settings.model_validate({**values, "secret_key": real_key}).resolved_secret_key() == real_key
+    assert stack_settings(secret_key=real_key).resolved_secret_key() == real_key
+
+
+def test_env_example__the_password_and_the_key_are_placeholders_migrate_refuses() -> None:
+    settings = stack_settings()
+    database = make_url(settings.database_url)
+    assert is_placeholder(ENV_EXAMPLE["POSTGRES_PASSWORD"]) and is_placeholder(ENV_EXAMPLE["PARKWAY_SECRET_KEY"])
+    assert len(placeholder_problems(database, settings)) == 2
+    chosen = {"POSTGRES_PASSWORD": "s3cret-Pa55word", "PARKWAY_SECRET_KEY": "k" * 48}
+    real = {name: interpolate(value, {**ENV_EXAMPLE, **chosen}) for name, value in APP_ENVIRONMENT.items()}
+    assert placeholder_problems(make_url(real["PARKWAY_DATABASE_URL"]), stack_settings(secret_key="k" * 48)) == []
 
 
 def test_env_example__points_at_the_compose_postgres_and_redis() -> None:
-    database = make_url(ENV_EXAMPLE["PARKWAY_DATABASE_URL"])
-    postgres = SERVICES["postgres"]["environment"]
+    database = make_url(STACK_ENV["PARKWAY_DATABASE_URL"])
+    postgres = {
+        name: interpolate(str(value), ENV_EXAMPLE) for name, value in SERVICES["postgres"]["environment"].items()
+    }
     assert database.drivername == "postgresql+psycopg"
     assert (database.host, database.port) == ("postgres", 5432)
+    # One password, read from the env file by both: PostgreSQL's and the one the app connects with
+    assert "${POSTGRES_PASSWORD:?" in SERVICES["postgres"]["environment"]["POSTGRES_PASSWORD"]
+    assert "${POSTGRES_PASSWORD:?" in APP_ENVIRONMENT["PARKWAY_DATABASE_URL"]
     assert (database.username, database.password, database.database) == (
         postgres["POSTGRES_USER"],
         postgres["POSTGRES_PASSWORD"],
         postgres["POSTGRES_DB"],
     )
-    broker = urlsplit(ENV_EXAMPLE["PARKWAY_BROKER_URL"])
+    broker = urlsplit(STACK_ENV["PARKWAY_BROKER_URL"])
     assert (broker.scheme, broker.hostname, broker.port) == ("redis", "redis", 6379)
+
+
+def test_compose__publishes_the_api_metrics_and_flower_on_127_0_0_1_by_default() -> None:
+    published = {service: spec["ports"] for service, spec in SERVICES.items() if spec.get("ports")}
+    assert set(published) == {"api", "flower"}  # /metrics is the API's own route, on its port
+    for variables in ({}, ENV_EXAMPLE):  # no .env at all, and the one copied from .env.example
+        bound = {service: [interpolate(str(port), variables) for port in ports] for service, ports in published.items()}
+        assert bound == {"api": ["127.0.0.1:8000:8000"], "flower": ["127.0.0.1:5555:5555"]}, variables
+    from api.app import app as api
+
+    assert "/metrics" in api.openapi()["paths"]
+
+
+def test_migrate__refuses_to_run_with_the_env_example_placeholders(stack: Stack) -> None:
+    with_placeholder_password = make_url(stack.database_url).set(password=ENV_EXAMPLE["POSTGRES_PASSWORD"])
+    if with_placeholder_password.get_backend_name() != "postgresql":
+        pytest.skip("the placeholder password is PostgreSQL's (docker-compose.yml)")
+    url = with_placeholder_password.render_as_string(hide_password=False)
+    for env in ({"PARKWAY_DATABASE_URL": url}, {"PARKWAY_SECRET_KEY": ENV_EXAMPLE["PARKWAY_SECRET_KEY"]}):
+        done = stack.parkway("migrate", **env)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "placeholder" in done.stderr and "change-me" in done.stderr, done.stderr
+        assert "parkway migrate:" in done.stderr and "Traceback" not in done.stderr
+    assert stack.parkway("migrate").returncode == 0
 
 
 def test_compose__app_services_share_one_image_and_take_env_from_env_example() -> None:
@@ -259,7 +318,11 @@ def test_compose__app_services_share_one_image_and_take_env_from_env_example() -
     for service in APP_SERVICES:
         files = [entry["path"] if isinstance(entry, dict) else entry for entry in SERVICES[service]["env_file"]]
         assert files[0] == ".env.example", service
-        assert "environment" not in SERVICES[service], f"{service}: configure through .env.example"
+        # Only what is built from the env file's values (the database URL, from POSTGRES_PASSWORD)
+        # (and Flower's login, kept off its command line)
+        environment = {k: v for k, v in SERVICES[service]["environment"].items() if k != "FLOWER_BASIC_AUTH"}
+        assert environment == APP_ENVIRONMENT, f"{service}: configure through .env.example"
+    assert set(APP_ENVIRONMENT) == {"PARKWAY_DATABASE_URL"}
 
 
 def test_compose__every_interpolated_variable_is_documented_in_env_example() -> None:
@@ -333,10 +396,13 @@ def test_compose__worker_stops_warm_on_sigterm_with_a_grace_period() -> None:
 def test_compose__flower_needs_basic_auth_and_keeps_no_state_file() -> None:
     _, positional, options = parse(argv("flower"))
     assert positional == ["flower"]
-    # Compose refuses to start while the credentials are unset: never an open Flower.
-    assert re.fullmatch(r"\$\{FLOWER_BASIC_AUTH:\?[^}]+\}", str(options["--basic-auth"]))
+    # Compose refuses to start while the credentials are unset (never an open Flower); Flower reads them from
+    # its environment, never from its command line.
+    assert not IN_ENVIRONMENT & set(options)
+    assert re.fullmatch(r"\$\{FLOWER_BASIC_AUTH:\?[^}]+\}", str(SERVICES["flower"]["environment"]["FLOWER_BASIC_AUTH"]))
     assert options["--persistent"] == "False"
-    assert options["--port"] == "5555" and "5555:5555" in SERVICES["flower"]["ports"]
+    assert options["--port"] == "5555"
+    assert [str(port).rpartition("}:")[2] for port in SERVICES["flower"]["ports"]] == ["5555:5555"]
 
 
 def test_dockerfile__installs_the_package_as_a_non_root_user() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from parkway.settings import get_settings
 from tasks.celery_app import CONTINUATIONS_QUEUE, RESUME_STEP, RUN_STEP, STEPS_QUEUE, SWEEP, SWEEP_QUEUE
 from tasks.celery_app import app as celery_app
 from tasks.sdk import answer
-from tests.deploy.flower import Flower, unbind_stopped_event_receivers
+from tests.deploy.flower import INSPECT_TIMEOUT_MS, Flower, unbind_stopped_event_receivers
 from tests.support import (
     HUMAN,
     Stack,
@@ -59,11 +60,18 @@ def worker(stack: Stack, flower: Flower) -> Worker:
 
 
 def listed_worker(flower: Flower, worker: Worker) -> dict[str, Any]:
-    """The worker as ``/api/workers`` lists it after an inspect broadcast, or ``{}``."""
-    for hostname, info in flower.api("/api/workers", refresh=1).items():
-        if hostname.startswith(f"{worker.name}@") and info.get("active_queues"):
-            return dict(info)
-    return {}
+    """The worker as ``/api/workers`` lists it after an inspect of that one worker, or ``{}``.
+
+    Inspecting one named worker waits for its reply alone (up to Flower's ``--inspect_timeout``), where a
+    broadcast to all waits the whole timeout and keeps only the replies that came in by then."""
+    hostname = f"{worker.name}@{socket.gethostname()}"  # the worker's `-n name@%h`
+    wait_s = INSPECT_TIMEOUT_MS / 1000
+    response = flower.get("/api/workers", refresh=1, workername=hostname, timeout=wait_s + 10)
+    if response.status_code == 404:  # no reply within the inspect timeout: Flower does not know it yet
+        return {}
+    assert response.status_code == 200, f"{response.status_code} {response.text[:500]}"
+    info = response.json().get(hostname) or {}
+    return dict(info) if info.get("active_queues") and info.get("registered") else {}
 
 
 def listed_tasks(flower: Flower, name: str) -> dict[str, dict[str, Any]]:
@@ -138,7 +146,7 @@ def test_flower__queue_length_on_redis_agrees_with_parkways_own(stack: Stack, fl
 
 
 def test_flower__lists_the_worker_and_its_named_queues(flower: Flower, worker: Worker) -> None:
-    info = wait_for(lambda: listed_worker(flower, worker), timeout=30, what="flower to list the worker")
+    info = wait_for(lambda: listed_worker(flower, worker), timeout=60, what="flower to list the worker")
     assert {queue["name"] for queue in info["active_queues"]} == {
         STEPS_QUEUE,
         CONTINUATIONS_QUEUE,

@@ -1,0 +1,183 @@
+"""The events of a run, typed by family (``GET /v1/runs/{id}/events`` and the ``/v1/events/stream`` frames).
+
+Each event is ``{seq, run_id, type, at, data}``; ``type`` names the family before its dot (``run.created``,
+``step.parked``, ``interaction.answered`` …) and the family fixes the fields ``data`` may have. A field a
+family does not list still comes through, and a type this code does not know is an ``OtherEvent``, so a
+newer server never breaks an older client. Sensitive values never appear in any event.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, JsonValue, Tag, TypeAdapter
+
+from models.tables import Event
+
+
+class EventData(BaseModel):
+    """Fields every event's ``data`` has; the families add theirs, all optional."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str
+
+
+class RunEventData(EventData):
+    workflow: str | None = Field(default=None, description="run.created")
+    owner: str | None = Field(default=None, description="run.created: the agent that started it")
+    target: str | None = Field(default=None, description="run.created")
+    status: str | None = Field(default=None, description="the terminal status, on the run's terminal event")
+    execution_id: str | None = None
+    error: str | None = None
+    error_details: Any = None
+    reason: str | None = None
+
+
+class StepEventData(EventData):
+    step_id: str | None = None
+    name: str | None = Field(default=None, description="the step's name")
+    continuation: str | None = Field(default=None, description="step.parked: the continuation as name@version")
+    continuation_id: str | None = None
+    next: str | None = Field(default=None, description="step.completed with a Next: the next step's name")
+    reason: str | None = None
+
+
+class InteractionEventData(EventData):
+    interaction_id: str
+    step_id: str | None = None
+    key: str | None = None
+    kind: Literal["question", "permission"] | None = None
+    target: str | None = None
+    status: str | None = None
+    answered_by: str | None = None
+    canceled_by: str | None = None
+    reason: str | None = None
+
+
+class ContinuationEventData(EventData):
+    continuation_id: str
+    step_id: str | None = None
+    name: str | None = None
+    reason: str | None = None
+
+
+class ToolCallEventData(EventData):
+    key: str
+    name: str | None = Field(default=None, description="the tool's name")
+    replay: Literal["safe", "never"] | None = None
+    phase: Literal["authorizing", "executing", "settled"] | None = None
+    ok: bool | None = Field(default=None, description="toolcall.settled: whether it returned without error")
+
+
+class ReviewEventData(EventData):
+    review_id: str
+    step_id: str | None = None
+    kind: str | None = None
+    verdict: str | None = None
+    finding_count: int | None = None
+    verification_count: int | None = None
+    reason: str | None = None
+
+
+class EventBase(BaseModel):
+    seq: int = Field(description="the event's position in the log; the stream's `id:`")
+    run_id: str
+    at: datetime
+
+
+class RunEvent(EventBase):
+    type: Literal["run.created", "run.completed", "run.failed", "run.canceled", "run.interrupted"]
+    data: RunEventData
+
+
+class StepEvent(EventBase):
+    type: Literal["step.parked", "step.resumed", "step.completed", "step.failed", "step.canceled", "step.interrupted"]
+    data: StepEventData
+
+
+class InteractionEvent(EventBase):
+    type: Literal[
+        "interaction.asked",
+        "interaction.answered",
+        "interaction.rejected",
+        "interaction.canceled",
+        "interaction.expired",
+        "interaction.interrupted",
+    ]
+    data: InteractionEventData
+
+
+class ContinuationEvent(EventBase):
+    type: Literal["continuation.ready", "continuation.dead"]
+    data: ContinuationEventData
+
+
+class ToolCallEvent(EventBase):
+    type: Literal["toolcall.intent", "toolcall.authorized", "toolcall.possibly_ran", "toolcall.settled"]
+    data: ToolCallEventData
+
+
+class ReviewEvent(EventBase):
+    type: Literal["review.started", "review.completed", "review.failed", "review.interrupted"]
+    data: ReviewEventData
+
+
+class OtherEvent(EventBase):
+    """An event of a type this version does not describe (never one of the types above: ``oneOf`` holds)."""
+
+    type: str = Field(json_schema_extra=lambda schema: _not_a_known_type(schema))
+    data: dict[str, Any]
+
+
+FAMILIES: dict[str, type[EventBase]] = {
+    "run": RunEvent,
+    "step": StepEvent,
+    "interaction": InteractionEvent,
+    "continuation": ContinuationEvent,
+    "toolcall": ToolCallEvent,
+    "review": ReviewEvent,
+}
+_FAMILY_OF: dict[str, str] = {
+    type_: family for family, cls in FAMILIES.items() for type_ in get_args(cls.model_fields["type"].annotation)
+}
+
+
+def _not_a_known_type(schema: dict[str, JsonValue]) -> None:
+    known: list[JsonValue] = [*sorted(_FAMILY_OF)]
+    schema["not"] = {"enum": known}
+
+
+def family(value: Any) -> str:
+    """The family tag of an event (a model or its JSON), ``other`` for a type not described here."""
+    type_ = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return _FAMILY_OF.get(str(type_), "other")
+
+
+AnyEvent = Annotated[
+    Annotated[RunEvent, Tag("run")]
+    | Annotated[StepEvent, Tag("step")]
+    | Annotated[InteractionEvent, Tag("interaction")]
+    | Annotated[ContinuationEvent, Tag("continuation")]
+    | Annotated[ToolCallEvent, Tag("toolcall")]
+    | Annotated[ReviewEvent, Tag("review")]
+    | Annotated[OtherEvent, Tag("other")],
+    Discriminator(family),
+]
+
+
+TypedEvent = RunEvent | StepEvent | InteractionEvent | ContinuationEvent | ToolCallEvent | ReviewEvent | OtherEvent
+_ADAPTER: TypeAdapter[TypedEvent] = TypeAdapter(AnyEvent)
+
+
+def event_out(event: Event) -> TypedEvent:
+    """The typed model of a stored event."""
+    return _ADAPTER.validate_python(
+        {"seq": event.seq, "run_id": event.run_id, "type": event.type, "at": event.at, "data": event.data or {}}
+    )
+
+
+class EventPage(BaseModel):
+    items: list[AnyEvent]
+    next: str | None = Field(description="pass back as `?cursor=` (or `?after=`) for the next page")

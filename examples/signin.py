@@ -1,0 +1,29 @@
+"""A question with a sensitive field: the one-time code reaches the continuation, and nothing else."""
+
+from tasks.sdk import Complete, Fail, Park, Question, continuation, step
+
+CODE = {
+    "type": "object",
+    "properties": {"user": {"type": "string", "minLength": 1}, "otp": {"type": "string", "pattern": "^[0-9]{6}$"}},
+    "required": ["user", "otp"],
+    "additionalProperties": False,
+}
+
+
+@step("signin.ask")
+def ask(ctx, payload):
+    return Park(continuation="signin.check@1", snapshot={"site": payload.get("site", "example.com")}, interactions=[
+        Question(key="code", prompt="Your user name and the 6-digit code from your phone?", schema=CODE,
+                 target="team:ops", sensitive=["otp"], expires_in=600),
+    ])  # fmt: skip
+
+
+@continuation("signin.check", version=1)
+def check(ctx, snapshot, answers):
+    code = answers["code"]
+    if code.status != "answered":
+        return Fail(f"no code arrived ({code.status})")
+    # The code is readable here only: it is erased in this continuation's commit.
+    return Complete(
+        result={"site": snapshot["site"], "user": code.value["user"], "code_digits": len(code.value["otp"])}
+    )
