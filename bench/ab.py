@@ -233,19 +233,18 @@ def report(trees: list[Tree], samples: dict[str, Sample], bare: Sample, extra: d
             + " | ".join(ratio_cell(samples[t].get(key), bare.get(base)) for t in labels)
             + f" | {target} |"
         )
-    for label in labels:
-        if f"rss {label}" in extra:
-            lines.append(f"| worker child peak RSS, MB ({label}) | {extra[f'rss {label}']:.0f} | | <= 120 |")
-    for name, value in extra.items():
+    rss = [f"{extra[f'rss {label}']:.0f}" if f"rss {label}" in extra else "-" for label in labels]
+    lines.append("| worker child peak RSS (VmHWM), MB | " + " | ".join(rss) + " | <= 120 |")
+    for name, value in extra.items():  # the sweep case's ratios, measured on this tree only
         if not name.startswith("rss "):
-            lines.append(f"| {name} | {value:.2f} | | <= 1.2 |")
+            lines.append(f"| {name} | {value:.2f} | " + "- | " * (len(labels) - 1) + "<= 1.2 |")
     lines += [
         "",
         f"Latency runs paced at {cell(bare.get('latency rate /s'))} answers/s (asked rate, or half the slowest ",
     ]
     lines[-1] += "throughput of the rep when lower)."
     lines += ["", "| absolute | bare | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 2)]
-    rows = [
+    rows: list[tuple[str, str, str | None, int]] = [
         ("completions/s, in-process answers", "python /s", "bare /s", 0),
         ("completions/s, HTTP answers", "http /s", None, 0),
     ]
@@ -263,9 +262,9 @@ def report(trees: list[Tree], samples: dict[str, Sample], bare: Sample, extra: d
                     2,
                 )
             )
-    for name, key, base, digits in rows:
+    for name, key, bare_key, digits in rows:
         lines.append(
-            f"| {name} | {cell(bare.get(base) if base else None, digits)} | "
+            f"| {name} | {cell(bare.get(bare_key) if bare_key else None, digits)} | "
             + " | ".join(cell(samples[t].get(key), digits) for t in labels)
             + " |"
         )

@@ -4,6 +4,10 @@ The bench makes its own PostgreSQL database (``parkway_bench``, plus ``parkway_b
 sweep case), holds its own Redis index (14 unless a test session holds it), starts its own
 ``celery worker -c 2`` subprocesses with ``PARKWAY_IMPORTS=bench.workflows``, and removes all of it on
 exit (Ctrl-C included). Results: a table on stdout and ``bench/out/results-<timestamp>.json``.
+
+Its last case, ``bare``, is ``bench.ab``: Parkway driven through its public entry points beside a Celery
+app with nothing of Parkway in it (``bench.bare``), with the ratios issue 20 asks for. ``--ab TREE`` runs
+only that, for this tree and TREE, their reps alternating.
 """
 
 from __future__ import annotations

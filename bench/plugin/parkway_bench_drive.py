@@ -8,7 +8,6 @@ with ``@@ `` (anything else a tree prints there is ignored). Its own CPU is in e
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ import uuid
 from typing import Any
 
 from parkway_bench_flows import ASK, STARTED_KEY, TARGET, started_list
+from parkway_bench_http import KeepAliveClient
 
 from tasks import sdk
 
@@ -27,33 +27,13 @@ TOKEN = os.environ["ABBENCH_TOKEN"]
 API = os.environ["ABBENCH_API_PORT"]
 
 
-class Http:
-    """One keep-alive connection per thread: the client's own CPU stays small beside the server's."""
-
-    def __init__(self) -> None:
-        self.local = threading.local()
-        self.headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-
+class Http(KeepAliveClient):
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        for attempt in (1, 2):
-            conn = getattr(self.local, "conn", None)
-            if conn is None:
-                conn = self.local.conn = http.client.HTTPConnection("127.0.0.1", int(API), timeout=60)
-            try:
-                conn.request(method, path, body=data, headers=self.headers)
-                response = conn.getresponse()
-                raw = response.read()
-                return response.status, json.loads(raw) if raw else None
-            except (http.client.RemoteDisconnected, ConnectionError, http.client.CannotSendRequest):
-                conn.close()
-                self.local.conn = None
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        status, raw = self.request(method, path, body)
+        return status, json.loads(raw) if raw else None
 
 
-HTTP = Http()
+HTTP = Http("127.0.0.1", int(API), token=TOKEN)
 parked: list[tuple[str, str]] = []  # (interaction id, run id) of the runs waiting now
 
 
