@@ -23,6 +23,7 @@ CAS_SQL = "UPDATE bare_rows SET status = 'done' WHERE id = %s AND status = 'queu
 CAS_LAT_SQL = "UPDATE bare_rows SET status = 'done', started = %s WHERE id = %s AND status = 'queued' RETURNING id"
 
 app = Celery("bare", broker=os.environ.get("BENCH_BARE_BROKER_URL", "redis://127.0.0.1:6379/13"))
+# Parkway's delivery settings (tasks.celery_app), restated: the baseline must import nothing of Parkway.
 app.conf.update(
     task_acks_late=True,
     task_reject_on_worker_lost=True,
