@@ -94,17 +94,25 @@ def _die_with_parent(sig: int) -> Any:
 
 
 def spawn(
-    cmd: list[str], *, env: dict[str, str], log_path: Path, on_parent_death: int = signal.SIGKILL
+    cmd: list[str],
+    *,
+    env: dict[str, str],
+    log_path: Path,
+    on_parent_death: int = signal.SIGKILL,
+    cwd: Path = ROOT,
+    pipes: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start a subprocess in its own session, registered for cleanup and tied to this process's life."""
+    """Start a subprocess in its own session, registered for cleanup and tied to this process's life
+    (``pipes``: its stdin and stdout are pipes to this process, its stderr goes to the log)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
             cmd,
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE if pipes else None,
+            stdout=subprocess.PIPE if pipes else out,
+            stderr=out if pipes else subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent(on_parent_death),
         )

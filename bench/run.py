@@ -4,6 +4,10 @@ The bench makes its own PostgreSQL database (``parkway_bench``, plus ``parkway_b
 sweep case), holds its own Redis index (14 unless a test session holds it), starts its own
 ``celery worker -c 2`` subprocesses with ``PARKWAY_IMPORTS=bench.workflows``, and removes all of it on
 exit (Ctrl-C included). Results: a table on stdout and ``bench/out/results-<timestamp>.json``.
+
+Its last case, ``bare``, is ``bench.ab``: Parkway driven through its public entry points beside a Celery
+app with nothing of Parkway in it (``bench.bare``), with the ratios issue 20 asks for. ``--ab TREE`` runs
+only that, for this tree and TREE, their reps alternating.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from bench import harness
 from bench.harness import ROOT, Services, log
 
 OUT = ROOT / "bench" / "out"
-CASES = ("anatomy", "throughput", "latency", "recovery", "broker_down", "sweep")
+CASES = ("anatomy", "throughput", "latency", "recovery", "broker_down", "sweep", "bare")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -53,6 +57,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=("bulk", "store"),
         default="bulk",
         help="how parked steps are made: COPY of the rows the store writes (default) or the store itself",
+    )
+    p.add_argument(
+        "--ab",
+        metavar="TREE",
+        type=Path,
+        help="A/B: this tree and TREE (a checkout with its own .venv) beside one bare baseline, reps alternating",
     )
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
     p.add_argument("--redis-db", type=int, default=14, help="preferred Redis index (default 14)")
@@ -205,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         log(f"bench refused: {busy}")
         return 2
     harness.install_cleanup()
+    if args.ab is not None:
+        from bench.ab import measure
+
+        log(f"bench --ab: after = {ROOT}, before = {args.ab}; {args.reps} reps, N={args.n}")
+        return measure([("after", ROOT), ("before", args.ab.resolve())], args)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = OUT / f"run-{stamp}"
     if args.private_redis:
@@ -288,6 +303,16 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 engine.dispose()
             cases.case_sweep(bench, sweep_url)
+        if "bare" in args.cases:
+            from bench.ab import measure
+
+            sweep = {
+                f"sweep {m.name.removeprefix('ratio ')}": statistics.median(m.values)
+                for m in bench.metrics.values()
+                if m.case == "sweep" and m.name.startswith("ratio") and m.values
+            }
+            log("== bare: Parkway through its public entry points beside a bare Celery app (bench.bare)")
+            measure([("parkway", ROOT)], args, extra=sweep)
     except KeyboardInterrupt:
         log("interrupted")
         code = 130

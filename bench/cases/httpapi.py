@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +15,7 @@ from bench.harness import (
     spawn,
     stop_process,
 )
+from bench.plugin.parkway_bench_http import KeepAliveClient
 
 
 @contextlib.contextmanager
@@ -61,48 +61,15 @@ def api_server(bench: Bench) -> Iterator[str | None]:
         stop_process(proc, grace_s=10)
 
 
-class LeanHttpClient:
-    """The HTTP variant's client: one keep-alive ``http.client`` connection per producer thread, JSON
-    bodies. The client runs on the same two cores as the API, the workers and PostgreSQL, so its own CPU
-    is part of the figure: httpx spent 0.8-1.0 ms of it per request, this 0.2-0.26 ms (measured against
-    /healthz on this machine). A connection the server closed is opened again once, for that request."""
+class LeanHttpClient(KeepAliveClient):
+    """The HTTP variant's client (``bench/plugin/parkway_bench_http.py``, shared with the A/B driver)."""
 
     def __init__(self, base_url: str, *, token: str) -> None:
         import urllib.parse
 
         parsed = urllib.parse.urlsplit(base_url)
-        self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
-        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-        self.local = threading.local()
-        self.opened: list[Any] = []
-
-    def _connection(self) -> Any:
-        import http.client
-
-        conn = getattr(self.local, "conn", None)
-        if conn is None:
-            conn = self.local.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
-            self.opened.append(conn)
-        return conn
+        super().__init__(parsed.hostname or "127.0.0.1", parsed.port or 80, token=token)
 
     def post_json(self, path: str, body: dict[str, Any]) -> tuple[int, str]:
-        import http.client
-        import json
-
-        data = json.dumps(body).encode()
-        for attempt in (1, 2):
-            conn = self._connection()
-            try:
-                conn.request("POST", path, body=data, headers=self.headers)
-                response = conn.getresponse()
-                return response.status, response.read().decode(errors="replace")
-            except (http.client.RemoteDisconnected, ConnectionError, http.client.CannotSendRequest):
-                conn.close()
-                self.local.conn = None
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        for conn in self.opened:
-            conn.close()
+        status, raw = self.request("POST", path, body)
+        return status, raw.decode(errors="replace")

@@ -168,14 +168,14 @@ def case_latency(bench: Bench, rate: float | None = None) -> None:
     log(f"== latency{at}: {rate:g}/s for {seconds:g}s ({count} answers), {args.reps} reps")
     case = "latency" if main else f"latency{at}"
     m = {
-        "b50": bench.metric(case, "baseline enqueue→start p50", "ms"),
-        "b99": bench.metric(case, "baseline enqueue→start p99", "ms"),
+        "b50": bench.metric(case, "CAS on Parkway's app: enqueue→start p50", "ms"),
+        "b99": bench.metric(case, "CAS on Parkway's app: enqueue→start p99", "ms"),
         "p50": bench.metric(case, "Parkway answer commit→continuation start p50", "ms"),
         "p99": bench.metric(case, "Parkway answer commit→continuation start p99", "ms"),
         "r50": bench.metric(case, "ratio start p50 Parkway ÷ baseline", "x", "<= 2" if main else None),
         "r99": bench.metric(case, "ratio start p99 Parkway ÷ baseline", "x", "<= 3" if main else None),
-        "bc50": bench.metric(case, "baseline enqueue→committed p50", "ms"),
-        "bc99": bench.metric(case, "baseline enqueue→committed p99", "ms"),
+        "bc50": bench.metric(case, "CAS on Parkway's app: enqueue→committed p50", "ms"),
+        "bc99": bench.metric(case, "CAS on Parkway's app: enqueue→committed p99", "ms"),
         "c50": bench.metric(case, "Parkway answer commit→continuation committed p50", "ms"),
         "c99": bench.metric(case, "Parkway answer commit→continuation committed p99", "ms"),
         "call": bench.metric(case, "tasks.sdk.answer call duration p50", "ms"),
