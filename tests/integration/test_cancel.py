@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models import store
+from models.store import interactions as store_interactions
 from tasks.sdk import Conflict, Forbidden, Gone, cancel
 from tasks.sdk import answer as sdk_answer
 from tests.integration.helpers import Sent, events, interaction, parked, step
@@ -140,7 +140,7 @@ def test_cancel__is_one_transaction_a_failure_midway_changes_nothing(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr(store, "finish_run", broken)
+    monkeypatch.setattr(store_interactions, "finish_run", broken)  # as the cancel calls it
 
     with pytest.raises(RuntimeError):
         cancel(asked["window"].id, response_id=new_response_id(), principal=HUMAN)
