@@ -11,7 +11,7 @@ store.answer(...)``).
 
 from models.store.answering import AnswerReceipt, answer
 from models.store.claims import Answer, Claim, Claimed, StepRef, claim, claim_in_one_statement, load_claim, renew_lease
-from models.store.continuations import consume, consume_and_finish_run, give_up, give_up_exhausted
+from models.store.continuations import consume, consume_and_finish_run, give_up_exhausted
 from models.store.events import append_event, append_events, event_row
 from models.store.interactions import (
     Act,
@@ -24,6 +24,7 @@ from models.store.interactions import (
     interaction_state,
     make_due_if_settled,
 )
+from models.store.interrupts import Dead, give_up, interrupt_run
 from models.store.outcomes import Committed, Ending, Handover, Interruption, Parking, StepOutcome, commit_outcome
 from models.store.principals import (
     ANSWERERS,
@@ -52,7 +53,7 @@ from models.store.reviews import (
     start_review,
     stranded_reviews,
 )
-from models.store.runs import Due, RunRecord, StepLike, create_run, erase_secrets, finish_run, interrupt_run
+from models.store.runs import Due, RunRecord, StepLike, create_run, erase_secrets, finish_run
 from models.store.sql import Executor, canonical_json, interaction_id, new_id, skip_locked, word, words
 from models.store.steps import InteractionSpec, next_step, park
 from models.store.sweep import (
@@ -74,6 +75,7 @@ __all__ = [
     "Claim",
     "Claimed",
     "Committed",
+    "Dead",
     "Due",
     "Ending",
     "Executor",

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, exists, insert, select, true, update
+from sqlalchemy import Connection, bindparam, exists, select, true, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.status import ContinuationKind, ContinuationStatus, RunStatus
 from models.store.claims import claimable
-from models.store.events import append_event, event_params, events_if, resumed_event
+from models.store.events import event_params, events_if, resumed_event
+from models.store.interrupts import Dead, give_up
 from models.store.runs import (
     FINISH_RUN,
     FINISH_STEP,
@@ -19,9 +20,9 @@ from models.store.runs import (
     RunRecord,
     StepLike,
     finish_events,
-    interrupt_run,
+    history_of,
 )
-from models.store.sql import CONT, HIST, INSERT_EVENT, INTER, STEP, bp, word
+from models.store.sql import CONT, INSERT_EVENT, INTER, STEP, bp, word
 from models.tables import Continuation
 
 CONSUME = (
@@ -66,21 +67,7 @@ def _consume_and_finish_run() -> Any:
     resumed = exists(select(consumed.c.id).where(consumed.c.kind == word(ContinuationKind.RESUME)))
     step = FINISH_STEP.where(won).cte("step_ended")
     run = FINISH_RUN.where(won).cte("run_ended")
-    history = (
-        insert(HIST)
-        .from_select(
-            ["run_id", "workflow", "status", "completed_at", "execution_id", "recorded_at"],
-            select(
-                run.c.id,
-                run.c.workflow,
-                run.c.status,
-                run.c.completed_at,
-                run.c.finished_by,
-                bp("at", HIST.c.recorded_at),
-            ),
-        )
-        .cte("history")
-    )
+    history = history_of(run)
     erased = (
         update(INTER).where(INTER.c.run_id == bindparam("rid"), INTER.c.secret.is_not(None), won).values(secret=None)
     ).cte("erased")
@@ -126,31 +113,7 @@ def consume_and_finish_run(
     return True, (RunRecord(*row[1:]) if row.id is not None else None)
 
 
-def give_up(
-    session: Session, continuation_id: str, *, reason: str, execution_id: str | None = None
-) -> Continuation | None:
-    """ready|claimed -> dead, and its run, step and pending interactions -> interrupted with the reason.
-
-    ``None`` when the continuation is already consumed or dead (nothing to give up).
-    """
-    dead = session.scalar(
-        update(Continuation)
-        .where(
-            Continuation.id == continuation_id,
-            Continuation.status.in_([ContinuationStatus.READY, ContinuationStatus.CLAIMED]),
-        )
-        .values(status=ContinuationStatus.DEAD, reason=reason, lease_expires_at=None)
-        .returning(Continuation)
-        .execution_options(synchronize_session=False)
-    )
-    if dead is None:
-        return None
-    append_event(session, dead.run_id, "continuation.dead", continuation_id=dead.id, reason=reason)
-    interrupt_run(session, dead.run_id, reason=reason, execution_id=execution_id or f"give-up:{dead.id}")
-    return dead
-
-
-def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: int) -> Continuation | None:
+def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: int) -> Dead | None:
     """A claimable continuation already executed ``max_attempts`` times -> dead, its run interrupted.
 
     ``None`` when it is not claimable or still has attempts left.

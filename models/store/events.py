@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, insert, select, union_all
+from sqlalchemy import Integer, String, cast, func, insert, literal, literal_column, select, union_all
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
-from models.store.sql import INSERT_EVENT, Executor, bp
-from models.tables import Event
+from models.store.sql import EVENTS, INSERT_EVENT, Executor, bp
 
 
 def event_row(run_id: str, type_: str, **data: Any) -> dict[str, Any]:
@@ -33,7 +32,7 @@ EVENT_COLUMNS = ("run_id", "type", "at", "data")
 def events_if(*conditions: Any) -> Any:
     """PostgreSQL, inside a statement of data-modifying CTEs: insert event ``k`` (bound as ``e{k}_run_id``,
     ``e{k}_type``, ... from ``event_params``) only if ``conditions[k]`` holds, in that order."""
-    table = cast(Table, Event.__table__)
+    table = EVENTS
     rows = [
         select(*(bp(f"e{k}_{name}", table.c[name]) for name in EVENT_COLUMNS)).where(condition)
         for k, condition in enumerate(conditions)
@@ -48,3 +47,31 @@ def event_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def resumed_event(run_id: str, step_id: str, name: str, continuation_id: str) -> dict[str, Any]:
     return event_row(run_id, "step.resumed", step_id=step_id, name=name, continuation_id=continuation_id)
+
+
+def data_of(run_id: Any, **values: Any) -> Any:
+    """An event's ``data`` built inside a statement, keys in ``event_row``'s order (``run_id`` first);
+    each value a column or a typed expression (an untyped parameter has no type to build JSON from)."""
+    pairs = [literal_column("'run_id'"), run_id]
+    for key, value in values.items():
+        pairs += [literal_column(f"'{key}'"), value]
+    return func.json_build_object(*pairs)
+
+
+def event_select(order: int, type_: str | Any, run_id: Any, source: Any, **data: Any) -> Any:
+    """One event per row of ``source`` (a CTE), for ``insert_events``: ``order`` places it among the others;
+    ``type_`` a word or an expression."""
+    return select(
+        literal(order, Integer).label("o"),
+        run_id.label("run_id"),
+        (cast(literal(type_), String) if isinstance(type_, str) else type_).label("type"),
+        bp("at", EVENTS.c.at).label("at"),
+        data_of(run_id, **data).label("data"),
+    ).select_from(source)
+
+
+def insert_events(*selects: Any) -> Any:
+    """A CTE inserting the rows of ``event_select``s, ordered by their ``order`` (the order they are read)."""
+    every = union_all(*selects).subquery("every") if len(selects) > 1 else selects[0].subquery("every")
+    rows = select(every.c.run_id, every.c.type, every.c.at, every.c.data).order_by(every.c.o)
+    return insert(EVENTS).from_select(["run_id", "type", "at", "data"], rows).cte("events")

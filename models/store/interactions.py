@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Row, bindparam, exists, select, update
+from sqlalchemy import Row, String, bindparam, case, cast, exists, select, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
 from models.status import RUN_TERMINAL, ContinuationKind, InteractionStatus, RunStatus, StepStatus
-from models.store.events import append_event, append_events
+from models.store.events import append_event, append_events, event_select, insert_events
 from models.store.principals import ANSWERERS, Actor
-from models.store.runs import Due, finish_run, insert_continuation
+from models.store.runs import FINISH_STEP, Due, finish_run_update, history_of, insert_continuation
 from models.store.sql import GRANT, INTER, RUN, STEP, Executor, bp, canonical_json, word
 from models.tables import Interaction, Principal, Run, Step
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
@@ -193,10 +193,72 @@ class CancelReceipt:
         return {"status": self.status, "response_id": self.response_id, "canceled_at": self.canceled_at}
 
 
+_WHY = cast(bindparam("why"), String)
+_PENDING = INTER.c.status == word(InteractionStatus.PENDING)
+
+
+def _cancel() -> Any:
+    """The cancel's writes as one statement, under the step's lock: every pending interaction of the step
+    ``:sid`` -> canceled (``:iid`` carrying the response), then the step and the run ``:rid`` -> canceled
+    with the run's history row and its sealed values erased, and the events in that order."""
+    target = INTER.c.id == bindparam("iid")
+    closed = (
+        update(INTER)
+        .where(INTER.c.step_id == bindparam("sid"), _PENDING)
+        .values(
+            status=InteractionStatus.CANCELED.value,
+            closed_at=bp("at", INTER.c.closed_at),
+            reason=_WHY,
+            response_id=case((target, bindparam("rsp")), else_=INTER.c.response_id),
+            response_digest=case((target, bindparam("digest")), else_=INTER.c.response_digest),
+            closed_by_id=case((target, bindparam("by")), else_=INTER.c.closed_by_id),
+        )
+        .returning(INTER.c.id, INTER.c.key)
+        .cte("closed")
+    )
+    won = exists(select(closed.c.id))
+    step = FINISH_STEP.where(won).returning(STEP.c.id, STEP.c.name).cte("step_ended")
+    ended = finish_run_update(bindparam("rid")).where(won).cte("run_ended")
+    # The closed interactions were pending and hold no sealed value: the two updates never share a row.
+    erased = (
+        update(INTER)
+        .where(
+            INTER.c.run_id == bindparam("rid"),
+            INTER.c.secret.is_not(None),
+            INTER.c.status != word(InteractionStatus.PENDING),
+            won,
+        )
+        .values(secret=None)
+        .cte("erased")
+    )
+    run_id, sid = cast(bindparam("rid"), String), cast(bindparam("sid"), String)
+    events = insert_events(
+        event_select(
+            0,
+            "interaction.canceled",
+            run_id,
+            closed,
+            interaction_id=closed.c.id,
+            step_id=sid,
+            key=closed.c.key,
+            canceled_by=cast(bindparam("byname"), String),
+        ),
+        event_select(1, "step.canceled", run_id, step, step_id=step.c.id, name=step.c.name),
+        event_select(
+            2, "run.canceled", run_id, ended, status=ended.c.status, execution_id=ended.c.finished_by, reason=_WHY
+        ),
+    )
+    return select(closed.c.id).add_cte(step, ended, history_of(ended), erased, events)
+
+
+_CANCEL = _cancel()
+
+
 def cancel(
     session: Session, interaction_id_: str, *, response_id: str, principal: Actor, reason: str | None
 ) -> CancelReceipt:
-    """pending -> canceled for the whole parked step: its pending interactions, the step and the run.
+    """pending -> canceled for the whole parked step: its pending interactions, the step and the run (one
+    statement, ``_CANCEL``, after the read that locks the step).
 
     An exact retry (same ``response_id`` and ``reason``) returns the first receipt; the same
     ``response_id`` with another reason is a ``Conflict``, as for answers (the digest of the reason is
@@ -225,30 +287,12 @@ def cancel(
     refuse_ended_wait(session, interaction, run_status)
     now = utcnow()
     why = reason or f"canceled by {principal.name}"
-    closed = session.scalars(
-        update(Interaction)
-        .where(Interaction.step_id == interaction.step_id, Interaction.status == InteractionStatus.PENDING)
-        .values(status=InteractionStatus.CANCELED, closed_at=now, reason=why)
-        .returning(Interaction)
-        .execution_options(synchronize_session=False)
-    ).all()
-    session.execute(
-        update(Interaction)
-        .where(Interaction.id == interaction.id)
-        .values(response_id=response_id, response_digest=digest, closed_by_id=principal.id)
-    )
-    for i in closed:
-        append_event(
-            session,
-            i.run_id,
-            "interaction.canceled",
-            interaction_id=i.id,
-            step_id=i.step_id,
-            key=i.key,
-            canceled_by=principal.name,
-        )
-    step = session.get_one(Step, interaction.step_id)
-    finish_run(session, step, status=RunStatus.CANCELED, execution_id=f"cancel:{response_id}", reason=why)
+    params = {"iid": interaction.id, "sid": interaction.step_id, "rid": interaction.run_id, "rsp": response_id,
+              "digest": digest, "by": principal.id, "byname": principal.name, "why": why, "at": now,
+              "eid": f"cancel:{response_id}"}  # fmt: skip
+    terminal = {"step_to": StepStatus.CANCELED.value, "to": RunStatus.CANCELED.value, "res": None, "err": None,
+                "det": None}  # fmt: skip
+    session.execute(_CANCEL, {**params, **terminal})
     return CancelReceipt(response_id, now)
 
 

@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session
 from models.status import ContinuationKind, RunStatus
 from models.store.claims import Claim
 from models.store.continuations import consume, consume_and_finish_run
+from models.store.interrupts import interrupt_run
 from models.store.reviews import interrupt_review, owner_evidence, running_reviews
-from models.store.runs import Due, RunRecord, erase_secrets, finish_run, interrupt_run
+from models.store.runs import Due, RunRecord, erase_secrets, finish_run
 from models.store.steps import InteractionSpec, next_step, park
 from parkway.db import single_statement, transaction
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Row, String, and_, bindparam, cast, select, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
 from models.status import ContinuationStatus, ReviewStatus
-from models.store.events import append_event
-from models.store.sql import REV, new_id, skip_locked, word
+from models.store.events import append_event, event_select, insert_events
+from models.store.sql import REV, bp, new_id, skip_locked, word
 from models.tables import Continuation, Review
 
 
@@ -49,6 +49,32 @@ def review_progress(
     )
 
 
+_REVIEW_ENDS = and_(REV.c.id == bindparam("vid"), REV.c.status == word(ReviewStatus.RUNNING))
+
+
+def _record_review() -> Any:
+    done = (
+        update(REV)
+        .where(_REVIEW_ENDS, REV.c.execution_id == bindparam("eid"))
+        .values(
+            status=bindparam("to"),
+            verdict=bindparam("verdict"),
+            finding_count=bindparam("fc"),
+            verification_count=bindparam("vc"),
+            updated_at=bp("at", REV.c.updated_at),
+        )
+        .returning(*REV.c)
+        .cte("done")
+    )
+    event = event_select(0, cast(bindparam("etype"), String), done.c.run_id, done, review_id=done.c.id,
+                         verdict=done.c.verdict, finding_count=done.c.finding_count,
+                         verification_count=done.c.verification_count)  # fmt: skip
+    return select(*done.c).add_cte(insert_events(event))
+
+
+_RECORD_REVIEW = _record_review()
+
+
 def record_review(
     session: Session,
     review_id: str,
@@ -58,28 +84,13 @@ def record_review(
     finding_count: int,
     verification_count: int,
     failed: bool = False,
-) -> Review | None:
-    """running -> completed|failed with its verdict and counts; ``None`` when not running or not owned."""
+) -> Row[Any] | None:
+    """running -> completed|failed with its verdict and counts, and its event (one statement); ``None``
+    when it is not running or not owned by ``execution_id`` (nothing is written)."""
     status = ReviewStatus.FAILED if failed else ReviewStatus.COMPLETED
-    review = session.scalar(
-        update(Review)
-        .where(Review.id == review_id, Review.status == ReviewStatus.RUNNING, Review.execution_id == execution_id)
-        .values(
-            status=status,
-            verdict=verdict,
-            finding_count=finding_count,
-            verification_count=verification_count,
-            updated_at=utcnow(),
-        )
-        .returning(Review)
-        .execution_options(synchronize_session=False)
-    )
-    if review is not None:
-        append_event(
-            session, review.run_id, f"review.{status.value}", review_id=review.id, verdict=verdict,
-            finding_count=finding_count, verification_count=verification_count,
-        )  # fmt: skip
-    return review
+    params = {"vid": review_id, "eid": execution_id, "to": status.value, "verdict": verdict, "fc": finding_count,
+              "vc": verification_count, "at": utcnow(), "etype": f"review.{status.value}"}  # fmt: skip
+    return session.execute(_RECORD_REVIEW, params).first()
 
 
 _ANY_RUNNING_REVIEW = (
@@ -122,22 +133,34 @@ def stranded_reviews(session: Session, *, batch: int) -> list[Review]:
     )
 
 
-def interrupt_review(session: Session, review: Review, *, evidence: str) -> Review | None:
-    """running -> interrupted; only status, verdict and reason change (the counts are kept)."""
+def _interrupt_review() -> Any:
+    done = (
+        update(REV)
+        .where(_REVIEW_ENDS)
+        .values(
+            status=ReviewStatus.INTERRUPTED.value,
+            verdict="incomplete",
+            reason=bindparam("why"),
+            updated_at=bp("at", REV.c.updated_at),
+        )
+        .returning(*REV.c)
+        .cte("done")
+    )
+    event = event_select(0, "review.interrupted", done.c.run_id, done, review_id=done.c.id, reason=done.c.reason)
+    return select(*done.c).add_cte(insert_events(event))
+
+
+_INTERRUPT_REVIEW = _interrupt_review()
+
+
+def interrupt_review(session: Session, review: Review, *, evidence: str) -> Row[Any] | None:
+    """running -> interrupted with its event (one statement); only status, verdict and reason change (the
+    counts are kept). ``None`` when it is not running any more (nothing is written)."""
     reason = (
         f"owner execution {review.execution_id} is gone ({evidence}); "
         f"{review.finding_count} findings and {review.verification_count} verifications were recorded"
     )
-    done = session.scalar(
-        update(Review)
-        .where(Review.id == review.id, Review.status == ReviewStatus.RUNNING)
-        .values(status=ReviewStatus.INTERRUPTED, verdict="incomplete", reason=reason, updated_at=utcnow())
-        .returning(Review)
-        .execution_options(synchronize_session=False)
-    )
-    if done is not None:
-        append_event(session, done.run_id, "review.interrupted", review_id=done.id, reason=reason)
-    return done
+    return session.execute(_INTERRUPT_REVIEW, {"vid": review.id, "why": reason, "at": utcnow()}).first()
 
 
 def owner_evidence(session: Session, execution_id: str) -> str:

@@ -13,18 +13,10 @@ from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
-from models.status import (
-    RUN_LIVE,
-    RUN_TERMINAL,
-    ContinuationKind,
-    ContinuationStatus,
-    InteractionStatus,
-    RunStatus,
-    StepStatus,
-)
+from models.status import RUN_LIVE, RUN_TERMINAL, ContinuationKind, ContinuationStatus, RunStatus, StepStatus
 from models.store.events import append_event, append_events, event_row
-from models.store.sql import CONT, INSERT_HISTORY, INTER, RUN, STEP, Executor, bp, new_id, words
-from models.tables import Continuation, Interaction, Principal, Run, Step
+from models.store.sql import CONT, HIST, INSERT_HISTORY, INTER, RUN, STEP, Executor, bp, new_id, words
+from models.tables import Principal, Run, Step
 from parkway.errors import Conflict
 
 
@@ -245,22 +237,50 @@ FINISH_STEP = (
 )
 # As RunRecord's fields, in order.
 RUN_RECORD_COLUMNS = ("id", "workflow", "status", "completed_at", "finished_by", "warnings", "error_details")
-FINISH_RUN = (
-    update(RUN)
-    .where(RUN.c.id == bindparam("rid"), RUN.c.status.in_(words(s.value for s in RUN_LIVE)))
-    .values(
-        status=bindparam("to"),
-        result=bp("res", RUN.c.result),
-        error=bindparam("err"),
-        error_details=bp("det", RUN.c.error_details),
-        reason=bindparam("why"),
-        finished_by=bindparam("eid"),
-        updated_at=bp("at", RUN.c.updated_at),
-        completed_at=bp("at", RUN.c.completed_at),
-        projection_pending=True,
+
+
+def finish_run_update(run_id: Any) -> Any:
+    """live -> terminal for the run ``run_id`` (an expression), its values bound as ``:to``, ``:res``,
+    ``:err``, ``:det``, ``:why``, ``:eid`` and ``:at``; returns its ``RunRecord`` columns."""
+    return (
+        update(RUN)
+        .where(RUN.c.id == run_id, RUN.c.status.in_(words(s.value for s in RUN_LIVE)))
+        .values(
+            status=bindparam("to"),
+            result=bp("res", RUN.c.result),
+            error=bindparam("err"),
+            error_details=bp("det", RUN.c.error_details),
+            reason=bindparam("why"),
+            finished_by=bindparam("eid"),
+            updated_at=bp("at", RUN.c.updated_at),
+            completed_at=bp("at", RUN.c.completed_at),
+            projection_pending=True,
+        )
+        .returning(*(RUN.c[name] for name in RUN_RECORD_COLUMNS))
     )
-    .returning(*(RUN.c[name] for name in RUN_RECORD_COLUMNS))
-)
+
+
+def history_of(ended: Any) -> Any:
+    """A CTE inserting the schedule-history row of the run ``ended`` (a CTE of ``finish_run_update``)
+    made terminal in the same statement: the row commits with the record it projects."""
+    return (
+        insert(HIST)
+        .from_select(
+            ["run_id", "workflow", "status", "completed_at", "execution_id", "recorded_at"],
+            select(
+                ended.c.id,
+                ended.c.workflow,
+                ended.c.status,
+                ended.c.completed_at,
+                ended.c.finished_by,
+                bp("at", HIST.c.recorded_at),
+            ),
+        )
+        .cte("history")
+    )
+
+
+FINISH_RUN = finish_run_update(bindparam("rid"))
 
 
 def end_run(
@@ -340,46 +360,3 @@ def finish_events(
             data["reason"] = reason
         events.append(event_row(step.run_id, f"run.{status.value}", **data))
     return events
-
-
-def interrupt_run(session: Session, run_id: str, *, reason: str, execution_id: str) -> RunRecord | None:
-    """A live run -> interrupted; its live steps and pending interactions -> interrupted, each with an event.
-
-    ``None`` when the run is already terminal (a proven outcome is never overwritten).
-    """
-    run = end_run(session, run_id, RunStatus.INTERRUPTED, execution_id=execution_id, reason=reason)
-    if run is None:
-        return None
-    erase_secrets(session, run_id=run_id)
-    pending = session.scalars(
-        update(Interaction)
-        .where(Interaction.run_id == run_id, Interaction.status == InteractionStatus.PENDING)
-        .values(status=InteractionStatus.INTERRUPTED, closed_at=utcnow(), reason=reason)
-        .returning(Interaction)
-        .execution_options(synchronize_session=False)
-    ).all()
-    for i in pending:
-        append_event(session, run_id, "interaction.interrupted", interaction_id=i.id, key=i.key, reason=reason)
-    steps = session.scalars(
-        update(Step)
-        .where(Step.run_id == run_id, Step.status.in_([StepStatus.RUNNING, StepStatus.PARKED, StepStatus.RESUMING]))
-        .values(status=StepStatus.INTERRUPTED, reason=reason, updated_at=utcnow())
-        .returning(Step)
-        .execution_options(synchronize_session=False)
-    ).all()
-    for s in steps:
-        append_event(session, run_id, "step.interrupted", step_id=s.id, name=s.name, reason=reason)
-    # Any continuation of the run still waiting to be driven cannot be any more.
-    session.execute(
-        update(Continuation)
-        .where(
-            # Through the run's steps (uq_steps_run_id_seq, then uq_continuations_step_id_kind): no index of
-            # continuations by run is kept up on every insert and status change for this rare path.
-            Continuation.step_id.in_(select(Step.id).where(Step.run_id == run_id)),
-            Continuation.status.in_([ContinuationStatus.READY, ContinuationStatus.CLAIMED]),
-        )
-        .values(status=ContinuationStatus.DEAD, reason=reason, lease_expires_at=None)
-        .execution_options(synchronize_session=False)
-    )
-    append_event(session, run_id, "run.interrupted", status="interrupted", reason=reason)
-    return run

@@ -65,7 +65,8 @@ def bp(name: str, column: Any) -> Any:
     return bindparam(name, type_=column.type)
 
 
-INSERT_EVENT = insert(cast(Table, Event.__table__))
+EVENTS = cast(Table, Event.__table__)
+INSERT_EVENT = insert(EVENTS)
 INSERT_HISTORY = insert(HIST)
 
 
