@@ -20,6 +20,7 @@ from models.status import (
     RunStatus,
     StepStatus,
 )
+from models.store.driver import DriverStatement
 from models.store.events import event_params, event_row, events_if
 from models.store.interactions import (
     INTERACTION,
@@ -54,7 +55,7 @@ def _interaction_locked(read: Any) -> Any:
     )
 
 
-_INTERACTION_LOCKED = _interaction_locked(interaction_read(bindparam("pid"), _ANSWER_READS))
+_INTERACTION_LOCKED = DriverStatement(_interaction_locked(interaction_read(bindparam("pid"), _ANSWER_READS)))
 
 
 @dataclass
@@ -150,7 +151,7 @@ def _answer_and_make_due() -> Any:
     )
 
 
-_ANSWER_AND_MAKE_DUE = _answer_and_make_due()
+_ANSWER_AND_MAKE_DUE = DriverStatement(_answer_and_make_due())
 
 
 def answer(
@@ -200,7 +201,7 @@ def answer(
               interaction.step_continuation)  # fmt: skip
     ready = event_row(due.run_id, "continuation.ready", continuation_id=due.id, step_id=due.step_id, name=due.name)
     params.update(sid=interaction.step_id, cid=due.id, **event_params([answered, ready]))
-    combined = session.execute(_ANSWER_AND_MAKE_DUE, params).first()
+    combined = _ANSWER_AND_MAKE_DUE.first(session, params)
     if combined is None:
         # The read's snapshot predates its wait for the step's lock: another answer, a cancel or an expiry
         # may have committed meanwhile, or the run ended. Read again, the lock held, and say which.

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from models.clock import db_now
 from models.status import ContinuationStatus, InteractionKind, InteractionStatus, PrincipalKind, ReviewStatus
+from models.store.driver import DriverStatement
 from models.store.sql import CONT, GRANT, INTER, PRIN, REV, RUN, STEP, word
 from models.tables import Continuation
 
@@ -106,7 +107,7 @@ def _claim_context(claimed: Any = None) -> Any:
 _CLAIM_CONTEXT = _claim_context()
 # PostgreSQL: the claim's compare-and-set and the joined read in one statement (one round trip, and no
 # transaction to open and commit around them).
-_CLAIM_WITH_CONTEXT = _claim_context(_CLAIM.cte("claimed"))
+_CLAIM_WITH_CONTEXT = DriverStatement(_claim_context(_CLAIM.cte("claimed")))
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def claim_in_one_statement(
     ``None`` when nothing was claimed (see ``claim``); the caller then looks at the row in a transaction.
     """
     params = {"cid": continuation_id, "max_attempts": max_attempts, "eid": execution_id, "lease_s": lease_s}
-    rows = conn.execute(_CLAIM_WITH_CONTEXT, params).all()
+    rows = _CLAIM_WITH_CONTEXT.rows(conn, params)
     if not rows:
         return None
     first = rows[0]

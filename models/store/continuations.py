@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from models.base import utcnow
 from models.status import ContinuationKind, ContinuationStatus, RunStatus
 from models.store.claims import claimable
+from models.store.driver import DriverStatement
 from models.store.events import event_params, events_if, resumed_event
 from models.store.interrupts import Dead, give_up
 from models.store.runs import (
@@ -80,7 +81,7 @@ def _consume_and_finish_run() -> Any:
     )
 
 
-_CONSUME_AND_FINISH_RUN = _consume_and_finish_run()
+_CONSUME_AND_FINISH_RUN = DriverStatement(_consume_and_finish_run())
 
 
 def consume_and_finish_run(
@@ -107,7 +108,7 @@ def consume_and_finish_run(
         resumed_event(step.run_id, step.id, step.name, continuation_id),
         *finish_events(step, status, execution_id, True, error=error, reason=None, error_details=error_details),
     ]
-    row = session.execute(_CONSUME_AND_FINISH_RUN, {**params, **event_params(events)}).first()
+    row = _CONSUME_AND_FINISH_RUN.first(session, {**params, **event_params(events)})
     if row is None:
         return False, None
     return True, (RunRecord(*row[1:]) if row.id is not None else None)

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from models.base import utcnow
 from models.clock import db_now
 from models.status import RUN_TERMINAL, ContinuationKind, InteractionStatus, RunStatus, StepStatus
+from models.store.driver import DriverStatement
 from models.store.events import append_event, append_events, event_select, insert_events
 from models.store.principals import ANSWERERS, Actor
 from models.store.runs import FINISH_STEP, Due, finish_run_update, history_of, insert_continuation
@@ -80,7 +81,11 @@ def read_interaction(
 ) -> tuple[Row[Any], str]:
     """``statement`` (``INTERACTION`` or the answer's locking read) for this interaction and principal;
     ``NotFound`` for an unknown id, then as ``authorize`` for ``act``."""
-    interaction = session.execute(statement, {"iid": interaction_id_, "pid": principal.id}).first()
+    params = {"iid": interaction_id_, "pid": principal.id}
+    if isinstance(statement, DriverStatement):
+        interaction = statement.first(session, params)
+    else:
+        interaction = session.execute(statement, params).first()
     if interaction is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
     authorize(interaction, principal, act)

@@ -144,8 +144,8 @@ def insert_continuation(
 
 def set_run_status(session: Session, run_id: str, from_: Iterable[str], to: RunStatus) -> Run | None:
     """from -> to between live statuses; ``None`` when it is not in a ``from`` status any more (a run ends
-    only through ``end_run``)."""
-    assert to not in RUN_TERMINAL, f"a run ends through end_run, not set_run_status ({to})"
+    only through ``finish_run``)."""
+    assert to not in RUN_TERMINAL, f"a run ends through finish_run, not set_run_status ({to})"
     return session.scalar(
         update(Run)
         .where(Run.id == run_id, Run.status.in_([str(s) for s in from_]))
@@ -283,28 +283,6 @@ def history_of(ended: Any) -> Any:
 FINISH_RUN = finish_run_update(bindparam("rid"))
 
 
-def end_run(
-    session: Session,
-    run_id: str,
-    status: RunStatus,
-    *,
-    execution_id: str,
-    result: Any = None,
-    error: str | None = None,
-    reason: str | None = None,
-    error_details: Any = None,
-) -> RunRecord | None:
-    """live -> terminal for a run (the one compare-and-set that writes a canonical terminal record),
-    with its schedule-history row; ``None`` when the run already ended (a proven outcome is kept)."""
-    values = {"res": result, "err": error, "det": error_details, "why": reason, "at": utcnow()}
-    row = session.execute(FINISH_RUN, {"rid": run_id, "to": status.value, "eid": execution_id, **values}).first()
-    if row is None:
-        return None
-    run = RunRecord(*row)
-    _record_terminal_history(session, run)
-    return run
-
-
 def finish_run(
     session: Session,
     step: StepLike,
@@ -320,8 +298,11 @@ def finish_run(
     schedule-history row; returns that record, or ``None`` when the run was already terminal."""
     values = {"res": result, "err": error, "why": reason, "at": utcnow()}
     session.execute(FINISH_STEP, {"sid": step.id, "step_to": STEP_OF_RUN[status].value, **values})
-    run = end_run(session, step.run_id, status, execution_id=execution_id, result=result, error=error,
-                   reason=reason, error_details=error_details)  # fmt: skip
+    ending = {"rid": step.run_id, "to": status.value, "eid": execution_id, "det": error_details, **values}
+    row = session.execute(FINISH_RUN, ending).first()
+    run = None if row is None else RunRecord(*row)
+    if run is not None:
+        _record_terminal_history(session, run)
     erase_secrets(session, run_id=step.run_id)
     ended = run is not None
     append_events(session, finish_events(step, status, execution_id, ended, error=error, reason=reason,
