@@ -188,7 +188,7 @@ def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]])
 
 def renew_lease(session: Session, continuation_id: str, *, execution_id: str, lease_s: float) -> bool:
     """claimed -> claimed with a lease ending ``lease_s`` after the database's clock, only for the
-    execution that holds it."""
+    execution that holds it; ``False`` when it holds it no more."""
     row = session.scalar(
         update(Continuation)
         .where(

@@ -1,5 +1,5 @@
-"""The four statements of a continuation's hot path (claim, run-ending consume, an answer's read and its
-write), run on the connection's psycopg cursor.
+"""The statements of the hot path (a claim, a run-ending consume, an answer's read and its write, a principal
+read by name), run on the connection's psycopg cursor.
 
 SQLAlchemy compiles each once per dialect, at first use; an execution then costs what psycopg costs: no
 execution context or result object per statement (about half the claim's client CPU). Only public APIs:

@@ -11,13 +11,14 @@ from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.status import PrincipalKind
+from models.store.driver import DriverStatement
 from models.store.sql import PRIN, Executor, new_id
 from models.tables import Grant, Principal
 from parkway.errors import Forbidden
 
 
 def create_principal(session: Session, *, kind: str, name: str, token_hash: str | None) -> Principal | None:
-    """Insert a principal; ``None`` when the name is taken."""
+    """none -> live: a new principal; ``None`` when the name is taken (nothing is written)."""
     principal = Principal(id=new_id(), kind=PrincipalKind(kind).value, name=name, token_hash=token_hash)
     try:
         with session.begin_nested():
@@ -54,13 +55,14 @@ class PrincipalRef:
 
 
 _LIVE_NAMED = and_(PRIN.c.name == bindparam("pname"), PRIN.c.disabled_at.is_(None))
-_PRINCIPAL_REF = select(PRIN.c.id, PRIN.c.name, PRIN.c.kind).where(_LIVE_NAMED)
+_PRINCIPAL_REF = DriverStatement(select(PRIN.c.id, PRIN.c.name, PRIN.c.kind).where(_LIVE_NAMED))
 
 
 def principal_ref_by_name(session: Executor, name: str) -> PrincipalRef | None:
     """The live principal's id, name and kind by name, as a plain read (no ORM entity to load and
-    track); ``None`` for a name no principal has, or a disabled one's."""
-    row = session.execute(_PRINCIPAL_REF, {"pname": name}).first()
+    track; on the driver's cursor: an answer by name makes it first); ``None`` for a name no principal
+    has, or a disabled one's."""
+    row = _PRINCIPAL_REF.first(session, {"pname": name})
     return None if row is None else PrincipalRef(row.id, row.name, row.kind)
 
 
@@ -69,7 +71,7 @@ def unknown_principal(name: str) -> Forbidden:
 
 
 def create_grant(session: Session, *, principal_id: str, target: str) -> Grant:
-    """Give a principal access to a target (a new grant row each time; revoking one revokes it only)."""
+    """none -> live: a grant of a target to a principal (a new row each time; revoking one revokes it only)."""
     grant = Grant(id=new_id(), principal_id=principal_id, target=target, created_at=utcnow())
     session.add(grant)
     session.flush()

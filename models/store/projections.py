@@ -23,7 +23,7 @@ def lock_run_for_projection(session: Session, run_id: str) -> Run | None:
 
 
 def record_schedule_history(session: Session, run: Run) -> ScheduleHistory:
-    """Write (or correct) the run's schedule-history row to its canonical terminal record."""
+    """none (or stale) -> the run's schedule-history row as its canonical terminal record (never ``None``)."""
     assert run.completed_at is not None and run.finished_by is not None
     row = session.get(ScheduleHistory, run.id)
     status, _ = normalize_run_status(run.status)
@@ -51,7 +51,8 @@ _CLEAR_PROJECTION = (
 
 
 def clear_projection_pending(session: Session, run: RunRecord | Run) -> bool:
-    """projection_pending -> done, only while the run's terminal record is what was projected."""
+    """projection_pending -> done, only while the run's terminal record is what was projected; ``False``
+    when it changed or was cleared already."""
     result = session.execute(_CLEAR_PROJECTION, {"rid": run.id, "was": run.status, "by": run.finished_by})
     return getattr(result, "rowcount", 0) == 1
 

@@ -30,7 +30,7 @@ def create_run(
     idempotency_key: str | None,
     request_digest: str,
 ) -> tuple[Run, Due | None]:
-    """Insert a run, its first step and that step's ready continuation.
+    """none -> running: a run, its first step and that step's ready continuation.
 
     With an idempotency key already used by this owner: the same body returns the existing run and
     ``None`` for the continuation; a different body raises ``Conflict``.
@@ -294,8 +294,9 @@ def finish_run(
     reason: str | None = None,
     error_details: Any = None,
 ) -> RunRecord | None:
-    """The step ends and its run takes its canonical terminal status (written once, by CAS), with its
-    schedule-history row; returns that record, or ``None`` when the run was already terminal."""
+    """The step -> its end status and the run: live -> terminal (written once, by CAS), with its
+    schedule-history row; returns that record, or ``None`` when the run was already terminal (a proven
+    outcome is kept)."""
     values = {"res": result, "err": error, "why": reason, "at": utcnow()}
     session.execute(FINISH_STEP, {"sid": step.id, "step_to": STEP_OF_RUN[status].value, **values})
     ending = {"rid": step.run_id, "to": status.value, "eid": execution_id, "det": error_details, **values}

@@ -37,7 +37,7 @@ class InteractionSpec:
 
 
 def next_step(session: Session, step: StepLike, *, name: str, payload: Any) -> Due:
-    """The step completes and hands over to a new step with its own ready continuation."""
+    """running|resuming -> completed for the step, and a new step -> running with its ready continuation."""
     set_step_status(
         session, step.id, [StepStatus.RUNNING, StepStatus.RESUMING], StepStatus.COMPLETED, result={"next": name}
     )
@@ -60,7 +60,8 @@ def park(
     interactions: Sequence[InteractionSpec],
     from_continuation: bool,
 ) -> Step:
-    """The step parks with all its interactions at once, and the run waits.
+    """running -> parked with all its interactions at once, and the run running -> waiting (a resuming step
+    -> completed first, the wait made on a new step).
 
     A continuation that parks again does so as a new step (every wait has its own step and at most one
     continuation).
