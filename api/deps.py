@@ -1,5 +1,6 @@
-"""Dependencies: the caller (``PrincipalDep``, the kind-restricted aliases, or an unread ``Credential``),
-a read session, and the API's thread pool for blocking work."""
+"""Dependencies: the caller (``PrincipalDep``, the kind-restricted aliases, or the bearer token not yet
+read, ``TokenDep``), a read session, and the API's thread pool for blocking work. Authentication and the
+kind checks happen here: the store is handed the principal they found."""
 
 from __future__ import annotations
 
@@ -17,10 +18,8 @@ from sqlalchemy.orm import Session
 from api import errors
 from api.errors import ApiError
 from models import access
-from models.store import ANSWERERS, Credential
 from models.tables import Principal
 from parkway.db import read_statement, session_factory
-from parkway.errors import Unauthenticated, WrongKind
 from parkway.settings import get_settings
 from parkway.tokens import hash_token
 
@@ -68,28 +67,24 @@ def current_principal(
 PrincipalDep = Annotated[Principal, Depends(current_principal)]
 
 
-def credential(credentials: HTTPAuthorizationCredentials | None, kinds: tuple[str, ...]) -> Credential:
-    """The caller as the token it presented, not yet read (no I/O): for a route whose own statement reads
-    the principal (an answer). No token at all is a 401 at once."""
-    if credentials is None or not credentials.credentials:
-        raise ApiError(401, errors.NO_TOKEN, headers=CHALLENGE)
-    return Credential(hash_token(credentials.credentials), kinds)
-
-
-def caller_error(exc: Unauthenticated | WrongKind) -> ApiError:
-    """A credential's principal refused by the store, as ``current_principal`` and ``require`` say it."""
-    if isinstance(exc, Unauthenticated):
-        return ApiError(401, errors.BAD_TOKEN, headers=CHALLENGE)
-    return ApiError(403, errors.WRONG_KIND.format(kinds=" or ".join(exc.kinds), kind=exc.kind, name=exc.name))
-
-
-async def answerer_credential(
+async def bearer_token(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> Credential:
-    return credential(credentials, ANSWERERS)
+) -> str | None:
+    """The bearer token as presented, not yet read (no I/O): for a route that authenticates on the thread
+    its work runs on (an answer: one hop off the event loop, not two)."""
+    return credentials.credentials if credentials is not None else None
 
 
-AnswererCredentialDep = Annotated[Credential, Depends(answerer_credential)]
+TokenDep = Annotated[str | None, Depends(bearer_token)]
+
+
+def admitted(principal: Principal, kinds: tuple[str, ...]) -> Principal:
+    """The principal, if it is of one of ``kinds``; a 403 ``ApiError`` otherwise."""
+    if principal.kind not in kinds:
+        raise ApiError(
+            403, errors.WRONG_KIND.format(kinds=" or ".join(kinds), kind=principal.kind, name=principal.name)
+        )
+    return principal
 
 
 _executor: list[ThreadPoolExecutor] = []
@@ -109,12 +104,7 @@ def require(*kinds: str) -> Callable[[Principal], Awaitable[Principal]]:
     """A dependency that admits only principals of these kinds (403 for the others)."""
 
     async def check(principal: PrincipalDep) -> Principal:  # no I/O: on the event loop, no thread hop
-        if principal.kind not in kinds:
-            raise ApiError(
-                403,
-                errors.WRONG_KIND.format(kinds=" or ".join(kinds), kind=principal.kind, name=principal.name),
-            )
-        return principal
+        return admitted(principal, kinds)
 
     return check
 

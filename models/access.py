@@ -265,12 +265,9 @@ def _final_below(session: Session) -> ColumnElement[int]:
     PostgreSQL: an event's ``seq`` is its writing transaction's id << 16 | n (migration 0004). Every
     transaction below the snapshot's ``xmin`` has ended, and every transaction still open, or yet to
     start, has an id at or above it: an event not committed yet (or not written yet) always sorts above
-    this bound. SQLite has one writer at a time, holding the write lock until it commits, so its seqs are
-    in commit order and everything committed is final. The one place that tells the two apart.
+    this bound.
     """
-    if session.get_bind().dialect.name == "postgresql":
-        return literal_column("(pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16)", BigInteger())
-    return select(func.coalesce(func.max(Event.seq), 0) + 1).scalar_subquery()
+    return literal_column("(pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16)", BigInteger())
 
 
 def run_events(session: Session, run_id: str, *, after: int, limit: int) -> Page[Event]:
@@ -320,8 +317,8 @@ def oldest_ready(session: Session) -> tuple[datetime | None, datetime | None]:
     """``(created_at, enqueued_at)`` of the oldest ``ready`` continuation by each, or ``None`` for none.
 
     Both read only the rows of the partial index ``ix_continuations_ready``: the cost follows the number
-    of ready rows, never the size of the table. The status is rendered literally so SQLite's planner and
-    PostgreSQL's generic plans can match the index's ``WHERE status = 'ready'``.
+    of ready rows, never the size of the table. The status is rendered literally so PostgreSQL's generic
+    plans can match the index's ``WHERE status = 'ready'``.
     """
     ready = Continuation.status == literal_column("'ready'")
     created = session.scalar(select(Continuation.created_at).where(ready).order_by(Continuation.created_at).limit(1))

@@ -22,26 +22,13 @@ class Base(DeclarativeBase):
 
 
 class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+    """``timestamptz``, read back in UTC (the driver returns it in the session's time zone)."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        value = value.astimezone(UTC)
-        # SQLite compares datetimes as text: store naive UTC so comparisons stay exact.
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+        return None if value is None else value.astimezone(UTC)
 
 
 def utcnow() -> datetime:

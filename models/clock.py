@@ -4,7 +4,7 @@ Every host's Python clock may be off (a worker ten minutes ahead would hand out 
 time, one behind would see live leases as expired); the database's clock is the one all of them share.
 ``db_now()`` renders as ``now()`` on PostgreSQL: the transaction's start, a stable function, so the
 planner can still use an index on ``lease_expires_at < now()`` (``clock_timestamp()`` is volatile and
-would not). On SQLite (going away) it is SQLite's own ``'now'``: the calling process's clock.
+would not).
 """
 
 from __future__ import annotations
@@ -45,16 +45,3 @@ def _postgresql(element: _DbNow, compiler: SQLCompiler, **kw: Any) -> str:
     if not args:
         return "now()"
     return f"(now() + make_interval(secs => {compiler.process(args[0], **kw)}))"
-
-
-# SQLite stores UTCDateTime as naive 'YYYY-MM-DD HH:MM:SS.ffffff' text and compares it as text: '%f' gives
-# milliseconds ('SS.SSS'), the '000' makes them the six digits SQLAlchemy writes and parses.
-_SQLITE_FORMAT = "'%Y-%m-%d %H:%M:%f000'"
-
-
-@compiles(_DbNow, "sqlite")
-def _sqlite(element: _DbNow, compiler: SQLCompiler, **kw: Any) -> str:
-    args = list(element.clauses)
-    if not args:
-        return f"strftime({_SQLITE_FORMAT}, 'now')"
-    return f"strftime({_SQLITE_FORMAT}, julianday('now') + ({compiler.process(args[0], **kw)}) / 86400.0)"

@@ -40,9 +40,9 @@ class Wait:
 
 def _owner_granted() -> Any:
     """The run's owner holds a live grant on its target (admins hold every target), as the claim reads it
-    (``store._claim_context``): keep the two the same."""
+    (``models.store.claims``): keep the two the same."""
     return or_(
-        _P.c.kind == store._literal(PrincipalKind.ADMIN),
+        _P.c.kind == store.word(PrincipalKind.ADMIN),
         exists().where(_G.c.principal_id == _P.c.id, _G.c.target == _R.c.target, _G.c.revoked_at.is_(None)),
     )
 
@@ -50,10 +50,10 @@ def _owner_granted() -> Any:
 # Both selections walk the pending interactions (``ix_interactions_pending``) and look up each one's step
 # or run in a scalar subquery: PostgreSQL runs that per row through the primary key, never as a join that
 # the planner may turn into a scan of the whole steps or runs table (it did, at 10^5 terminal runs).
-_PENDING = _I.c.status == store._literal(InteractionStatus.PENDING)
+_PENDING = _I.c.status == store.word(InteractionStatus.PENDING)
 _PARKED_ON = (
     select(_S.c.continuation)
-    .where(_S.c.id == _I.c.step_id, _S.c.status == store._literal(StepStatus.PARKED))
+    .where(_S.c.id == _I.c.step_id, _S.c.status == store.word(StepStatus.PARKED))
     .scalar_subquery()
 )
 _OWNER_GRANTED = (
@@ -99,9 +99,7 @@ def interrupt_wait(session: Session, wait: Wait) -> store.RunRecord | None:
     the run already ended (the CAS lost).
     """
     locked = session.execute(
-        store._skip_locked(
-            session, select(_S.c.id).where(_S.c.id == wait.step_id, _S.c.status == store._literal(StepStatus.PARKED))
-        )
+        store.skip_locked(select(_S.c.id).where(_S.c.id == wait.step_id, _S.c.status == store.word(StepStatus.PARKED)))
     ).first()
     if locked is None:
         return None

@@ -22,7 +22,7 @@ _R = cast(Table, Run.__table__)
 BACKOFF_BASE_S = 1.0  # after the first failure
 BACKOFF_CAP_S = 300.0  # the longest a failing projection waits between attempts
 
-# Written as the index's expression, so both planners match ``ix_runs_projection_pending``.
+# Written as the index's expression, so the planner matches ``ix_runs_projection_pending``.
 due_at = func.coalesce(text("projection_next_at"), text("completed_at"))
 
 
@@ -34,10 +34,9 @@ def backoff_s(attempts: int) -> float:
 def pending_projections(session: Session, *, batch: int) -> list[str]:
     """Terminal runs whose projections are pending and due now, the longest due first (at most ``batch``;
     rows another projector holds are skipped)."""
-    pg = session.get_bind().dialect.name == "postgresql"
-    pending = text("projection_pending" if pg else "projection_pending = 1")  # the index's predicate, verbatim
+    pending = text("projection_pending")  # the index's predicate, verbatim
     stmt = select(Run.id).where(pending, due_at <= db_now()).order_by(due_at).limit(batch)
-    return list(session.scalars(stmt.with_for_update(skip_locked=True) if pg else stmt).all())
+    return list(session.scalars(stmt.with_for_update(skip_locked=True)).all())
 
 
 def record_projection_failure(session: Session, run: Run) -> datetime | None:

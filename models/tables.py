@@ -40,8 +40,7 @@ from models.status import (
 )
 
 ID = String(64)
-# BIGINT on PostgreSQL, INTEGER (rowid alias, so autoincrementing) on SQLite.
-BigId = BigInteger().with_variant(Integer(), "sqlite")
+BigId = BigInteger()
 
 
 def one_of(name: str, words: Iterable[str]) -> CheckConstraint:
@@ -81,7 +80,6 @@ class PageSession(Base):
             "ix_page_sessions_open",
             "principal_id",
             postgresql_where=text("ended_at IS NULL"),
-            sqlite_where=text("ended_at IS NULL"),
         ),
     )
 
@@ -101,7 +99,6 @@ class Grant(Base):
             "principal_id",
             "target",
             postgresql_where=text("revoked_at IS NULL"),
-            sqlite_where=text("revoked_at IS NULL"),
         ),
     )
 
@@ -140,7 +137,6 @@ class Run(Base):
             "ix_runs_projection_pending",
             func.coalesce(text("projection_next_at"), text("completed_at")),
             postgresql_where=text("projection_pending"),
-            sqlite_where=text("projection_pending = 1"),
         ),
     )
 
@@ -201,14 +197,12 @@ class Interaction(Base):
             "ix_interactions_pending_expiry",
             "expires_at",
             postgresql_where=text("status = 'pending' AND expires_at IS NOT NULL"),
-            sqlite_where=text("status = 'pending' AND expires_at IS NOT NULL"),
         ),
         # The waits the sweep checks for a lost authority or an unregistered continuation (models/fail_closed.py).
         Index(
             "ix_interactions_pending",
             "step_id",
             postgresql_where=text("status = 'pending'"),
-            sqlite_where=text("status = 'pending'"),
         ),
     )
 
@@ -240,20 +234,17 @@ class Continuation(Base):
             "ix_continuations_ready",
             "enqueued_at",
             postgresql_where=text("status = 'ready'"),
-            sqlite_where=text("status = 'ready'"),
         ),
         Index(
             "ix_continuations_claimed",
             "lease_expires_at",
             postgresql_where=text("status = 'claimed'"),
-            sqlite_where=text("status = 'claimed'"),
         ),
         # Is the execution that owns a review still alive? (stranded-review sweep)
         Index(
             "ix_continuations_claimed_by",
             "claimed_by",
             postgresql_where=text("status = 'claimed'"),
-            sqlite_where=text("status = 'claimed'"),
         ),
     )
 
@@ -262,7 +253,7 @@ class Event(Base):
     __tablename__ = "events"
 
     # PostgreSQL: server default ``parkway_event_seq()`` (migration 0004), the writing transaction's id << 16
-    # | its n-th event, so readers can deliver exactly (models/access.py); no insert may set it. SQLite: rowid.
+    # | its n-th event, so readers can deliver exactly (models/access.py); no insert may set it.
     seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     type: Mapped[str] = mapped_column(String(64))
@@ -296,7 +287,6 @@ class Review(Base):
             "ix_reviews_running",
             "created_at",
             postgresql_where=text("status = 'running'"),
-            sqlite_where=text("status = 'running'"),
         ),
     )
 

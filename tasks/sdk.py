@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, TypeVar
 
-from jsonschema import Draft202012Validator
-from sqlalchemy import Row
-
 from models import jsonsafe, store
+from models.answers import PERMISSION_SCHEMA
 from models.jsonsafe import json_problem
 from models.status import InteractionKind, PrincipalKind
-from models.store import Answer, Credential, InteractionSpec
+from models.store import Actor, Answer, InteractionSpec
 from models.tables import Interaction, Principal
 from parkway.crash import crash_point
-from parkway.crypto import split_sensitive
 from parkway.db import core_transaction, transaction
 from parkway.errors import (
     Conflict,
@@ -62,13 +57,6 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-PERMISSION_SCHEMA = {
-    "type": "object",
-    "properties": {"approved": {"type": "boolean"}},
-    "required": ["approved"],
-    "additionalProperties": False,
-}
 
 
 class ContinuationNotRegistered(NotRegistered):
@@ -351,6 +339,17 @@ def start_run(
     return run_id
 
 
+def _actor(session: store.Executor, principal: str | Actor) -> Actor:
+    """A Python caller's principal by name (``Forbidden`` for a name no live principal has), or the one the
+    API authenticated."""
+    if not isinstance(principal, str):
+        return principal
+    found = store.principal_ref_by_name(session, principal)
+    if found is None:
+        raise store.unknown_principal(principal)
+    return found
+
+
 def _principal(session: Any, name: str | Principal) -> Any:
     """The principal by name, or as the caller already read it (the API authenticated it this request)."""
     if isinstance(name, Principal):
@@ -370,52 +369,13 @@ def response_digest(value: Any) -> str:
     return hmac.new(key, store.canonical_json(value).encode(), hashlib.sha256).hexdigest()
 
 
-@lru_cache(maxsize=512)
-def _validator(schema_json: str) -> Draft202012Validator:
-    """Compiled validators, by schema text: building one costs far more than validating with it."""
-    return Draft202012Validator(json.loads(schema_json))
-
-
-def validate_value(interaction: Interaction | Row[Any], value: Any) -> None:
-    """Raise ``InvalidAnswer`` (nothing stored) when the value fails the interaction's schema."""
-    schema = PERMISSION_SCHEMA if interaction.kind == InteractionKind.PERMISSION else interaction.schema
-    validator = _validator(store.canonical_json(schema or {}))
-    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.path))
-    if errors:
-        sensitive = {str(k) for k in (interaction.sensitive or [])}
-        messages = [_describe(e, sensitive) for e in errors][:20]
-        raise InvalidAnswer(
-            f"the value does not match the schema of interaction {interaction.id} ({messages[0]})",
-            {"id": interaction.id, "status": interaction.status},
-            errors=messages,
-        )
-
-
-def seal_value(interaction: Interaction | Row[Any], value: Any) -> tuple[Any, str | None]:
-    """Split a value into what is stored in clear and the sealed (encrypted) sensitive fields."""
-    return split_sensitive(value, [str(k) for k in (interaction.sensitive or [])])
-
-
-def _describe(error: Any, sensitive: set[str]) -> str:
-    """A schema violation as a sentence; never quoting a sensitive field's value."""
-    where = "/".join(map(str, error.path)) or "(value)"
-    secret = bool(sensitive) and (not error.path or str(error.path[0]) in sensitive)
-    if secret and error.validator not in ("required", "additionalProperties"):
-        return f"{where}: does not match the schema ({error.validator})"
-    return f"{where}: {error.message}"
-
-
-def answer(
-    interaction_id: str, value: Any, *, response_id: str, principal: str | Principal | Credential
-) -> dict[str, Any]:
-    """Answer an interaction as ``principal`` (a name, a ``Principal`` the caller has just authenticated,
-    or the ``Credential`` it presented, read with the interaction): first response wins, an exact retry
-    gets the same receipt.
+def answer(interaction_id: str, value: Any, *, response_id: str, principal: str | Actor) -> dict[str, Any]:
+    """Answer an interaction as ``principal`` (a name, or the principal the caller has just authenticated):
+    first response wins, an exact retry gets the same receipt.
 
     Returns ``{status, response_id, answered_at}``; raises ``Conflict``, ``Gone``, ``InvalidAnswer``,
-    ``Forbidden`` or ``NotFound`` carrying the authoritative state (for a credential, ``Unauthenticated``
-    or ``WrongKind`` before any of them). The step's continuation is published only after the answer
-    that made it due has committed.
+    ``Forbidden`` (``WrongKind`` for an agent) or ``NotFound`` carrying the authoritative state. The step's
+    continuation is published only after the answer that made it due has committed.
     """
     if not response_id:
         raise InvalidAnswer("a response_id is required so that retries can be recognized")
@@ -423,16 +383,9 @@ def answer(
         raise InvalidAnswer(f"the answer is not JSON Parkway can store ({problem})", errors=[problem])
     digest = response_digest(value)
     with core_transaction() as conn:
-        receipt = store.answer(
-            conn,
-            interaction_id,
-            value=value,
-            seal=seal_value,
-            response_id=response_id,
-            response_digest=digest,
-            principal=principal,
-            validate=validate_value,
-        )
+        who = _actor(conn, principal)
+        receipt = store.answer(conn, interaction_id, value=value, response_id=response_id, response_digest=digest,
+                               principal=who)  # fmt: skip
         due = receipt.continuation
         to_publish = [(due.id, due.kind)] if due is not None else []
     crash_point("answer.after_commit")
@@ -440,7 +393,9 @@ def answer(
     return receipt.as_dict()
 
 
-def cancel(interaction_id: str, *, response_id: str, principal: str, reason: str | None = None) -> dict[str, Any]:
+def cancel(
+    interaction_id: str, *, response_id: str, principal: str | Actor, reason: str | None = None
+) -> dict[str, Any]:
     """Cancel the parked step of an interaction: its pending interactions, the step and the run.
 
     Returns ``{status: "canceled", response_id, canceled_at}``; raises like ``answer``.
@@ -448,7 +403,7 @@ def cancel(interaction_id: str, *, response_id: str, principal: str, reason: str
     if not response_id:
         raise InvalidAnswer("a response_id is required so that retries can be recognized")
     with transaction() as session:
-        who = store.actor(session, principal)
+        who = _actor(session, principal)
         receipt = store.cancel(session, interaction_id, response_id=response_id, principal=who, reason=reason)
         run_id = session.get_one(Interaction, interaction_id).run_id
     from tasks.projection import project_quietly

@@ -20,7 +20,7 @@ from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
 from models.store import Claim
 from parkway.crash import crash_point
 from parkway.crypto import join_sensitive
-from parkway.db import get_engine, is_postgres, require_durable, single_statement, transaction
+from parkway.db import single_statement, transaction
 from parkway.errors import NotRegistered, WorkflowError
 from parkway.logs import bind, bound, in_context
 from parkway.settings import get_settings
@@ -185,42 +185,22 @@ def _execute(continuation_id: str, execution_id: str) -> str:
         outcome = _run_body(claim.continuation.kind, claim.continuation.name, ctx, prepared.body_input,
                             prepared.answers)  # fmt: skip
     crash_point("resume.before_commit")
-    ending = _run_ending(outcome)
-    if ending is not None and is_postgres(get_engine()) and _ends_plainly(claim, ctx, outcome):
-        # The common end of a run: the consume, every write of the run's end and its events are one
-        # statement, committed on its own (autocommit: no BEGIN and COMMIT round trips).
-        with single_statement() as conn:
-            won, ended = store.consume_and_finish_run(
-                conn, continuation_id, claim.step, execution_id=execution_id, **ending
-            )
-        if not won:
-            log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
-            return "lost"
-        return _committed(outcome, [], ended, extra)
-    with transaction() as session:
-        if store.consume(session, continuation_id, execution_id=execution_id) is None:
-            log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
-            return "lost"
-        if claim.review_running or ctx.started_reviews:  # otherwise no review of the step can be running
-            outcome = _review_guard(session, claim, outcome, execution_id)
-        if not isinstance(outcome, Complete | Fail):
-            # Read once, by this continuation: the sealed values go in the same transaction as the consume
-            # (a run that ends here has every sealed value of the run erased by ``finish_run``).
-            store.erase_secrets(session, step_id=claim.step.id)
-        due, ended = _commit_outcome(session, claim, outcome, execution_id)
-        if not isinstance(outcome, Fail | Interrupted):
-            for fn in ctx._in_commit:
-                fn(session)
-        to_publish = [(c.id, c.kind) for c in due]
-    return _committed(outcome, to_publish, ended, extra)
+    committed = store.commit_outcome(claim, _for_store(outcome), execution_id=execution_id,
+                                     reviews_started=bool(ctx.started_reviews), in_commit=ctx._in_commit)  # fmt: skip
+    if committed is None:
+        log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
+        return "lost"
+    to_publish = [(c.id, c.kind) for c in committed.due]
+    return _committed(_named(committed.outcome), to_publish, committed.ended, extra)
 
 
 def _committed(
-    outcome: Result, to_publish: list[tuple[str, str]], ended: store.RunRecord | None, extra: dict[str, Any]
+    outcome: str, to_publish: list[tuple[str, str]], ended: store.RunRecord | None, extra: dict[str, Any]
 ) -> str:
-    """After the consume committed: publish what it made due and project the run it ended."""
-    bind(outcome=type(outcome).__name__)
-    log.debug("committed %s", type(outcome).__name__, extra={**extra, "action": "commit"})
+    """After the consume committed (``outcome``, named as the SDK names it): publish what it made due and
+    project the run it ended."""
+    bind(outcome=outcome)
+    log.debug("committed %s", outcome, extra={**extra, "action": "commit"})
     crash_point("resume.after_commit")
     publish(to_publish, retry=False)  # once: the sweep relays a lost publish after PARKWAY_REENQUEUE_AFTER_S
     if ended is not None:
@@ -228,61 +208,54 @@ def _committed(
     return "committed"
 
 
-def _ends_plainly(claim: Claim, ctx: Context, outcome: Result) -> bool:
-    """No review of the step can be running and no ``in_commit`` callback must run in the commit."""
-    return not (claim.review_running or ctx.started_reviews) and (isinstance(outcome, Fail) or not ctx._in_commit)
-
-
-def _run_ending(outcome: Result) -> dict[str, Any] | None:
-    """``finish_run``'s arguments for an outcome that ends the run (Complete, Fail), else ``None``."""
+def _for_store(outcome: Result) -> store.StepOutcome:
+    """The body's outcome as the store commits it (a Park's interactions as validated specs)."""
     if isinstance(outcome, Complete):
-        return {"status": RunStatus.COMPLETED, "result": outcome.result}
+        return store.Ending(RunStatus.COMPLETED, result=outcome.result)
     if isinstance(outcome, Fail):  # a failed run's result is null; its details have a field of their own
-        return {"status": RunStatus.FAILED, "error": outcome.error, "error_details": outcome.details}
-    return None
+        return store.Ending(RunStatus.FAILED, error=outcome.error, details=outcome.details)
+    if isinstance(outcome, Next):
+        return store.Handover(outcome.step, outcome.payload)
+    if isinstance(outcome, Park):
+        return store.Parking(outcome.continuation, outcome.snapshot, interaction_specs(outcome.interactions))
+    return store.Interruption(outcome.reason)
+
+
+def _named(outcome: store.StepOutcome) -> str:
+    """The committed outcome by the SDK's name for it (logs: ``outcome=Complete``)."""
+    if isinstance(outcome, store.Ending):
+        return "Complete" if outcome.status == RunStatus.COMPLETED else "Fail"
+    if isinstance(outcome, store.Handover):
+        return "Next"
+    return "Park" if isinstance(outcome, store.Parking) else "Interrupted"
 
 
 def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Prepared | str:
     """Claim the continuation (or give up a row out of attempts or one that cannot be driven).
 
-    A claim lost in a database crash is recovered by design (see ``transaction``): no WAL-flush wait. On
-    PostgreSQL the claim and the read of what the body needs are one statement in autocommit; the rare
-    delivery that claims nothing is looked at again in a transaction (a duplicate, or out of attempts).
+    A claim lost in a database crash is recovered by design (see ``transaction``): no WAL-flush wait. The
+    claim and the read of what the body needs are one statement in autocommit; the rare delivery that
+    claims nothing is looked at again in a transaction (a duplicate, or out of attempts).
     """
     settings = get_settings()
     lease_s, max_attempts = settings.claim_lease_s, settings.max_attempts
-    if is_postgres(get_engine()):
-        with single_statement(durable=False) as conn:
-            claim = store.claim_in_one_statement(
-                conn, continuation_id, execution_id=execution_id, lease_s=lease_s, max_attempts=max_attempts
-            )
-        if claim is not None:
-            prepared = _prepare(claim, execution_id, extra)
-            if isinstance(prepared, Prepared):
-                return prepared
-            with transaction() as session:
-                store.give_up(session, continuation_id, reason=prepared, execution_id=execution_id)
-            return _given_up(prepared, claim.run_id, extra)
-    with transaction(durable=False) as session:
-        row = store.claim(
-            session, continuation_id, execution_id=execution_id, lease_s=lease_s, max_attempts=max_attempts
+    with single_statement(durable=False) as conn:
+        claim = store.claim_in_one_statement(
+            conn, continuation_id, execution_id=execution_id, lease_s=lease_s, max_attempts=max_attempts
         )
-        if row is None:
-            dead = store.give_up_exhausted(session, continuation_id, max_attempts=max_attempts)
-            if dead is None:
-                log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
-                return "duplicate"
-            require_durable(session)
-            reason, run_id = dead.reason, dead.run_id
-        else:
-            claim = store.load_claim(session, row)
-            prepared = _prepare(claim, execution_id, extra)
-            if isinstance(prepared, Prepared):
-                return prepared
-            require_durable(session)
-            store.give_up(session, row.id, reason=prepared, execution_id=execution_id)
-            reason, run_id = prepared, claim.run_id
-    return _given_up(reason, run_id, extra)
+    if claim is not None:
+        prepared = _prepare(claim, execution_id, extra)
+        if isinstance(prepared, Prepared):
+            return prepared
+        with transaction() as session:
+            store.give_up(session, continuation_id, reason=prepared, execution_id=execution_id)
+        return _given_up(prepared, claim.run_id, extra)
+    with transaction() as session:
+        dead = store.give_up_exhausted(session, continuation_id, max_attempts=max_attempts)
+    if dead is None:
+        log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
+        return "duplicate"
+    return _given_up(dead.reason, dead.run_id, extra)
 
 
 def _prepare(claim: Claim, execution_id: str, extra: dict[str, Any]) -> Prepared | str:
@@ -371,58 +344,3 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
     except Exception as exc:
         log.warning("step body raised", exc_info=True, extra={"run_id": ctx.run_id, "step_id": ctx.step_id})
         return Fail(storable_text(f"{type(exc).__name__}: {exc}"))
-
-
-def _review_guard(session: Any, claim: Claim, outcome: Result, execution_id: str) -> Result:
-    """A step cannot complete while a review it started is running: it fails with that context.
-
-    Reviews left running by an earlier execution of this step are stranded (this execution holds the
-    claim, so theirs is gone): they are interrupted here, with their counts kept.
-    """
-    running = store.running_reviews(session, claim.step.id)
-    mine = []
-    for review in running:
-        if review.execution_id == execution_id:
-            mine.append(review)
-        else:
-            store.interrupt_review(session, review, evidence=store.owner_evidence(session, review.execution_id))
-    if mine and isinstance(outcome, Complete):
-        names = ", ".join(f"{r.id} ({r.kind})" for r in mine)
-        return Fail(
-            f"partial failure: step {claim.step.name} returned Complete while review {names} was still running",
-            details={
-                "partial_failure": True,
-                "running_reviews": [
-                    {"id": r.id, "kind": r.kind, "finding_count": r.finding_count,
-                     "verification_count": r.verification_count}
-                    for r in mine
-                ],
-                "result": outcome.result,
-            },
-        )  # fmt: skip
-    return outcome
-
-
-def _commit_outcome(
-    session: Any, claim: Claim, outcome: Result, execution_id: str
-) -> tuple[list[Any], store.RunRecord | None]:
-    """Write the step's outcome in the consume transaction; returns the continuations to publish after
-    it and, when the run ended here, its terminal record (to project after the commit)."""
-    step = claim.step
-    if isinstance(outcome, Interrupted):
-        return [], store.interrupt_run(session, step.run_id, reason=outcome.reason, execution_id=execution_id)
-    ending = _run_ending(outcome)
-    if ending is not None:
-        return [], store.finish_run(session, step, execution_id=execution_id, **ending)
-    if isinstance(outcome, Next):
-        return [store.next_step(session, step, name=outcome.step, payload=outcome.payload)], None
-    if isinstance(outcome, Park):
-        store.park(
-            session,
-            step,
-            continuation=outcome.continuation,
-            snapshot=outcome.snapshot,
-            interactions=interaction_specs(outcome.interactions),
-            from_continuation=claim.continuation.kind == ContinuationKind.RESUME,
-        )
-    return [], None

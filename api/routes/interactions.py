@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 
 from api import errors
-from api.deps import AnswererCredentialDep, PrincipalDep, SessionDep, caller_error, in_thread
+from api.deps import PrincipalDep, SessionDep, TokenDep, admitted, authenticate, in_thread
 from api.errors import ApiError, documented
 from api.metrics import ANSWERS
 from api.schemas import (
@@ -21,9 +21,9 @@ from api.schemas import (
     InteractionPage,
 )
 from models import access
-from models.store import Credential
+from models.store import ANSWERERS
 from parkway.db import transaction
-from parkway.errors import Conflict, Gone, OutcomeError, Unauthenticated, WrongKind
+from parkway.errors import Conflict, Gone, OutcomeError
 from tasks import sdk
 
 router = APIRouter(prefix="/v1/interactions", tags=["interactions"])
@@ -80,20 +80,21 @@ def read_interaction(interaction_id: InteractionId, principal: PrincipalDep, ses
     summary="Answer: the first response wins; an exact retry gets the same receipt",
     responses=documented(401, 403, 404, 409, 410, 413, 422, models=errors.INTERACTION_OUTCOMES),
 )
-async def answer(interaction_id: InteractionId, body: AnswerIn, caller: AnswererCredentialDep) -> dict[str, Any]:
-    # The hot path: one hop off the event loop, and the caller's principal read by the answer's own
-    # locking statement (a human or an admin; a bad token is a 401 and an agent a 403, before anything
-    # about the interaction is told).
-    return await in_thread(_answer, interaction_id, body, caller)
+async def answer(interaction_id: InteractionId, body: AnswerIn, token: TokenDep) -> dict[str, Any]:
+    # The hot path: one hop off the event loop, the caller authenticated on that thread (a human or an
+    # admin; a bad token is a 401 and an agent a 403, before anything about the interaction is told).
+    return await in_thread(_answer, interaction_id, body, token)
 
 
-def _answer(interaction_id: str, body: AnswerIn, caller: Credential) -> dict[str, Any]:
+def _answer(interaction_id: str, body: AnswerIn, token: str | None) -> dict[str, Any]:
+    principal = authenticate(token)
     try:
-        receipt = sdk.answer(interaction_id, body.value, response_id=body.response_id, principal=caller)
-    except (Unauthenticated, WrongKind) as exc:
-        if isinstance(exc, WrongKind):  # an answer refused (403) like any other, not an unknown caller
-            ANSWERS.labels(outcome=exc.code).inc()
-        raise caller_error(exc) from None
+        admitted(principal, ANSWERERS)
+    except ApiError:
+        ANSWERS.labels(outcome="forbidden").inc()  # an answer refused (403) like any other
+        raise
+    try:
+        receipt = sdk.answer(interaction_id, body.value, response_id=body.response_id, principal=principal)
     except OutcomeError as exc:
         ANSWERS.labels(outcome=exc.code).inc()
         raise _authoritative(exc) from None
@@ -110,7 +111,7 @@ def _answer(interaction_id: str, body: AnswerIn, caller: Credential) -> dict[str
 )
 def cancel(interaction_id: InteractionId, body: CancelIn, principal: PrincipalDep) -> dict[str, Any]:
     try:
-        return sdk.cancel(interaction_id, response_id=body.response_id, principal=principal.name, reason=body.reason)
+        return sdk.cancel(interaction_id, response_id=body.response_id, principal=principal, reason=body.reason)
     except OutcomeError as exc:
         raise _authoritative(exc) from None
 

@@ -149,7 +149,7 @@ def test_outage__503_with_retry_after_then_no_500_and_the_retried_answer_gets_it
         with ThreadPoolExecutor(6) as pool:
             return [r.status_code for r in pool.map(send, [requests()[0]] * 24)]
 
-    # A short cut found first by an answer, whose statements run on the driver's cursor (parkway/hot.py):
+    # A short cut found first by an answer (its statements are Core, on a connection of the pool):
     # the connection it found dead is replaced, and so is every other one the cut killed, though they were
     # in use moments ago, before a request gets one.
     assert burst() == [200] * 24

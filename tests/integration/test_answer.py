@@ -14,11 +14,8 @@ from sqlalchemy import select, text
 
 from models import store
 from models.base import utcnow
-from models.store import Credential
 from models.tables import Grant, Principal
 from parkway.db import transaction
-from parkway.errors import Unauthenticated, WrongKind
-from parkway.tokens import hash_token, new_token
 from tasks.sdk import (
     Conflict,
     Forbidden,
@@ -27,8 +24,6 @@ from tasks.sdk import (
     NotFound,
     answer,
     response_digest,
-    seal_value,
-    validate_value,
 )
 from tests.integration.helpers import execute_ready, interaction, live_grant_ids, parked, ready
 from tests.support import (
@@ -167,10 +162,8 @@ def _hold_an_answer(iid: str, value: Any, rid: str, answered: threading.Event, r
     with transaction() as session:
         who = store.principal_ref_by_name(session, HUMAN)
         assert who is not None
-        receipt = store.answer(
-            session, iid, value=value, seal=seal_value, response_id=rid, response_digest=response_digest(value),
-            principal=who, validate=validate_value,
-        )  # fmt: skip
+        receipt = store.answer(session, iid, value=value, response_id=rid, response_digest=response_digest(value),
+                               principal=who)  # fmt: skip
         answered.set()
         assert release.wait(30)
     return receipt.as_dict()
@@ -395,61 +388,6 @@ def test_answer__admin_answers_only_where_granted(stack: Stack) -> None:
     finally:
         with transaction() as session:
             store.revoke_grant(session, grant.id)
-
-
-# --------------------------------------------------------------------------- by credential (the HTTP API's way)
-
-
-@pytest.fixture(scope="module")
-def tokens(stack: Stack) -> dict[str, str]:
-    """A human and an agent granted on the target, each holding a token (the stack's principals hold none)."""
-    made = {}
-    with transaction() as session:
-        for kind in ("human", "agent"):
-            token = new_token()
-            principal = store.create_principal(
-                session, kind=kind, name=f"by-token-{kind}-{new_response_id()}", token_hash=hash_token(token)
-            )
-            assert principal is not None
-            store.create_grant(session, principal_id=principal.id, target=TARGET)
-            made[kind] = token
-    return made
-
-
-def credential(token: str) -> Credential:
-    return Credential(hash_token(token), ("human", "admin"))
-
-
-def test_answer__by_credential_is_answered_by_the_principal_holding_the_token(
-    stack: Stack, tokens: dict[str, str]
-) -> None:
-    _, asked = parked("t.ask_one")
-    receipt = answer(asked["go"].id, "yes", response_id=new_response_id(), principal=credential(tokens["human"]))
-    assert receipt["status"] == "answered"
-    with transaction() as session:
-        by = session.scalar(select(Principal.kind).where(Principal.id == interaction(asked["go"].id).answered_by_id))
-    assert by == "human"
-
-
-@pytest.mark.parametrize("interaction_exists", [True, False], ids=["known-interaction", "unknown-interaction"])
-def test_answer__credential_no_principal_holds_is_unauthenticated_first(stack: Stack, interaction_exists: bool) -> None:
-    _, asked = parked("t.ask_one")
-    iid = asked["go"].id if interaction_exists else "0" * 32
-    with pytest.raises(Unauthenticated):
-        answer(iid, "yes", response_id=new_response_id(), principal=credential(new_token()))
-    assert interaction(asked["go"].id).status == "pending"
-
-
-@pytest.mark.parametrize("interaction_exists", [True, False], ids=["known-interaction", "unknown-interaction"])
-def test_answer__credential_of_a_kind_not_admitted_is_refused_before_the_interaction_is_told(
-    stack: Stack, tokens: dict[str, str], interaction_exists: bool
-) -> None:
-    _, asked = parked("t.ask_one")
-    iid = asked["go"].id if interaction_exists else "0" * 32
-    with pytest.raises(WrongKind) as caught:
-        answer(iid, "yes", response_id=new_response_id(), principal=credential(tokens["agent"]))
-    assert caught.value.kind == "agent" and caught.value.kinds == ("human", "admin")
-    assert interaction(asked["go"].id).status == "pending"
 
 
 # --------------------------------------------------------------------------- permissions

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import literal_column
+from sqlalchemy.exc import DBAPIError
 
-from models import store
+from models.store import interactions as store_interactions
 from tasks.sdk import Conflict, Forbidden, Gone, cancel
 from tasks.sdk import answer as sdk_answer
 from tests.integration.helpers import Sent, events, interaction, parked, step
@@ -133,16 +135,14 @@ def test_cancel__without_grant_is_forbidden(stack: Stack) -> None:
 def test_cancel__is_one_transaction_a_failure_midway_changes_nothing(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given the run's terminal write fails after the interactions were closed in the same transaction
+    # Given the cancel's statement fails after its interactions, step and run were written (its last part,
+    # the rows it returns, divides by zero)
     run_id, asked = parked("t.ask_two")
     before = event_types(run_id)
+    broken = store_interactions._CANCEL.add_columns(literal_column("1 / 0"))
+    monkeypatch.setattr(store_interactions, "_CANCEL", broken)
 
-    def broken(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("database went away")
-
-    monkeypatch.setattr(store, "finish_run", broken)
-
-    with pytest.raises(RuntimeError):
+    with pytest.raises(DBAPIError, match="division by zero"):
         cancel(asked["window"].id, response_id=new_response_id(), principal=HUMAN)
 
     # Then nothing of the cancel is visible: all or nothing

@@ -10,6 +10,7 @@ from datetime import datetime
 from models import store
 from models.base import utcnow
 from models.status import ContinuationKind
+from models.store.runs import insert_continuation
 from parkway.db import transaction
 from tasks.sdk import Gone, answer
 from tests.integration.helpers import continuation, events, execute_ready, interaction, parked, step
@@ -148,7 +149,7 @@ def test_give_up__interrupts_pending_interactions_with_events(stack: Stack) -> N
     # is the shape of work that can no longer make progress (e.g. a version that is not registered).
     run_id, asked = parked("t.ask_two")
     with transaction() as session:
-        stranded = store._insert_continuation(session, run_id, asked["window"].step_id, ContinuationKind.RESUME, "x@1")
+        stranded = insert_continuation(session, run_id, asked["window"].step_id, ContinuationKind.RESUME, "x@1")
         stranded_id = stranded.id
 
     with transaction() as session:

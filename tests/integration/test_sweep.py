@@ -447,13 +447,13 @@ def test_sweep__expiry_racing_an_answer_on_the_same_question_never_errors(
     """Lock order: the answer locks the step, then writes the interaction; the expiry pass must not hold the
     interaction while it waits for the step, or the two deadlock and one of them fails with a database error.
     """
-    import tasks.sdk as sdk
+    from models import answers
 
     # Given a question the sweep considers past its expiry while someone is answering it
     _, asked = parked("t.ask_two", {"expires_in": 60})
     window = asked["window"]
     sweep_selected, answer_locked = threading.Event(), threading.Event()
-    real_expire_due, real_validate = store.expire_due, sdk.validate_value
+    real_expire_due, real_validate = store.expire_due, answers.validate_value
 
     def expire_due(session, interaction_id):  # type: ignore[no-untyped-def]
         # the sweep has selected the row; let the answer take the step before expiring it
@@ -467,7 +467,7 @@ def test_sweep__expiry_racing_an_answer_on_the_same_question_never_errors(
         return real_validate(interaction, value)
 
     monkeypatch.setattr(store, "expire_due", expire_due)
-    monkeypatch.setattr(sdk, "validate_value", validate)
+    monkeypatch.setattr(answers, "validate_value", validate)
 
     def answering() -> object:
         assert sweep_selected.wait(timeout=10)

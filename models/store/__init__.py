@@ -1,0 +1,147 @@
+"""The store: every state transition of Parkway, each a compare-and-set inside the caller's transaction.
+
+Functions take the caller's session (or connection) and never commit; the caller owns the transaction
+(``parkway.db.transaction``, or ``single_statement`` for a transition that is one statement). A transition
+returns the changed row, or ``None``/``False`` (an outcome value) when it lost the race: losing a race is
+a normal outcome. Only this package writes state; ``models.access`` is the read side for the API.
+
+One module per entity; this module re-exports their public names (``from models import store;
+store.answer(...)``).
+"""
+
+from models.store.answering import AnswerReceipt, answer
+from models.store.claims import Answer, Claim, Claimed, StepRef, claim, claim_in_one_statement, load_claim, renew_lease
+from models.store.continuations import consume, consume_and_finish_run, give_up_exhausted
+from models.store.events import append_event, append_events, event_row
+from models.store.interactions import (
+    Act,
+    CancelReceipt,
+    Expiry,
+    authorize,
+    cancel,
+    cancel_digest,
+    expire_due,
+    interaction_state,
+    make_due_if_settled,
+)
+from models.store.interrupts import Dead, give_up, interrupt_run
+from models.store.outcomes import Committed, Ending, Handover, Interruption, Parking, StepOutcome, commit_outcome
+from models.store.principals import (
+    ANSWERERS,
+    Actor,
+    PrincipalRef,
+    create_grant,
+    create_principal,
+    is_granted,
+    principal_by_name,
+    principal_ref_by_name,
+    revoke_grant,
+    unknown_principal,
+)
+from models.store.projections import (
+    clear_projection_pending,
+    clear_projections_pending,
+    lock_run_for_projection,
+    record_schedule_history,
+)
+from models.store.reviews import (
+    interrupt_review,
+    owner_evidence,
+    record_review,
+    review_progress,
+    running_reviews,
+    start_review,
+    stranded_reviews,
+)
+from models.store.runs import Due, RunRecord, StepLike, create_run, erase_secrets, finish_run
+from models.store.sql import Executor, canonical_json, interaction_id, new_id, skip_locked, word, words
+from models.store.steps import InteractionSpec, next_step, park
+from models.store.sweep import (
+    continuation_kinds,
+    expirable_interactions,
+    expired_claims,
+    mark_for_republish,
+    record_sweep,
+    release_expired_claim,
+)
+
+__all__ = [
+    "ANSWERERS",
+    "Act",
+    "Actor",
+    "Answer",
+    "AnswerReceipt",
+    "CancelReceipt",
+    "Claim",
+    "Claimed",
+    "Committed",
+    "Dead",
+    "Due",
+    "Ending",
+    "Executor",
+    "Expiry",
+    "Handover",
+    "InteractionSpec",
+    "Interruption",
+    "Parking",
+    "PrincipalRef",
+    "RunRecord",
+    "StepLike",
+    "StepOutcome",
+    "StepRef",
+    "answer",
+    "append_event",
+    "append_events",
+    "authorize",
+    "cancel",
+    "cancel_digest",
+    "canonical_json",
+    "claim",
+    "claim_in_one_statement",
+    "clear_projection_pending",
+    "clear_projections_pending",
+    "commit_outcome",
+    "consume",
+    "consume_and_finish_run",
+    "continuation_kinds",
+    "create_grant",
+    "create_principal",
+    "create_run",
+    "erase_secrets",
+    "event_row",
+    "expirable_interactions",
+    "expire_due",
+    "expired_claims",
+    "finish_run",
+    "give_up",
+    "give_up_exhausted",
+    "interaction_id",
+    "interaction_state",
+    "interrupt_review",
+    "interrupt_run",
+    "is_granted",
+    "load_claim",
+    "lock_run_for_projection",
+    "make_due_if_settled",
+    "mark_for_republish",
+    "new_id",
+    "next_step",
+    "owner_evidence",
+    "park",
+    "principal_by_name",
+    "principal_ref_by_name",
+    "record_review",
+    "record_schedule_history",
+    "record_sweep",
+    "release_expired_claim",
+    "renew_lease",
+    "review_progress",
+    "revoke_grant",
+    "running_reviews",
+    "skip_locked",
+    "start_review",
+    "stranded_reviews",
+    "unknown_principal",
+    "word",
+    "words",
+]

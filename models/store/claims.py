@@ -1,0 +1,223 @@
+"""Claiming a continuation: the lease and everything its body reads, in one statement."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, bindparam, exists, or_, select, update
+from sqlalchemy.orm import Session
+
+from models.clock import db_now
+from models.status import ContinuationStatus, InteractionKind, InteractionStatus, PrincipalKind, ReviewStatus
+from models.store.driver import DriverStatement
+from models.store.sql import CONT, GRANT, INTER, PRIN, REV, RUN, STEP, word
+from models.tables import Continuation
+
+
+@dataclass(frozen=True)
+class StepRef:
+    id: str
+    run_id: str
+    name: str
+    payload: Any
+    snapshot: Any
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A continuation this execution holds, with what its body needs to run (read at claim)."""
+
+    continuation: Row[Any] | Claimed  # id, run_id, step_id, kind, name, attempts
+    step: StepRef
+    run_id: str
+    run_status: str
+    owner_name: str
+    granted: bool  # the owner holds a live grant on the run's target now (admins hold every target)
+    review_running: bool  # a review of the step was running when it was claimed (an earlier execution's)
+    answers: dict[str, Answer]  # the step's interactions by key (sealed values still sealed)
+
+
+def claimable() -> Any:
+    """ready, or claimed under a lease that expired by the database's clock: the one definition the claim
+    and ``give_up_exhausted`` share."""
+    return or_(
+        CONT.c.status == word(ContinuationStatus.READY),
+        and_(CONT.c.status == word(ContinuationStatus.CLAIMED), CONT.c.lease_expires_at < db_now()),
+    )
+
+
+_CLAIM = (
+    update(CONT)
+    .where(CONT.c.id == bindparam("cid"), claimable(), CONT.c.attempts < bindparam("max_attempts"))
+    .values(
+        status=ContinuationStatus.CLAIMED.value,
+        attempts=CONT.c.attempts + 1,
+        claimed_by=bindparam("eid"),
+        lease_expires_at=db_now("lease_s"),
+    )
+    .returning(CONT.c.id, CONT.c.run_id, CONT.c.step_id, CONT.c.kind, CONT.c.name, CONT.c.attempts)
+)
+
+_ANSWERER = PRIN.alias("answerer")
+_CLAIMED_COLUMNS = ("id", "run_id", "step_id", "kind", "name", "attempts")
+
+
+def _claim_context(claimed: Any = None) -> Any:
+    """Everything the body needs and the refusal checks read, as one joined query: the step, its run's
+    status, the owner's grant, whether a review of the step is running, and the step's interactions (a
+    row each; none for a step that never parked) with who answered them. ``claimed`` (the claim's
+    ``RETURNING`` as a CTE, PostgreSQL) makes it the claim and this read in one statement; without it the
+    read is of the step ``:sid``."""
+    columns = [
+        STEP.c.id,
+        STEP.c.run_id,
+        STEP.c.name,
+        STEP.c.payload,
+        STEP.c.snapshot,
+        RUN.c.status.label("run_status"),
+        PRIN.c.name.label("owner_name"),
+        or_(
+            PRIN.c.kind == word(PrincipalKind.ADMIN),
+            exists().where(
+                GRANT.c.principal_id == PRIN.c.id, GRANT.c.target == RUN.c.target, GRANT.c.revoked_at.is_(None)
+            ),
+        ).label("granted"),
+        exists().where(REV.c.step_id == STEP.c.id, REV.c.status == word(ReviewStatus.RUNNING)).label("review_running"),
+        INTER.c.key.label("i_key"),
+        INTER.c.kind.label("i_kind"),
+        INTER.c.status.label("i_status"),
+        INTER.c.value.label("i_value"),
+        INTER.c.secret.label("i_secret"),
+        _ANSWERER.c.name.label("i_answered_by"),
+    ]
+    joined = (
+        STEP.join(RUN, RUN.c.id == STEP.c.run_id)
+        .join(PRIN, PRIN.c.id == RUN.c.owner_id)
+        .outerjoin(INTER, INTER.c.step_id == STEP.c.id)
+        .outerjoin(_ANSWERER, _ANSWERER.c.id == INTER.c.answered_by_id)
+    )
+    if claimed is None:
+        return select(*columns).select_from(joined).where(STEP.c.id == bindparam("sid"))
+    columns += [claimed.c[name].label(f"c_{name}") for name in _CLAIMED_COLUMNS]
+    return select(*columns).select_from(claimed.join(joined, STEP.c.id == claimed.c.step_id))
+
+
+_CLAIM_CONTEXT = _claim_context()
+# PostgreSQL: the claim's compare-and-set and the joined read in one statement (one round trip, and no
+# transaction to open and commit around them).
+_CLAIM_WITH_CONTEXT = DriverStatement(_claim_context(_CLAIM.cte("claimed")))
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """The continuation row as the claim left it."""
+
+    id: str
+    run_id: str
+    step_id: str
+    kind: str
+    name: str
+    attempts: int
+
+
+def claim_in_one_statement(
+    conn: Connection, continuation_id: str, *, execution_id: str, lease_s: float, max_attempts: int
+) -> Claim | None:
+    """``claim`` and ``load_claim`` as one statement, for a connection in autocommit (PostgreSQL only).
+
+    ``None`` when nothing was claimed (see ``claim``); the caller then looks at the row in a transaction.
+    """
+    params = {"cid": continuation_id, "max_attempts": max_attempts, "eid": execution_id, "lease_s": lease_s}
+    rows = _CLAIM_WITH_CONTEXT.rows(conn, params)
+    if not rows:
+        return None
+    first = rows[0]
+    claimed = Claimed(*(getattr(first, f"c_{name}") for name in _CLAIMED_COLUMNS))
+    return _claim_from_rows(claimed, rows)
+
+
+def claim(
+    session: Session, continuation_id: str, *, execution_id: str, lease_s: float, max_attempts: int
+) -> Row[Any] | None:
+    """ready -> claimed (or an expired claim -> claimed), attempts + 1, with a lease.
+
+    Returns the claimed row (id, run_id, step_id, kind, name, attempts). ``None`` when the row is
+    consumed, dead, unknown, held under a live lease by someone else, or out of attempts (see
+    ``give_up_exhausted``): the caller's delivery does nothing. The lease ends ``lease_s`` after the
+    database's clock.
+    """
+    return session.execute(
+        _CLAIM, {"cid": continuation_id, "max_attempts": max_attempts, "eid": execution_id, "lease_s": lease_s}
+    ).first()
+
+
+def load_claim(session: Session, continuation: Row[Any] | Claimed) -> Claim:
+    """Everything the body needs and the refusal checks read, in one joined read after the claim (see
+    ``_claim_context``)."""
+    return _claim_from_rows(continuation, session.execute(_CLAIM_CONTEXT, {"sid": continuation.step_id}).all())
+
+
+def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]]) -> Claim:
+    row = rows[0]
+    answered = (InteractionStatus.ANSWERED, InteractionStatus.REJECTED)
+    answers = {
+        i.i_key: Answer(
+            key=i.i_key,
+            kind=i.i_kind,
+            status=i.i_status,
+            value=i.i_value if i.i_status in answered else None,
+            answered_by=i.i_answered_by,
+            sealed=i.i_secret if i.i_status == InteractionStatus.ANSWERED else None,
+        )
+        for i in rows
+        if i.i_key is not None
+    }
+    return Claim(
+        continuation=continuation,
+        step=StepRef(id=row.id, run_id=row.run_id, name=row.name, payload=row.payload, snapshot=row.snapshot),
+        run_id=row.run_id,
+        run_status=row.run_status,
+        owner_name=row.owner_name,
+        granted=bool(row.granted),
+        review_running=bool(row.review_running),
+        answers=answers,
+    )
+
+
+def renew_lease(session: Session, continuation_id: str, *, execution_id: str, lease_s: float) -> bool:
+    """claimed -> claimed with a lease ending ``lease_s`` after the database's clock, only for the
+    execution that holds it; ``False`` when it holds it no more."""
+    row = session.scalar(
+        update(Continuation)
+        .where(
+            Continuation.id == continuation_id,
+            Continuation.status == ContinuationStatus.CLAIMED,
+            Continuation.claimed_by == execution_id,
+        )
+        .values(lease_expires_at=db_now(lease_s))
+        .returning(Continuation.id)
+    )
+    return row is not None
+
+
+@dataclass
+class Answer:
+    """What a continuation sees of one interaction."""
+
+    key: str
+    kind: str
+    status: str
+    value: Any
+    answered_by: str | None
+    sealed: str | None = field(default=None, repr=False)
+
+    @property
+    def approved(self) -> bool:
+        return (
+            self.kind == InteractionKind.PERMISSION
+            and self.status == InteractionStatus.ANSWERED
+            and isinstance(self.value, dict)
+            and self.value.get("approved") is True
+        )

@@ -1,0 +1,130 @@
+"""Consuming a claimed continuation (its outcome commits with it) and giving one up (dead)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, exists, select, true, update
+from sqlalchemy.orm import Session
+
+from models.base import utcnow
+from models.status import ContinuationKind, ContinuationStatus, RunStatus
+from models.store.claims import claimable
+from models.store.driver import DriverStatement
+from models.store.events import event_params, events_if, resumed_event
+from models.store.interrupts import Dead, give_up
+from models.store.runs import (
+    FINISH_RUN,
+    FINISH_STEP,
+    RUN_RECORD_COLUMNS,
+    STEP_OF_RUN,
+    RunRecord,
+    StepLike,
+    finish_events,
+    history_of,
+)
+from models.store.sql import CONT, INSERT_EVENT, INTER, STEP, bp, word
+from models.tables import Continuation
+
+CONSUME = (
+    update(CONT)
+    .where(
+        CONT.c.id == bindparam("cid"),
+        CONT.c.status == word(ContinuationStatus.CLAIMED),
+        CONT.c.claimed_by == bindparam("eid"),
+    )
+    .values(status=ContinuationStatus.CONSUMED.value, consumed_at=bp("at", CONT.c.consumed_at), lease_expires_at=None)
+)
+
+
+_CONSUME_RETURNING = CONSUME.returning(
+    CONT.c.kind,
+    CONT.c.run_id,
+    CONT.c.step_id,
+    select(STEP.c.name).where(STEP.c.id == CONT.c.step_id).scalar_subquery().label("name"),
+)
+
+
+def consume(session: Session, continuation_id: str, *, execution_id: str) -> str | None:
+    """claimed -> consumed, only by the execution holding the claim; its id, or ``None`` when it lost it.
+
+    A parked step's continuation writes ``step.resumed`` here, first in the transaction that commits it."""
+    row = session.execute(_CONSUME_RETURNING, {"cid": continuation_id, "eid": execution_id, "at": utcnow()}).first()
+    if row is None:
+        return None
+    if row.kind == ContinuationKind.RESUME:
+        session.execute(INSERT_EVENT, resumed_event(row.run_id, row.step_id, row.name, continuation_id))
+    return continuation_id
+
+
+def _consume_and_finish_run() -> Any:
+    """PostgreSQL: ``consume`` (and ``step.resumed`` for a parked step's continuation) and, only if it
+    won, ``finish_run``'s writes (the step's CAS, the run's terminal CAS with its schedule-history row,
+    the run's sealed values erased) as one statement of data-modifying CTEs. One row (``consumed``, then
+    the terminal record's columns, NULL when the run had already ended) when the consume won; none when
+    the claim was lost."""
+    consumed = CONSUME.returning(CONT.c.id, CONT.c.kind).cte("consumed")
+    won = exists(select(consumed.c.id))
+    resumed = exists(select(consumed.c.id).where(consumed.c.kind == word(ContinuationKind.RESUME)))
+    step = FINISH_STEP.where(won).cte("step_ended")
+    run = FINISH_RUN.where(won).cte("run_ended")
+    history = history_of(run)
+    erased = (
+        update(INTER).where(INTER.c.run_id == bindparam("rid"), INTER.c.secret.is_not(None), won).values(secret=None)
+    ).cte("erased")
+    # A parked step's resumption, the step's end, then the run's
+    events = events_if(resumed, won, exists(select(run.c.id))).cte("events")
+    return (
+        select(consumed.c.id.label("consumed"), *(run.c[name] for name in RUN_RECORD_COLUMNS))
+        .select_from(consumed.outerjoin(run, true()))
+        .add_cte(step, history, erased, events)
+    )
+
+
+_CONSUME_AND_FINISH_RUN = DriverStatement(_consume_and_finish_run())
+
+
+def consume_and_finish_run(
+    session: Session | Connection,
+    continuation_id: str,
+    step: StepLike,
+    *,
+    status: RunStatus,
+    execution_id: str,
+    result: Any = None,
+    error: str | None = None,
+    error_details: Any = None,
+) -> tuple[bool, RunRecord | None]:
+    """``consume`` then ``finish_run`` in one statement (PostgreSQL), its events included: whether the
+    consume won, and the run's terminal record (``None`` when the claim was lost or the run had already
+    ended). A whole unit of work: run it in autocommit (``parkway.db.single_statement``)."""
+    now = utcnow()
+    params = {
+        **{"cid": continuation_id, "eid": execution_id, "at": now, "sid": step.id, "rid": step.run_id},
+        **{"step_to": STEP_OF_RUN[status].value, "to": status.value, "res": result, "err": error, "why": None},
+        "det": error_details,
+    }
+    events = [
+        resumed_event(step.run_id, step.id, step.name, continuation_id),
+        *finish_events(step, status, execution_id, True, error=error, reason=None, error_details=error_details),
+    ]
+    row = _CONSUME_AND_FINISH_RUN.first(session, {**params, **event_params(events)})
+    if row is None:
+        return False, None
+    return True, (RunRecord(*row[1:]) if row.id is not None else None)
+
+
+def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: int) -> Dead | None:
+    """A claimable continuation already executed ``max_attempts`` times -> dead, its run interrupted.
+
+    ``None`` when it is not claimable or still has attempts left.
+    """
+    row = session.scalar(
+        select(Continuation).where(
+            Continuation.id == continuation_id, claimable(), Continuation.attempts >= max_attempts
+        )
+    )
+    if row is None:
+        return None
+    reason = f"continuation {row.name} for step {row.step_id} gave up after {row.attempts} attempts"
+    return give_up(session, row.id, reason=reason)

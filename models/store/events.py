@@ -1,0 +1,77 @@
+"""A run's event log: appended in the transaction of the change it records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Integer, String, cast, func, insert, literal, literal_column, select, union_all
+from sqlalchemy.orm import Session
+
+from models.base import utcnow
+from models.store.sql import EVENTS, INSERT_EVENT, Executor, bp
+
+
+def event_row(run_id: str, type_: str, **data: Any) -> dict[str, Any]:
+    """One event of a run's log (never carrying answer values), for ``append_events``."""
+    return {"run_id": run_id, "type": type_, "at": utcnow(), "data": {"run_id": run_id, **data}}
+
+
+def append_event(session: Session, run_id: str, type_: str, **data: Any) -> None:
+    """Append one event to the run's log, inserted now (events take their ``seq`` in statement order)."""
+    session.execute(INSERT_EVENT, event_row(run_id, type_, **data))
+
+
+def append_events(session: Executor, rows: list[dict[str, Any]]) -> None:
+    """Append several events in one round trip, in list order."""
+    session.execute(INSERT_EVENT, rows)
+
+
+EVENT_COLUMNS = ("run_id", "type", "at", "data")
+
+
+def events_if(*conditions: Any) -> Any:
+    """PostgreSQL, inside a statement of data-modifying CTEs: insert event ``k`` (bound as ``e{k}_run_id``,
+    ``e{k}_type``, ... from ``event_params``) only if ``conditions[k]`` holds, in that order."""
+    table = EVENTS
+    rows = [
+        select(*(bp(f"e{k}_{name}", table.c[name]) for name in EVENT_COLUMNS)).where(condition)
+        for k, condition in enumerate(conditions)
+    ]
+    return insert(table).from_select(list(EVENT_COLUMNS), union_all(*rows) if len(rows) > 1 else rows[0])
+
+
+def event_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``event_row`` dicts as the parameters of ``events_if``."""
+    return {f"e{k}_{name}": row[name] for k, row in enumerate(rows) for name in EVENT_COLUMNS}
+
+
+def resumed_event(run_id: str, step_id: str, name: str, continuation_id: str) -> dict[str, Any]:
+    return event_row(run_id, "step.resumed", step_id=step_id, name=name, continuation_id=continuation_id)
+
+
+def data_of(run_id: Any, **values: Any) -> Any:
+    """An event's ``data`` built inside a statement, keys in ``event_row``'s order (``run_id`` first);
+    each value a column or a typed expression (an untyped parameter has no type to build JSON from)."""
+    pairs = [literal_column("'run_id'"), run_id]
+    for key, value in values.items():
+        pairs += [literal_column(f"'{key}'"), value]
+    return func.json_build_object(*pairs)
+
+
+def event_select(order: int, type_: str | Any, run_id: Any, source: Any, **data: Any) -> Any:
+    """One event per row of ``source`` (a CTE), for ``insert_events``: ``order`` places it among the others;
+    ``type_`` a word or an expression."""
+    return select(
+        literal(order, Integer).label("o"),
+        run_id.label("run_id"),
+        (cast(literal(type_), String) if isinstance(type_, str) else type_).label("type"),
+        bp("at", EVENTS.c.at).label("at"),
+        data_of(run_id, **data).label("data"),
+    ).select_from(source)
+
+
+def insert_events(*selects: Any) -> Any:
+    """A CTE inserting the rows of ``event_select``s, ordered by their ``order`` (the order they are read)."""
+    every = union_all(*selects).subquery("every") if len(selects) > 1 else selects[0].subquery("every")
+    rows = select(every.c.run_id, every.c.type, every.c.at, every.c.data).order_by(every.c.o)
+    return insert(EVENTS).from_select(["run_id", "type", "at", "data"], rows).cte("events")

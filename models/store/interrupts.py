@@ -1,0 +1,140 @@
+"""Interrupting a run and giving up a continuation: each one statement of data-modifying CTEs.
+
+An interrupted run's live steps and pending interactions are interrupted with it, its sealed values erased
+and any continuation of it still to be driven made dead, each change with its event, in the order they
+are read: the continuation given up, the interactions, the steps, then the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import String, bindparam, cast, exists, literal, select, true, update
+
+from models.base import utcnow
+from models.status import ContinuationStatus, InteractionStatus, RunStatus, StepStatus
+from models.store.events import event_select, insert_events
+from models.store.runs import RUN_RECORD_COLUMNS, RunRecord, finish_run_update, history_of
+from models.store.sql import CONT, INTER, STEP, Executor, bp, word, words
+
+_LIVE_CONTINUATION = (ContinuationStatus.READY.value, ContinuationStatus.CLAIMED.value)
+_LIVE_STEP = (StepStatus.RUNNING.value, StepStatus.PARKED.value, StepStatus.RESUMING.value)
+_WHY = cast(bindparam("why"), String)
+
+
+def _interrupting(run_id: Any, gate: Any, *first_events: Any) -> tuple[Any, list[Any]]:
+    """The CTEs that interrupt the run ``run_id`` (an expression) when ``gate`` holds and it is live: the
+    run's terminal CAS (to select from), and the others to add to the statement; their events follow
+    ``first_events``."""
+    ended = finish_run_update(run_id).where(gate).cte("run_ended")
+    won = exists(select(ended.c.id))
+    history = history_of(ended)
+    pending = INTER.c.status == word(InteractionStatus.PENDING)
+    # A pending interaction holds no sealed value: the two updates never touch the same row.
+    erased = (
+        update(INTER).where(INTER.c.run_id == run_id, INTER.c.secret.is_not(None), ~pending, won).values(secret=None)
+    ).cte("erased")
+    closed = (
+        update(INTER)
+        .where(INTER.c.run_id == run_id, pending, won)
+        .values(status=InteractionStatus.INTERRUPTED.value, closed_at=bp("at", INTER.c.closed_at), reason=_WHY)
+        .returning(INTER.c.id, INTER.c.key)
+        .cte("closed")
+    )
+    steps = (
+        update(STEP)
+        .where(STEP.c.run_id == run_id, STEP.c.status.in_(words(_LIVE_STEP)), won)
+        .values(status=StepStatus.INTERRUPTED.value, reason=_WHY, updated_at=bp("at", STEP.c.updated_at))
+        .returning(STEP.c.id, STEP.c.name)
+        .cte("steps_ended")
+    )
+    # Through the run's steps (uq_steps_run_id_seq, then uq_continuations_step_id_kind): no index of
+    # continuations by run is kept up on every insert and status change for this rare path. Not ``:cid``,
+    # which a give-up makes dead in this statement already.
+    orphans = (
+        update(CONT)
+        .where(
+            CONT.c.step_id.in_(select(STEP.c.id).where(STEP.c.run_id == run_id)),
+            CONT.c.status.in_(words(_LIVE_CONTINUATION)),
+            CONT.c.id != bindparam("cid"),
+            won,
+        )
+        .values(status=ContinuationStatus.DEAD.value, reason=_WHY, lease_expires_at=None)
+        .cte("orphans")
+    )
+    n = len(first_events)
+    events = insert_events(
+        *first_events,
+        event_select(
+            n, "interaction.interrupted", run_id, closed, interaction_id=closed.c.id, key=closed.c.key, reason=_WHY
+        ),
+        event_select(n + 1, "step.interrupted", run_id, steps, step_id=steps.c.id, name=steps.c.name, reason=_WHY),
+        event_select(
+            n + 2,
+            "run.interrupted",
+            run_id,
+            ended,
+            status=cast(literal(RunStatus.INTERRUPTED.value), String),
+            reason=_WHY,
+        ),
+    )
+    return ended, [history, erased, closed, steps, orphans, events]
+
+
+def _interrupt_run() -> Any:
+    ended, ctes = _interrupting(cast(bindparam("rid"), String), true())
+    return select(*(ended.c[name] for name in RUN_RECORD_COLUMNS)).add_cte(*ctes)
+
+
+_INTERRUPT_RUN = _interrupt_run()
+
+
+def _params(reason: str, execution_id: str, continuation_id: str = "") -> dict[str, Any]:
+    """What the interrupting CTEs bind: the run's terminal values (``finish_run_update``) among them."""
+    status = {"to": RunStatus.INTERRUPTED.value, "res": None, "err": None, "det": None}
+    return {**status, "why": reason, "eid": execution_id, "at": utcnow(), "cid": continuation_id}
+
+
+def interrupt_run(session: Executor, run_id: str, *, reason: str, execution_id: str) -> RunRecord | None:
+    """live -> interrupted for a run, its live steps and pending interactions, each with an event; its
+    continuations still to be driven -> dead. ``None`` when the run is already terminal (a proven outcome
+    is never overwritten; nothing is written then)."""
+    row = session.execute(_INTERRUPT_RUN, {**_params(reason, execution_id), "rid": run_id}).first()
+    return None if row is None else RunRecord(*row)
+
+
+@dataclass(frozen=True)
+class Dead:
+    """A continuation given up."""
+
+    id: str
+    run_id: str
+    step_id: str
+    reason: str
+
+
+def _give_up() -> Any:
+    dead = (
+        update(CONT)
+        .where(CONT.c.id == bindparam("cid"), CONT.c.status.in_(words(_LIVE_CONTINUATION)))
+        .values(status=ContinuationStatus.DEAD.value, reason=_WHY, lease_expires_at=None)
+        .returning(CONT.c.id, CONT.c.run_id, CONT.c.step_id, CONT.c.reason)
+        .cte("dead")
+    )
+    # The continuation's run, read from the statement's snapshot (a continuation never changes run).
+    run_id = select(CONT.c.run_id).where(CONT.c.id == bindparam("cid")).scalar_subquery()
+    given_up = event_select(0, "continuation.dead", dead.c.run_id, dead, continuation_id=dead.c.id, reason=_WHY)
+    _, ctes = _interrupting(run_id, exists(select(dead.c.id)), given_up)
+    return select(dead.c.id, dead.c.run_id, dead.c.step_id, dead.c.reason).add_cte(*ctes)
+
+
+_GIVE_UP = _give_up()
+
+
+def give_up(session: Executor, continuation_id: str, *, reason: str, execution_id: str | None = None) -> Dead | None:
+    """ready|claimed -> dead, and its run (if still live), steps and pending interactions -> interrupted
+    with the reason. ``None`` when the continuation is already consumed or dead (nothing is written)."""
+    params = _params(reason, execution_id or f"give-up:{continuation_id}", continuation_id)
+    row = session.execute(_GIVE_UP, params).first()
+    return None if row is None else Dead(row.id, row.run_id, row.step_id, row.reason)

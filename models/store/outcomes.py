@@ -1,0 +1,158 @@
+"""A claimed continuation's outcome, committed with its consume: one call, the store picks the statement.
+
+The worker runs the body outside any transaction, then hands the outcome here. When it ends the run and
+nothing else must happen in the commit (no review of the step can be running, no ``in_commit`` callback
+to run), the consume, every write of the run's end and its events are one statement in autocommit;
+otherwise one transaction holds the consume and the outcome's writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from models.status import ContinuationKind, RunStatus
+from models.store.claims import Claim
+from models.store.continuations import consume, consume_and_finish_run
+from models.store.interrupts import interrupt_run
+from models.store.reviews import interrupt_review, owner_evidence, running_reviews
+from models.store.runs import Due, RunRecord, erase_secrets, finish_run
+from models.store.steps import InteractionSpec, next_step, park
+from parkway.db import single_statement, transaction
+
+
+@dataclass(frozen=True)
+class Ending:
+    """The body's verdict ends the run: ``completed`` with a result, or ``failed`` with an error."""
+
+    status: RunStatus
+    result: Any = None
+    error: str | None = None
+    details: Any = None
+
+
+@dataclass(frozen=True)
+class Handover:
+    """The step completes and a new step ``step`` starts with ``payload``."""
+
+    step: str
+    payload: Any = None
+
+
+@dataclass(frozen=True)
+class Parking:
+    """The step parks on ``continuation`` (name@version) with its interactions, already validated."""
+
+    continuation: str
+    snapshot: Any
+    interactions: Sequence[InteractionSpec]
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """Not the workflow's verdict: the system cannot drive what the body asked for."""
+
+    reason: str
+
+
+StepOutcome = Ending | Handover | Parking | Interruption
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What the commit did: the outcome as committed (a review guard may turn a completion into a
+    failure), the continuations to publish now, and the run's terminal record when it ended here."""
+
+    outcome: StepOutcome
+    due: list[Due]
+    ended: RunRecord | None
+
+
+def commit_outcome(
+    claim: Claim,
+    outcome: StepOutcome,
+    *,
+    execution_id: str,
+    reviews_started: bool = False,
+    in_commit: Sequence[Callable[[Session], None]] = (),
+) -> Committed | None:
+    """claimed -> consumed with the step's outcome, committed; ``None`` when the claim was lost (another
+    execution owns it now, and nothing was written). ``in_commit`` callbacks run inside the commit unless
+    the run failed or was interrupted."""
+    continuation_id = claim.continuation.id
+    reviews = claim.review_running or reviews_started  # otherwise no review of the step can be running
+    if isinstance(outcome, Ending) and not reviews and (outcome.status == RunStatus.FAILED or not in_commit):
+        with single_statement() as conn:
+            won, ended = consume_and_finish_run(
+                conn, continuation_id, claim.step, execution_id=execution_id, status=outcome.status,
+                result=outcome.result, error=outcome.error, error_details=outcome.details,
+            )  # fmt: skip
+        return Committed(outcome, [], ended) if won else None
+    with transaction() as session:
+        if consume(session, continuation_id, execution_id=execution_id) is None:
+            return None
+        if reviews:
+            outcome = _review_guard(session, claim, outcome, execution_id)
+        if not isinstance(outcome, Ending):
+            # Read once, by this continuation: the sealed values go in the same transaction as the consume
+            # (a run that ends here has every sealed value of the run erased by ``finish_run``).
+            erase_secrets(session, step_id=claim.step.id)
+        due, ended = _write(session, claim, outcome, execution_id)
+        failed = isinstance(outcome, Interruption) or (
+            isinstance(outcome, Ending) and outcome.status == RunStatus.FAILED
+        )
+        if not failed:
+            for fn in in_commit:
+                fn(session)
+    return Committed(outcome, due, ended)
+
+
+def _write(
+    session: Session, claim: Claim, outcome: StepOutcome, execution_id: str
+) -> tuple[list[Due], RunRecord | None]:
+    step = claim.step
+    if isinstance(outcome, Interruption):
+        return [], interrupt_run(session, step.run_id, reason=outcome.reason, execution_id=execution_id)
+    if isinstance(outcome, Ending):
+        ended = finish_run(session, step, status=outcome.status, execution_id=execution_id, result=outcome.result,
+                           error=outcome.error, error_details=outcome.details)  # fmt: skip
+        return [], ended
+    if isinstance(outcome, Handover):
+        return [next_step(session, step, name=outcome.step, payload=outcome.payload)], None
+    park(session, step, continuation=outcome.continuation, snapshot=outcome.snapshot,
+         interactions=outcome.interactions,
+         from_continuation=claim.continuation.kind == ContinuationKind.RESUME)  # fmt: skip
+    return [], None
+
+
+def _review_guard(session: Session, claim: Claim, outcome: StepOutcome, execution_id: str) -> StepOutcome:
+    """A step cannot complete while a review it started is running: it fails with that context.
+
+    Reviews left running by an earlier execution of this step are stranded (this execution holds the
+    claim, so theirs is gone): they are interrupted here, with their counts kept.
+    """
+    mine = []
+    for review in running_reviews(session, claim.step.id):
+        if review.execution_id == execution_id:
+            mine.append(review)
+        else:
+            interrupt_review(session, review, evidence=owner_evidence(session, review.execution_id))
+    if mine and isinstance(outcome, Ending) and outcome.status == RunStatus.COMPLETED:
+        names = ", ".join(f"{r.id} ({r.kind})" for r in mine)
+        return Ending(
+            RunStatus.FAILED,
+            error=f"partial failure: step {claim.step.name} returned Complete while review {names} was still running",
+            details={
+                "partial_failure": True,
+                "running_reviews": [
+                    {"id": r.id, "kind": r.kind, "finding_count": r.finding_count,
+                     "verification_count": r.verification_count}
+                    for r in mine
+                ],
+                "result": outcome.result,
+            },
+        )  # fmt: skip
+    return outcome

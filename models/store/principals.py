@@ -1,0 +1,101 @@
+"""Principals and grants: who may act, as the store is handed them (authenticated elsewhere)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import and_, bindparam, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models.base import utcnow
+from models.status import PrincipalKind
+from models.store.driver import DriverStatement
+from models.store.sql import PRIN, Executor, new_id
+from models.tables import Grant, Principal
+from parkway.errors import Forbidden
+
+
+def create_principal(session: Session, *, kind: str, name: str, token_hash: str | None) -> Principal | None:
+    """none -> live: a new principal; ``None`` when the name is taken (nothing is written)."""
+    principal = Principal(id=new_id(), kind=PrincipalKind(kind).value, name=name, token_hash=token_hash)
+    try:
+        with session.begin_nested():
+            session.add(principal)
+            session.flush()
+    except IntegrityError:
+        return None
+    return principal
+
+
+_PRINCIPAL_BY_NAME = select(Principal).where(Principal.name == bindparam("name"))
+
+
+def principal_by_name(session: Session, name: str) -> Principal | None:
+    return session.scalar(_PRINCIPAL_BY_NAME, {"name": name})
+
+
+class Actor(Protocol):
+    """Who answers or cancels: an ORM ``Principal`` (the API authenticated it) or a ``PrincipalRef``."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class PrincipalRef:
+    id: str
+    name: str
+    kind: str
+
+
+_LIVE_NAMED = and_(PRIN.c.name == bindparam("pname"), PRIN.c.disabled_at.is_(None))
+_PRINCIPAL_REF = DriverStatement(select(PRIN.c.id, PRIN.c.name, PRIN.c.kind).where(_LIVE_NAMED))
+
+
+def principal_ref_by_name(session: Executor, name: str) -> PrincipalRef | None:
+    """The live principal's id, name and kind by name, as a plain read (no ORM entity to load and
+    track; on the driver's cursor: an answer by name makes it first); ``None`` for a name no principal
+    has, or a disabled one's."""
+    row = _PRINCIPAL_REF.first(session, {"pname": name})
+    return None if row is None else PrincipalRef(row.id, row.name, row.kind)
+
+
+def unknown_principal(name: str) -> Forbidden:
+    return Forbidden(f"principal {name} does not exist or is disabled")
+
+
+def create_grant(session: Session, *, principal_id: str, target: str) -> Grant:
+    """none -> live: a grant of a target to a principal (a new row each time; revoking one revokes it only)."""
+    grant = Grant(id=new_id(), principal_id=principal_id, target=target, created_at=utcnow())
+    session.add(grant)
+    session.flush()
+    return grant
+
+
+def revoke_grant(session: Session, grant_id: str) -> Grant | None:
+    """live -> revoked; ``None`` when the grant is unknown or already revoked."""
+    return session.scalar(
+        update(Grant)
+        .where(Grant.id == grant_id, Grant.revoked_at.is_(None))
+        .values(revoked_at=utcnow())
+        .returning(Grant)
+    )
+
+
+def is_granted(session: Session, principal: Principal, target: str) -> bool:
+    """Whether the principal holds a live grant on the target, read now (admins hold every target)."""
+    if principal.kind == PrincipalKind.ADMIN:
+        return True
+    found = session.scalar(
+        select(Grant.id).where(Grant.principal_id == principal.id, Grant.target == target, Grant.revoked_at.is_(None))
+    )
+    return found is not None
+
+
+ANSWERERS = (PrincipalKind.HUMAN.value, PrincipalKind.ADMIN.value)

@@ -1,0 +1,88 @@
+"""The terminal projections' flag and schedule-history row."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import String, bindparam, func, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.orm import Session
+
+from models.base import utcnow
+from models.status import normalize_run_status
+from models.store.runs import RunRecord
+from models.store.sql import RUN, skip_locked
+from models.tables import Run, ScheduleHistory
+
+
+def lock_run_for_projection(session: Session, run_id: str) -> Run | None:
+    """The run, locked for its projector; ``None`` when unknown or another projector holds it."""
+    run: Run | None = session.scalar(skip_locked(select(Run).where(Run.id == run_id)))
+    return run
+
+
+def record_schedule_history(session: Session, run: Run) -> ScheduleHistory:
+    """none (or stale) -> the run's schedule-history row as its canonical terminal record (never ``None``)."""
+    assert run.completed_at is not None and run.finished_by is not None
+    row = session.get(ScheduleHistory, run.id)
+    status, _ = normalize_run_status(run.status)
+    values = {"status": status.value, "completed_at": run.completed_at, "execution_id": run.finished_by}
+    if row is None:
+        row = ScheduleHistory(run_id=run.id, workflow=run.workflow, recorded_at=utcnow(), **values)
+        session.add(row)
+    else:
+        for key, value in values.items():
+            setattr(row, key, value)
+    session.flush()
+    return row
+
+
+_CLEAR_PROJECTION = (
+    update(RUN)
+    .where(
+        RUN.c.id == bindparam("rid"),
+        RUN.c.projection_pending.is_(True),
+        RUN.c.status == bindparam("was"),
+        RUN.c.finished_by == bindparam("by"),
+    )
+    .values(projection_pending=False, projection_attempts=0, projection_next_at=None)  # a success clears the back-off
+)
+
+
+def clear_projection_pending(session: Session, run: RunRecord | Run) -> bool:
+    """projection_pending -> done, only while the run's terminal record is what was projected; ``False``
+    when it changed or was cleared already."""
+    result = session.execute(_CLEAR_PROJECTION, {"rid": run.id, "was": run.status, "by": run.finished_by})
+    return getattr(result, "rowcount", 0) == 1
+
+
+def _clear_projections() -> Any:
+    """PostgreSQL: ``_CLEAR_PROJECTION`` for many runs as one statement, its (id, status, finished_by)
+    triples given as three arrays."""
+    given = func.unnest(
+        *(bindparam(name, type_=ARRAY(String)) for name in ("rids", "was", "by"))
+    ).table_valued("rid", "was", "by").render_derived(name="given")  # fmt: skip
+    return (
+        update(RUN)
+        .where(
+            RUN.c.id == given.c.rid,
+            RUN.c.projection_pending.is_(True),
+            RUN.c.status == given.c.was,
+            RUN.c.finished_by == given.c.by,
+        )
+        .values(projection_pending=False, projection_attempts=0, projection_next_at=None)
+    )
+
+
+_CLEAR_PROJECTIONS = _clear_projections()
+
+
+def clear_projections_pending(session: Session, runs: Sequence[RunRecord | Run]) -> int:
+    """``clear_projection_pending`` for several runs: how many were cleared. On PostgreSQL one statement
+    (an executemany, even pipelined, costs a Bind and an Execute per run; bench/RESULTS.md has the figure)."""
+    if len(runs) == 1:
+        return int(clear_projection_pending(session, runs[0]))
+    arrays = {"rids": [r.id for r in runs], "was": [r.status for r in runs], "by": [r.finished_by for r in runs]}
+    result = session.execute(_CLEAR_PROJECTIONS, arrays)
+    return int(getattr(result, "rowcount", 0) or 0)

@@ -1,0 +1,344 @@
+"""Runs: created with their first step, ended once (the terminal compare-and-set), interrupted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models.base import utcnow
+from models.clock import db_now
+from models.status import RUN_LIVE, RUN_TERMINAL, ContinuationKind, ContinuationStatus, RunStatus, StepStatus
+from models.store.events import append_event, append_events, event_row
+from models.store.sql import CONT, HIST, INSERT_HISTORY, INTER, RUN, STEP, Executor, bp, new_id, words
+from models.tables import Principal, Run, Step
+from parkway.errors import Conflict
+
+
+def create_run(
+    session: Session,
+    *,
+    workflow: str,
+    payload: Any,
+    owner: Principal,
+    target: str,
+    idempotency_key: str | None,
+    request_digest: str,
+) -> tuple[Run, Due | None]:
+    """none -> running: a run, its first step and that step's ready continuation.
+
+    With an idempotency key already used by this owner: the same body returns the existing run and
+    ``None`` for the continuation; a different body raises ``Conflict``.
+    """
+    if idempotency_key is not None:
+        existing = _run_by_key(session, owner.id, idempotency_key)
+        if existing is not None:
+            return _same_request(existing, request_digest), None
+    now = utcnow()
+    run = Run(
+        id=new_id(),
+        workflow=workflow,
+        status=RunStatus.RUNNING,
+        owner_id=owner.id,
+        target=target,
+        payload=payload,
+        idempotency_key=idempotency_key,
+        request_digest=request_digest,
+        created_at=now,
+        updated_at=now,
+    )
+    try:
+        with session.begin_nested():
+            session.add(run)
+            session.flush()
+    except IntegrityError:
+        # A concurrent request with the same key won the insert: answer as its retry.
+        existing = _run_by_key(session, owner.id, idempotency_key or "")
+        if existing is None:
+            raise
+        return _same_request(existing, request_digest), None
+    append_event(session, run.id, "run.created", workflow=workflow, owner=owner.name, target=target)
+    step = insert_step(session, run.id, seq=1, name=workflow, payload=payload)
+    continuation = insert_continuation(session, run.id, step.id, ContinuationKind.START, workflow)
+    return run, continuation
+
+
+def _run_by_key(session: Session, owner_id: str, key: str) -> Run | None:
+    return session.scalar(select(Run).where(Run.owner_id == owner_id, Run.idempotency_key == key))
+
+
+def _same_request(run: Run, request_digest: str) -> Run:
+    if run.request_digest != request_digest:
+        raise Conflict(
+            f"idempotency key {run.idempotency_key!r} was used for run {run.id} with a different request",
+            {"run_id": run.id, "status": run.status},
+        )
+    return run
+
+
+def insert_step(session: Session, run_id: str, *, seq: int, name: str, payload: Any) -> Step:
+    now = utcnow()
+    step = Step(
+        id=new_id(),
+        run_id=run_id,
+        seq=seq,
+        name=name,
+        status=StepStatus.RUNNING,
+        payload=payload,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(step)
+    session.flush()
+    return step
+
+
+@dataclass(frozen=True)
+class Due:
+    """A continuation made ready in this transaction: publish it once the transaction has committed."""
+
+    id: str
+    kind: str
+    run_id: str
+    step_id: str
+    name: str
+
+
+_INSERT_CONTINUATION = insert(CONT).values(enqueued_at=db_now(), created_at=db_now())
+
+
+def insert_continuation(
+    session: Executor,
+    run_id: str,
+    step_id: str,
+    kind: ContinuationKind,
+    name: str,
+    *,
+    events: list[dict[str, Any]] | None = None,
+) -> Due:
+    """Insert a ready continuation and its event (after ``events``, the caller's, in the same insert)."""
+    due = Due(id=new_id(), kind=kind.value, run_id=run_id, step_id=step_id, name=name)
+    session.execute(
+        _INSERT_CONTINUATION,
+        {
+            "id": due.id,
+            "run_id": run_id,
+            "step_id": step_id,
+            "kind": due.kind,
+            "name": name,
+            "status": ContinuationStatus.READY.value,
+            "attempts": 0,
+            # Published right after this commit; if that publish is lost the sweep sends it again later.
+            "publishes": 1,
+        },
+    )
+    ready = event_row(run_id, "continuation.ready", continuation_id=due.id, step_id=step_id, name=name)
+    append_events(session, [*(events or []), ready])
+    return due
+
+
+def set_run_status(session: Session, run_id: str, from_: Iterable[str], to: RunStatus) -> Run | None:
+    """from -> to between live statuses; ``None`` when it is not in a ``from`` status any more (a run ends
+    only through ``finish_run``)."""
+    assert to not in RUN_TERMINAL, f"a run ends through finish_run, not set_run_status ({to})"
+    return session.scalar(
+        update(Run)
+        .where(Run.id == run_id, Run.status.in_([str(s) for s in from_]))
+        .values(status=to.value, updated_at=utcnow())
+        .returning(Run)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _record_terminal_history(session: Session, run: RunRecord) -> None:
+    """The schedule-history row commits with the canonical terminal record it projects (the CAS that
+    made the run terminal ran once, so no row exists yet); only ``run_metadata.json`` is written after."""
+    session.execute(
+        INSERT_HISTORY,
+        {
+            "run_id": run.id,
+            "workflow": run.workflow,
+            "status": run.status,
+            "completed_at": run.completed_at,
+            "execution_id": run.finished_by,
+            "recorded_at": utcnow(),
+        },
+    )
+
+
+def set_step_status(session: Session, step_id: str, from_: Iterable[str], to: StepStatus, **values: Any) -> Step | None:
+    """from -> to for a step; ``None`` when it is not in a ``from`` status any more."""
+    return session.scalar(
+        update(Step)
+        .where(Step.id == step_id, Step.status.in_([str(s) for s in from_]))
+        .values(status=to.value, updated_at=utcnow(), **values)
+        .returning(Step)
+        .execution_options(synchronize_session=False)
+    )
+
+
+class StepLike(Protocol):
+    """What the outcome transitions need of a step: an ORM ``Step`` or the claim's ``StepRef``."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run's canonical terminal record, as the terminal CAS returned it (what projections are made of)."""
+
+    id: str
+    workflow: str
+    status: str
+    completed_at: datetime | None
+    finished_by: str | None
+    warnings: Any
+    error_details: Any = None  # a failed run's Fail details (its result is null)
+
+
+_ERASE_STEP_SECRETS = (
+    update(INTER).where(INTER.c.step_id == bindparam("sid"), INTER.c.secret.is_not(None)).values(secret=None)
+)
+_ERASE_RUN_SECRETS = (
+    update(INTER).where(INTER.c.run_id == bindparam("rid"), INTER.c.secret.is_not(None)).values(secret=None)
+)
+
+
+def erase_secrets(session: Session, *, step_id: str | None = None, run_id: str | None = None) -> int:
+    """Sealed sensitive values -> NULL (ciphertext too), for a consumed step or an ended run."""
+    if step_id is not None:
+        result = session.execute(_ERASE_STEP_SECRETS, {"sid": step_id})
+    else:
+        result = session.execute(_ERASE_RUN_SECRETS, {"rid": run_id})
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+_STEP_ENDED = [StepStatus.RUNNING.value, StepStatus.RESUMING.value, StepStatus.PARKED.value]
+FINISH_STEP = (
+    update(STEP)
+    .where(STEP.c.id == bindparam("sid"), STEP.c.status.in_(words(_STEP_ENDED)))
+    .values(
+        status=bindparam("step_to"),  # "to" is the run's status where both share a statement
+        result=bp("res", STEP.c.result),
+        error=bindparam("err"),
+        reason=bindparam("why"),
+        updated_at=bp("at", STEP.c.updated_at),
+    )
+)
+# As RunRecord's fields, in order.
+RUN_RECORD_COLUMNS = ("id", "workflow", "status", "completed_at", "finished_by", "warnings", "error_details")
+
+
+def finish_run_update(run_id: Any) -> Any:
+    """live -> terminal for the run ``run_id`` (an expression), its values bound as ``:to``, ``:res``,
+    ``:err``, ``:det``, ``:why``, ``:eid`` and ``:at``; returns its ``RunRecord`` columns."""
+    return (
+        update(RUN)
+        .where(RUN.c.id == run_id, RUN.c.status.in_(words(s.value for s in RUN_LIVE)))
+        .values(
+            status=bindparam("to"),
+            result=bp("res", RUN.c.result),
+            error=bindparam("err"),
+            error_details=bp("det", RUN.c.error_details),
+            reason=bindparam("why"),
+            finished_by=bindparam("eid"),
+            updated_at=bp("at", RUN.c.updated_at),
+            completed_at=bp("at", RUN.c.completed_at),
+            projection_pending=True,
+        )
+        .returning(*(RUN.c[name] for name in RUN_RECORD_COLUMNS))
+    )
+
+
+def history_of(ended: Any) -> Any:
+    """A CTE inserting the schedule-history row of the run ``ended`` (a CTE of ``finish_run_update``)
+    made terminal in the same statement: the row commits with the record it projects."""
+    return (
+        insert(HIST)
+        .from_select(
+            ["run_id", "workflow", "status", "completed_at", "execution_id", "recorded_at"],
+            select(
+                ended.c.id,
+                ended.c.workflow,
+                ended.c.status,
+                ended.c.completed_at,
+                ended.c.finished_by,
+                bp("at", HIST.c.recorded_at),
+            ),
+        )
+        .cte("history")
+    )
+
+
+FINISH_RUN = finish_run_update(bindparam("rid"))
+
+
+def finish_run(
+    session: Session,
+    step: StepLike,
+    *,
+    status: RunStatus,
+    execution_id: str,
+    result: Any = None,
+    error: str | None = None,
+    reason: str | None = None,
+    error_details: Any = None,
+) -> RunRecord | None:
+    """The step -> its end status and the run: live -> terminal (written once, by CAS), with its
+    schedule-history row; returns that record, or ``None`` when the run was already terminal (a proven
+    outcome is kept)."""
+    values = {"res": result, "err": error, "why": reason, "at": utcnow()}
+    session.execute(FINISH_STEP, {"sid": step.id, "step_to": STEP_OF_RUN[status].value, **values})
+    ending = {"rid": step.run_id, "to": status.value, "eid": execution_id, "det": error_details, **values}
+    row = session.execute(FINISH_RUN, ending).first()
+    run = None if row is None else RunRecord(*row)
+    if run is not None:
+        _record_terminal_history(session, run)
+    erase_secrets(session, run_id=step.run_id)
+    ended = run is not None
+    append_events(session, finish_events(step, status, execution_id, ended, error=error, reason=reason,
+                                          error_details=error_details))  # fmt: skip
+    return run
+
+
+STEP_OF_RUN = {
+    RunStatus.COMPLETED: StepStatus.COMPLETED,
+    RunStatus.FAILED: StepStatus.FAILED,
+    RunStatus.INTERRUPTED: StepStatus.INTERRUPTED,
+    RunStatus.CANCELED: StepStatus.CANCELED,
+}
+
+
+def finish_events(
+    step: StepLike,
+    status: RunStatus,
+    execution_id: str,
+    ended: bool,
+    *,
+    error: str | None,
+    reason: str | None,
+    error_details: Any = None,
+) -> list[dict[str, Any]]:
+    """The step's end and, when this ended the run, the run's: in that order."""
+    step_status = STEP_OF_RUN[status].value
+    events = [event_row(step.run_id, f"step.{step_status}", step_id=step.id, name=step.name)]
+    if ended:
+        data: dict[str, Any] = {"status": status.value, "execution_id": execution_id}
+        if error is not None:
+            data["error"] = error
+        if error_details is not None:
+            data["error_details"] = error_details
+        if reason is not None:
+            data["reason"] = reason
+        events.append(event_row(step.run_id, f"run.{status.value}", **data))
+    return events

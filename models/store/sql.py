@@ -1,0 +1,75 @@
+"""Shared pieces of the store's statements: ids, the tables as Core objects, status words rendered into the SQL."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable
+from typing import Any, cast
+
+from sqlalchemy import Connection, String, Table, bindparam, insert, literal_column
+from sqlalchemy.orm import Session
+
+from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, ScheduleHistory, Step
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def interaction_id(step_id: str, key: str, kind: str, resources: Iterable[str] | None) -> str:
+    """Deterministic id from (step, key, kind, resource set): a re-park rejoins the same row."""
+    material = canonical_json([step_id, key, kind, sorted(set(resources or ()))])
+    return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
+# What the answer path runs on: the ORM session of a ``transaction`` or the Core connection of a
+# ``core_transaction`` (every statement there is Core, so it needs no session).
+Executor = Session | Connection
+
+
+def word(value: str) -> Any:
+    """A status rendered into the SQL text, so the planner matches the partial index on it (PostgreSQL's
+    generic plans may not for a bound parameter). Part of the compiled, cached
+    statement: a ``literal_execute`` parameter would re-render the SQL string on every execution."""
+    text = str(value)
+    if not text.replace("_", "").isalnum():  # statuses and kinds only: nothing that needs quoting
+        raise ValueError(f"not a status word: {text!r}")
+    return literal_column(f"'{text}'", String)
+
+
+def words(values: Iterable[str]) -> list[Any]:
+    """``column.in_(words(...))``: the statuses rendered into the SQL text, not an expanding parameter."""
+    return [word(v) for v in values]
+
+
+# The hot path (claim, consume, a step's outcome, events) runs Core statements built once at import, on
+# the tables themselves: no ORM unit of work, no per-call statement construction or cache-key work.
+CONT = cast(Table, Continuation.__table__)
+STEP = cast(Table, Step.__table__)
+RUN = cast(Table, Run.__table__)
+PRIN = cast(Table, Principal.__table__)
+GRANT = cast(Table, Grant.__table__)
+INTER = cast(Table, Interaction.__table__)
+REV = cast(Table, Review.__table__)
+HIST = cast(Table, ScheduleHistory.__table__)
+
+
+def bp(name: str, column: Any) -> Any:
+    """A named bound parameter typed like ``column`` (JSON and UTC datetimes keep their processing)."""
+    return bindparam(name, type_=column.type)
+
+
+EVENTS = cast(Table, Event.__table__)
+INSERT_EVENT = insert(EVENTS)
+INSERT_HISTORY = insert(HIST)
+
+
+def skip_locked(stmt: Any) -> Any:
+    """``stmt`` locking its rows, skipping those another transaction holds (concurrent sweeps)."""
+    return stmt.with_for_update(skip_locked=True)

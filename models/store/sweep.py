@@ -1,0 +1,128 @@
+"""The sweep's bounded selections and their compare-and-sets (SPEC §6)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from models.base import utcnow
+from models.clock import db_now
+from models.status import ContinuationStatus, InteractionStatus
+from models.store.sql import skip_locked, word
+from models.tables import Continuation, Interaction, SweepTotal
+
+
+def mark_for_republish(session: Session, *, older_than_s: float, batch: int) -> list[str]:
+    """ready continuations not enqueued in the last ``older_than_s`` seconds of the database's clock: stamp
+    ``enqueued_at`` (CAS) and return ids.
+
+    Concurrent sweeps skip each other's locked rows and the CAS on ``enqueued_at`` keeps one winner.
+    """
+    older_than = db_now(-older_than_s)
+    ids = session.scalars(
+        skip_locked(
+            select(Continuation.id)
+            .where(
+                Continuation.status == word(ContinuationStatus.READY),
+                or_(Continuation.enqueued_at.is_(None), Continuation.enqueued_at < older_than),
+            )
+            .order_by(Continuation.enqueued_at.asc().nulls_first())
+            .limit(batch)
+        )
+    ).all()
+    if not ids:
+        return []
+    won = session.scalars(
+        update(Continuation)
+        .where(
+            Continuation.id.in_(ids),
+            Continuation.status == ContinuationStatus.READY,
+            or_(Continuation.enqueued_at.is_(None), Continuation.enqueued_at < older_than),
+        )
+        .values(enqueued_at=db_now(), publishes=Continuation.publishes + 1)
+        .returning(Continuation.id)
+        .execution_options(synchronize_session=False)
+    ).all()
+    return list(won)
+
+
+def expired_claims(session: Session, *, batch: int) -> list[Continuation]:
+    """claimed continuations whose lease ran out by the database's clock (the process running the body died)."""
+    return list(
+        session.scalars(
+            skip_locked(
+                select(Continuation)
+                .where(Continuation.status == word(ContinuationStatus.CLAIMED))
+                .where(Continuation.lease_expires_at < db_now())
+                .order_by(Continuation.lease_expires_at)
+                .limit(batch)
+            )
+        ).all()
+    )
+
+
+def release_expired_claim(session: Session, continuation_id: str) -> Continuation | None:
+    """claimed (lease expired) -> ready, stamped as enqueued now; ``None`` if it changed meanwhile."""
+    return session.scalar(
+        update(Continuation)
+        .where(
+            Continuation.id == continuation_id,
+            Continuation.status == ContinuationStatus.CLAIMED,
+            Continuation.lease_expires_at < db_now(),
+        )
+        .values(
+            status=ContinuationStatus.READY,
+            claimed_by=None,
+            lease_expires_at=None,
+            enqueued_at=db_now(),
+            publishes=Continuation.publishes + 1,
+        )
+        .returning(Continuation)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def expirable_interactions(session: Session, *, batch: int) -> list[str]:
+    """pending interactions past their expiry (unlocked: ``expire_due`` takes the step lock, then CASes)."""
+    return list(
+        session.scalars(
+            select(Interaction.id)
+            .where(
+                Interaction.status == word(InteractionStatus.PENDING),
+                Interaction.expires_at.is_not(None),
+                Interaction.expires_at <= db_now(),
+            )
+            .order_by(Interaction.expires_at)
+            .limit(batch)
+        ).all()
+    )
+
+
+def continuation_kinds(session: Session, ids: Sequence[str]) -> list[tuple[str, str]]:
+    if not ids:
+        return []
+    rows = session.execute(select(Continuation.id, Continuation.kind).where(Continuation.id.in_(list(ids))))
+    return [(r[0], r[1]) for r in rows]
+
+
+def record_sweep(session: Session, counts: dict[str, int], *, duration_s: float) -> None:
+    """Add one pass's counts to the running totals (an upsert per category)."""
+    now = utcnow()
+    for category, count in counts.items():
+        stmt = pg_insert(SweepTotal).values(
+            category=category, total=count, last_count=count, last_duration_s=duration_s, last_at=now
+        )
+        session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[SweepTotal.category],
+                set_={
+                    "total": SweepTotal.total + count,
+                    "last_count": count,
+                    "last_duration_s": duration_s,
+                    "last_at": now,
+                },
+            )
+        )
