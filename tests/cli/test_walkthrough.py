@@ -107,7 +107,7 @@ def walk_on(
             wait_for(lambda r=parked: len(run(r)["interactions"]) == 2, timeout=WAIT_S, what=f"run {parked} to ask")
 
         # 4. Answer the first run on the Decisions page, signed in with the human's token
-        site = Site(
+        site = Site(  # the pages' browser helpers, on this stack's API (never started or stopped from here)
             server=ApiServer(database_url="", log=Path("/dev/null"), port=int(up.api.rsplit(":", 1)[1])),
             http=http,
             actors=Actors(tokens={"human": tokens["human"]}),
