@@ -10,9 +10,9 @@ from tasks.sdk import Complete, Next, Park, Permission, Question, continuation, 
 def plan(ctx, payload):
     cmd = f"deploy {payload['service']}"
     return Park(continuation="deploy.decide@1", snapshot={"cmd": cmd}, interactions=[
-        Permission(key="shell", action="shell.exec", resources=[cmd], target="team:ops"),
+        Permission(key="shell", action="shell.exec", resources=[cmd], target="example"),
         Question(key="window", prompt="When?", schema={"type": "string", "enum": ["now", "tonight"]},
-                 target="team:ops", expires_in=3600),
+                 target="example", expires_in=3600),
     ])  # fmt: skip
 
 

@@ -14,7 +14,7 @@ CODE = {
 def ask(ctx, payload):
     return Park(continuation="signin.check@1", snapshot={"site": payload.get("site", "example.com")}, interactions=[
         Question(key="code", prompt="Your user name and the 6-digit code from your phone?", schema=CODE,
-                 target="team:ops", sensitive=["otp"], expires_in=600),
+                 target="example", sensitive=["otp"], expires_in=600),
     ])  # fmt: skip
 
 

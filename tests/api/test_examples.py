@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 import examples  # noqa: F401  (registered here too: this process's sweep must know their continuations)
+from parkway.cli_bootstrap import EXAMPLE_TARGET
 from parkway.settings import Settings, get_settings
-from tests.api.conftest import AGENT, HUMAN, Actors, ApiServer, make_actors
-from tests.support import ROOT, TARGET, Stack, wait_for
+from tests.api.conftest import ADMIN, AGENT, HUMAN, Actors, ApiServer, make_actors
+from tests.support import ROOT, Stack, wait_for
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Caller:
     actors: Actors
 
     def start(self, workflow: str, payload: dict[str, Any]) -> str:
-        body = {"workflow": workflow, "payload": payload, "target": TARGET}
+        body = {"workflow": workflow, "payload": payload, "target": EXAMPLE_TARGET}
         made = self.http.post("/v1/runs", json=body, headers=self.actors.auth(AGENT))
         assert made.status_code == 201, made.text
         return str(made.json()["id"])
@@ -63,13 +64,19 @@ class Caller:
 
 @pytest.fixture(scope="module")
 def api(stack: Stack) -> Iterator[Caller]:
-    """The API and a worker, both loading the examples by the default setting (PARKWAY_IMPORTS unset)."""
+    """The API and a worker, both loading the examples by the default setting (PARKWAY_IMPORTS unset); the
+    agent and the human granted on the examples' target, as ``parkway up`` grants its own."""
     server = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-examples.log")
     server.start(PARKWAY_IMPORTS=None)
     stack.start_worker(PARKWAY_IMPORTS=None)
     try:
         with server.client() as http:
-            yield Caller(http, make_actors(http))
+            actors = make_actors(http)
+            for name in (AGENT, HUMAN):
+                body = {"principal": name, "target": EXAMPLE_TARGET}
+                granted = http.post("/v1/grants", json=body, headers=actors.auth(ADMIN))
+                assert granted.status_code == 201, granted.text
+            yield Caller(http, actors)
     finally:
         server.stop()
 
