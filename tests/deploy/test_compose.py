@@ -133,11 +133,12 @@ def suite_commands(recorded: list[list[str]], tmp_path: Path) -> dict[str, list[
     """The commands the suite starts its processes with, taken from the helpers that start them."""
     from tests.api.conftest import ApiServer
 
-    stack = Stack(backend="sqlite", database_url="sqlite://", broker_url="", home=tmp_path, logs=tmp_path)
+    unused = "postgresql+psycopg://nobody@127.0.0.1:1/none"  # no process is started: Popen is a recorder
+    stack = Stack(broker="filesystem", database_url=unused, broker_url="", home=tmp_path, logs=tmp_path)
     stack.start_worker(wait=False)
     stack.start_beat()
     stack.parkway("migrate")
-    ApiServer(database_url="sqlite://", log=tmp_path / "api.log").start(wait=False)
+    ApiServer(database_url=unused, log=tmp_path / "api.log").start(wait=False)
     commands = [as_installed(command) for command in recorded]
     commands.append(as_installed(flower_command(5555, "user:password")))
     return {role(command): command for command in commands}

@@ -7,11 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import BACKEND
 from tests.integration.helpers import Sent, make_actors
-
-# Backend-specific modules are not collected on the other backend's run (rather than skipped there).
-collect_ignore = [] if BACKEND == "postgres" else ["test_db_connections.py", "test_hot.py"]
 
 
 @pytest.fixture(autouse=True)
