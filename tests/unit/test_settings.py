@@ -109,3 +109,13 @@ def test_key_file__empty_or_short_is_refused_and_never_made_again_over(tmp_path:
         settings.resolved_secret_key()
     assert ("is empty" if not content.strip() else "fewer than 32") in str(refused.value)
     assert path.read_text() == content
+
+
+def test_database__unset_means_the_embedded_postgresql_under_home(tmp_path: Path) -> None:
+    from parkway import embedded
+
+    settings = _settings(database_url="", home=str(tmp_path / "home"))
+    assert settings.embedded_dir == (tmp_path / "home").resolve() / "postgres" == embedded.data_dir(tmp_path / "home")
+    configured = _settings(database_url="postgresql://db/parkway", home=str(tmp_path))
+    assert configured.embedded_dir is None
+    assert configured.effective_database_url == "postgresql://db/parkway"
