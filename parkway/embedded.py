@@ -150,10 +150,11 @@ class _Capture(logging.Handler):
 
 
 def _why_not_started(directory: Path, exc: BaseException, captured: list[str]) -> str:
+    # The library's last error line is pg_ctl's or initdb's stderr, or the server log it showed; a log left
+    # by an earlier run is read only when the library said nothing.
     log = log_path(directory)
-    told = [line for line in _tail(log) if line] or [
-        line for line in captured if line and not line.startswith(("---", "stdout:", "stderr:", "error:"))
-    ]
+    told = [line for line in captured if line and not line.startswith(("---", "stdout:", "stderr:", "error:"))]
+    told = told or [line for line in _tail(log) if line]
     why = told[-1] if told else f"{type(exc).__name__}: {exc}"
     return f"{describe(directory)} cannot start: {why} (its log: {log})"
 
