@@ -8,6 +8,7 @@ healthchecks behind every ``service_healthy``, Flower behind basic auth.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -148,8 +149,13 @@ def suite_commands(recorded: list[list[str]], tmp_path: Path) -> dict[str, list[
 def parkway_up_commands(recorded: list[list[str]], monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     """The commands ``parkway up`` starts its children with (they 'exit' at once, so it returns)."""
     import parkway.cli
+    from parkway.settings import reset_settings
 
     monkeypatch.setattr(parkway.cli, "cmd_migrate", lambda _: 0)
+    # A configured database, so that `up` starts no embedded PostgreSQL (Popen is a recorder here)
+    previous = os.environ.get("PARKWAY_DATABASE_URL")
+    os.environ["PARKWAY_DATABASE_URL"] = "postgresql+psycopg://nobody@127.0.0.1:1/none"
+    reset_settings()
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         args = parkway.cli.build_parser().parse_args(["up", "--grace", "0.1"])
@@ -157,6 +163,11 @@ def parkway_up_commands(recorded: list[list[str]], monkeypatch: pytest.MonkeyPat
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+        if previous is None:
+            os.environ.pop("PARKWAY_DATABASE_URL")
+        else:
+            os.environ["PARKWAY_DATABASE_URL"] = previous
+        reset_settings()
     commands = [as_installed(command) for command in recorded]
     return {role(command): command for command in commands}
 
