@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-postgres test-sqlite lint migrate sweep bench demo clean
+.PHONY: run test test-postgres lint migrate sweep bench demo clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -12,28 +12,27 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## run: the whole stack on this machine (embedded SQLite + filesystem broker unless configured)
+## run: the whole stack on this machine (embedded PostgreSQL + filesystem broker unless configured)
 run: $(STAMP)
 	$(VENV)/bin/parkway up
 
-## test: the whole suite twice, side by side: PostgreSQL + Redis here, SQLite + the embedded broker in the
-## background (its log in var/test-sqlite.log, shown at the end); fails if either run fails
+## test: the whole suite once on PostgreSQL + Redis and, side by side, the modules where the broker matters
+## (-m broker) on the filesystem broker (its log in var/test-filesystem.log, shown at the end); fails if
+## either fails. PostgreSQL: PARKWAY_TEST_PG_URL, or 127.0.0.1:5432, or the embedded one (tests/conftest.py)
 test: $(STAMP)
 	@mkdir -p var
-	@echo "make test: the SQLite run goes on in the background (var/test-sqlite.log); the PostgreSQL run follows here"
-	@PARKWAY_TEST_BACKEND=sqlite $(PY) -m pytest $(PYTEST_ARGS) > var/test-sqlite.log 2>&1 & sqlite=$$!; \
-	PARKWAY_TEST_BACKEND=postgres $(PY) -m pytest $(PYTEST_ARGS); postgres=$$?; \
-	wait $$sqlite; sqlite_rc=$$?; \
-	echo "make test: the SQLite run (var/test-sqlite.log):"; \
-	if [ $$sqlite_rc -eq 0 ]; then tail -n 1 var/test-sqlite.log; else cat var/test-sqlite.log; fi; \
-	echo "make test: PostgreSQL rc=$$postgres, SQLite rc=$$sqlite_rc"; \
-	[ $$postgres -eq 0 ] && [ $$sqlite_rc -eq 0 ]
+	@echo "make test: the filesystem-broker run (-m broker) goes on in the background (var/test-filesystem.log)"
+	@PARKWAY_TEST_BROKER=filesystem $(PY) -m pytest -m broker $(PYTEST_ARGS) > var/test-filesystem.log 2>&1 & fs=$$!; \
+	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(PYTEST_ARGS); redis=$$?; \
+	wait $$fs; fs_rc=$$?; \
+	echo "make test: the filesystem-broker run (var/test-filesystem.log):"; \
+	if [ $$fs_rc -eq 0 ]; then tail -n 1 var/test-filesystem.log; else cat var/test-filesystem.log; fi; \
+	echo "make test: Redis rc=$$redis, filesystem broker rc=$$fs_rc"; \
+	[ $$redis -eq 0 ] && [ $$fs_rc -eq 0 ]
 
+## test-postgres: the whole suite once, on Redis only
 test-postgres: $(STAMP)
-	PARKWAY_TEST_BACKEND=postgres $(PY) -m pytest $(PYTEST_ARGS)
-
-test-sqlite: $(STAMP)
-	PARKWAY_TEST_BACKEND=sqlite $(PY) -m pytest $(PYTEST_ARGS)
+	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(PYTEST_ARGS)
 
 ## lint: ruff (lint + format check) and mypy strict on the packages
 lint: $(STAMP)

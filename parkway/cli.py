@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from parkway import cli_bootstrap, cli_grants
+from parkway import cli_bootstrap, cli_grants, embedded
 from parkway.children import QUEUES, Child, child_environment, http_ok, stop_children, stop_signals
 from parkway.errors import ParkwayError
 from parkway.supervisor import RestartPolicy, Supervisor, exit_text
@@ -31,8 +31,11 @@ def cmd_migrate(_: argparse.Namespace) -> int:
     from parkway.settings import get_settings
 
     settings = get_settings()
+    embedded.start_for_process(settings.embedded_dir)  # and stopped when `migrate` exits, if it started it
     engine = get_engine()
-    where = "embedded SQLite" if settings.embedded_database else engine.url.render_as_string(hide_password=True)
+    where = engine.url.render_as_string(hide_password=True)
+    if settings.embedded_dir:
+        where = embedded.describe(settings.embedded_dir)
     try:
         before = current_revision(engine)
     except OperationalError as exc:  # the driver's first line says why: refused, unknown host, bad password
@@ -125,8 +128,8 @@ def _where(settings: Settings) -> str:
     from kombu.utils.url import maybe_sanitize_url
     from sqlalchemy.engine import make_url
 
-    if settings.embedded_database:
-        database = f"embedded SQLite ({Path(settings.effective_database_url.split('///', 1)[1])})"
+    if settings.embedded_dir:
+        database = embedded.describe(settings.embedded_dir)
     else:
         database = make_url(settings.database_url).render_as_string(hide_password=True)
     if settings.broker_url:
@@ -143,6 +146,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     settings.resolved_secret_key()  # refuse now, not in four children; makes the embedded key file once
+    embedded.start_for_process(settings.embedded_dir)  # shared by the children; stopped on exit if `up` started it
     cmd_migrate(args)
     home = Path(settings.home).resolve()
     for line in cli_bootstrap.welcome(settings):  # before any child can fail: tokens are shown only now

@@ -1,4 +1,4 @@
-"""Engines and sessions: one engine per process (never shared across fork), SQLite tuned for many writers."""
+"""Engines and sessions on PostgreSQL: one engine per process (never shared across fork)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
@@ -29,35 +28,12 @@ def normalize_url(url: str) -> str:
 
 
 def make_engine(url: str, *, durable: bool = True) -> Engine:
-    """Create an engine; SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` so writers queue.
+    """Create an engine on PostgreSQL through psycopg 3, its idle connections pinged before use.
 
-    ``durable=False`` (PostgreSQL): sessions with ``synchronous_commit=off``, for ``transaction(durable=False)``.
+    ``durable=False``: sessions with ``synchronous_commit=off``, for ``transaction(durable=False)``.
     """
-    url = normalize_url(url)
-    if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
-
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA busy_timeout=60000")
-            cursor.close()
-
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: Any) -> None:
-            # Take the write lock at BEGIN: check-then-write transactions never race on SQLite.
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-        return engine
     connect_args = {} if durable else {"options": "-c synchronous_commit=off"}
-    engine = create_engine(url, connect_args=connect_args, **pool_options())
+    engine = create_engine(normalize_url(url), connect_args=connect_args, **pool_options())
     _ping_when_idle(engine)
     return engine
 
@@ -90,8 +66,8 @@ def _ping_when_idle(engine: Engine) -> None:
     Only a restart within that window reaches a statement, which then fails with the disconnect (the
     caller's transaction rolls back; the API answers 503) and from then on every older connection is
     pinged before use: of the connections a restart killed, only the first one found reaches a caller.
-    (SQLAlchemy's own executions also mark the whole pool stale on a disconnect; a ``HotStatement``
-    invalidates just its connection, and this covers the rest.)"""
+    (SQLAlchemy's own executions also mark the whole pool stale on a disconnect; the hot path's driver
+    (models/store/driver.py) invalidates just its connection, and this covers the rest.)"""
 
     @event.listens_for(engine, "connect")
     def _on_connect(_dbapi_conn: Any, record: Any) -> None:
@@ -155,10 +131,8 @@ def session_factory() -> sessionmaker[Session]:
 
 
 def _relaxed_factory() -> sessionmaker[Session]:
-    """Sessions whose commits do not wait for the WAL flush (PostgreSQL); the durable ones elsewhere."""
-    engine = get_engine()
-    if engine.dialect.name != "postgresql":
-        return session_factory()  # SQLite in WAL mode with synchronous=NORMAL already works this way
+    """Sessions whose commits do not wait for the WAL flush."""
+    get_engine()
     with _lock:
         if _state["relaxed"] is None:
             relaxed = make_engine(get_settings().effective_database_url, durable=False)
@@ -169,10 +143,9 @@ def _relaxed_factory() -> sessionmaker[Session]:
 
 
 def engines() -> list[Engine]:
-    """This process's engines: the durable one and, on PostgreSQL, the one for ``durable=False``."""
-    relaxed = _relaxed_factory().kw["bind"]
-    durable = get_engine()
-    return [durable] if relaxed is durable else [durable, relaxed]
+    """This process's engines: the durable one and the one for ``durable=False``."""
+    relaxed: Engine = _relaxed_factory().kw["bind"]
+    return [get_engine(), relaxed]
 
 
 @contextmanager
@@ -274,23 +247,12 @@ def single_statement(*, durable: bool = True) -> Iterator[Connection]:
 
 @contextmanager
 def read_statement() -> Iterator[Connection]:
-    """A pooled connection for one read (any thread) that needs no transaction of its own: on PostgreSQL in
-    autocommit (no BEGIN and COMMIT round trips); on SQLite in the engine's usual transaction, rolled back."""
-    engine = get_engine()
-    if engine.dialect.name != "postgresql":
-        with engine.connect() as conn:
-            yield conn
-        return
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    """A pooled connection for one read (any thread) that needs no transaction of its own, in autocommit (no
+    BEGIN and COMMIT round trips)."""
+    with get_engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         yield conn
 
 
 def require_durable(session: Session) -> None:
     """This transaction's commit waits for the WAL flush after all (it recorded an outcome)."""
-    if is_postgres(session):
-        session.execute(text("SET LOCAL synchronous_commit TO on"))
-
-
-def is_postgres(session_or_engine: Session | Engine) -> bool:
-    bind = session_or_engine.get_bind() if isinstance(session_or_engine, Session) else session_or_engine
-    return bind.dialect.name == "postgresql"
+    session.execute(text("SET LOCAL synchronous_commit TO on"))

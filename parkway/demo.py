@@ -1,6 +1,6 @@
 """``parkway demo``: the restart story with real processes, narrated as a timeline (issue 7, item 5).
 
-On the embedded defaults (SQLite + the filesystem broker) in a fresh temporary ``PARKWAY_HOME`` (never
+On the embedded defaults (PostgreSQL + the filesystem broker) in a fresh temporary ``PARKWAY_HOME`` (never
 ``./var``): start the API, a worker and beat; park a run on a Permission and a Question over HTTP; SIGKILL
 the worker and the API while it waits; restart them and show the same questions still pending; answer
 them; let the resuming worker die at ``resume.before_commit``; restart it; show the continuation committed
@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from parkway import embedded
 from parkway.children import stop_signals
 from parkway.demo_narrator import DemoFailed, Narrator, brief_value, short, summary, wait_until
 from parkway.demo_stack import (
@@ -212,7 +213,7 @@ def run_demo(*, keep: bool = False, verbose: bool = False, out: TextIO | None = 
     narrator = Narrator(out or sys.stdout)
     home = Path(tempfile.mkdtemp(prefix="parkway-demo-"))
     narrator.line("Parkway demo: the restart story, with real processes")
-    narrator.line(f"PARKWAY_HOME={home} (embedded SQLite + filesystem broker; ./var is not touched)")
+    narrator.line(f"PARKWAY_HOME={home} (embedded PostgreSQL + filesystem broker; ./var is not touched)")
     narrator.line(
         "children run with " + " ".join(f"{k}={v}" for k, v in DEMO_SETTINGS.items() if k != "PARKWAY_IMPORTS")
     )
@@ -222,7 +223,8 @@ def run_demo(*, keep: bool = False, verbose: bool = False, out: TextIO | None = 
     def interrupt(signum: int) -> None:
         raise Interrupted(signum)
 
-    with demo_environment(home) as env, stop_signals(interrupt):
+    # The embedded PostgreSQL of its home is stopped before the home is kept or removed.
+    with demo_environment(home) as env, embedded.running(embedded.data_dir(home)), stop_signals(interrupt):
         demo = Demo(home, env, narrator, verbose=verbose)
         try:
             demo.story()

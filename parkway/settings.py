@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from parkway import embedded
 from parkway.errors import ConfigError
 
 DEFAULT_HOME = Path("var")
@@ -46,10 +47,16 @@ class Settings(BaseSettings):
         return not self.database_url
 
     @property
+    def embedded_dir(self) -> Path | None:
+        """The embedded PostgreSQL's data directory, or ``None`` when a database is configured."""
+        return embedded.data_dir(self.home) if self.embedded_database else None
+
+    @property
     def effective_database_url(self) -> str:
+        """The configured database, or the embedded PostgreSQL under ``home`` (started now if it is not running)."""
         if self.database_url:
             return self.database_url
-        return f"sqlite:///{Path(self.home).resolve() / 'parkway.sqlite3'}"
+        return embedded.url(embedded.data_dir(self.home))
 
     @property
     def broker_folder(self) -> Path:

@@ -1,9 +1,19 @@
-"""Real services for the suite.
+"""Real services for the suite: PostgreSQL, and Redis or the filesystem broker.
 
-``PARKWAY_TEST_BACKEND=postgres`` (default) runs on PostgreSQL + Redis; ``sqlite`` on a SQLite file + the
-embedded filesystem broker. A migrated template database is made once per session (``alembic upgrade
-head`` + ``alembic check``) and cloned per module (``stack``) or per test (``fresh_db``). With
-``PARKWAY_REQUIRE_SERVICES=1`` (CI) a missing service fails the run instead of skipping.
+PostgreSQL: ``PARKWAY_TEST_PG_URL`` (an admin URL), or ``embedded`` for an embedded PostgreSQL (the wheel
+``parkway up`` uses) of this session's own, in its temporary home, stopped when the session ends. Unset, it is
+``postgresql+psycopg://postgres@127.0.0.1:5432/postgres`` when that answers, else the embedded one: the suite
+passes on a machine with no PostgreSQL. With ``PARKWAY_REQUIRE_SERVICES=1`` (CI) there is no fallback: a
+configured or default server that does not answer fails the run (CI tests what it set up, never something
+else), and a missing Redis fails it too instead of skipping.
+
+Broker: ``PARKWAY_TEST_BROKER=redis`` (default: ``PARKWAY_TEST_REDIS_URL``, or a Redis database index held by
+this session alone) or ``filesystem`` (the embedded broker). ``make test`` runs the whole suite on Redis and,
+side by side, the modules where broker behaviour matters (marked ``broker``, see ``BROKER_MODULES``) on the
+filesystem broker.
+
+A migrated template database is made once per session (``alembic upgrade head`` + ``alembic check``) and
+cloned per module (``stack``) or per test (``fresh_db``).
 """
 
 from __future__ import annotations
@@ -12,14 +22,30 @@ import os
 import shutil
 import tempfile
 import uuid
+from functools import lru_cache
 from pathlib import Path
 
 # The test process's settings must be in place before anything imports the Celery app.
-BACKEND = os.environ.get("PARKWAY_TEST_BACKEND", "postgres")
-if BACKEND not in ("postgres", "sqlite"):
-    raise RuntimeError(f"PARKWAY_TEST_BACKEND must be postgres or sqlite, not {BACKEND!r}")
-SESSION_HOME = Path(tempfile.mkdtemp(prefix=f"parkway-test-{BACKEND}-"))
-PG_ADMIN_URL = os.environ.get("PARKWAY_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+BROKER = os.environ.get("PARKWAY_TEST_BROKER", "redis")
+if BROKER not in ("redis", "filesystem"):
+    raise RuntimeError(f"PARKWAY_TEST_BROKER must be redis or filesystem, not {BROKER!r}")
+SESSION_HOME = Path(tempfile.mkdtemp(prefix=f"parkway-test-{BROKER}-"))
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+PG_URL_SETTING = os.environ.get("PARKWAY_TEST_PG_URL", "")
+REQUIRE_SERVICES = os.environ.get("PARKWAY_REQUIRE_SERVICES") == "1"
+
+# The modules where the broker's behaviour matters: delivery, redelivery, workers killed, the broker down or
+# flushed, what travels in messages, Flower, broker metrics. The rest runs once, on Redis.
+BROKER_MODULES = {
+    "tests/acceptance/test_broker_down.py",
+    "tests/acceptance/test_crash_points.py",
+    "tests/acceptance/test_recovery.py",
+    "tests/acceptance/test_resume.py",
+    "tests/acceptance/test_terminal_truth.py",
+    "tests/api/test_metrics.py",
+    "tests/api/test_sensitive.py",
+    "tests/deploy/test_flower.py",
+}
 
 
 def _claim_redis_db() -> int:
@@ -39,12 +65,13 @@ def _claim_redis_db() -> int:
 
 
 _held_locks: list[object] = []
-REDIS_URL = os.environ.get("PARKWAY_TEST_REDIS_URL") or f"redis://127.0.0.1:6379/{_claim_redis_db()}"
-REQUIRE_SERVICES = os.environ.get("PARKWAY_REQUIRE_SERVICES") == "1"
+REDIS_URL = ""
+if BROKER == "redis":
+    REDIS_URL = os.environ.get("PARKWAY_TEST_REDIS_URL") or f"redis://127.0.0.1:6379/{_claim_redis_db()}"
 
 BASE_ENV = {
     "PARKWAY_HOME": str(SESSION_HOME),
-    "PARKWAY_BROKER_URL": REDIS_URL if BACKEND == "postgres" else "",
+    "PARKWAY_BROKER_URL": REDIS_URL,
     "PARKWAY_SECRET_KEY": "test-secret-key-" + "x" * 40,
     "PARKWAY_IMPORTS": "tests.workflows",
     "PARKWAY_CLAIM_LEASE_S": "2",
@@ -61,29 +88,51 @@ os.environ.pop("PARKWAY_DATABASE_URL", None)
 from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
-from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy import create_engine, make_url, text  # noqa: E402
 
 import tests.workflows  # noqa: E402,F401  (registers the test workflows in this process too)
 from parkway.db import reset_engine  # noqa: E402
 from parkway.settings import reset_settings  # noqa: E402
 from tasks.projection import drain_projections  # noqa: E402
-from tests.support import Stack, unavailable  # noqa: E402
+from tests.support import ROOT, Stack, unavailable  # noqa: E402
+
+
+@lru_cache(maxsize=1)
+def pg_admin_url() -> str:
+    """The admin URL of the PostgreSQL this session runs on (an embedded one is started on first use)."""
+    if PG_URL_SETTING and PG_URL_SETTING != "embedded":
+        return PG_URL_SETTING
+    if not PG_URL_SETTING and (REQUIRE_SERVICES or unavailable(DEFAULT_PG_URL) is None):
+        return DEFAULT_PG_URL
+    from parkway import embedded
+
+    return embedded.url(embedded.data_dir(SESSION_HOME), database="postgres")
 
 
 def _service_problem() -> str | None:
-    if BACKEND == "sqlite":
-        return None
-    return unavailable(PG_ADMIN_URL, REDIS_URL)
+    try:
+        url = pg_admin_url()
+    except Exception as exc:  # the embedded one did not start: the reason is in one line
+        return f"embedded PostgreSQL: {exc}"
+    return unavailable(url, REDIS_URL or None)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The SQLite run deselects (never skips) what lives only in PostgreSQL: each test runs where it applies."""
-    if BACKEND != "sqlite":
-        return
-    elsewhere = [item for item in items if item.get_closest_marker("postgres_only")]
-    if elsewhere:
-        config.hook.pytest_deselected(items=elsewhere)
-        items[:] = [item for item in items if not item.get_closest_marker("postgres_only")]
+def pytest_report_header() -> str:
+    where = PG_URL_SETTING or "127.0.0.1:5432 if it answers, else embedded"
+    return f"parkway: PostgreSQL {where}; broker {BROKER}" + (" (services required)" if REQUIRE_SERVICES else "")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.relative_to(ROOT).as_posix() in BROKER_MODULES:
+            item.add_marker(pytest.mark.broker)
+
+
+def pytest_sessionfinish() -> None:
+    from parkway import embedded
+
+    embedded.stop(embedded.data_dir(SESSION_HOME))  # this session's own embedded PostgreSQL, if it started one
+    shutil.rmtree(SESSION_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -98,19 +147,18 @@ def template_db() -> Iterator[str]:
 
     from parkway.migrate import alembic_config
 
-    if BACKEND == "postgres":
-        name = f"parkway_tpl_{uuid.uuid4().hex[:8]}"
-        _pg_admin(f'CREATE DATABASE "{name}"')
-        url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    else:
-        url = f"sqlite:///{SESSION_HOME / 'template.sqlite3'}"
+    name = f"parkway_tpl_{uuid.uuid4().hex[:8]}"
+    _pg_admin(f'CREATE DATABASE "{name}"')
+    url = _on_database(name)
     _migrate(url, command, alembic_config)
     try:
         yield url
     finally:
-        if BACKEND == "postgres":
-            _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        shutil.rmtree(SESSION_HOME, ignore_errors=True)
+        _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _on_database(name: str) -> str:
+    return make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
 
 
 def _migrate(url: str, command: object, alembic_config: object) -> None:
@@ -127,7 +175,7 @@ def _migrate(url: str, command: object, alembic_config: object) -> None:
 
 
 def _pg_admin(sql: str) -> None:
-    engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    engine = create_engine(pg_admin_url(), isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
             conn.execute(text(sql))
@@ -136,23 +184,14 @@ def _pg_admin(sql: str) -> None:
 
 
 def clone_database(template_url: str) -> str:
-    """A new database cloned from the template (PostgreSQL ``TEMPLATE``, SQLite file copy)."""
-    if BACKEND == "postgres":
-        template = template_url.rsplit("/", 1)[1]
-        name = f"parkway_t_{uuid.uuid4().hex[:10]}"
-        _pg_admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-        return template_url.rsplit("/", 1)[0] + f"/{name}"
-    source = Path(template_url.split("///", 1)[1])
-    target = SESSION_HOME / f"db_{uuid.uuid4().hex[:10]}.sqlite3"
-    shutil.copyfile(source, target)
-    return f"sqlite:///{target}"
+    """A new database cloned from the template (PostgreSQL ``TEMPLATE``)."""
+    name = f"parkway_t_{uuid.uuid4().hex[:10]}"
+    _pg_admin(f'CREATE DATABASE "{name}" TEMPLATE "{make_url(template_url).database}"')
+    return _on_database(name)
 
 
 def drop_database(url: str) -> None:
-    if BACKEND == "postgres":
-        _pg_admin(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
-    else:
-        Path(url.split("///", 1)[1]).unlink(missing_ok=True)
+    _pg_admin(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
 
 
 def use_database(url: str) -> None:
@@ -168,7 +207,7 @@ def stack(template_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     url = clone_database(template_db)
     use_database(url)
     stack = Stack(
-        backend=BACKEND,
+        broker=BROKER,
         database_url=url,
         broker_url=BASE_ENV["PARKWAY_BROKER_URL"],
         home=SESSION_HOME,

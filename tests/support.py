@@ -29,8 +29,8 @@ AGENT, HUMAN, STRANGER, ADMIN = "bot", "ana", "eve", "boss"
 TARGET = "team:ops"
 
 
-def unavailable(pg_url: str, redis_url: str) -> str | None:
-    """Why PostgreSQL or Redis cannot be reached, or ``None``."""
+def unavailable(pg_url: str, redis_url: str | None = None) -> str | None:
+    """Why PostgreSQL (or Redis, when given) cannot be reached, or ``None``."""
     from sqlalchemy import create_engine
 
     try:
@@ -40,6 +40,8 @@ def unavailable(pg_url: str, redis_url: str) -> str | None:
         engine.dispose()
     except Exception as exc:
         return f"PostgreSQL at {pg_url}: {type(exc).__name__}: {exc}"
+    if redis_url is None:
+        return None
     try:
         import redis
 
@@ -121,7 +123,7 @@ class Worker:
 
 @dataclass
 class Stack:
-    backend: str
+    broker: str  # "redis" or "filesystem"
     database_url: str
     broker_url: str
     home: Path
@@ -185,7 +187,7 @@ class Stack:
 
     def flush_broker(self) -> None:
         """Lose every queued message (Redis FLUSHDB, or empty the filesystem broker's folder)."""
-        if self.backend == "postgres":
+        if self.broker == "redis":
             import redis
 
             redis.Redis.from_url(self.broker_url).flushdb()

@@ -1,6 +1,6 @@
 """One clock, the database's (issue 17 §6): a worker whose host clock is ten minutes off, under
 ``faketime``, hands out leases that neither expire early nor outlive their time, and its runs' events keep
-their order. PostgreSQL only: SQLite's clock is each process's own (and SQLite is going away)."""
+their order."""
 
 from __future__ import annotations
 
@@ -33,10 +33,7 @@ from tests.support import (
     wait_status,
 )
 
-pytestmark = [
-    pytest.mark.usefixtures("own_workers"),
-    pytest.mark.postgres_only(reason="SQLite's clock is each process's own: no shared clock to use"),
-]
+pytestmark = pytest.mark.usefixtures("own_workers")
 
 LIBFAKETIME = Path(f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}/faketime/libfaketime.so.1")
 SKEW_S = 600.0

@@ -1,7 +1,8 @@
 """A database outage is a 503 with ``Retry-After``, not a 500, and once the database is back nothing is lost.
 
 The shared PostgreSQL server is never stopped: a real ``uvicorn`` reaches it through a TCP proxy (a thread
-of this test), which is cut (every connection closed, new ones refused, as in a restart) and restored.
+of this test, in front of its TCP port or, embedded, its unix socket), which is cut (every connection closed,
+new ones refused, as in a restart) and restored.
 """
 
 from __future__ import annotations
@@ -21,16 +22,15 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from tests.api.conftest import ADMIN, AGENT, HUMAN, ApiServer, drive, free_port, make_actors
-from tests.conftest import PG_ADMIN_URL
+from tests.conftest import pg_admin_url
 from tests.support import TARGET, Stack, interactions, wait_for
-
-pytestmark = pytest.mark.postgres_only(reason="cuts the connection to a database server; SQLite has no server to lose")
 
 
 class Proxy:
-    """A TCP proxy on 127.0.0.1 to ``upstream``; ``cut`` closes every connection and refuses new ones."""
+    """A TCP proxy on 127.0.0.1 to ``upstream`` (host and port, or a unix socket's path); ``cut`` closes every
+    connection and refuses new ones."""
 
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: tuple[str, int] | str) -> None:
         self.upstream = upstream
         self.port = free_port()
         self._lock = threading.Lock()
@@ -71,8 +71,7 @@ class Proxy:
             except OSError:
                 return
             try:
-                server = socket.create_connection(self.upstream, timeout=5)
-                server.settimeout(None)
+                server = self._connect_upstream()
             except OSError:
                 client.close()
                 continue
@@ -85,6 +84,19 @@ class Proxy:
                 self.accepted += 1
             for source, sink in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _connect_upstream(self) -> socket.socket:
+        if isinstance(self.upstream, str):
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                server.connect(self.upstream)
+            except OSError:
+                server.close()
+                raise
+            return server
+        server = socket.create_connection(self.upstream, timeout=5)
+        server.settimeout(None)
+        return server
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
@@ -104,7 +116,13 @@ class Proxy:
 @pytest.fixture
 def proxied(stack: Stack) -> Iterator[tuple[Proxy, ApiServer]]:
     url = make_url(stack.database_url)
-    proxy = Proxy((url.host or "127.0.0.1", url.port or 5432)).start()
+    socket_dir = url.query.get("host")
+    port = int(str(url.query.get("port") or url.port or 5432))
+    if isinstance(socket_dir, str) and socket_dir.startswith("/"):  # the embedded PostgreSQL: a unix socket only
+        proxy = Proxy(str(Path(socket_dir) / f".s.PGSQL.{port}")).start()
+    else:
+        proxy = Proxy((url.host or "127.0.0.1", port)).start()
+    url = url.difference_update_query(["host", "port"])
     through = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     server = ApiServer(database_url=through, log=stack.logs / "uvicorn-outage.log").start()
     try:
@@ -251,7 +269,7 @@ def test_restart_kills_the_pooled_connections__the_first_found_is_a_503_and_none
 
 
 def terminate_backends(application_name: str) -> int:
-    engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    engine = create_engine(pg_admin_url(), isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
             sql = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :n"

@@ -25,11 +25,6 @@ from parkway.db import transaction
 from tests.api.conftest import ADMIN, AGENT, HUMAN, Actors, ApiServer, make_actors
 from tests.support import TARGET, wait_for
 
-pytestmark = pytest.mark.postgres_only(
-    reason="SQLite has one writer at a time (BEGIN IMMEDIATE: writers and the stream's polls queue behind a "
-    "held transaction), so there is no interleaving of writers to soak",
-)
-
 HIDDEN = "team:soak-hidden"  # runs the human may not see
 WRITERS = 3
 WRITE_S = 12.0

@@ -38,7 +38,7 @@ def _everything_stored() -> str:
 
 
 def _broker_contents(stack: Stack) -> str:
-    if stack.backend == "postgres":
+    if stack.broker == "redis":
         import redis
 
         client = redis.Redis.from_url(stack.broker_url)

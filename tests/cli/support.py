@@ -1,7 +1,7 @@
 """Running ``parkway`` as a user does: a subprocess on the embedded defaults, in a home of its own.
 
 The test session's ``PARKWAY_*`` settings (tests/conftest.py puts them in ``os.environ``) are left out
-of the child's environment, so it truly runs on SQLite + the filesystem broker.
+of the child's environment, so it truly runs on the embedded PostgreSQL of its home + the filesystem broker.
 """
 
 from __future__ import annotations
@@ -12,10 +12,14 @@ import signal
 import socket
 import subprocess
 import sys
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy import Connection, create_engine
+
+from parkway import embedded
 from tests.support import ROOT, wait_for
 
 
@@ -108,3 +112,17 @@ def start_up(tmp_path: Path, home: Path, *args: str, name: str = "up", imports: 
     with open(out, "wb") as stdout, open(err, "wb") as stderr:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
     return Up(proc, home, out, err, env, f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{flower_port}")
+
+
+@contextmanager
+def home_database(home: Path) -> Iterator[Connection]:
+    """A connection (one transaction, committed at the end) to the embedded PostgreSQL of ``home``: started
+    for the block if it is not running, and stopped after it if the block started it."""
+    directory = embedded.data_dir(home)
+    with embedded.running(directory):
+        engine = create_engine(embedded.url(directory))
+        try:
+            with engine.begin() as conn:
+                yield conn
+        finally:
+            engine.dispose()

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
-from contextlib import closing
 from pathlib import Path
 
-from tests.cli.support import embedded_env, stop
+from sqlalchemy import text
+
+from parkway import embedded
+from tests.cli.support import embedded_env, home_database, stop
 
 CHECKS = [
     "stack up: api answers /healthz, worker and beat ready",
@@ -59,40 +60,45 @@ def test_demo__exits_0_with_every_check_held_and_its_database_agrees(tmp_path: P
         assert list(tmp_path.iterdir()) == [], "the demo must not write to the working directory (./var)"
         # And its own database (kept with --keep) holds what the demo says of itself
         assert home is not None, report
-        _database_agrees(home / "parkway.sqlite3")
+        assert embedded.postmaster(embedded.data_dir(home)) is None, "the demo stops the PostgreSQL it started"
+        _database_agrees(home)
     finally:
         if home is not None:
             shutil.rmtree(home, ignore_errors=True)
 
 
-def _database_agrees(path: Path) -> None:
+def _database_agrees(home: Path) -> None:
     """One run, completed by one commit of its resumed continuation after two executions; both answers
     from the human; the committed effect once and the replay='never' tool once."""
     import parkway.demo as demo
 
-    with closing(sqlite3.connect(path)) as db:
-        runs = db.execute("SELECT id, status, result, completed_at, finished_by FROM runs").fetchall()
+    with home_database(home) as db:
+
+        def rows(sql: str, **params: object) -> list[tuple[object, ...]]:
+            return [tuple(row) for row in db.execute(text(sql), params)]
+
+        runs = rows("SELECT id, status, result, completed_at, finished_by FROM runs")
         assert len(runs) == 1, runs
         run_id, status, result, completed_at, finished_by = runs[0]
+        result = json.loads(result) if isinstance(result, str) else result
         assert status == "completed" and completed_at is not None and finished_by is not None
-        assert json.loads(result)["deployed"] is True and json.loads(result)["window"] == "now", result
-        assert db.execute("SELECT status FROM steps WHERE run_id = ?", (run_id,)).fetchall() == [("completed",)]
-        answered = db.execute(
+        assert isinstance(result, dict) and result["deployed"] is True and result["window"] == "now", result
+        assert rows("SELECT status FROM steps WHERE run_id = :r", r=run_id) == [("completed",)]
+        answered = rows(
             "SELECT i.kind, i.status, p.name FROM interactions i JOIN principals p ON p.id = i.answered_by_id "
-            "WHERE i.run_id = ? ORDER BY i.kind",
-            (run_id,),
-        ).fetchall()
-        assert answered == [("permission", "answered", demo.HUMAN), ("question", "answered", demo.HUMAN)]
-        continuations = db.execute(
-            "SELECT kind, name, status, attempts FROM continuations WHERE run_id = ? ORDER BY created_at", (run_id,)
-        ).fetchall()
-        assert all(c[2] == "consumed" for c in continuations), continuations
-        assert [c[3] for c in continuations if c[1].startswith("demo.decide")] == [2], continuations
-        effects = dict(
-            db.execute(f"SELECT kind, COUNT(*) FROM {demo.EFFECTS_TABLE} WHERE run_id = ? GROUP BY kind", (run_id,))
+            "WHERE i.run_id = :r ORDER BY i.kind",
+            r=run_id,
         )
+        assert answered == [("permission", "answered", demo.HUMAN), ("question", "answered", demo.HUMAN)]
+        continuations = rows(
+            "SELECT kind, name, status, attempts FROM continuations WHERE run_id = :r ORDER BY created_at", r=run_id
+        )
+        assert all(c[2] == "consumed" for c in continuations), continuations
+        assert [c[3] for c in continuations if str(c[1]).startswith("demo.decide")] == [2], continuations
+        counted = f"SELECT kind, COUNT(*) FROM {demo.EFFECTS_TABLE} WHERE run_id = :r GROUP BY kind"
+        effects = dict(rows(counted, r=run_id))
         assert effects == {demo.COMMITTED: 1, demo.TOOL: 1}, effects
-        types = [t for (t,) in db.execute("SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,))]
+        types = [t for (t,) in rows("SELECT type FROM events WHERE run_id = :r ORDER BY seq", r=run_id)]
         assert types.count("run.completed") == 1 and types[-1] == "run.completed", types
         assert types.count("interaction.answered") == 2, types
 

@@ -10,8 +10,8 @@ from tests.cli.support import embedded_env, free_port, parkway
 SECRET = "migrate-test-secret-" + "k" * 32
 
 
-def test_migrate__says_what_it_did_on_stdout(tmp_path: Path) -> None:
-    done = parkway("migrate", env=embedded_env(PARKWAY_HOME=str(tmp_path)), cwd=tmp_path)
+def test_migrate__says_what_it_did_on_stdout(home: Path) -> None:
+    done = parkway("migrate", env=embedded_env(PARKWAY_HOME=str(home)), cwd=home)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("parkway migrate: "), (done.stdout, done.stderr)
     assert "-> " in done.stdout

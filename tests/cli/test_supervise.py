@@ -45,9 +45,8 @@ def make_effects_table(up: Up) -> None:
 
 
 def test_up__first_start_prints_tokens_once_a_killed_worker_is_restarted_and_the_stack_stays_up(
-    tmp_path: Path,
+    tmp_path: Path, home: Path
 ) -> None:
-    home = tmp_path / "home"
     up = start_up(tmp_path, home)
     try:
         pids = wait_up(up)

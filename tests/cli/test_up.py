@@ -10,17 +10,17 @@ from __future__ import annotations
 import re
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import text
 
-from tests.cli.support import Up, child_pids, embedded_env, group_alive, parkway, start_up, stop
+from parkway import embedded
+from tests.cli.support import Up, child_pids, embedded_env, group_alive, home_database, parkway, start_up, stop
 from tests.support import wait_for
 from tests.workflows import EFFECTS_DDL
 
@@ -28,8 +28,8 @@ TARGET = "team:ops"
 
 
 @pytest.fixture
-def up(tmp_path: Path) -> Iterator[Up]:
-    running = start_up(tmp_path, tmp_path / "home")
+def up(tmp_path: Path, home: Path) -> Iterator[Up]:
+    running = start_up(tmp_path, home)
     try:
         yield running
     finally:
@@ -47,8 +47,10 @@ def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sig
     for name in ("api", "worker", "beat", "flower"):
         assert f"parkway up: {name} ready" in stdout
     assert f"api ready: {up.api}" in stdout
-    assert "embedded SQLite" in stdout and "filesystem broker" in stdout
-    assert (up.home / "parkway.sqlite3").exists() and (up.home / "broker").is_dir()
+    postgres = embedded.postmaster(embedded.data_dir(up.home))
+    assert postgres is not None, "up runs the embedded PostgreSQL of its home"
+    assert f"embedded PostgreSQL ({embedded.data_dir(up.home)})" in stdout and "filesystem broker" in stdout
+    assert (up.home / "broker").is_dir()
     assert not (tmp_path / "var").exists(), "./var must not be used when PARKWAY_HOME is set"
 
     # Then it answers /healthz, and Flower only with the credentials it printed once
@@ -62,8 +64,8 @@ def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sig
     assert httpx.get(f"{up.flower}/api/workers", auth=flower_auth, timeout=30).status_code == 200
 
     # (the table the test workflows record their committed effects in)
-    with closing(sqlite3.connect(up.home / "parkway.sqlite3")) as db, db:
-        db.execute(EFFECTS_DDL)
+    with home_database(up.home) as db:
+        db.execute(text(EFFECTS_DDL))
 
     # When an admin made with `parkway token create` sets up principals and grants over HTTP
     made = parkway("token", "create", "--kind", "admin", "--name", "root", env=up.env, cwd=tmp_path)
@@ -126,23 +128,24 @@ def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sig
     assert code == 0, up.logs()
     assert "SIGINT received" in stdout and "parkway up: stopped (" in stdout, stdout
     wait_for(lambda: not any(group_alive(pid) for pid in pids.values()), timeout=10, what="no child left")
+    # And the PostgreSQL it started is stopped too
+    assert embedded.postmaster(embedded.data_dir(up.home)) is None and not group_alive(postgres.pid)
     # And stopping recorded no cancellation: the waiting run still waits on its pending question
-    with closing(sqlite3.connect(up.home / "parkway.sqlite3")) as db:
-        statuses = dict(db.execute("SELECT id, status FROM runs").fetchall())
-        asked = db.execute("SELECT status FROM interactions WHERE run_id = ?", (second,)).fetchall()
-        effects = db.execute("SELECT run_id, tag FROM test_effects").fetchall()
+    with home_database(up.home) as db:
+        statuses = {row.id: row.status for row in db.execute(text("SELECT id, status FROM runs"))}
+        asked = [tuple(r) for r in db.execute(text("SELECT status FROM interactions WHERE run_id = :r"), {"r": second})]
+        effects = [tuple(r) for r in db.execute(text("SELECT run_id, tag FROM test_effects"))]
         closed = db.execute(
-            "SELECT type FROM events WHERE type LIKE '%.canceled' OR type LIKE '%.interrupted'"
-        ).fetchall()
+            text("SELECT type FROM events WHERE type LIKE '%.canceled' OR type LIKE '%.interrupted'")
+        ).all()
     assert statuses == {run_id: "completed", second: "waiting"}
     assert effects == [(run_id, "one_done")]
     assert asked == [("pending",)]
     assert closed == []
 
 
-def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path) -> None:
+def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path, home: Path) -> None:
     # Given the API's port already taken by someone else
-    home = tmp_path / "home"
     env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -8,6 +8,7 @@ healthchecks behind every ``service_healthy``, Flower behind basic auth.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -154,11 +155,12 @@ def suite_commands(recorded: list[list[str]], tmp_path: Path) -> dict[str, list[
     """The commands the suite starts its processes with, taken from the helpers that start them."""
     from tests.api.conftest import ApiServer
 
-    stack = Stack(backend="sqlite", database_url="sqlite://", broker_url="", home=tmp_path, logs=tmp_path)
+    unused = "postgresql+psycopg://nobody@127.0.0.1:1/none"  # no process is started: Popen is a recorder
+    stack = Stack(broker="filesystem", database_url=unused, broker_url="", home=tmp_path, logs=tmp_path)
     stack.start_worker(wait=False)
     stack.start_beat()
     stack.parkway("migrate")
-    ApiServer(database_url="sqlite://", log=tmp_path / "api.log").start(wait=False)
+    ApiServer(database_url=unused, log=tmp_path / "api.log").start(wait=False)
     commands = [as_installed(command) for command in recorded]
     commands.append(as_installed(flower_command(5555, "user:password")))
     return {role(command): command for command in commands}
@@ -168,9 +170,14 @@ def suite_commands(recorded: list[list[str]], tmp_path: Path) -> dict[str, list[
 def parkway_up_commands(recorded: list[list[str]], monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     """The commands ``parkway up`` starts its children with (they 'exit' at once, so it returns)."""
     import parkway.cli
+    from parkway.settings import reset_settings
 
     monkeypatch.setattr(parkway.cli, "cmd_migrate", lambda _: 0)
     monkeypatch.setattr(parkway.cli.cli_bootstrap, "welcome", lambda _: [])  # no database behind it here
+    # A configured database, so that `up` starts no embedded PostgreSQL (Popen is a recorder here)
+    previous = os.environ.get("PARKWAY_DATABASE_URL")
+    os.environ["PARKWAY_DATABASE_URL"] = "postgresql+psycopg://nobody@127.0.0.1:1/none"
+    reset_settings()
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         args = parkway.cli.build_parser().parse_args(["up", "--grace", "0.1"])
@@ -178,6 +185,11 @@ def parkway_up_commands(recorded: list[list[str]], monkeypatch: pytest.MonkeyPat
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+        if previous is None:
+            os.environ.pop("PARKWAY_DATABASE_URL")
+        else:
+            os.environ["PARKWAY_DATABASE_URL"] = previous
+        reset_settings()
     commands = [as_installed(command) for command in recorded]
     return {role(command): command for command in commands}
 

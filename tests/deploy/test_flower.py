@@ -1,9 +1,9 @@
 """Flower (issue 7, part 3): a real ``celery flower`` subprocess against the test broker shows the worker,
 its named queues and the tasks of a run, whose arguments are continuation ids and nothing else.
 
-Both backends: on Redis events travel by PUBLISH and remote control by fanout lists; on the embedded
-filesystem broker kombu keeps the fanout and topic bindings in ``control/*.exchange`` files, so Flower's
-inspect broadcasts and its event queue work across processes there too.
+Both brokers (a ``broker`` module): on Redis events travel by PUBLISH and remote control by fanout lists; on
+the embedded filesystem broker kombu keeps the fanout and topic bindings in ``control/*.exchange`` files, so
+Flower's inspect broadcasts and its event queue work across processes there too.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def flower(stack: Stack) -> Iterator[Flower]:
         yield server
     finally:
         server.stop()
-        if stack.backend == "sqlite":
+        if stack.broker == "filesystem":
             unbind_stopped_event_receivers(get_settings().broker_folder)
 
 
@@ -124,7 +124,7 @@ def test_flower__queue_length_on_redis_agrees_with_parkways_own(stack: Stack, fl
         assert response.status_code == 200, response.text
         return {queue["name"]: queue["messages"] for queue in response.json()["active_queues"]}
 
-    if stack.backend != "postgres":
+    if stack.broker == "filesystem":
         # The embedded filesystem broker: Flower cannot read it (Parkway's parkway_queue_length can)
         response = flower.get("/api/queues/length")
         assert response.status_code == 404 and "broker is not supported" in response.text

@@ -170,10 +170,7 @@ def _hold_an_answer(iid: str, value: Any, rid: str, answered: threading.Event, r
 
 
 def _someone_waits_for_a_lock(stack: Stack) -> bool:
-    """PostgreSQL: a session of this database is waiting for a row lock. SQLite has nothing to look at (the
-    second writer waits in ``BEGIN IMMEDIATE``, so it reads after the first commits): always true there."""
-    if stack.backend != "postgres":
-        return True
+    """A session of this database is waiting for a row lock."""
     with transaction() as session:
         waiting = session.execute(
             text(
@@ -225,8 +222,7 @@ def test_answer__one_that_waited_for_the_step_lock_while_the_run_ended_is_gone(s
 
     def end_the_run_holding_the_lock() -> None:
         with transaction() as session:
-            if stack.backend == "postgres":
-                session.execute(text("SELECT id FROM steps WHERE id = :sid FOR UPDATE"), {"sid": asked["go"].step_id})
+            session.execute(text("SELECT id FROM steps WHERE id = :sid FOR UPDATE"), {"sid": asked["go"].step_id})
             session.execute(text("UPDATE runs SET status = 'canceled' WHERE id = :rid"), {"rid": run_id})
             locked.set()
             assert release.wait(30)

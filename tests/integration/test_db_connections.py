@@ -1,7 +1,5 @@
 """Pooled PostgreSQL connections: a connection that died while idle is replaced before it is used, and a
 transaction never waits for a ping on a connection used moments ago (``parkway.db._ping_when_idle``).
-
-PostgreSQL only (collected on that run): SQLite has no server connection to lose.
 """
 
 from __future__ import annotations
@@ -12,7 +10,7 @@ from sqlalchemy.exc import OperationalError
 
 import parkway.db
 from parkway.db import get_engine, transaction
-from tests.conftest import PG_ADMIN_URL
+from tests.conftest import pg_admin_url
 
 
 def _kill_pooled_connections() -> int:
@@ -20,7 +18,7 @@ def _kill_pooled_connections() -> int:
     from sqlalchemy import create_engine
 
     database = get_engine().url.database
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    admin = create_engine(pg_admin_url(), isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
             return len(

@@ -23,11 +23,6 @@ from parkway.db import session_factory, transaction
 from parkway.tokens import hash_token, new_token
 from tests.support import AGENT, TARGET, wait_for
 
-pytestmark = pytest.mark.postgres_only(
-    reason="SQLite has one writer at a time: a second writer waits for the first to commit, so two writers "
-    "never interleave and its seqs are in commit order",
-)
-
 # Longer than any time-based horizon a reader might use (the one this replaced was 2 s).
 HOLD_S = 3.0
 

@@ -27,8 +27,6 @@ from tasks.sdk import answer
 from tests.conftest import PG_ADMIN_URL, drop_database, use_database
 from tests.support import AGENT, HUMAN, TARGET, Stack, new_response_id, wait_for
 
-pytestmark = pytest.mark.postgres_only  # the SQLite run deselects it: this carries PostgreSQL forward
-
 FROM_REVISION = "0009"  # the head before issue 18's redesign: what a deployed database holds today
 LONG_AGO = datetime.now(UTC) - timedelta(hours=2)
 EFFECTS_DDL = "CREATE TABLE IF NOT EXISTS test_effects (run_id VARCHAR(64) NOT NULL, tag VARCHAR(64) NOT NULL)"

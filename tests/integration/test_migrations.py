@@ -38,7 +38,6 @@ from parkway.migrate import (
 )
 from parkway.migrate import upgrade as parkway_migrate
 from tasks.sdk import answer, cancel
-from tests.conftest import BACKEND
 from tests.integration.helpers import execute_ready, parked
 from tests.support import HUMAN, new_response_id, pass_time, start, wait_for
 
@@ -186,26 +185,16 @@ def _quoted_words(clause: str) -> set[str]:
 
 
 def _database_checks() -> dict[str, str]:
-    """Every CHECK constraint of the schema, by name, as the database's catalog states it (SQLite: the
-    triggers 0009 made in their place, one on insert and one on update, which must agree)."""
+    """Every CHECK constraint of the schema, by name, as the database's catalog states it."""
     with transaction() as session:
-        if BACKEND == "postgres":
-            rows = session.execute(
-                text(
-                    "SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
-                    "JOIN pg_namespace n ON n.oid = c.connamespace "
-                    "WHERE c.contype = 'c' AND n.nspname = current_schema()"
-                )
-            ).all()
-            return {name: clause for name, clause in rows}
-        rows = session.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")).all()
-    triggers = {name: sql.split(" WHEN ", 1)[1].split(" BEGIN ", 1)[0] for name, sql in rows}
-    checks = {name.removesuffix("_insert"): when for name, when in triggers.items() if name.endswith("_insert")}
-    assert triggers == {
-        **{f"{n}_insert": w for n, w in checks.items()},
-        **{f"{n}_update": w for n, w in checks.items()},
-    }
-    return checks
+        rows = session.execute(
+            text(
+                "SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
+                "JOIN pg_namespace n ON n.oid = c.connamespace "
+                "WHERE c.contype = 'c' AND n.nspname = current_schema()"
+            )
+        ).all()
+    return {name: clause for name, clause in rows}
 
 
 def test_status_enums__equal_what_the_database_allows(fresh_db: str) -> None:
@@ -312,11 +301,10 @@ def test_migration_0004__old_events_keep_their_seqs_and_new_ones_sort_after_them
     # Then the old events keep their seqs, and an event written now sorts after every one of them
     with transaction() as session:
         store.append_event(session, "r0003", "new.0")
-        xid = session.scalar(text("SELECT pg_current_xact_id()::text::bigint")) if BACKEND == "postgres" else None
+        xid = session.scalar(text("SELECT pg_current_xact_id()::text::bigint"))
     seqs = _event_seqs("r0003")
     assert seqs[:3] == old and len(seqs) == 4 and seqs[3] > max(old)
-    if xid is not None:  # numbered by its transaction now, no longer by the old sequence
-        assert seqs[3] == int(xid) << 16 | 1
+    assert seqs[3] == int(xid) << 16 | 1  # numbered by its transaction now, no longer by the old sequence
 
     # And a reader from the start gets all of them, in order (once no writer in the cluster holds them back)
     def delivered() -> list[int]:
@@ -343,8 +331,8 @@ LEGACY_RUNS = {  # run id -> (the word old code stored, its warnings, the word 0
     "r-persistence-warned": ("completed_with_persistence_error", ["an earlier warning"], "completed"),
     "r-waiting": ("waiting", None, "waiting"),
 }
-if BACKEND == "postgres":  # runs.status is VARCHAR(16): only SQLite (no length check) can hold the longest word
-    LEGACY_RUNS = {run_id: row for run_id, row in LEGACY_RUNS.items() if len(row[0]) <= 16}
+# runs.status is VARCHAR(16): no database of 0008 can hold a longer word
+LEGACY_RUNS = {run_id: row for run_id, row in LEGACY_RUNS.items() if len(row[0]) <= 16}
 
 
 def test_migration_0009__normalizes_legacy_words_and_keeps_every_index(fresh_db: str) -> None:
@@ -403,12 +391,8 @@ def test_migration_0009__normalizes_legacy_words_and_keeps_every_index(fresh_db:
         assert stored["r-persistence-warned"][1] == ["an earlier warning", "completed with a persistence error"]
     assert history == "completed"
 
-    # And every index is as it was (no table was copied: SQLite keeps 0006's index on an expression)
+    # And every index is as it was
     assert _index_definitions() == indexes_at_head
-    if BACKEND == "sqlite":
-        with transaction() as session:
-            names = {row[1] for row in session.execute(text("PRAGMA index_list(runs)"))}
-        assert "ix_runs_projection_pending" in names
 
     # And the downgrade, with these rows in place, drops the checks and keeps the indexes too
     reset_engine()
@@ -432,12 +416,7 @@ def _json(value: object) -> object:
 
 def _index_definitions() -> dict[str, str]:
     with transaction() as session:
-        if BACKEND == "postgres":
-            rows = session.execute(
-                text("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()")
-            )
-        else:
-            rows = session.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"))
+        rows = session.execute(text("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"))
         return {name: definition for name, definition in rows.all()}
 
 

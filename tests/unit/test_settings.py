@@ -22,11 +22,11 @@ def _settings(**values: str) -> Settings:
 @pytest.mark.parametrize("key", ["short", "x" * 31])
 def test_secret_key__shorter_than_32_characters_is_refused(key: str) -> None:
     with pytest.raises(ConfigError, match="32"):
-        _settings(secret_key=key, database_url="sqlite:///x.db").resolved_secret_key()
+        _settings(secret_key=key, database_url="postgresql://db/parkway").resolved_secret_key()
 
 
 def test_secret_key__32_characters_are_enough() -> None:
-    assert _settings(secret_key=GOOD_KEY, database_url="sqlite:///x.db").resolved_secret_key() == GOOD_KEY
+    assert _settings(secret_key=GOOD_KEY, database_url="postgresql://db/parkway").resolved_secret_key() == GOOD_KEY
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ def test_secret_key__32_characters_are_enough() -> None:
 def test_secret_key__placeholder_is_refused_even_when_long(key: str) -> None:
     assert len(key) >= 32
     with pytest.raises(ConfigError):
-        _settings(secret_key=key, database_url="sqlite:///x.db").resolved_secret_key()
+        _settings(secret_key=key, database_url="postgresql://db/parkway").resolved_secret_key()
 
 
 def test_secret_key__missing_is_refused_when_a_database_url_is_configured(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_secret_key__embedded_default_creates_a_0600_key_file_once_and_reuses_it
 
 def test_secret_key__environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARKWAY_SECRET_KEY", "too-short")
-    monkeypatch.setenv("PARKWAY_DATABASE_URL", "sqlite:///x.db")
+    monkeypatch.setenv("PARKWAY_DATABASE_URL", "postgresql://db/parkway")
     with pytest.raises(ConfigError):
         Settings().resolved_secret_key()
 
@@ -109,3 +109,13 @@ def test_key_file__empty_or_short_is_refused_and_never_made_again_over(tmp_path:
         settings.resolved_secret_key()
     assert ("is empty" if not content.strip() else "fewer than 32") in str(refused.value)
     assert path.read_text() == content
+
+
+def test_database__unset_means_the_embedded_postgresql_under_home(tmp_path: Path) -> None:
+    from parkway import embedded
+
+    settings = _settings(database_url="", home=str(tmp_path / "home"))
+    assert settings.embedded_dir == (tmp_path / "home").resolve() / "postgres" == embedded.data_dir(tmp_path / "home")
+    configured = _settings(database_url="postgresql://db/parkway", home=str(tmp_path))
+    assert configured.embedded_dir is None
+    assert configured.effective_database_url == "postgresql://db/parkway"
