@@ -183,6 +183,13 @@ def _pg_admin(sql: str) -> None:
         engine.dispose()
 
 
+def new_database() -> str:
+    """The URL of a new, empty database on this session's PostgreSQL."""
+    name = f"parkway_t_{uuid.uuid4().hex[:10]}"
+    _pg_admin(f'CREATE DATABASE "{name}"')
+    return _on_database(name)
+
+
 def clone_database(template_url: str) -> str:
     """A new database cloned from the template (PostgreSQL ``TEMPLATE``)."""
     name = f"parkway_t_{uuid.uuid4().hex[:10]}"

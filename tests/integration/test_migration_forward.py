@@ -10,7 +10,6 @@ a real worker.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,12 +18,12 @@ from typing import Any
 import pytest
 from alembic import command
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from parkway.db import reset_engine, transaction
 from parkway.migrate import alembic_config
 from tasks.sdk import answer
-from tests.conftest import PG_ADMIN_URL, drop_database, use_database
+from tests.conftest import drop_database, new_database, use_database
 from tests.support import AGENT, HUMAN, TARGET, Stack, new_response_id, wait_for
 
 FROM_REVISION = "0009"  # the head before issue 18's redesign: what a deployed database holds today
@@ -144,12 +143,7 @@ def sent() -> None:
 @pytest.fixture
 def forward_db(stack: Stack) -> Iterator[str]:
     """A database of its own at ``FROM_REVISION``, filled, then upgraded to head; the stack points at it."""
-    name = f"parkway_fw_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    url = new_database()
     previous = stack.database_url
     use_database(url)
     stack.database_url = url

@@ -4,12 +4,8 @@ review and completes. A screenshot is saved to $PARKWAY_TEST_ARTIFACTS/run-histo
 
 from __future__ import annotations
 
-import pytest
-
 from tests.api.conftest import HUMAN
 from tests.pages.browsing import Site, sign_in
-
-pytestmark = pytest.mark.postgres_only  # models/history.py is written for PostgreSQL
 
 OTP = "602214"
 

@@ -7,14 +7,11 @@ from __future__ import annotations
 import html
 import re
 
-import pytest
 from fastapi.testclient import TestClient
 
 from tests.api.conftest import ADMIN, HUMAN, STRANGER, Actors, drive
 from tests.pages.conftest import Forms, start_driven
 from tests.support import wait_for
-
-pytestmark = pytest.mark.postgres_only  # models/history.py is written for PostgreSQL
 
 OTP = "913377"
 
