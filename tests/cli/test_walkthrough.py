@@ -65,7 +65,7 @@ def test_readme_walkthrough__make_run_start_answer_on_the_page_and_by_curl_then_
     assert start.script.strip() == "make run"
     assert re.search(r"^run:.*\n\t\$\(VENV\)/bin/parkway up$", (ROOT / "Makefile").read_text(), re.MULTILINE)
     assert start.shown is not None
-    home = str((tmp_path / "var").resolve())
+    home = str(up.home.resolve())
     as_in_readme = out.replace(up.api, README_API).replace(up.flower, README_FLOWER).replace(home, README_HOME)
     assert_prints(start.shown, as_in_readme)
     tokens = dict(re.findall(r"^parkway up:\s+(admin|agent|human)\s+(pk_\S+)", out, re.MULTILINE))

@@ -107,7 +107,7 @@ def fill_at_from_revision() -> None:
                 reason="not registered" if cstatus == "dead" else None, created_at=at,
                 consumed_at=at if cstatus == "consumed" else None,
             )  # fmt: skip
-        insert("events", run_id=run_id, type="run.created", at=at, data={"workflow": workflow})
+        insert("events", run_id=run_id, type="run.created", at=at, data={"run_id": run_id, "workflow": workflow})
     for iid, (run_id, key, kind, status) in INTERACTIONS.items():
         answered, closed = status == "answered", status in ("canceled", "interrupted")
         question = kind == "question"
