@@ -3,6 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The Redis run in three processes, a module's tests together (they share its workers): most of a test is
+# waiting on real processes, so this fits the 2-core machine; TEST_PARALLEL= runs it in one process.
+TEST_PARALLEL ?= -n 3 --dist loadfile
 
 .PHONY: run test test-postgres lint migrate sweep bench demo clean
 
@@ -23,7 +26,7 @@ test: $(STAMP)
 	@mkdir -p var
 	@echo "make test: the filesystem-broker run (-m broker) goes on in the background (var/test-filesystem.log)"
 	@PARKWAY_TEST_BROKER=filesystem $(PY) -m pytest -m broker $(PYTEST_ARGS) > var/test-filesystem.log 2>&1 & fs=$$!; \
-	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(PYTEST_ARGS); redis=$$?; \
+	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS); redis=$$?; \
 	wait $$fs; fs_rc=$$?; \
 	echo "make test: the filesystem-broker run (var/test-filesystem.log):"; \
 	if [ $$fs_rc -eq 0 ]; then tail -n 1 var/test-filesystem.log; else cat var/test-filesystem.log; fi; \
@@ -32,7 +35,7 @@ test: $(STAMP)
 
 ## test-postgres: the whole suite once, on Redis only
 test-postgres: $(STAMP)
-	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(PYTEST_ARGS)
+	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 ## lint: ruff (lint + format check) and mypy strict on the packages
 lint: $(STAMP)
