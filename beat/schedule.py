@@ -1,4 +1,4 @@
-"""The beat schedule (SPEC §6): one recovery sweep every ``sweep_interval_s``, on the sweep queue.
+"""The beat schedule: one recovery sweep every ``sweep_interval_s``, on the sweep queue.
 
 Every Celery process loads ``beat.sweep`` (``tasks.celery_app`` lists it in ``imports``), which installs
 this schedule beside the task it schedules; ``celery -A tasks.celery_app:app beat`` loads those modules

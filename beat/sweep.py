@@ -1,4 +1,4 @@
-"""The recovery sweep (SPEC §6): bounded, indexed, safe to run beside itself; it only re-enqueues.
+"""The recovery sweep: bounded, indexed, safe to run beside itself; it only re-enqueues.
 
 ``run_sweep(batch=…)`` is called at worker start (``worker_ready``), on the beat cadence (task
 ``parkway.sweep``) and by ``parkway sweep --once``. Each category touches at most ``batch`` rows; one bad
@@ -25,7 +25,7 @@ from tasks.publish import publish
 
 log = logging.getLogger("parkway.sweep")
 
-# In SPEC §6 order: 1 republished + lease_expired, 2 expired, 3 dead + unregistered + revoked (waits whose
+# In the sweep's order: 1 republished + lease_expired, 2 expired, 3 dead + unregistered + revoked (waits whose
 # continuation version is not registered, or whose run's owner lost its grant), 4 reviews_interrupted,
 # 5 projections; errors counts rows skipped after an exception.
 CATEGORIES = (

@@ -1,7 +1,7 @@
 """Reads for the HTTP API: who is calling, what they may see, and pages of runs, interactions and events.
 
 Nothing here writes state. Visibility is decided in SQL against the grants as they are now, so a revoked
-grant hides rows at the next request. The rules (SPEC §2, §4):
+grant hides rows at the next request. The rules:
 
 - admins see everything;
 - a run, and its events, is visible to whoever holds a live grant on the run's target (its owner too);

@@ -1,4 +1,4 @@
-"""Sweep category 3, for waits: parked steps that can no longer make progress (SPEC §6, invariant 6).
+"""Sweep category 3, for waits: parked steps that can no longer make progress.
 
 A parked step whose continuation ``name@version`` is not registered, or whose run's owner lost its grant
 on the run's target, would take an answer (200) and then throw it away at claim. The sweep finds them

@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 tables of SPEC §2. Partial indexes cover the statuses the sweep reads."""
+"""SQLAlchemy 2 tables. Partial indexes cover the statuses the sweep reads."""
 
 from __future__ import annotations
 

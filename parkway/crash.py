@@ -1,4 +1,4 @@
-"""Named crash points (SPEC §8): ``PARKWAY_CRASH_AT=<point>`` makes the process exit hard right there."""
+"""Named crash points: ``PARKWAY_CRASH_AT=<point>`` makes the process exit hard right there."""
 
 from __future__ import annotations
 

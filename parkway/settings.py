@@ -19,7 +19,7 @@ PLACEHOLDER_KEYS = {"change-me", "changeme", "secret", "please-change-me-to-a-lo
 
 
 class Settings(BaseSettings):
-    """Configuration of Parkway (SPEC §1). Unset database and broker mean the embedded default."""
+    """Configuration of Parkway. Unset database and broker mean the embedded default."""
 
     model_config = SettingsConfigDict(env_prefix="PARKWAY_", extra="ignore")
 

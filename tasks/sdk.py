@@ -1,4 +1,4 @@
-"""The workflow SDK (SPEC §3): declare steps and continuations, start runs, answer and cancel."""
+"""The workflow SDK: declare steps and continuations, start runs, answer and cancel."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``ctx.tool``: side effects through a durable journal, so a re-executed body never repeats one that
-must not repeat (SPEC §3, issue 5), with permission preflight that waits durably before the effect.
+must not repeat, with permission preflight that waits durably before the effect.
 
 Phases: authorizing (a permission is asked) → executing (intent durable, ``run`` may be called) →
 settled (outcome durable). On re-execution a settled call returns its outcome; an executing call with no

@@ -74,7 +74,7 @@ def _field(schema: Any, *, name: str, label: str, required: bool, secret: bool, 
                 name=f"{name}.{prop}",
                 label=str(prop),
                 required=prop in needed,
-                # ``sensitive`` names top-level properties of an object value (SPEC §3).
+                # ``sensitive`` names top-level properties of an object value.
                 secret=top and prop in sensitive,
                 sensitive=sensitive,
             )

@@ -1,7 +1,7 @@
 """ix_interactions_pending: the sweep finds the waits that can no longer make progress
 
 A parked step whose continuation version is not registered, or whose run's owner lost its grant, is
-interrupted by the sweep (SPEC §6 category 3), which reads the pending interactions through this partial
+interrupted by the sweep (sweep category 3), which reads the pending interactions through this partial
 index: its size follows the open waits, not the table. An interaction's status change was never an
 in-place (HOT) update (``ix_interactions_pending_expiry`` is partial on ``status``), so the index costs one
 entry per interaction asked and nothing on its answer.

@@ -2,7 +2,7 @@
 
 The database refuses a status (or kind, phase, replay class) that models/status.py does not name, so a
 wrong word is an error at write time rather than a run no reader understands. Runs that old code left
-with a legacy word (SPEC §6) get the canonical one first, so each constraint lists exactly its enum: the
+with a legacy word get the canonical one first, so each constraint lists exactly its enum: the
 warning that ``completed_with_persistence_error`` carried on read moves into ``runs.warnings``, and the
 run reads exactly as before. A value that is neither stops the upgrade and is named. On SQLite the same
 lists are enforced by triggers (see below).

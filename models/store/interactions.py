@@ -96,7 +96,7 @@ Act = Literal["answer", "cancel"]
 
 
 def authorize(interaction: Row[Any], principal: Actor, act: Act) -> None:
-    """Who may answer or cancel an interaction (SPEC §4), the one rule for every path (HTTP, the page,
+    """Who may answer or cancel an interaction, the one rule for every path (HTTP, the page,
     the SDK): a human or an admin with a live grant on the interaction's target (admins read everything,
     but answer and cancel only where granted); agents never answer (``WrongKind``) and cancel only the
     interactions of runs they own while holding a live grant on the run's target. ``Forbidden``

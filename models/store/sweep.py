@@ -1,4 +1,4 @@
-"""The sweep's bounded selections and their compare-and-sets (SPEC §6)."""
+"""The sweep's bounded selections and their compare-and-sets."""
 
 from __future__ import annotations
 

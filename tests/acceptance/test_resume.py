@@ -128,7 +128,7 @@ def test_next_to_unregistered_step__fails_with_a_clear_reason(stack: Stack, work
 
 
 def test_park_on_unregistered_continuation__interrupted_with_a_clear_reason(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
-    # Not the workflow's verdict (SPEC §3): the system cannot drive the wait, so it is interrupted, not failed
+    # Not the workflow's verdict: the system cannot drive the wait, so it is interrupted, not failed
     run_id = start("t.ask_one", {"continuation": "t.nowhere@1"})
     run = wait_status(run_id, "interrupted")
     assert run.reason == "continuation version t.nowhere@1 is not registered (step t.ask_one parked on it)"

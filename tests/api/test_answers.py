@@ -1,4 +1,4 @@
-"""Answer and cancel outcomes over HTTP (SPEC §4): 200, exact retry, 409, 410, 422 — and redaction."""
+"""Answer and cancel outcomes over HTTP: 200, exact retry, 409, 410, 422 — and redaction."""
 
 from __future__ import annotations
 

@@ -271,7 +271,7 @@ def test_owner_losing_its_grant_while_parked__run_fails_closed(client: TestClien
     assert client.get(f"/v1/runs/{run_id}", headers={"Authorization": f"Bearer {token}"}).status_code == 403
 
 
-# --------------------------------------------------------------------------- who may answer and cancel (SPEC §4)
+# --------------------------------------------------------------------------- who may answer and cancel
 
 
 def park(client: TestClient, actors: Actors, *, owner: str = AGENT, workflow: str = "t.ask_one", **payload: Any) -> str:

@@ -1,5 +1,5 @@
 """Over HTTP: a wait the sweep found can no longer make progress answers 410 with the run's status, never a
-200 whose answer a worker would then throw away (SPEC §6 category 3, invariant 6)."""
+200 whose answer a worker would then throw away (sweep category 3)."""
 
 from __future__ import annotations
 

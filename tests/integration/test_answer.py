@@ -1,4 +1,4 @@
-"""Answering (SPEC §3, §4, invariant 3): first response wins, exact retries, 409/410/422/403, permissions."""
+"""Answering: first response wins, exact retries, 409/410/422/403, permissions."""
 
 from __future__ import annotations
 
@@ -366,7 +366,7 @@ def _all_grants(name: str) -> list[tuple[str, Any]]:
 
 
 def test_answer__admin_answers_only_where_granted(stack: Stack) -> None:
-    # Admins read everything, but answering needs a live grant on the target as for anyone (SPEC §4)
+    # Admins read everything, but answering needs a live grant on the target as for anyone
     _, asked = parked("t.ask_one")
     with pytest.raises(Forbidden):
         answer(asked["go"].id, "yes", response_id=new_response_id(), principal=ADMIN)

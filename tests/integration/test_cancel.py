@@ -1,4 +1,4 @@
-"""Cancel (SPEC §4): ends the whole parked step, its pending siblings and the run, in one transaction."""
+"""Cancel: ends the whole parked step, its pending siblings and the run, in one transaction."""
 
 from __future__ import annotations
 

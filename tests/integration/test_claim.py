@@ -1,4 +1,4 @@
-"""Claim, consume, leases and giving up (SPEC §5, §6 category 3), straight on the store."""
+"""Claim, consume, leases and giving up, straight on the store."""
 
 from __future__ import annotations
 

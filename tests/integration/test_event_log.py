@@ -1,4 +1,4 @@
-"""The event log delivers exactly (issue 17 §1, SPEC §2): an event whose transaction commits after a later
+"""The event log delivers exactly (issue 17 §1): an event whose transaction commits after a later
 writer's is still delivered, once, in ``seq`` order, on every read path; an open writer holds delivery
 back for as long as it stays open, and nothing is lost when it ends. Two real connections force the
 interleaving; the readers are the store's read of a run, ``GET /v1/runs/{id}/events`` over the app and

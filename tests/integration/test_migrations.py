@@ -1,4 +1,4 @@
-"""Schema revisions (invariant 10) and the status vocabulary the store writes (SPEC §2)."""
+"""Schema revisions (invariant 10) and the status vocabulary the store writes."""
 
 from __future__ import annotations
 

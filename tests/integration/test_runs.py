@@ -1,4 +1,4 @@
-"""Starting runs (SPEC §3): registration, authority, idempotency keys."""
+"""Starting runs: registration, authority, idempotency keys."""
 
 from __future__ import annotations
 

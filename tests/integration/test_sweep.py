@@ -1,4 +1,4 @@
-"""The recovery sweep (SPEC §6, invariant 9): re-enqueue, lease expiry, give-up, expiry; bounded and
+"""The recovery sweep: re-enqueue, lease expiry, give-up, expiry; bounded and
 safe beside itself. Each test has a database of its own, because a pass looks at whole tables."""
 
 from __future__ import annotations

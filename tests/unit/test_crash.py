@@ -1,4 +1,4 @@
-"""Crash points (SPEC §8): inert unless PARKWAY_CRASH_AT names them; then the process exits 137 there."""
+"""Crash points: inert unless PARKWAY_CRASH_AT names them; then the process exits 137 there."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Interaction ids (SPEC §2): deterministic from (step, key, kind, resource set), so a re-park rejoins them;
+"""Interaction ids: deterministic from (step, key, kind, resource set), so a re-park rejoins them;
 a different resource set is a different interaction."""
 
 from __future__ import annotations

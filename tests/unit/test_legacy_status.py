@@ -1,4 +1,4 @@
-"""Legacy status words are normalized on read (SPEC §6)."""
+"""Legacy status words are normalized on read."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a body may return (SPEC §3): ``check_outcome`` refuses anything Parkway cannot commit, naming why."""
+"""What a body may return: ``check_outcome`` refuses anything Parkway cannot commit, naming why."""
 
 from __future__ import annotations
 

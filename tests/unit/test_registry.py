@@ -1,4 +1,4 @@
-"""The continuation registry (SPEC §3): ``name@version`` keys, integer versions, no silent replacement."""
+"""The continuation registry: ``name@version`` keys, integer versions, no silent replacement."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Settings (SPEC §1): the secret key is refused when weak, required with a configured database, and made
+"""Settings: the secret key is refused when weak, required with a configured database, and made
 once into a 0600 file on the embedded default."""
 
 from __future__ import annotations
