@@ -14,6 +14,7 @@ import binascii
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import and_, bindparam, insert, literal, select, update
 from sqlalchemy.orm import Session
@@ -75,6 +76,17 @@ def list_principals(session: Session, *, cursor: str | None, limit: int) -> tupl
     more = len(rows) > limit
     rows = rows[:limit]
     return rows, (_cursor(rows[-1].name) if more and rows else None)
+
+
+def list_grants(session: Session, *, principal: str | None = None, revoked_too: bool = False) -> list[Any]:
+    """The grants, oldest first, each with its principal's name and kind: live ones unless ``revoked_too``."""
+    query = select(Grant.id, Principal.name, Principal.kind, Grant.target, Grant.created_at, Grant.revoked_at)
+    query = query.join(Principal, Principal.id == Grant.principal_id).order_by(Grant.created_at, Grant.id)
+    if not revoked_too:
+        query = query.where(Grant.revoked_at.is_(None))
+    if principal:
+        query = query.where(Principal.name == principal)
+    return list(session.execute(query).all())
 
 
 def live_principal_for_update(session: Session, name: str) -> Principal | None:

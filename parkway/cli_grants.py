@@ -65,21 +65,12 @@ def cmd_grant_create(args: argparse.Namespace) -> int:
 
 def cmd_grant_list(args: argparse.Namespace) -> int:
     """The grants, oldest first: live ones, or all with ``--all``; one line each."""
-    from sqlalchemy import select
-
-    from models.tables import Grant, Principal
+    from models import principals
     from parkway.db import transaction
 
     _ready()
-    # A plain read (models has no grant listing yet); every write goes through the store.
-    query = select(Grant.id, Principal.name, Principal.kind, Grant.target, Grant.created_at, Grant.revoked_at)
-    query = query.join(Principal, Principal.id == Grant.principal_id).order_by(Grant.created_at, Grant.id)
-    if not args.all:
-        query = query.where(Grant.revoked_at.is_(None))
-    if args.principal:
-        query = query.where(Principal.name == args.principal)
     with transaction() as session:
-        rows = session.execute(query).all()
+        rows = principals.list_grants(session, principal=args.principal, revoked_too=args.all)
     print(f"{'ID':<36}  {'PRINCIPAL':<20}  {'KIND':<6}  {'TARGET':<20}  {'CREATED (UTC)':<19}  REVOKED (UTC)")
     for row in rows:
         revoked = f"{row.revoked_at:%Y-%m-%d %H:%M:%S}" if row.revoked_at is not None else "-"
