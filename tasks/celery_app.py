@@ -74,8 +74,10 @@ def configure(app: Celery, settings: Settings) -> None:
             SWEEP: {"queue": SWEEP_QUEUE},
         },
         task_publish_retry_policy={"max_retries": 3, "interval_start": 0.1, "interval_step": 0.5},
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        # Task events off by default (a broker publish per task state, and one per publish in every producer):
+        # Flower turns a worker's on at run time (``celery control enable_events``), ``worker -E`` at start.
+        worker_send_task_events=False,
+        task_send_sent_event=False,
         worker_hijack_root_logger=False,
         imports=["tasks.worker", "beat.sweep", *settings.import_modules],
         # The schedule itself is beat's (beat.schedule); its file is named here: beat reads it before loading modules.

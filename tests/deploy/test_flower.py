@@ -56,7 +56,8 @@ def flower(stack: Stack) -> Iterator[Flower]:
 
 @pytest.fixture(scope="module")
 def worker(stack: Stack, flower: Flower) -> Worker:
-    return stack.start_worker()
+    # Task events are off by default: Flower turns them on (its periodic ``enable_events``), as on ``parkway up``.
+    return stack.start_worker(heartbeat=True)
 
 
 def listed_worker(flower: Flower, worker: Worker) -> dict[str, Any]:
