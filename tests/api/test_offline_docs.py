@@ -4,7 +4,6 @@ anything but this machine: their assets are served by the API itself, and no req
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -12,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.api.conftest import ApiServer
-from tests.pages.conftest import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, browser_problem
+from tests.pages.conftest import chromium
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -23,27 +22,13 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 @pytest.fixture(scope="module")
 def offline_browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
     """Headless Chromium whose host resolver knows 127.0.0.1 only, logging every request it makes."""
-    problem = browser_problem()
-    if problem:
-        pytest.skip(f"no headless Chromium: {problem}")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tmp_path_factory.mktemp("chromium-docs")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-    flags = (*CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
-    for flag in flags:
-        options.add_argument(flag)
-    service = Service(executable_path=str(CHROMEDRIVER), log_output=str(profile.parent / "chromedriver-docs.log"))
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(60)
-    try:
+    with chromium(
+        tmp_path_factory.mktemp("chromium-docs"),
+        logs={"performance": "ALL", "browser": "ALL"},
+        flags=("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",),
+        page_load_timeout_s=60,
+    ) as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def requested_urls(driver: WebDriver) -> list[str]:

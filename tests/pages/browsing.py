@@ -60,9 +60,14 @@ class Site:
         self.browser.get(f"{self.server.url}/decisions")
 
     def wait(self, condition: Any, what: str) -> Any:
+        from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
         from selenium.webdriver.support.ui import WebDriverWait
 
-        return WebDriverWait(self.browser, WAIT_S).until(condition, message=f"timed out waiting for {what}")
+        # A live page replaces its elements as events arrive: an element gone between finding and reading
+        # it is read again at the next poll.
+        ignored = (NoSuchElementException, StaleElementReferenceException)
+        wait = WebDriverWait(self.browser, WAIT_S, ignored_exceptions=ignored)
+        return wait.until(condition, message=f"timed out waiting for {what}")
 
     def css(self, selector: str) -> WebElement:
         from selenium.webdriver.common.by import By

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,31 +78,41 @@ def browser_problem() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    """A headless Chromium with a fresh profile, quit at the end of the module."""
+@contextmanager
+def chromium(
+    profile: Path, *, logs: dict[str, str], flags: tuple[str, ...] = (), page_load_timeout_s: float = 30
+) -> Iterator[WebDriver]:
+    """A headless Chromium on a fresh ``profile`` (removed after), its ``logs`` kinds kept; fails on CI and
+    skips elsewhere when there is none."""
     problem = browser_problem()
     if problem:
         if os.environ.get("PARKWAY_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"the Decisions page tests need a headless Chromium: {problem}")
+            pytest.fail(f"the browser tests need a headless Chromium: {problem}")
         pytest.skip(f"no headless Chromium: {problem}")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    profile = tmp_path_factory.mktemp("chromium-profile")
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console errors, CSP violations
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+    options.set_capability("goog:loggingPrefs", logs)
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}", *flags):
         options.add_argument(flag)
-    service = Service(executable_path=str(CHROMEDRIVER), log_output=str(profile.parent / "chromedriver.log"))
+    service = Service(executable_path=str(CHROMEDRIVER), log_output=str(profile.parent / f"{profile.name}.log"))
     driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(30)
+    driver.set_page_load_timeout(page_load_timeout_s)
     try:
         yield driver
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    """A headless Chromium with a fresh profile, quit at the end of the module (console errors and CSP
+    violations logged)."""
+    with chromium(tmp_path_factory.mktemp("chromium-profile"), logs={"browser": "ALL"}) as driver:
+        yield driver
 
 
 @pytest.fixture(scope="module")
