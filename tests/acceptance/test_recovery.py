@@ -13,7 +13,6 @@ from models.base import utcnow
 from parkway.db import transaction
 from parkway.migrate import head_revision
 from parkway.settings import get_settings
-from tasks.celery_app import SWEEP, SWEEP_QUEUE, app
 from tasks.publish import publish
 from tasks.sdk import answer
 from tests.support import (
@@ -54,7 +53,7 @@ def test_broker_flushed__twenty_answered_runs_complete_exactly_once(stack: Stack
 
 
 def test_broker_flushed__one_sweep_task_chains_passes_until_every_run_completes(stack: Stack) -> None:
-    # Given 10 answered runs whose messages the broker lost, and workers sweeping 2 rows per category a pass
+    # Given 10 answered runs whose messages the broker lost, all already due for a re-send
     worker = stack.start_worker()
     run_ids = [start("t.ask_one") for _ in range(10)]
     asked = {run_id: wait_parked(run_id)["go"].id for run_id in run_ids}
@@ -62,10 +61,11 @@ def test_broker_flushed__one_sweep_task_chains_passes_until_every_run_completes(
     for interaction_id in asked.values():
         answer(interaction_id, "go", response_id=new_response_id(), principal=HUMAN)
     stack.flush_broker()
-    stack.start_worker(PARKWAY_SWEEP_BATCH="2", PARKWAY_SWEEP_INTERVAL_S="3600")
     wait_for(lambda: _all_older_than_reenqueue_delay(run_ids), what="the ready rows to be due for a re-send")
-    # When one sweep task is sent (no beat runs: without chaining, one pass would re-send only 2 of them)
-    app.send_task(SWEEP, queue=SWEEP_QUEUE)
+    # When a worker sweeping 2 rows per category a pass starts, and with it its one startup sweep task (no
+    # beat runs: without chaining, that pass would re-send only 2 of them; a second task sent now would race
+    # it, and two chains each seeing the other's messages queued both stop, rightly, until the beat)
+    stack.start_worker(PARKWAY_SWEEP_BATCH="2", PARKWAY_SWEEP_INTERVAL_S="3600")
     # Then its passes chain until all 10 complete, each once
     for run_id in run_ids:
         wait_status(run_id, "completed", timeout=180, sweep=False)  # the filesystem broker polls, on a busy CI
