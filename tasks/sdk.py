@@ -140,9 +140,9 @@ class Context:
     payload: Any = None
     journal_step_id: str = ""  # the step whose tool-call journal this body uses (kept across a preflight)
     in_step_body: bool = True
-    _in_commit: list[Callable[[Any], None]] = field(default_factory=list, repr=False)
+    commit_hooks: list[Callable[[Any], None]] = field(default_factory=list, repr=False)  # from ``in_commit``
     started_reviews: list[str] = field(default_factory=list, repr=False)  # ids of reviews this execution began
-    _tool_keys: set[str] = field(default_factory=set, repr=False)
+    tool_keys: set[str] = field(default_factory=set, repr=False)  # keys used by this execution
 
     def tool(
         self,
@@ -161,7 +161,7 @@ class Context:
 
     def in_commit(self, fn: Callable[[Any], None]) -> None:
         """Run ``fn(session)`` inside the transaction that commits this step: it happens exactly once."""
-        self._in_commit.append(fn)
+        self.commit_hooks.append(fn)
 
     def start_review(self, kind: str) -> str:
         """Commit a ``running`` review receipt now (its own transaction) and return its id."""

@@ -59,11 +59,11 @@ def run_tool(
     """Journal, authorize and run one side effect; returns what ``run`` returned (now or before a crash)."""
     if replay not in REPLAY_CLASSES:
         raise WorkflowError(f"tool call {key}: replay must be 'safe' or 'never', not {replay!r}")
-    if not key or key in ctx._tool_keys:
+    if not key or key in ctx.tool_keys:
         raise WorkflowError(f"tool call key {key!r} is empty or used twice in one step")
     if permissions and not ctx.in_step_body:
         raise WorkflowError(f"tool call {key}: permission preflight is for step bodies; park with a Permission first")
-    ctx._tool_keys.add(key)
+    ctx.tool_keys.add(key)
     try:
         digest = journal.args_digest(json.loads(json.dumps(args, allow_nan=False)))
     except (TypeError, ValueError) as exc:

@@ -186,7 +186,7 @@ def _execute(continuation_id: str, execution_id: str) -> str:
                             prepared.answers)  # fmt: skip
     crash_point("resume.before_commit")
     committed = store.commit_outcome(claim, _for_store(outcome), execution_id=execution_id,
-                                     reviews_started=bool(ctx.started_reviews), in_commit=ctx._in_commit)  # fmt: skip
+                                     reviews_started=bool(ctx.started_reviews), in_commit=ctx.commit_hooks)  # fmt: skip
     if committed is None:
         log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
         return "lost"
