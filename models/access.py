@@ -4,7 +4,8 @@ Nothing here writes state. Visibility is decided in SQL against the grants as th
 grant hides rows at the next request. The rules:
 
 - admins see everything;
-- a run, and its events, is visible to whoever holds a live grant on the run's target (its owner too);
+- a run, and its events, is visible to whoever holds a live grant on the run's target (its owner too), and
+  an interaction's events to whoever may see the interaction;
 - an interaction is visible to whoever holds a live grant on the interaction's target, and to the agent
   that owns its run while that agent holds a live grant on the run's target.
 """
@@ -26,6 +27,7 @@ from sqlalchemy import (
     Connection,
     and_,
     bindparam,
+    exists,
     func,
     literal_column,
     or_,
@@ -123,6 +125,19 @@ def interaction_visible(principal: Principal) -> ColumnElement[bool]:
         return granted
     owns = and_(Run.owner_id == principal.id, Run.target.in_(_live_targets(principal)))
     return or_(granted, owns)
+
+
+def event_visible(principal: Principal) -> ColumnElement[bool]:
+    """SQL condition on ``Event`` joined with its ``Run``: every event of a run the caller may see, and the
+    events of an interaction it may see (``interaction.*``, naming it in ``data``), so whoever may answer a
+    prompt follows it live even without a grant on its run's target."""
+    if principal.kind == PrincipalKind.ADMIN:
+        return true()
+    of_interaction = exists().where(
+        Interaction.id == Event.data["interaction_id"].as_string(),
+        Interaction.target.in_(_live_targets(principal)),
+    )
+    return or_(run_visible(principal), and_(Event.type.startswith("interaction."), of_interaction))
 
 
 def _listed_interactions(principal: Principal) -> ColumnElement[bool]:
@@ -290,7 +305,7 @@ def visible_events(session: Session, principal: Principal, *, after: int, limit:
     page = (
         select(Event)
         .join(Run, Run.id == Event.run_id)
-        .where(Event.seq > after, Event.seq < below, run_visible(principal))
+        .where(Event.seq > after, Event.seq < below, event_visible(principal))
         .order_by(Event.seq)
         .limit(limit)
         .subquery("page")

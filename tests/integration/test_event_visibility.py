@@ -1,0 +1,64 @@
+"""Who the event stream shows a run's events to: whoever may see the run, and, for the events of an
+interaction, whoever may see that interaction (a person granted on a prompt's target but not on its run's
+target gets the prompt live, as ``GET /v1/interactions`` lists it, and nothing else of the run)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from models import access, store
+from models.tables import Event, Principal
+from parkway.db import transaction
+from tasks.sdk import answer, start_run
+from tests.integration.helpers import execute_ready
+from tests.support import AGENT, HUMAN, STRANGER, Stack, interactions, new_response_id, wait_for
+
+RUN_TARGET = "project:apollo"  # the run's; its question (t.ask_one) is for team:ops, where ana is granted
+
+
+def principal(name: str) -> Principal:
+    with transaction() as session:
+        found = store.principal_by_name(session, name)
+        assert found is not None
+        return found
+
+
+def seen(name: str, run_id: str, after: int) -> list[str]:
+    """The types of ``run_id``'s events the stream gives ``name`` after ``after``, once all are final."""
+    with transaction() as session:
+        events, _ = access.visible_events(session, principal(name), after=after, limit=1000)
+    return [e.type for e in events if e.run_id == run_id]
+
+
+def all_final(run_id: str) -> list[str]:
+    """Every event type of the run, in order, once the stream's cursor is past them all."""
+    with transaction() as session:
+        rows = session.execute(select(Event.seq, Event.type).where(Event.run_id == run_id).order_by(Event.seq)).all()
+    wait_for(lambda: _cursor() >= rows[-1].seq, what="the run's events final")
+    return [row.type for row in rows]
+
+
+def _cursor() -> int:
+    with transaction() as session:
+        return access.stream_cursor(session)
+
+
+def test_stream__a_person_granted_on_the_prompt_target_gets_its_interaction_events_and_no_other(
+    stack: Stack,
+) -> None:
+    # Given a run on a target ana is not granted on, parked on a question for team:ops, where she is
+    with transaction() as session:
+        store.create_grant(session, principal_id=principal(AGENT).id, target=RUN_TARGET)
+    with transaction() as session:
+        after = access.stream_cursor(session)
+    run_id = start_run("t.ask_one", {}, principal=AGENT, target=RUN_TARGET)
+    execute_ready(run_id)
+    asked = interactions(run_id)["go"]
+    # When she answers it
+    answer(asked.id, "go", response_id=new_response_id(), principal=HUMAN)
+    every = all_final(run_id)
+    # Then her stream had the question's events (asked, answered) and nothing else of the run
+    assert seen(HUMAN, run_id, after) == ["interaction.asked", "interaction.answered"]
+    # And the agent that owns the run got all of it, and eve, granted nowhere, none of it
+    assert seen(AGENT, run_id, after) == every and len(every) > 2
+    assert seen(STRANGER, run_id, after) == []
