@@ -274,15 +274,27 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 # --------------------------------------------------------------------------- events
 
 
+# The oldest transaction still open that may write events here: a transaction id of the statement's
+# snapshot still in progress, unless pg_stat_activity shows it is another database's (ids are cluster-wide;
+# another application's long transaction must not hold this stream back); the snapshot's xmax if none.
+_OLDEST_LOCAL_WRITER = """(SELECT coalesce(
+    (SELECT min(xip::text::bigint) FROM pg_snapshot_xip(s.snap) AS xip
+     WHERE xip::text::bigint % 4294967296 NOT IN (
+       SELECT a.backend_xid::text::bigint FROM pg_stat_activity AS a
+       WHERE a.backend_xid IS NOT NULL AND a.datid IS NOT NULL AND a.datname <> current_database())),
+    pg_snapshot_xmax(s.snap)::text::bigint)
+  FROM (SELECT pg_current_snapshot() AS snap) AS s)"""
+
+
 def _final_below(session: Session) -> ColumnElement[int]:
     """SQL: the ``seq`` below which every event is final, read in the snapshot of the statement using it.
 
-    PostgreSQL: an event's ``seq`` is its writing transaction's id << 16 | n (migration 0004). Every
-    transaction below the snapshot's ``xmin`` has ended, and every transaction still open, or yet to
-    start, has an id at or above it: an event not committed yet (or not written yet) always sorts above
-    this bound.
+    An event's ``seq`` is its writing transaction's id << 16 | n (migration 0004). Every transaction of
+    this database below the oldest one still open has ended, and every one still open, or yet to start,
+    has an id at or above it: an event not committed yet (or not written yet) always sorts above this bound.
+    A transaction that ended after the snapshot was taken counts as open (it may be this database's).
     """
-    return literal_column("(pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16)", BigInteger())
+    return literal_column(f"({_OLDEST_LOCAL_WRITER} << 16)", BigInteger())
 
 
 def run_events(session: Session, run_id: str, *, after: int, limit: int) -> Page[Event]:

@@ -12,14 +12,16 @@ from dataclasses import dataclass, field
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select, text
+from sqlalchemy import create_engine, func, make_url, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
 
 from api.routes.events import _poll
 from models import access, store
 from models.tables import Event, Principal
 from parkway.db import session_factory, transaction
+from parkway.settings import get_settings
 from parkway.tokens import hash_token, new_token
 from tests.support import AGENT, TARGET, wait_for
 
@@ -170,6 +172,24 @@ def test_event_log__a_long_open_writer_holds_delivery_back_and_then_everything_a
     streamed = [seq for seq, _ in events]
     assert streamed == sorted(set(streamed))
     assert set(_seqs(other_run)) <= set(streamed)
+
+
+def test_event_log__an_open_writer_in_another_database_of_the_cluster_holds_nothing_back(
+    followers: Followers,
+) -> None:
+    # Given a transaction with a transaction id, open in another database of the same cluster (another
+    # application sharing the server): its id is below every event written after it
+    url = make_url(get_settings().database_url)
+    foreign = create_engine(url.set(database="postgres"), poolclass=NullPool)
+    with foreign.connect() as other:
+        other.execute(text("SELECT pg_current_xact_id()"))
+        # When this database's events commit while it stays open
+        with transaction() as session:
+            store.append_event(session, followers.run_id, "test.after_foreign")
+        # Then every reader delivers them, without waiting for the other database's transaction
+        wait_for(lambda: followers.have(_seqs(followers.run_id)), what="the events on every reader")
+        other.rollback()
+    foreign.dispose()
 
 
 def test_event_seq__is_the_writing_transaction_then_its_count_and_refuses_a_65536th_event(actors_db: str) -> None:
