@@ -4,8 +4,8 @@ Nothing here writes state. Visibility is decided in SQL against the grants as th
 grant hides rows at the next request. The rules:
 
 - admins see everything;
-- a run, and its events, is visible to whoever holds a live grant on the run's target (its owner too), and
-  an interaction's events to whoever may see the interaction;
+- a run is visible to whoever holds a live grant on the run's target (its owner too) (its events:
+  ``models.event_log``);
 - an interaction is visible to whoever holds a live grant on the interaction's target, and to the agent
   that owns its run while that agent holds a live grant on the run's target.
 """
@@ -22,12 +22,10 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import (
-    BigInteger,
     ColumnElement,
     Connection,
     and_,
     bindparam,
-    exists,
     func,
     literal_column,
     or_,
@@ -35,7 +33,7 @@ from sqlalchemy import (
     text,
     true,
 )
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, SweepTotal, ToolCall
@@ -105,7 +103,7 @@ def grant_by_id(session: Session, grant_id: str) -> tuple[Grant, str] | None:
 # --------------------------------------------------------------------------- visibility
 
 
-def _live_targets(principal: Principal) -> Any:
+def live_targets(principal: Principal) -> Any:
     return select(Grant.target).where(Grant.principal_id == principal.id, Grant.revoked_at.is_(None))
 
 
@@ -113,31 +111,18 @@ def run_visible(principal: Principal) -> ColumnElement[bool]:
     """SQL condition on ``Run``: the caller may read this run and its events."""
     if principal.kind == PrincipalKind.ADMIN:
         return true()
-    return Run.target.in_(_live_targets(principal))
+    return Run.target.in_(live_targets(principal))
 
 
 def interaction_visible(principal: Principal) -> ColumnElement[bool]:
     """SQL condition on ``Interaction`` joined with its ``Run``: the caller may read this interaction."""
     if principal.kind == PrincipalKind.ADMIN:
         return true()
-    granted = Interaction.target.in_(_live_targets(principal))
+    granted = Interaction.target.in_(live_targets(principal))
     if principal.kind != PrincipalKind.AGENT:
         return granted
-    owns = and_(Run.owner_id == principal.id, Run.target.in_(_live_targets(principal)))
+    owns = and_(Run.owner_id == principal.id, Run.target.in_(live_targets(principal)))
     return or_(granted, owns)
-
-
-def event_visible(principal: Principal) -> ColumnElement[bool]:
-    """SQL condition on ``Event`` joined with its ``Run``: every event of a run the caller may see, and the
-    events of an interaction it may see (``interaction.*``, naming it in ``data``), so whoever may answer a
-    prompt follows it live even without a grant on its run's target."""
-    if principal.kind == PrincipalKind.ADMIN:
-        return true()
-    of_interaction = exists().where(
-        Interaction.id == Event.data["interaction_id"].as_string(),
-        Interaction.target.in_(_live_targets(principal)),
-    )
-    return or_(run_visible(principal), and_(Event.type.startswith("interaction."), of_interaction))
 
 
 def _listed_interactions(principal: Principal) -> ColumnElement[bool]:
@@ -271,67 +256,6 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     return parsed, id_
 
 
-# --------------------------------------------------------------------------- events
-
-
-# The oldest transaction still open that may write events here: a transaction id of the statement's
-# snapshot still in progress, unless pg_stat_activity shows it is another database's (ids are cluster-wide;
-# another application's long transaction must not hold this stream back); the snapshot's xmax if none.
-_OLDEST_LOCAL_WRITER = """(SELECT coalesce(
-    (SELECT min(xip::text::bigint) FROM pg_snapshot_xip(s.snap) AS xip
-     WHERE xip::text::bigint % 4294967296 NOT IN (
-       SELECT a.backend_xid::text::bigint FROM pg_stat_activity AS a
-       WHERE a.backend_xid IS NOT NULL AND a.datid IS NOT NULL AND a.datname <> current_database())),
-    pg_snapshot_xmax(s.snap)::text::bigint)
-  FROM (SELECT pg_current_snapshot() AS snap) AS s)"""
-
-
-def _final_below(session: Session) -> ColumnElement[int]:
-    """SQL: the ``seq`` below which every event is final, read in the snapshot of the statement using it.
-
-    An event's ``seq`` is its writing transaction's id << 16 | n (migration 0004). Every transaction of
-    this database below the oldest one still open has ended, and every one still open, or yet to start,
-    has an id at or above it: an event not committed yet (or not written yet) always sorts above this bound.
-    A transaction that ended after the snapshot was taken counts as open (it may be this database's).
-    """
-    return literal_column(f"({_OLDEST_LOCAL_WRITER} << 16)", BigInteger())
-
-
-def run_events(session: Session, run_id: str, *, after: int, limit: int) -> Page[Event]:
-    """One run's final events with ``seq > after``, in order, ``limit`` at a time (one statement)."""
-    stmt = select(Event).where(Event.run_id == run_id, Event.seq > after, Event.seq < _final_below(session))
-    rows = list(session.scalars(stmt.order_by(Event.seq).limit(limit + 1)))
-    items = rows[:limit]
-    return Page(items, str(items[-1].seq) if len(rows) > limit else None)
-
-
-def visible_events(session: Session, principal: Principal, *, after: int, limit: int) -> tuple[list[Event], int]:
-    """Final events after ``after`` of runs the caller may see now, and the cursor to poll from next.
-
-    One statement, so the events and the bound they stop at come from one snapshot: every event at or
-    below the cursor returned is final. The cursor moves past events the caller may not see too, so a
-    quiet stream does not rescan them.
-    """
-    below = _final_below(session)
-    bound = select(below.label("below")).subquery("bound")
-    page = (
-        select(Event)
-        .join(Run, Run.id == Event.run_id)
-        .where(Event.seq > after, Event.seq < below, event_visible(principal))
-        .order_by(Event.seq)
-        .limit(limit)
-        .subquery("page")
-    )
-    event = aliased(Event, page)
-    rows = session.execute(
-        select(bound.c.below, event).select_from(bound).outerjoin(page, true()).order_by(page.c.seq)
-    ).all()
-    events = [row[1] for row in rows if row[1] is not None]
-    if len(events) == limit:
-        return events, events[-1].seq
-    return events, max(after, int(rows[0].below) - 1)
-
-
 # --------------------------------------------------------------------------- metrics
 
 
@@ -385,12 +309,6 @@ def runs_by_id(session: Session, run_ids: Iterable[str]) -> dict[str, Run]:
     if not ids:
         return {}
     return {run.id: run for run in session.scalars(select(Run).where(Run.id.in_(ids)))}
-
-
-def stream_cursor(session: Session) -> int:
-    """The event cursor a stream opened after this read should start from: every event at or below it is
-    final, so nothing after it is missed."""
-    return int(session.scalar(select(_final_below(session))) or 1) - 1
 
 
 def recently_closed(session: Session, principal: Principal, *, scan: int) -> list[InteractionView]:

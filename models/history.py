@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from models import access
+from models import access, event_log
 from models.access import InteractionView, Page
 from models.status import InteractionStatus
 from models.tables import Event, Grant, Interaction, Principal, Review, Run, Step, ToolCall
@@ -107,7 +107,7 @@ def list_runs(
 def run_history(session: Session, principal: Principal, run_id: str) -> History:
     """Everything ``/runs/{id}`` shows of a run the caller may read (the caller checks that first: a run
     is never deleted, so one seen there is read here)."""
-    cursor = access.stream_cursor(session)  # read first: events after it reach the page by its stream
+    cursor = event_log.stream_cursor(session)  # read first: events after it reach the page by its stream
     run = session.get_one(Run, run_id)
     owner = session.scalar(select(Principal.name).where(Principal.id == run.owner_id)) or ""
     events = list(
@@ -146,7 +146,7 @@ def interactions(session: Session, principal: Principal, run_id: str) -> list[An
 
 def events_after(session: Session, run_id: str, *, after: int, limit: int = EVENT_LIMIT) -> list[Event]:
     """The run's final events after ``after``, in order: what a live page appends to its timeline."""
-    return access.run_events(session, run_id, after=after, limit=limit).items
+    return event_log.run_events(session, run_id, after=after, limit=limit).items
 
 
 # --------------------------------------------------------------------------- the Decisions inbox

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from api.pages import forms
 from api.pages.render import render, run_status
 from api.pages.session import CSRF_FIELD, NONCE_COOKIE, csrf_token, session_id
-from models import access, history
+from models import access, event_log, history
 from models.access import InteractionView
 from models.base import utcnow
 from models.status import RUN_TERMINAL, InteractionKind, InteractionStatus
@@ -127,7 +127,7 @@ def decisions_page(
     view: View = "mine",
 ) -> Response:
     with transaction() as session:
-        after = access.stream_cursor(session)  # read first: the stream then misses nothing read after it
+        after = event_log.stream_cursor(session)  # read first: the stream then misses nothing read after it
         page = _pending(session, principal, view, cursor)
         closed = access.recently_closed(session, principal, scan=RECENT_SCAN)
         if view == "mine":

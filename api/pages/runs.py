@@ -17,7 +17,7 @@ from api.pages import texts
 from api.pages.render import login_page, render, run_status
 from api.pages.session import CSRF_FIELD, NONCE_COOKIE, csrf_token, session_id, signed_in
 from api.pages.timeline import lines
-from models import access, history
+from models import access, event_log, history
 from models.status import RUN_TERMINAL, RunStatus
 from models.tables import Principal, Run
 from parkway.db import transaction
@@ -75,7 +75,7 @@ def list_runs(
     status = status if status in STATUSES else ""
     workflow = workflow.strip()
     with transaction() as session:
-        after = access.stream_cursor(session)
+        after = event_log.stream_cursor(session)
         listed = functools.partial(history.list_runs, session, principal, status=status, workflow=workflow)
         try:
             page = listed(cursor=cursor, limit=LIST_LIMIT)

@@ -16,7 +16,7 @@ from api.errors import ApiError, documented
 from api.event_schemas import EventPage, event_out
 from api.metrics import OPEN_STREAMS
 from api.schemas import ID
-from models import access
+from models import access, event_log
 from models.tables import Principal
 from parkway.db import transaction
 
@@ -60,7 +60,7 @@ def run_events(
         raise ApiError(404, errors.RUN_NOT_FOUND.format(id=run_id))
     if not access.can_see_run(session, principal, run_id):
         raise ApiError(403, errors.RUN_FORBIDDEN.format(name=principal.name, id=run_id))
-    page = access.run_events(session, run_id, after=start, limit=limit)
+    page = event_log.run_events(session, run_id, after=start, limit=limit)
     return EventPage(items=[event_out(e) for e in page.items], next=page.next)
 
 
@@ -96,7 +96,7 @@ async def stream(
 def _poll(principal: Principal, after: int) -> tuple[list[tuple[int, str]], int]:
     """One short read: the visible events after the cursor, as (seq, JSON), and the next cursor."""
     with transaction() as session:
-        events, cursor = access.visible_events(session, principal, after=after, limit=STREAM_BATCH)
+        events, cursor = event_log.visible_events(session, principal, after=after, limit=STREAM_BATCH)
         return [(e.seq, event_out(e).model_dump_json()) for e in events], cursor
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from models import access, store
+from models import access, event_log, store
 from models.base import utcnow
 from models.tables import Event, Interaction
 from parkway.db import transaction
@@ -36,17 +36,17 @@ def test_event_reads__deliver_committed_events_in_order_and_a_stream_cursor_past
     def final() -> bool:
         # On PostgreSQL every writer still open in the cluster holds the bound back: wait for it to pass
         with transaction() as session:
-            return access.stream_cursor(session) >= seqs[-1]
+            return event_log.stream_cursor(session) >= seqs[-1]
 
     wait_for(final, what="the run's events final")
     with transaction() as session:
-        page = access.run_events(session, run_id, after=seqs[0], limit=2)
+        page = event_log.run_events(session, run_id, after=seqs[0], limit=2)
         assert [e.seq for e in page.items] == seqs[1:3] and page.next == str(seqs[2])
-        events, cursor = access.visible_events(session, admin, after=0, limit=100)
+        events, cursor = event_log.visible_events(session, admin, after=0, limit=100)
         assert [e.seq for e in events] == seqs and cursor >= seqs[-1]
-        events, cursor = access.visible_events(session, admin, after=0, limit=2)
+        events, cursor = event_log.visible_events(session, admin, after=0, limit=2)
         assert [e.seq for e in events] == seqs[:2] and cursor == seqs[1]
-        assert access.visible_events(session, admin, after=2**62, limit=2) == ([], 2**62)
+        assert event_log.visible_events(session, admin, after=2**62, limit=2) == ([], 2**62)
 
 
 def test_public_value__redacts_sensitive_fields_always() -> None:

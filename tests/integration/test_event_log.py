@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from api.routes.events import _poll
-from models import access, store
+from models import event_log, store
 from models.tables import Event, Principal
 from parkway.db import session_factory, transaction
 from parkway.settings import get_settings
@@ -42,7 +42,7 @@ class Followers:
 
     def read(self) -> None:
         with transaction() as session:
-            page = access.run_events(session, self.run_id, after=self.cursors["store"], limit=100)
+            page = event_log.run_events(session, self.run_id, after=self.cursors["store"], limit=100)
         self._take("store", [e.seq for e in page.items])
         response = self.http.get(
             f"/v1/runs/{self.run_id}/events",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from models import access, store
+from models import event_log, store
 from models.tables import Event, Principal
 from parkway.db import transaction
 from tasks.sdk import answer, start_run
@@ -26,7 +26,7 @@ def principal(name: str) -> Principal:
 def seen(name: str, run_id: str, after: int) -> list[str]:
     """The types of ``run_id``'s events the stream gives ``name`` after ``after``, once all are final."""
     with transaction() as session:
-        events, _ = access.visible_events(session, principal(name), after=after, limit=1000)
+        events, _ = event_log.visible_events(session, principal(name), after=after, limit=1000)
     return [e.type for e in events if e.run_id == run_id]
 
 
@@ -40,7 +40,7 @@ def all_final(run_id: str) -> list[str]:
 
 def _cursor() -> int:
     with transaction() as session:
-        return access.stream_cursor(session)
+        return event_log.stream_cursor(session)
 
 
 def test_stream__a_person_granted_on_the_prompt_target_gets_its_interaction_events_and_no_other(
@@ -50,7 +50,7 @@ def test_stream__a_person_granted_on_the_prompt_target_gets_its_interaction_even
     with transaction() as session:
         store.create_grant(session, principal_id=principal(AGENT).id, target=RUN_TARGET)
     with transaction() as session:
-        after = access.stream_cursor(session)
+        after = event_log.stream_cursor(session)
     run_id = start_run("t.ask_one", {}, principal=AGENT, target=RUN_TARGET)
     execute_ready(run_id)
     asked = interactions(run_id)["go"]

@@ -13,7 +13,7 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 
 from beat.sweep import run_sweep
-from models import access, store
+from models import event_log, store
 from models import status as st
 from models.base import Base, utcnow
 from models.tables import (
@@ -309,7 +309,7 @@ def test_migration_0004__old_events_keep_their_seqs_and_new_ones_sort_after_them
     # And a reader from the start gets all of them, in order (once no writer in the cluster holds them back)
     def delivered() -> list[int]:
         with transaction() as session:
-            return [e.seq for e in access.run_events(session, "r0003", after=0, limit=10).items]
+            return [e.seq for e in event_log.run_events(session, "r0003", after=0, limit=10).items]
 
     assert wait_for(lambda: delivered() == seqs, what="old and new events delivered")
 

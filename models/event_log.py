@@ -1,0 +1,90 @@
+"""Reads of the event log: which events are final, one run's events, and the stream's events for a caller.
+
+An event is delivered only once final: every transaction that could still write an event below it has
+ended (``final_below``), so a reader never moves its cursor past an event still to commit.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, ColumnElement, and_, exists, literal_column, or_, select, true
+from sqlalchemy.orm import Session, aliased
+
+from models.access import Page, live_targets, run_visible
+from models.status import PrincipalKind
+from models.tables import Event, Interaction, Principal, Run
+
+# The oldest transaction still open that may write events here: a transaction id of the statement's
+# snapshot still in progress, unless pg_stat_activity shows it is another database's (ids are cluster-wide;
+# another application's long transaction must not hold this stream back); the snapshot's xmax if none.
+_OLDEST_LOCAL_WRITER = """(SELECT coalesce(
+    (SELECT min(xip::text::bigint) FROM pg_snapshot_xip(s.snap) AS xip
+     WHERE xip::text::bigint % 4294967296 NOT IN (
+       SELECT a.backend_xid::text::bigint FROM pg_stat_activity AS a
+       WHERE a.backend_xid IS NOT NULL AND a.datid IS NOT NULL AND a.datname <> current_database())),
+    pg_snapshot_xmax(s.snap)::text::bigint)
+  FROM (SELECT pg_current_snapshot() AS snap) AS s)"""
+
+
+def final_below() -> ColumnElement[int]:
+    """SQL: the ``seq`` below which every event is final, read in the snapshot of the statement using it.
+
+    An event's ``seq`` is its writing transaction's id << 16 | n (migration 0004). Every transaction of
+    this database below the oldest one still open has ended, and every one still open, or yet to start,
+    has an id at or above it: an event not committed yet (or not written yet) always sorts above this bound.
+    A transaction that ended after the snapshot was taken counts as open (it may be this database's).
+    """
+    return literal_column(f"({_OLDEST_LOCAL_WRITER} << 16)", BigInteger())
+
+
+def run_events(session: Session, run_id: str, *, after: int, limit: int) -> Page[Event]:
+    """One run's final events with ``seq > after``, in order, ``limit`` at a time (one statement)."""
+    stmt = select(Event).where(Event.run_id == run_id, Event.seq > after, Event.seq < final_below())
+    rows = list(session.scalars(stmt.order_by(Event.seq).limit(limit + 1)))
+    items = rows[:limit]
+    return Page(items, str(items[-1].seq) if len(rows) > limit else None)
+
+
+def visible_events(session: Session, principal: Principal, *, after: int, limit: int) -> tuple[list[Event], int]:
+    """Final events after ``after`` of runs the caller may see now, and the cursor to poll from next.
+
+    One statement, so the events and the bound they stop at come from one snapshot: every event at or
+    below the cursor returned is final. The cursor moves past events the caller may not see too, so a
+    quiet stream does not rescan them.
+    """
+    below = final_below()
+    bound = select(below.label("below")).subquery("bound")
+    page = (
+        select(Event)
+        .join(Run, Run.id == Event.run_id)
+        .where(Event.seq > after, Event.seq < below, event_visible(principal))
+        .order_by(Event.seq)
+        .limit(limit)
+        .subquery("page")
+    )
+    event = aliased(Event, page)
+    rows = session.execute(
+        select(bound.c.below, event).select_from(bound).outerjoin(page, true()).order_by(page.c.seq)
+    ).all()
+    events = [row[1] for row in rows if row[1] is not None]
+    if len(events) == limit:
+        return events, events[-1].seq
+    return events, max(after, int(rows[0].below) - 1)
+
+
+def event_visible(principal: Principal) -> ColumnElement[bool]:
+    """SQL condition on ``Event`` joined with its ``Run``: every event of a run the caller may see, and the
+    events of an interaction it may see (``interaction.*``, naming it in ``data``), so whoever may answer a
+    prompt follows it live even without a grant on its run's target."""
+    if principal.kind == PrincipalKind.ADMIN:
+        return true()
+    of_interaction = exists().where(
+        Interaction.id == Event.data["interaction_id"].as_string(),
+        Interaction.target.in_(live_targets(principal)),
+    )
+    return or_(run_visible(principal), and_(Event.type.startswith("interaction."), of_interaction))
+
+
+def stream_cursor(session: Session) -> int:
+    """The event cursor a stream opened after this read should start from: every event at or below it is
+    final, so nothing after it is missed."""
+    return int(session.scalar(select(final_below())) or 1) - 1
