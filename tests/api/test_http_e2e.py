@@ -69,7 +69,13 @@ def test_start_list_answer_complete__all_over_http(live: Live) -> None:
     done = wait_run(live, run_id, "completed")
     assert done["result"]["window"] == "tonight" and done["result"]["by"] == HUMAN
     assert done["completed_at"] and done["interactions"] == []
-    types = [e["type"] for e in live.get(f"/v1/runs/{run_id}/events", HUMAN).json()["items"]]
+
+    # The run's events arrive once final (no older write transaction still open): wait for the last one
+    def events_through_completion() -> list[str] | None:
+        types = [e["type"] for e in live.get(f"/v1/runs/{run_id}/events", HUMAN).json()["items"]]
+        return types if "run.completed" in types else None
+
+    types = wait_for(events_through_completion, what="the run's events through run.completed")
     assert types.count("run.completed") == 1 and types.index("interaction.answered") < types.index("run.completed")
     assert effects(run_id) == 1
 
