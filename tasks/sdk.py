@@ -168,11 +168,11 @@ class Context:
         if not kind:
             raise WorkflowError("a review needs a kind")
         with transaction() as session:
-            review = store.start_review(
+            review_id = store.start_review(
                 session, run_id=self.run_id, step_id=self.step_id, kind=kind, execution_id=self.execution_id
             )
-        self.started_reviews.append(review.id)
-        return review.id
+        self.started_reviews.append(review_id)
+        return review_id
 
     def review_progress(self, review_id: str, *, finding_count: int, verification_count: int) -> None:
         """Commit the counts of a running review now, so they survive a crash of this execution."""
