@@ -1,4 +1,4 @@
-"""Interactions: who may act on one, its authoritative state, cancel and expiry."""
+"""Interactions: who may act on one, its authoritative state, and cancel."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
-from models.status import RUN_TERMINAL, ContinuationKind, InteractionStatus, RunStatus, StepStatus
+from models.status import RUN_TERMINAL, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
-from models.store.events import append_event, append_events, event_select, insert_events
+from models.store.events import event_select, insert_events
 from models.store.principals import ANSWERERS, Actor
-from models.store.runs import FINISH_STEP, Due, finish_run_update, history_of, insert_continuation
+from models.store.runs import FINISH_STEP, finish_run_update, history_of
 from models.store.sql import GRANT, INTER, RUN, STEP, Executor, bp, canonical_json, word
-from models.tables import Interaction, Principal, Run, Step
+from models.tables import Interaction, Principal, Run
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
 
 
@@ -148,41 +148,6 @@ def refuse_ended_wait(session: Executor, interaction: Row[Any], run_status: str)
         )
 
 
-_STEP_RESUMING = (
-    update(STEP)
-    .where(
-        STEP.c.id == bindparam("sid"),
-        STEP.c.status == word(StepStatus.PARKED),
-        ~exists().where(INTER.c.step_id == STEP.c.id, INTER.c.status == word(InteractionStatus.PENDING)),
-    )
-    .values(status=StepStatus.RESUMING.value, updated_at=bp("at", STEP.c.updated_at))
-    .returning(STEP.c.run_id, STEP.c.continuation)
-)
-_RUN_RESUMED = (
-    update(RUN)
-    .where(RUN.c.id == bindparam("rid"), RUN.c.status == word(RunStatus.WAITING))
-    .values(status=RunStatus.RUNNING.value, updated_at=bp("at", RUN.c.updated_at))
-)
-
-
-def make_due_if_settled(session: Executor, step_id: str, *, events: list[dict[str, Any]] | None = None) -> Due | None:
-    """parked -> resuming with a ready continuation once no interaction of the step is pending.
-
-    ``None`` while some interaction is still pending, or when the step is not parked any more. ``events``
-    (the caller's, not inserted yet) are inserted before this transition's own, in one round trip.
-    """
-    events = list(events or [])
-    now = utcnow()
-    step = session.execute(_STEP_RESUMING, {"sid": step_id, "at": now}).first()
-    if step is None:
-        if events:
-            append_events(session, events)
-        return None
-    session.execute(_RUN_RESUMED, {"rid": step.run_id, "at": now})
-    assert step.continuation is not None
-    return insert_continuation(session, step.run_id, step_id, ContinuationKind.RESUME, step.continuation, events=events)
-
-
 def cancel_digest(reason: str | None) -> str:
     """What tells an exact retry of a cancel from another cancel with the same ``response_id``."""
     return hashlib.sha256(canonical_json({"reason": reason}).encode("utf-8", "surrogatepass")).hexdigest()
@@ -299,46 +264,3 @@ def cancel(
                 "det": None}  # fmt: skip
     session.execute(_CANCEL, {**params, **terminal})
     return CancelReceipt(response_id, now)
-
-
-@dataclass
-class Expiry:
-    expired: bool
-    continuation: Due | None = None  # set when the expiry made the step's continuation due
-
-
-def expire_due(session: Session, interaction_id_: str) -> Expiry:
-    """pending -> expired past ``expires_at`` (the database's clock); the step's continuation becomes due
-    as for an answer.
-
-    Locks the step first, like answer and cancel (one lock order, no deadlock); a step locked by an
-    answer in flight is skipped this pass. ``expired`` is False when the CAS lost.
-    """
-    step_id = session.scalar(select(Interaction.step_id).where(Interaction.id == interaction_id_))
-    if step_id is None:
-        return Expiry(False)
-    locked = session.scalar(select(Step.id).where(Step.id == step_id).with_for_update(skip_locked=True))
-    if locked is None:
-        return Expiry(False)
-    expired = session.scalar(
-        update(Interaction)
-        .where(
-            Interaction.id == interaction_id_,
-            Interaction.status == InteractionStatus.PENDING,
-            Interaction.expires_at <= db_now(),
-        )
-        .values(status=InteractionStatus.EXPIRED, closed_at=db_now())
-        .returning(Interaction)
-        .execution_options(synchronize_session=False)
-    )
-    if expired is None:
-        return Expiry(False)
-    append_event(
-        session,
-        expired.run_id,
-        "interaction.expired",
-        interaction_id=expired.id,
-        step_id=expired.step_id,
-        key=expired.key,
-    )
-    return Expiry(True, make_due_if_settled(session, expired.step_id))
