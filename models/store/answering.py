@@ -14,7 +14,6 @@ from models import answers
 from models.base import utcnow
 from models.clock import db_now
 from models.status import (
-    RUN_TERMINAL,
     ContinuationKind,
     ContinuationStatus,
     InteractionKind,
@@ -28,12 +27,14 @@ from models.store.interactions import (
     INTERACTION,
     interaction_read,
     interaction_state,
+    locking,
     read_interaction,
     refuse_ended_wait,
+    run_not_ended,
 )
 from models.store.principals import Actor
 from models.store.runs import Due
-from models.store.sql import CONT, INTER, RUN, STEP, Executor, bp, new_id, word, words
+from models.store.sql import CONT, INTER, RUN, STEP, Executor, bp, new_id, word
 from parkway.errors import Conflict, Gone
 
 _PENDING = INTER.c.status == word(InteractionStatus.PENDING)
@@ -46,24 +47,12 @@ _ANSWER_READS = tuple(
 )  # fmt: skip
 
 
-def _interaction_locked(read: Any) -> Any:
-    """PostgreSQL, for an answer: ``read``, and the step's lock taken by it. Its rows come from the
-    statement's snapshot, taken before any wait for that lock: when the answer's CAS then loses, the
-    interaction is read again (``INTERACTION``), the lock held by then. The step's continuation name is
-    read too, for the event of the continuation this answer may make due."""
-    return (
-        read.add_columns(STEP.c.continuation.label("step_continuation"))
-        .join(STEP, STEP.c.id == INTER.c.step_id)
-        .with_for_update(of=STEP)
+# The step's continuation name is read too, for the event of the continuation this answer may make due.
+_INTERACTION_LOCKED = DriverStatement(
+    locking(interaction_read(bindparam("pid"), _ANSWER_READS)).add_columns(
+        STEP.c.continuation.label("step_continuation")
     )
-
-
-_INTERACTION_LOCKED = DriverStatement(_interaction_locked(interaction_read(bindparam("pid"), _ANSWER_READS)))
-
-
-def run_not_ended(run_id: Any) -> Any:
-    """The run ``run_id`` (an expression) is not terminal, in the statement's snapshot."""
-    return exists().where(RUN.c.id == run_id, ~RUN.c.status.in_(words(sorted(s.value for s in RUN_TERMINAL))))
+)
 
 
 def closing_makes_due(closing: Any) -> Any:
@@ -184,11 +173,13 @@ def answer(
     (as ``authorize``), then ``InvalidAnswer`` come before anything is written. ``continuation`` of the
     receipt is set when this was the step's last pending interaction (``None``: others still pending).
 
-    Two statements: the read that takes the step's lock, then the CAS with all it implies and the events
-    (``closing_makes_due``).
+    Two statements: the read that takes the step's lock (the value is validated and sealed against what it
+    read), then the CAS with all it implies and the events (``closing_makes_due``). They cannot be one: a
+    statement's snapshot predates its wait for the lock, so an answer to a sibling committed meanwhile would
+    still look pending, and neither answer would make the step due.
     """
-    interaction, run_status = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "answer")
-    settled = _settled_answer(session, interaction, run_status, response_id, response_digest)
+    interaction = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "answer")
+    settled = _settled_answer(interaction, response_id, response_digest)
     if settled is not None:
         return settled
     answers.validate_value(interaction, value)
@@ -214,17 +205,15 @@ def answer(
     if combined is None:
         # The read's snapshot predates its wait for the step's lock: another answer, a cancel or an expiry
         # may have committed meanwhile, or the run ended. Read again, the lock held, and say which.
-        interaction, run_status = read_interaction(session, INTERACTION, interaction_id_, principal, "answer")
-        settled = _settled_answer(session, interaction, run_status, response_id, response_digest)
+        interaction = read_interaction(session, INTERACTION, interaction_id_, principal, "answer")
+        settled = _settled_answer(interaction, response_id, response_digest)
         if settled is not None:
             return settled
         raise Conflict(f"interaction {interaction.id} was answered concurrently")  # pragma: no cover
     return AnswerReceipt(new_status.value, response_id, now, made_due(combined, due))
 
 
-def _settled_answer(
-    session: Executor, interaction: Row[Any], run_status: str, response_id: str, response_digest: str
-) -> AnswerReceipt | None:
+def _settled_answer(interaction: Row[Any], response_id: str, response_digest: str) -> AnswerReceipt | None:
     """``None`` while the interaction can still be answered; the first receipt for an exact retry;
     otherwise raises ``Conflict`` (another response won) or ``Gone`` (the wait ended unanswered)."""
     status = interaction.status
@@ -233,15 +222,13 @@ def _settled_answer(
             assert interaction.answered_at is not None
             return AnswerReceipt(status, response_id, interaction.answered_at)
         raise Conflict(
-            f"interaction {interaction.id} was already {status} by another response",
-            interaction_state(session, interaction),
+            f"interaction {interaction.id} was already {status} by another response", interaction_state(interaction)
         )
     if status != InteractionStatus.PENDING:
         raise Gone(
-            f"interaction {interaction.id} is {status}; it can no longer be answered",
-            interaction_state(session, interaction),
+            f"interaction {interaction.id} is {status}; it can no longer be answered", interaction_state(interaction)
         )
-    refuse_ended_wait(session, interaction, run_status)
+    refuse_ended_wait(interaction)
     return None
 
 

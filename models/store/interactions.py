@@ -1,4 +1,4 @@
-"""Interactions: who may act on one, its authoritative state, and cancel."""
+"""Interactions: who may act on one, its authoritative state, the reads that lock its step, and cancel."""
 
 from __future__ import annotations
 
@@ -18,17 +18,13 @@ from models.store.driver import DriverStatement
 from models.store.events import event_select, insert_events
 from models.store.principals import ANSWERERS, Actor
 from models.store.runs import FINISH_STEP, finish_run_update, history_of
-from models.store.sql import GRANT, INTER, RUN, STEP, Executor, bp, canonical_json, word
-from models.tables import Interaction, Principal, Run
+from models.store.sql import GRANT, INTER, PRIN, RUN, STEP, Executor, bp, canonical_json, word, words
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
 
 
-def interaction_state(session: Executor, interaction: Interaction | Row[Any]) -> dict[str, Any]:
-    """The authoritative state of an interaction as errors carry it (no values: they may be sensitive)."""
-    run_status = session.scalar(select(Run.status).where(Run.id == interaction.run_id))
-    answered_by = None
-    if interaction.answered_by_id:
-        answered_by = session.scalar(select(Principal.name).where(Principal.id == interaction.answered_by_id))
+def interaction_state(interaction: Row[Any]) -> dict[str, Any]:
+    """The authoritative state of an interaction as errors carry it (no values: they may be sensitive), from
+    a row of ``interaction_read`` (its run's status and who answered it are columns of that read)."""
     return {
         "id": interaction.id,
         "run_id": interaction.run_id,
@@ -36,27 +32,23 @@ def interaction_state(session: Executor, interaction: Interaction | Row[Any]) ->
         "key": interaction.key,
         "kind": interaction.kind,
         "status": interaction.status,
-        "run_status": run_status,
-        "answered_by": answered_by,
+        "run_status": interaction.run_status,
+        "answered_by": interaction.answered_by,
         "answered_at": interaction.answered_at.isoformat() if interaction.answered_at else None,
         "expires_at": interaction.expires_at.isoformat() if interaction.expires_at else None,
     }
 
 
-_LOCK_STEP_OF = (
-    select(STEP.c.id)
-    .where(STEP.c.id == select(INTER.c.step_id).where(INTER.c.id == bindparam("iid")).scalar_subquery())
-    .with_for_update()
-)
-
-
 def interaction_read(principal_id: Any, columns: Sequence[Any] = (INTER,)) -> Any:
-    """The interaction ``:iid`` (``columns`` of it), its run's status and whether ``principal_id`` holds a
-    live grant on its target: one read."""
+    """The interaction ``:iid`` (``columns`` of it), its run's status, whether its deadline has passed by the
+    database's clock, who answered it, and whether ``principal_id`` holds a live grant on its target: one
+    read."""
     return (
         select(
             *columns,
             RUN.c.status.label("run_status"),
+            (INTER.c.expires_at <= db_now()).label("expired"),
+            select(PRIN.c.name).where(PRIN.c.id == INTER.c.answered_by_id).scalar_subquery().label("answered_by"),
             exists()
             .where(GRANT.c.principal_id == principal_id, GRANT.c.target == INTER.c.target, GRANT.c.revoked_at.is_(None))
             .label("granted"),
@@ -64,6 +56,14 @@ def interaction_read(principal_id: Any, columns: Sequence[Any] = (INTER,)) -> An
         .join(RUN, RUN.c.id == INTER.c.run_id)
         .where(INTER.c.id == bindparam("iid"))
     )
+
+
+def locking(read: Any) -> Any:
+    """``read`` (of ``interaction_read``) taking the lock of the interaction's step. Answers, cancels and
+    expiry of one step are serialized by that lock, so "was this the last pending one?" has one true answer.
+    Its rows come from the statement's snapshot, taken before any wait for that lock: the write that follows
+    is a compare-and-set that may still lose, and the interaction is then read again (``INTERACTION``)."""
+    return read.join(STEP, STEP.c.id == INTER.c.step_id).with_for_update(of=STEP)
 
 
 # Cancels (and the reads again after a lost CAS) also read whether the principal owns the run and holds a
@@ -76,12 +76,11 @@ INTERACTION = interaction_read(bindparam("pid")).add_columns(
 )
 
 
-def read_interaction(
-    session: Executor, statement: Any, interaction_id_: str, principal: Actor, act: Act
-) -> tuple[Row[Any], str]:
-    """``statement`` (``INTERACTION`` or the answer's locking read) for this interaction and principal;
-    ``NotFound`` for an unknown id, then as ``authorize`` for ``act``."""
+def read_interaction(session: Executor, statement: Any, interaction_id_: str, principal: Actor, act: Act) -> Row[Any]:
+    """``statement`` (``INTERACTION``, or a read of ``interaction_read`` that is ``locking``) for this
+    interaction and principal; ``NotFound`` for an unknown id, then as ``authorize`` for ``act``."""
     params = {"iid": interaction_id_, "pid": principal.id}
+    interaction: Row[Any] | None
     if isinstance(statement, DriverStatement):
         interaction = statement.first(session, params)
     else:
@@ -89,7 +88,7 @@ def read_interaction(
     if interaction is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
     authorize(interaction, principal, act)
-    return interaction, interaction.run_status
+    return interaction
 
 
 Act = Literal["answer", "cancel"]
@@ -121,31 +120,27 @@ def authorize(interaction: Row[Any], principal: Actor, act: Act) -> None:
         raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target}")
 
 
-def lock_interaction(session: Executor, interaction_id_: str, principal: Actor, act: Act) -> tuple[Row[Any], str]:
-    """Lock the interaction's step, then read the interaction, its run's status and the principal's grant.
-
-    Answers, cancels and expiry of one step are serialized by that lock, so "was this the last pending
-    one?" has one true answer. Raises ``NotFound`` for an unknown id, then as ``authorize`` for ``act``
-    (before anything about its state is told).
-    """
-    if session.execute(_LOCK_STEP_OF, {"iid": interaction_id_}).first() is None:
-        raise NotFound(f"interaction {interaction_id_} does not exist")
-    return read_interaction(session, INTERACTION, interaction_id_, principal, act)
-
-
-def refuse_ended_wait(session: Executor, interaction: Row[Any], run_status: str) -> None:
-    """Raise ``Gone`` for a pending interaction whose wait has ended: past its deadline by the database's
-    clock (the sweep will record the expiry; the outcome never depends on when it runs, nor on this host's
-    clock) or its run already terminal."""
-    if interaction.expires_at is not None and interaction.expires_at <= session.scalar(select(db_now())):
-        state = interaction_state(session, interaction)
+def refuse_ended_wait(interaction: Row[Any]) -> None:
+    """Raise ``Gone`` for a pending interaction (a row of ``interaction_read``) whose wait has ended: past its
+    deadline by the database's clock (the sweep will record the expiry; the outcome never depends on when it
+    runs, nor on this host's clock) or its run already terminal."""
+    if interaction.expired:
+        state = interaction_state(interaction)
         state["status"] = InteractionStatus.EXPIRED.value
         raise Gone(f"interaction {interaction.id} expired at {interaction.expires_at.isoformat()}", state)
-    if run_status in RUN_TERMINAL:
+    if interaction.run_status in RUN_TERMINAL:
         raise Gone(
-            f"run {interaction.run_id} of interaction {interaction.id} is {run_status}",
-            interaction_state(session, interaction),
+            f"run {interaction.run_id} of interaction {interaction.id} is {interaction.run_status}",
+            interaction_state(interaction),
         )
+
+
+_PENDING = INTER.c.status == word(InteractionStatus.PENDING)
+
+
+def run_not_ended(run_id: Any) -> Any:
+    """The run ``run_id`` (an expression) is not terminal, in the statement's snapshot."""
+    return exists().where(RUN.c.id == run_id, ~RUN.c.status.in_(words(sorted(s.value for s in RUN_TERMINAL))))
 
 
 def cancel_digest(reason: str | None) -> str:
@@ -164,17 +159,21 @@ class CancelReceipt:
 
 
 _WHY = cast(bindparam("why"), String)
-_PENDING = INTER.c.status == word(InteractionStatus.PENDING)
+_INTERACTION_LOCKED = locking(INTERACTION)
+_TARGET = INTER.alias("target")
 
 
 def _cancel() -> Any:
-    """The cancel's writes as one statement, under the step's lock: every pending interaction of the step
-    ``:sid`` -> canceled (``:iid`` carrying the response), then the step and the run ``:rid`` -> canceled
-    with the run's history row and its sealed values erased, and the events in that order."""
+    """The cancel's writes as one statement, under the step's lock: while ``:iid`` is still pending and its
+    run ``:rid`` live (the lock may have been waited for since the read), every pending interaction of the
+    step ``:sid`` -> canceled (``:iid`` carrying the response), then the step and the run -> canceled with
+    the run's history row and its sealed values erased, and the events in that order. No row (nothing
+    written) when the target is not pending any more or its run has ended."""
     target = INTER.c.id == bindparam("iid")
+    still_open = exists().where(_TARGET.c.id == bindparam("iid"), _TARGET.c.status == word(InteractionStatus.PENDING))
     closed = (
         update(INTER)
-        .where(INTER.c.step_id == bindparam("sid"), _PENDING)
+        .where(INTER.c.step_id == bindparam("sid"), _PENDING, still_open, run_not_ended(bindparam("rid")))
         .values(
             status=InteractionStatus.CANCELED.value,
             closed_at=bp("at", INTER.c.closed_at),
@@ -227,34 +226,23 @@ _CANCEL = _cancel()
 def cancel(
     session: Session, interaction_id_: str, *, response_id: str, principal: Actor, reason: str | None
 ) -> CancelReceipt:
-    """pending -> canceled for the whole parked step: its pending interactions, the step and the run (one
-    statement, ``_CANCEL``, after the read that locks the step).
+    """pending -> canceled for the whole parked step: its pending interactions, the step and the run.
 
     An exact retry (same ``response_id`` and ``reason``) returns the first receipt; the same
     ``response_id`` with another reason is a ``Conflict``, as for answers (the digest of the reason is
     kept in the interaction's ``response_digest``; a cancel recorded before it was kept has none, and any
     retry of it matches). Raises ``Conflict`` when the interaction was answered, ``Gone`` when its wait
     already ended, and as ``authorize`` for who may cancel.
+
+    Two statements: the read that takes the step's lock, then the CAS with all it implies and the events
+    (``_CANCEL``); when the CAS lost (something committed while the lock was waited for), a read again says
+    what won.
     """
-    interaction, run_status = lock_interaction(session, interaction_id_, principal, "cancel")
-    status = interaction.status
     digest = cancel_digest(reason)
-    if status == InteractionStatus.CANCELED and interaction.response_id == response_id:
-        if interaction.response_digest not in (None, digest):
-            raise Conflict(
-                f"interaction {interaction.id} was canceled by response {response_id} with another reason",
-                interaction_state(session, interaction),
-            )
-        assert interaction.closed_at is not None
-        return CancelReceipt(response_id, interaction.closed_at)
-    if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
-        raise Conflict(
-            f"interaction {interaction.id} was already {status}; it cannot be canceled",
-            interaction_state(session, interaction),
-        )
-    if status != InteractionStatus.PENDING:
-        raise Gone(f"interaction {interaction.id} is {status}", interaction_state(session, interaction))
-    refuse_ended_wait(session, interaction, run_status)
+    interaction = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "cancel")
+    settled = _settled_cancel(interaction, response_id, digest)
+    if settled is not None:
+        return settled
     now = utcnow()
     why = reason or f"canceled by {principal.name}"
     params = {"iid": interaction.id, "sid": interaction.step_id, "rid": interaction.run_id, "rsp": response_id,
@@ -262,5 +250,33 @@ def cancel(
               "eid": f"cancel:{response_id}"}  # fmt: skip
     terminal = {"step_to": StepStatus.CANCELED.value, "to": RunStatus.CANCELED.value, "res": None, "err": None,
                 "det": None}  # fmt: skip
-    session.execute(_CANCEL, {**params, **terminal})
+    if session.execute(_CANCEL, {**params, **terminal}).first() is None:
+        interaction = read_interaction(session, INTERACTION, interaction_id_, principal, "cancel")
+        settled = _settled_cancel(interaction, response_id, digest)
+        if settled is not None:
+            return settled
+        raise Conflict(f"interaction {interaction.id} was closed concurrently")  # pragma: no cover
     return CancelReceipt(response_id, now)
+
+
+def _settled_cancel(interaction: Row[Any], response_id: str, digest: str) -> CancelReceipt | None:
+    """``None`` while the interaction can still be canceled; the first receipt for an exact retry; otherwise
+    raises ``Conflict`` (it was answered, or canceled by this response with another reason) or ``Gone``."""
+    status = interaction.status
+    if status == InteractionStatus.CANCELED and interaction.response_id == response_id:
+        if interaction.response_digest not in (None, digest):
+            raise Conflict(
+                f"interaction {interaction.id} was canceled by response {response_id} with another reason",
+                interaction_state(interaction),
+            )
+        assert interaction.closed_at is not None
+        return CancelReceipt(response_id, interaction.closed_at)
+    if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
+        raise Conflict(
+            f"interaction {interaction.id} was already {status}; it cannot be canceled",
+            interaction_state(interaction),
+        )
+    if status != InteractionStatus.PENDING:
+        raise Gone(f"interaction {interaction.id} is {status}", interaction_state(interaction))
+    refuse_ended_wait(interaction)
+    return None
