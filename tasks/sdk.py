@@ -13,7 +13,7 @@ from models.answers import PERMISSION_SCHEMA
 from models.jsonsafe import json_problem
 from models.status import InteractionKind, PrincipalKind
 from models.store import Actor, Answer, InteractionSpec
-from models.tables import Interaction, Principal
+from models.tables import Principal
 from parkway.crash import crash_point
 from parkway.db import core_transaction, transaction
 from parkway.errors import (
@@ -405,8 +405,7 @@ def cancel(
     with transaction() as session:
         who = _actor(session, principal)
         receipt = store.cancel(session, interaction_id, response_id=response_id, principal=who, reason=reason)
-        run_id = session.get_one(Interaction, interaction_id).run_id
     from tasks.projection import project_quietly
 
-    project_quietly([run_id])
+    project_quietly([receipt.run_id])
     return receipt.as_dict()

@@ -152,6 +152,7 @@ def cancel_digest(reason: str | None) -> str:
 class CancelReceipt:
     response_id: str
     canceled_at: datetime
+    run_id: str  # the run the cancel ended (not part of the receipt a caller is shown)
     status: str = "canceled"
 
     def as_dict(self) -> dict[str, Any]:
@@ -256,7 +257,7 @@ def cancel(
         if settled is not None:
             return settled
         raise Conflict(f"interaction {interaction.id} was closed concurrently")  # pragma: no cover
-    return CancelReceipt(response_id, now)
+    return CancelReceipt(response_id, now, interaction.run_id)
 
 
 def _settled_cancel(interaction: Row[Any], response_id: str, digest: str) -> CancelReceipt | None:
@@ -270,7 +271,7 @@ def _settled_cancel(interaction: Row[Any], response_id: str, digest: str) -> Can
                 interaction_state(interaction),
             )
         assert interaction.closed_at is not None
-        return CancelReceipt(response_id, interaction.closed_at)
+        return CancelReceipt(response_id, interaction.closed_at, interaction.run_id)
     if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
         raise Conflict(
             f"interaction {interaction.id} was already {status}; it cannot be canceled",
