@@ -13,7 +13,7 @@ from models.answers import PERMISSION_SCHEMA
 from models.jsonsafe import json_problem
 from models.status import InteractionKind, PrincipalKind
 from models.store import Actor, Answer, InteractionSpec
-from models.tables import Interaction, Principal
+from models.tables import Principal
 from parkway.crash import crash_point
 from parkway.db import core_transaction, transaction
 from parkway.errors import (
@@ -168,11 +168,11 @@ class Context:
         if not kind:
             raise WorkflowError("a review needs a kind")
         with transaction() as session:
-            review = store.start_review(
+            review_id = store.start_review(
                 session, run_id=self.run_id, step_id=self.step_id, kind=kind, execution_id=self.execution_id
             )
-        self.started_reviews.append(review.id)
-        return review.id
+        self.started_reviews.append(review_id)
+        return review_id
 
     def review_progress(self, review_id: str, *, finding_count: int, verification_count: int) -> None:
         """Commit the counts of a running review now, so they survive a crash of this execution."""
@@ -405,8 +405,7 @@ def cancel(
     with transaction() as session:
         who = _actor(session, principal)
         receipt = store.cancel(session, interaction_id, response_id=response_id, principal=who, reason=reason)
-        run_id = session.get_one(Interaction, interaction_id).run_id
     from tasks.projection import project_quietly
 
-    project_quietly([run_id])
+    project_quietly([receipt.run_id])
     return receipt.as_dict()

@@ -9,20 +9,17 @@ One module per entity; this module re-exports their public names (``from models 
 store.answer(...)``).
 """
 
-from models.store.answering import AnswerReceipt, answer
+from models.store.answering import AnswerReceipt, Expiry, answer, expire_due
 from models.store.claims import Answer, Claim, Claimed, StepRef, claim, claim_in_one_statement, load_claim, renew_lease
 from models.store.continuations import consume, consume_and_finish_run, give_up_exhausted
 from models.store.events import append_event, append_events, event_row
 from models.store.interactions import (
     Act,
     CancelReceipt,
-    Expiry,
     authorize,
     cancel,
     cancel_digest,
-    expire_due,
     interaction_state,
-    make_due_if_settled,
 )
 from models.store.interrupts import Dead, give_up, interrupt_run
 from models.store.outcomes import Committed, Ending, Handover, Interruption, Parking, StepOutcome, commit_outcome
@@ -122,7 +119,6 @@ __all__ = [
     "is_granted",
     "load_claim",
     "lock_run_for_projection",
-    "make_due_if_settled",
     "mark_for_republish",
     "new_id",
     "next_step",

@@ -1,4 +1,5 @@
-"""Answering an interaction: first response wins, the step made due in the same statement."""
+"""Closing a pending interaction so that its step may go on: an answer (first response wins) or its expiry,
+the step made due in the same statement when it was the last one pending."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, bindparam, exists, insert, literal, select, true, update
+from sqlalchemy.orm import Session
 
 from models import answers
 from models.base import utcnow
 from models.clock import db_now
 from models.status import (
-    RUN_TERMINAL,
     ContinuationKind,
     ContinuationStatus,
     InteractionKind,
@@ -26,14 +27,17 @@ from models.store.interactions import (
     INTERACTION,
     interaction_read,
     interaction_state,
+    locking,
     read_interaction,
     refuse_ended_wait,
+    run_not_ended,
 )
 from models.store.principals import Actor
 from models.store.runs import Due
-from models.store.sql import CONT, INTER, RUN, STEP, Executor, bp, new_id, word, words
+from models.store.sql import CONT, INTER, RUN, STEP, Executor, bp, new_id, word
 from parkway.errors import Conflict, Gone
 
+_PENDING = INTER.c.status == word(InteractionStatus.PENDING)
 # What an answer reads of its interaction (not its prompt, resources, value or closing: fewer columns to
 # describe and convert on every answer).
 _ANSWER_READS = tuple(
@@ -43,72 +47,31 @@ _ANSWER_READS = tuple(
 )  # fmt: skip
 
 
-def _interaction_locked(read: Any) -> Any:
-    """PostgreSQL, for an answer: ``read``, and the step's lock taken by it. Its rows come from the
-    statement's snapshot, taken before any wait for that lock: when the answer's CAS then loses, the
-    interaction is read again (``INTERACTION``), the lock held by then. The step's continuation name is
-    read too, for the event of the continuation this answer may make due."""
-    return (
-        read.add_columns(STEP.c.continuation.label("step_continuation"))
-        .join(STEP, STEP.c.id == INTER.c.step_id)
-        .with_for_update(of=STEP)
-    )
-
-
-_INTERACTION_LOCKED = DriverStatement(_interaction_locked(interaction_read(bindparam("pid"), _ANSWER_READS)))
-
-
-@dataclass
-class AnswerReceipt:
-    status: str
-    response_id: str
-    answered_at: datetime
-    continuation: Due | None = None  # set when this answer made the step's continuation due
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "response_id": self.response_id, "answered_at": self.answered_at}
-
-
-_ANSWERED_AT = bp("at", INTER.c.answered_at)
-_ANSWER = (
-    update(INTER)
-    .where(INTER.c.id == bindparam("iid"), INTER.c.status == word(InteractionStatus.PENDING))
-    .values(
-        status=bindparam("to"),
-        value=bp("val", INTER.c.value),
-        secret=bindparam("sealed"),
-        response_id=bindparam("rsp"),
-        response_digest=bindparam("digest"),
-        answered_by_id=bindparam("by"),
-        answered_at=_ANSWERED_AT,
-        closed_at=_ANSWERED_AT,
+# The step's continuation name is read too, for the event of the continuation this answer may make due.
+_INTERACTION_LOCKED = DriverStatement(
+    locking(interaction_read(bindparam("pid"), _ANSWER_READS)).add_columns(
+        STEP.c.continuation.label("step_continuation")
     )
 )
 
 
-def _answer_and_make_due() -> Any:
-    """PostgreSQL: ``_ANSWER`` (only while the run has not ended), then ``make_due_if_settled`` when that
-    was the step's last pending interaction (the step's CAS, the run back to running, the ready
-    continuation ``:cid``), and the events (the answer's, then the continuation's if it was made due) as one
-    statement of data-modifying CTEs. Each later part runs only if the one before it changed a row. One
-    row (``answered``, and the continuation's ``due_name`` or NULL) when the answer's CAS won; none
-    otherwise."""
-    run_not_ended = exists().where(
-        RUN.c.id == INTER.c.run_id, ~RUN.c.status.in_(words(sorted(s.value for s in RUN_TERMINAL)))
-    )
-    answered = _ANSWER.where(run_not_ended).returning(INTER.c.id).cte("answered")
+def closing_makes_due(closing: Any) -> Any:
+    """One statement of data-modifying CTEs, under the step's lock (taken by an earlier statement, so this
+    one's snapshot shows every answer, cancel and expiry of the step that committed before): ``closing``
+    (an UPDATE closing the pending interaction ``:iid`` of the step ``:sid``, returning its id), then, when
+    that was the step's last pending interaction, the step parked -> resuming, its run waiting -> running and
+    a ready continuation ``:cid``; and the events: ``e0`` (the closing's) if it changed a row, ``e1``
+    (``continuation.ready``) if the continuation was made. One row (``closed``, and the continuation's
+    ``due_run_id`` and ``due_name`` or NULL) when ``closing`` won; none otherwise."""
+    closed = closing.returning(INTER.c.id).cte("closed")
     resuming = (
         update(STEP)
         .where(
             STEP.c.id == bindparam("sid"),
             STEP.c.status == word(StepStatus.PARKED),
-            exists(select(answered.c.id)),
+            exists(select(closed.c.id)),
             # The statement's snapshot still shows this interaction pending: the others must not be.
-            ~exists().where(
-                INTER.c.step_id == STEP.c.id,
-                INTER.c.status == word(InteractionStatus.PENDING),
-                INTER.c.id != bindparam("iid"),
-            ),
+            ~exists().where(INTER.c.step_id == STEP.c.id, _PENDING, INTER.c.id != bindparam("iid")),
         )
         .values(status=StepStatus.RESUMING.value, updated_at=bp("at", STEP.c.updated_at))
         .returning(STEP.c.run_id, STEP.c.continuation)
@@ -143,15 +106,62 @@ def _answer_and_make_due() -> Any:
         .returning(CONT.c.run_id, CONT.c.name)
         .cte("due")
     )
-    events = events_if(exists(select(answered.c.id)), exists(select(due.c.name))).cte("events")
+    events = events_if(exists(select(closed.c.id)), exists(select(due.c.name))).cte("events")
     return (
-        select(answered.c.id.label("answered"), due.c.run_id.label("due_run_id"), due.c.name.label("due_name"))
-        .select_from(answered.outerjoin(due, true()))
+        select(closed.c.id.label("closed"), due.c.run_id.label("due_run_id"), due.c.name.label("due_name"))
+        .select_from(closed.outerjoin(due, true()))
         .add_cte(resumed, events)
     )
 
 
-_ANSWER_AND_MAKE_DUE = DriverStatement(_answer_and_make_due())
+def due_params(run_id: str, step_id: str, continuation: str, closing: dict[str, Any]) -> tuple[Due, dict[str, Any]]:
+    """The continuation ``closing_makes_due`` may make (its id drawn here), and the statement's parameters
+    for it and for the two events (``closing``'s first)."""
+    due = Due(new_id(), ContinuationKind.RESUME.value, run_id, step_id, continuation)
+    ready = event_row(run_id, "continuation.ready", continuation_id=due.id, step_id=step_id, name=continuation)
+    return due, {"sid": step_id, "cid": due.id, **event_params([closing, ready])}
+
+
+def made_due(row: Any, due: Due) -> Due | None:
+    """``due`` when the row of ``closing_makes_due`` says it was made; ``None`` while others are pending."""
+    if row.due_name is None:
+        return None
+    if (row.due_run_id, row.due_name) != (due.run_id, due.name):  # pragma: no cover - the caller rolls back
+        raise RuntimeError(f"step {due.step_id} was made due as {row.due_name}, not {due.name}")
+    return due
+
+
+@dataclass
+class AnswerReceipt:
+    status: str
+    response_id: str
+    answered_at: datetime
+    continuation: Due | None = None  # set when this answer made the step's continuation due
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "response_id": self.response_id, "answered_at": self.answered_at}
+
+
+_ANSWERED_AT = bp("at", INTER.c.answered_at)
+_ANSWER = (
+    update(INTER)
+    .where(INTER.c.id == bindparam("iid"), _PENDING)
+    .values(
+        status=bindparam("to"),
+        value=bp("val", INTER.c.value),
+        secret=bindparam("sealed"),
+        response_id=bindparam("rsp"),
+        response_digest=bindparam("digest"),
+        answered_by_id=bindparam("by"),
+        answered_at=_ANSWERED_AT,
+        closed_at=_ANSWERED_AT,
+    )
+)
+
+
+_ANSWER_AND_MAKE_DUE = DriverStatement(
+    closing_makes_due(_ANSWER.where(run_not_ended(INTER.c.run_id)))  # only while the run has not ended
+)
 
 
 def answer(
@@ -163,11 +173,13 @@ def answer(
     (as ``authorize``), then ``InvalidAnswer`` come before anything is written. ``continuation`` of the
     receipt is set when this was the step's last pending interaction (``None``: others still pending).
 
-    Two statements: the read that takes the step's lock, then the CAS with all it implies and the events
-    (``_ANSWER_AND_MAKE_DUE``).
+    Two statements: the read that takes the step's lock (the value is validated and sealed against what it
+    read), then the CAS with all it implies and the events (``closing_makes_due``). They cannot be one: a
+    statement's snapshot predates its wait for the lock, so an answer to a sibling committed meanwhile would
+    still look pending, and neither answer would make the step due.
     """
-    interaction, run_status = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "answer")
-    settled = _settled_answer(session, interaction, run_status, response_id, response_digest)
+    interaction = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "answer")
+    settled = _settled_answer(interaction, response_id, response_digest)
     if settled is not None:
         return settled
     answers.validate_value(interaction, value)
@@ -177,16 +189,6 @@ def answer(
     if interaction.kind == InteractionKind.PERMISSION and not value.get("approved"):
         new_status = InteractionStatus.REJECTED
     now = utcnow()
-    params = {
-        "iid": interaction.id,
-        "to": new_status.value,
-        "val": stored_value,
-        "sealed": secret,
-        "rsp": response_id,
-        "digest": response_digest,
-        "by": principal.id,
-        "at": now,
-    }
     answered = event_row(
         interaction.run_id,
         "interaction.answered" if new_status == InteractionStatus.ANSWERED else "interaction.rejected",
@@ -196,30 +198,22 @@ def answer(
         status=new_status.value,
         answered_by=principal.name,
     )
-    receipt = AnswerReceipt(new_status.value, response_id, now)
-    due = Due(new_id(), ContinuationKind.RESUME.value, interaction.run_id, interaction.step_id,
-              interaction.step_continuation)  # fmt: skip
-    ready = event_row(due.run_id, "continuation.ready", continuation_id=due.id, step_id=due.step_id, name=due.name)
-    params.update(sid=interaction.step_id, cid=due.id, **event_params([answered, ready]))
+    due, params = due_params(interaction.run_id, interaction.step_id, interaction.step_continuation, answered)
+    params.update(iid=interaction.id, to=new_status.value, val=stored_value, sealed=secret, rsp=response_id,
+                  digest=response_digest, by=principal.id, at=now)  # fmt: skip
     combined = _ANSWER_AND_MAKE_DUE.first(session, params)
     if combined is None:
         # The read's snapshot predates its wait for the step's lock: another answer, a cancel or an expiry
         # may have committed meanwhile, or the run ended. Read again, the lock held, and say which.
-        interaction, run_status = read_interaction(session, INTERACTION, interaction_id_, principal, "answer")
-        settled = _settled_answer(session, interaction, run_status, response_id, response_digest)
+        interaction = read_interaction(session, INTERACTION, interaction_id_, principal, "answer")
+        settled = _settled_answer(interaction, response_id, response_digest)
         if settled is not None:
             return settled
         raise Conflict(f"interaction {interaction.id} was answered concurrently")  # pragma: no cover
-    if combined.due_name is not None:
-        if (combined.due_run_id, combined.due_name) != (due.run_id, due.name):  # pragma: no cover - rolls back
-            raise RuntimeError(f"step {due.step_id} was made due as {combined.due_name}, not {due.name}")
-        receipt.continuation = due
-    return receipt
+    return AnswerReceipt(new_status.value, response_id, now, made_due(combined, due))
 
 
-def _settled_answer(
-    session: Executor, interaction: Row[Any], run_status: str, response_id: str, response_digest: str
-) -> AnswerReceipt | None:
+def _settled_answer(interaction: Row[Any], response_id: str, response_digest: str) -> AnswerReceipt | None:
     """``None`` while the interaction can still be answered; the first receipt for an exact retry;
     otherwise raises ``Conflict`` (another response won) or ``Gone`` (the wait ended unanswered)."""
     status = interaction.status
@@ -228,13 +222,52 @@ def _settled_answer(
             assert interaction.answered_at is not None
             return AnswerReceipt(status, response_id, interaction.answered_at)
         raise Conflict(
-            f"interaction {interaction.id} was already {status} by another response",
-            interaction_state(session, interaction),
+            f"interaction {interaction.id} was already {status} by another response", interaction_state(interaction)
         )
     if status != InteractionStatus.PENDING:
         raise Gone(
-            f"interaction {interaction.id} is {status}; it can no longer be answered",
-            interaction_state(session, interaction),
+            f"interaction {interaction.id} is {status}; it can no longer be answered", interaction_state(interaction)
         )
-    refuse_ended_wait(session, interaction, run_status)
+    refuse_ended_wait(interaction)
     return None
+
+
+@dataclass
+class Expiry:
+    expired: bool
+    continuation: Due | None = None  # set when the expiry made the step's continuation due
+
+
+# The lock of the step, skipped when an answer or a cancel holds it (this pass then leaves the row for the
+# next); the lock order is the answer's: the step first, and no interaction is held while taking it.
+_LOCK_FOR_EXPIRY = (
+    select(INTER.c.run_id, INTER.c.step_id, INTER.c.key, STEP.c.continuation)
+    .join(STEP, STEP.c.id == INTER.c.step_id)
+    .where(INTER.c.id == bindparam("iid"))
+    .with_for_update(of=STEP, skip_locked=True)
+)
+_EXPIRE = closing_makes_due(
+    update(INTER)
+    .where(INTER.c.id == bindparam("iid"), _PENDING, INTER.c.expires_at <= db_now())
+    .values(status=InteractionStatus.EXPIRED.value, closed_at=db_now())
+)
+
+
+def expire_due(session: Session, interaction_id_: str) -> Expiry:
+    """pending -> expired past ``expires_at`` (the database's clock); the step's continuation becomes due
+    as for an answer (``closing_makes_due``).
+
+    Two statements: the step's lock (skipped, and ``expired`` False, when an answer or a cancel holds it, or
+    for an unknown id), then the CAS with all it implies and the events. ``expired`` is False when the CAS
+    lost (nothing is written).
+    """
+    locked = session.execute(_LOCK_FOR_EXPIRY, {"iid": interaction_id_}).first()
+    if locked is None:
+        return Expiry(False)
+    expired = event_row(locked.run_id, "interaction.expired", interaction_id=interaction_id_,
+                        step_id=locked.step_id, key=locked.key)  # fmt: skip
+    due, params = due_params(locked.run_id, locked.step_id, locked.continuation, expired)
+    row = session.execute(_EXPIRE, {"iid": interaction_id_, "at": utcnow(), **params}).first()
+    if row is None:
+        return Expiry(False)
+    return Expiry(True, made_due(row, due))

@@ -1,4 +1,4 @@
-"""Interactions: who may act on one, its authoritative state, cancel and expiry."""
+"""Interactions: who may act on one, its authoritative state, the reads that lock its step, and cancel."""
 
 from __future__ import annotations
 
@@ -13,22 +13,18 @@ from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
-from models.status import RUN_TERMINAL, ContinuationKind, InteractionStatus, RunStatus, StepStatus
+from models.status import RUN_TERMINAL, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
-from models.store.events import append_event, append_events, event_select, insert_events
+from models.store.events import event_select, insert_events
 from models.store.principals import ANSWERERS, Actor
-from models.store.runs import FINISH_STEP, Due, finish_run_update, history_of, insert_continuation
-from models.store.sql import GRANT, INTER, RUN, STEP, Executor, bp, canonical_json, word
-from models.tables import Interaction, Principal, Run, Step
+from models.store.runs import FINISH_STEP, finish_run_update, history_of
+from models.store.sql import GRANT, INTER, PRIN, RUN, STEP, Executor, bp, canonical_json, word, words
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
 
 
-def interaction_state(session: Executor, interaction: Interaction | Row[Any]) -> dict[str, Any]:
-    """The authoritative state of an interaction as errors carry it (no values: they may be sensitive)."""
-    run_status = session.scalar(select(Run.status).where(Run.id == interaction.run_id))
-    answered_by = None
-    if interaction.answered_by_id:
-        answered_by = session.scalar(select(Principal.name).where(Principal.id == interaction.answered_by_id))
+def interaction_state(interaction: Row[Any]) -> dict[str, Any]:
+    """The authoritative state of an interaction as errors carry it (no values: they may be sensitive), from
+    a row of ``interaction_read`` (its run's status and who answered it are columns of that read)."""
     return {
         "id": interaction.id,
         "run_id": interaction.run_id,
@@ -36,27 +32,23 @@ def interaction_state(session: Executor, interaction: Interaction | Row[Any]) ->
         "key": interaction.key,
         "kind": interaction.kind,
         "status": interaction.status,
-        "run_status": run_status,
-        "answered_by": answered_by,
+        "run_status": interaction.run_status,
+        "answered_by": interaction.answered_by,
         "answered_at": interaction.answered_at.isoformat() if interaction.answered_at else None,
         "expires_at": interaction.expires_at.isoformat() if interaction.expires_at else None,
     }
 
 
-_LOCK_STEP_OF = (
-    select(STEP.c.id)
-    .where(STEP.c.id == select(INTER.c.step_id).where(INTER.c.id == bindparam("iid")).scalar_subquery())
-    .with_for_update()
-)
-
-
 def interaction_read(principal_id: Any, columns: Sequence[Any] = (INTER,)) -> Any:
-    """The interaction ``:iid`` (``columns`` of it), its run's status and whether ``principal_id`` holds a
-    live grant on its target: one read."""
+    """The interaction ``:iid`` (``columns`` of it), its run's status, whether its deadline has passed by the
+    database's clock, who answered it, and whether ``principal_id`` holds a live grant on its target: one
+    read."""
     return (
         select(
             *columns,
             RUN.c.status.label("run_status"),
+            (INTER.c.expires_at <= db_now()).label("expired"),
+            select(PRIN.c.name).where(PRIN.c.id == INTER.c.answered_by_id).scalar_subquery().label("answered_by"),
             exists()
             .where(GRANT.c.principal_id == principal_id, GRANT.c.target == INTER.c.target, GRANT.c.revoked_at.is_(None))
             .label("granted"),
@@ -64,6 +56,14 @@ def interaction_read(principal_id: Any, columns: Sequence[Any] = (INTER,)) -> An
         .join(RUN, RUN.c.id == INTER.c.run_id)
         .where(INTER.c.id == bindparam("iid"))
     )
+
+
+def locking(read: Any) -> Any:
+    """``read`` (of ``interaction_read``) taking the lock of the interaction's step. Answers, cancels and
+    expiry of one step are serialized by that lock, so "was this the last pending one?" has one true answer.
+    Its rows come from the statement's snapshot, taken before any wait for that lock: the write that follows
+    is a compare-and-set that may still lose, and the interaction is then read again (``INTERACTION``)."""
+    return read.join(STEP, STEP.c.id == INTER.c.step_id).with_for_update(of=STEP)
 
 
 # Cancels (and the reads again after a lost CAS) also read whether the principal owns the run and holds a
@@ -76,12 +76,11 @@ INTERACTION = interaction_read(bindparam("pid")).add_columns(
 )
 
 
-def read_interaction(
-    session: Executor, statement: Any, interaction_id_: str, principal: Actor, act: Act
-) -> tuple[Row[Any], str]:
-    """``statement`` (``INTERACTION`` or the answer's locking read) for this interaction and principal;
-    ``NotFound`` for an unknown id, then as ``authorize`` for ``act``."""
+def read_interaction(session: Executor, statement: Any, interaction_id_: str, principal: Actor, act: Act) -> Row[Any]:
+    """``statement`` (``INTERACTION``, or a read of ``interaction_read`` that is ``locking``) for this
+    interaction and principal; ``NotFound`` for an unknown id, then as ``authorize`` for ``act``."""
     params = {"iid": interaction_id_, "pid": principal.id}
+    interaction: Row[Any] | None
     if isinstance(statement, DriverStatement):
         interaction = statement.first(session, params)
     else:
@@ -89,7 +88,7 @@ def read_interaction(
     if interaction is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
     authorize(interaction, principal, act)
-    return interaction, interaction.run_status
+    return interaction
 
 
 Act = Literal["answer", "cancel"]
@@ -121,66 +120,27 @@ def authorize(interaction: Row[Any], principal: Actor, act: Act) -> None:
         raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target}")
 
 
-def lock_interaction(session: Executor, interaction_id_: str, principal: Actor, act: Act) -> tuple[Row[Any], str]:
-    """Lock the interaction's step, then read the interaction, its run's status and the principal's grant.
-
-    Answers, cancels and expiry of one step are serialized by that lock, so "was this the last pending
-    one?" has one true answer. Raises ``NotFound`` for an unknown id, then as ``authorize`` for ``act``
-    (before anything about its state is told).
-    """
-    if session.execute(_LOCK_STEP_OF, {"iid": interaction_id_}).first() is None:
-        raise NotFound(f"interaction {interaction_id_} does not exist")
-    return read_interaction(session, INTERACTION, interaction_id_, principal, act)
-
-
-def refuse_ended_wait(session: Executor, interaction: Row[Any], run_status: str) -> None:
-    """Raise ``Gone`` for a pending interaction whose wait has ended: past its deadline by the database's
-    clock (the sweep will record the expiry; the outcome never depends on when it runs, nor on this host's
-    clock) or its run already terminal."""
-    if interaction.expires_at is not None and interaction.expires_at <= session.scalar(select(db_now())):
-        state = interaction_state(session, interaction)
+def refuse_ended_wait(interaction: Row[Any]) -> None:
+    """Raise ``Gone`` for a pending interaction (a row of ``interaction_read``) whose wait has ended: past its
+    deadline by the database's clock (the sweep will record the expiry; the outcome never depends on when it
+    runs, nor on this host's clock) or its run already terminal."""
+    if interaction.expired:
+        state = interaction_state(interaction)
         state["status"] = InteractionStatus.EXPIRED.value
         raise Gone(f"interaction {interaction.id} expired at {interaction.expires_at.isoformat()}", state)
-    if run_status in RUN_TERMINAL:
+    if interaction.run_status in RUN_TERMINAL:
         raise Gone(
-            f"run {interaction.run_id} of interaction {interaction.id} is {run_status}",
-            interaction_state(session, interaction),
+            f"run {interaction.run_id} of interaction {interaction.id} is {interaction.run_status}",
+            interaction_state(interaction),
         )
 
 
-_STEP_RESUMING = (
-    update(STEP)
-    .where(
-        STEP.c.id == bindparam("sid"),
-        STEP.c.status == word(StepStatus.PARKED),
-        ~exists().where(INTER.c.step_id == STEP.c.id, INTER.c.status == word(InteractionStatus.PENDING)),
-    )
-    .values(status=StepStatus.RESUMING.value, updated_at=bp("at", STEP.c.updated_at))
-    .returning(STEP.c.run_id, STEP.c.continuation)
-)
-_RUN_RESUMED = (
-    update(RUN)
-    .where(RUN.c.id == bindparam("rid"), RUN.c.status == word(RunStatus.WAITING))
-    .values(status=RunStatus.RUNNING.value, updated_at=bp("at", RUN.c.updated_at))
-)
+_PENDING = INTER.c.status == word(InteractionStatus.PENDING)
 
 
-def make_due_if_settled(session: Executor, step_id: str, *, events: list[dict[str, Any]] | None = None) -> Due | None:
-    """parked -> resuming with a ready continuation once no interaction of the step is pending.
-
-    ``None`` while some interaction is still pending, or when the step is not parked any more. ``events``
-    (the caller's, not inserted yet) are inserted before this transition's own, in one round trip.
-    """
-    events = list(events or [])
-    now = utcnow()
-    step = session.execute(_STEP_RESUMING, {"sid": step_id, "at": now}).first()
-    if step is None:
-        if events:
-            append_events(session, events)
-        return None
-    session.execute(_RUN_RESUMED, {"rid": step.run_id, "at": now})
-    assert step.continuation is not None
-    return insert_continuation(session, step.run_id, step_id, ContinuationKind.RESUME, step.continuation, events=events)
+def run_not_ended(run_id: Any) -> Any:
+    """The run ``run_id`` (an expression) is not terminal, in the statement's snapshot."""
+    return exists().where(RUN.c.id == run_id, ~RUN.c.status.in_(words(sorted(s.value for s in RUN_TERMINAL))))
 
 
 def cancel_digest(reason: str | None) -> str:
@@ -192,6 +152,7 @@ def cancel_digest(reason: str | None) -> str:
 class CancelReceipt:
     response_id: str
     canceled_at: datetime
+    run_id: str  # the run the cancel ended (not part of the receipt a caller is shown)
     status: str = "canceled"
 
     def as_dict(self) -> dict[str, Any]:
@@ -199,17 +160,21 @@ class CancelReceipt:
 
 
 _WHY = cast(bindparam("why"), String)
-_PENDING = INTER.c.status == word(InteractionStatus.PENDING)
+_INTERACTION_LOCKED = locking(INTERACTION)
+_TARGET = INTER.alias("target")
 
 
 def _cancel() -> Any:
-    """The cancel's writes as one statement, under the step's lock: every pending interaction of the step
-    ``:sid`` -> canceled (``:iid`` carrying the response), then the step and the run ``:rid`` -> canceled
-    with the run's history row and its sealed values erased, and the events in that order."""
+    """The cancel's writes as one statement, under the step's lock: while ``:iid`` is still pending and its
+    run ``:rid`` live (the lock may have been waited for since the read), every pending interaction of the
+    step ``:sid`` -> canceled (``:iid`` carrying the response), then the step and the run -> canceled with
+    the run's history row and its sealed values erased, and the events in that order. No row (nothing
+    written) when the target is not pending any more or its run has ended."""
     target = INTER.c.id == bindparam("iid")
+    still_open = exists().where(_TARGET.c.id == bindparam("iid"), _TARGET.c.status == word(InteractionStatus.PENDING))
     closed = (
         update(INTER)
-        .where(INTER.c.step_id == bindparam("sid"), _PENDING)
+        .where(INTER.c.step_id == bindparam("sid"), _PENDING, still_open, run_not_ended(bindparam("rid")))
         .values(
             status=InteractionStatus.CANCELED.value,
             closed_at=bp("at", INTER.c.closed_at),
@@ -262,34 +227,23 @@ _CANCEL = _cancel()
 def cancel(
     session: Session, interaction_id_: str, *, response_id: str, principal: Actor, reason: str | None
 ) -> CancelReceipt:
-    """pending -> canceled for the whole parked step: its pending interactions, the step and the run (one
-    statement, ``_CANCEL``, after the read that locks the step).
+    """pending -> canceled for the whole parked step: its pending interactions, the step and the run.
 
     An exact retry (same ``response_id`` and ``reason``) returns the first receipt; the same
     ``response_id`` with another reason is a ``Conflict``, as for answers (the digest of the reason is
     kept in the interaction's ``response_digest``; a cancel recorded before it was kept has none, and any
     retry of it matches). Raises ``Conflict`` when the interaction was answered, ``Gone`` when its wait
     already ended, and as ``authorize`` for who may cancel.
+
+    Two statements: the read that takes the step's lock, then the CAS with all it implies and the events
+    (``_CANCEL``); when the CAS lost (something committed while the lock was waited for), a read again says
+    what won.
     """
-    interaction, run_status = lock_interaction(session, interaction_id_, principal, "cancel")
-    status = interaction.status
     digest = cancel_digest(reason)
-    if status == InteractionStatus.CANCELED and interaction.response_id == response_id:
-        if interaction.response_digest not in (None, digest):
-            raise Conflict(
-                f"interaction {interaction.id} was canceled by response {response_id} with another reason",
-                interaction_state(session, interaction),
-            )
-        assert interaction.closed_at is not None
-        return CancelReceipt(response_id, interaction.closed_at)
-    if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
-        raise Conflict(
-            f"interaction {interaction.id} was already {status}; it cannot be canceled",
-            interaction_state(session, interaction),
-        )
-    if status != InteractionStatus.PENDING:
-        raise Gone(f"interaction {interaction.id} is {status}", interaction_state(session, interaction))
-    refuse_ended_wait(session, interaction, run_status)
+    interaction = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "cancel")
+    settled = _settled_cancel(interaction, response_id, digest)
+    if settled is not None:
+        return settled
     now = utcnow()
     why = reason or f"canceled by {principal.name}"
     params = {"iid": interaction.id, "sid": interaction.step_id, "rid": interaction.run_id, "rsp": response_id,
@@ -297,48 +251,33 @@ def cancel(
               "eid": f"cancel:{response_id}"}  # fmt: skip
     terminal = {"step_to": StepStatus.CANCELED.value, "to": RunStatus.CANCELED.value, "res": None, "err": None,
                 "det": None}  # fmt: skip
-    session.execute(_CANCEL, {**params, **terminal})
-    return CancelReceipt(response_id, now)
+    if session.execute(_CANCEL, {**params, **terminal}).first() is None:
+        interaction = read_interaction(session, INTERACTION, interaction_id_, principal, "cancel")
+        settled = _settled_cancel(interaction, response_id, digest)
+        if settled is not None:
+            return settled
+        raise Conflict(f"interaction {interaction.id} was closed concurrently")  # pragma: no cover
+    return CancelReceipt(response_id, now, interaction.run_id)
 
 
-@dataclass
-class Expiry:
-    expired: bool
-    continuation: Due | None = None  # set when the expiry made the step's continuation due
-
-
-def expire_due(session: Session, interaction_id_: str) -> Expiry:
-    """pending -> expired past ``expires_at`` (the database's clock); the step's continuation becomes due
-    as for an answer.
-
-    Locks the step first, like answer and cancel (one lock order, no deadlock); a step locked by an
-    answer in flight is skipped this pass. ``expired`` is False when the CAS lost.
-    """
-    step_id = session.scalar(select(Interaction.step_id).where(Interaction.id == interaction_id_))
-    if step_id is None:
-        return Expiry(False)
-    locked = session.scalar(select(Step.id).where(Step.id == step_id).with_for_update(skip_locked=True))
-    if locked is None:
-        return Expiry(False)
-    expired = session.scalar(
-        update(Interaction)
-        .where(
-            Interaction.id == interaction_id_,
-            Interaction.status == InteractionStatus.PENDING,
-            Interaction.expires_at <= db_now(),
+def _settled_cancel(interaction: Row[Any], response_id: str, digest: str) -> CancelReceipt | None:
+    """``None`` while the interaction can still be canceled; the first receipt for an exact retry; otherwise
+    raises ``Conflict`` (it was answered, or canceled by this response with another reason) or ``Gone``."""
+    status = interaction.status
+    if status == InteractionStatus.CANCELED and interaction.response_id == response_id:
+        if interaction.response_digest not in (None, digest):
+            raise Conflict(
+                f"interaction {interaction.id} was canceled by response {response_id} with another reason",
+                interaction_state(interaction),
+            )
+        assert interaction.closed_at is not None
+        return CancelReceipt(response_id, interaction.closed_at, interaction.run_id)
+    if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
+        raise Conflict(
+            f"interaction {interaction.id} was already {status}; it cannot be canceled",
+            interaction_state(interaction),
         )
-        .values(status=InteractionStatus.EXPIRED, closed_at=db_now())
-        .returning(Interaction)
-        .execution_options(synchronize_session=False)
-    )
-    if expired is None:
-        return Expiry(False)
-    append_event(
-        session,
-        expired.run_id,
-        "interaction.expired",
-        interaction_id=expired.id,
-        step_id=expired.step_id,
-        key=expired.key,
-    )
-    return Expiry(True, make_due_if_settled(session, expired.step_id))
+    if status != InteractionStatus.PENDING:
+        raise Gone(f"interaction {interaction.id} is {status}", interaction_state(interaction))
+    refuse_ended_wait(interaction)
+    return None

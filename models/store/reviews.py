@@ -2,38 +2,52 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import Row, String, and_, bindparam, cast, select, update
+from sqlalchemy import Row, String, and_, bindparam, cast, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
 from models.status import ContinuationStatus, ReviewStatus
-from models.store.events import append_event, event_select, insert_events
+from models.store.events import event_params, event_row, event_select, events_if, insert_events
 from models.store.sql import REV, bp, new_id, skip_locked, word
 from models.tables import Continuation, Review
 
 
-def start_review(session: Session, *, run_id: str, step_id: str, kind: str, execution_id: str) -> Review:
-    """-> running: a review receipt, owned by the execution that started it."""
-    now = utcnow()
-    review = Review(
-        id=new_id(),
-        run_id=run_id,
-        step_id=step_id,
-        kind=kind,
-        status=ReviewStatus.RUNNING,
-        finding_count=0,
-        verification_count=0,
-        execution_id=execution_id,
-        created_at=now,
-        updated_at=now,
+def _start_review() -> Any:
+    started = (
+        insert(REV)
+        .values(
+            id=bindparam("vid"),
+            run_id=bindparam("rid"),
+            step_id=bindparam("sid"),
+            kind=bindparam("kind"),
+            status=ReviewStatus.RUNNING.value,
+            finding_count=0,
+            verification_count=0,
+            execution_id=bindparam("eid"),
+            created_at=bp("at", REV.c.created_at),
+            updated_at=bp("at", REV.c.updated_at),
+        )
+        .returning(REV.c.id)
+        .cte("started")
     )
-    session.add(review)
-    session.flush()
-    append_event(session, run_id, "review.started", review_id=review.id, step_id=step_id, kind=kind)
-    return review
+    return select(started.c.id).add_cte(events_if(exists(select(started.c.id))).cte("events"))
+
+
+_START_REVIEW = _start_review()
+
+
+def start_review(session: Session, *, run_id: str, step_id: str, kind: str, execution_id: str) -> str:
+    """-> running: a review receipt, owned by the execution that started it, and its event (one statement);
+    returns its id."""
+    review_id = new_id()
+    started = event_row(run_id, "review.started", review_id=review_id, step_id=step_id, kind=kind)
+    params = {"vid": review_id, "rid": run_id, "sid": step_id, "kind": kind, "eid": execution_id, "at": utcnow(),
+              **event_params([started])}  # fmt: skip
+    session.execute(_START_REVIEW, params)
+    return review_id
 
 
 def review_progress(
@@ -93,18 +107,12 @@ def record_review(
     return session.execute(_RECORD_REVIEW, params).first()
 
 
-_ANY_RUNNING_REVIEW = (
-    select(REV.c.id).where(REV.c.status == word(ReviewStatus.RUNNING), REV.c.step_id == bindparam("sid")).limit(1)
-)
+_RUNNING_REVIEWS = select(REV).where(REV.c.status == word(ReviewStatus.RUNNING), REV.c.step_id == bindparam("sid"))
 
 
-def running_reviews(session: Session, step_id: str) -> list[Review]:
-    """The step's running reviews (first asked on the ``running`` partial index: almost always none)."""
-    if session.execute(_ANY_RUNNING_REVIEW, {"sid": step_id}).first() is None:
-        return []
-    return list(
-        session.scalars(select(Review).where(Review.step_id == step_id, Review.status == ReviewStatus.RUNNING)).all()
-    )
+def running_reviews(session: Session, step_id: str) -> list[Row[Any]]:
+    """The step's running reviews (asked on the ``running`` partial index: almost always none)."""
+    return list(session.execute(_RUNNING_REVIEWS, {"sid": step_id}).all())
 
 
 def _owner_alive() -> Any:
@@ -153,7 +161,20 @@ def _interrupt_review() -> Any:
 _INTERRUPT_REVIEW = _interrupt_review()
 
 
-def interrupt_review(session: Session, review: Review, *, evidence: str) -> Row[Any] | None:
+class ReviewLike(Protocol):
+    """What interrupting a review reads of it: a ``Review`` or a row of ``running_reviews``."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def execution_id(self) -> str: ...
+    @property
+    def finding_count(self) -> int: ...
+    @property
+    def verification_count(self) -> int: ...
+
+
+def interrupt_review(session: Session, review: ReviewLike, *, evidence: str) -> Row[Any] | None:
     """running -> interrupted with its event (one statement); only status, verdict and reason change (the
     counts are kept). ``None`` when it is not running any more (nothing is written)."""
     reason = (

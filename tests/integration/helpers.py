@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
 
 from models import store
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Run, Step
@@ -18,9 +22,13 @@ from tests.support import (
     TARGET,
     continuations,
     interactions,
+    new_response_id,
     run_status,
     start,
+    wait_for,
 )
+
+T = TypeVar("T")
 
 EFFECTS_DDL = "CREATE TABLE IF NOT EXISTS test_effects (run_id VARCHAR(64) NOT NULL, tag VARCHAR(64) NOT NULL)"
 
@@ -78,6 +86,48 @@ def parked(workflow: str, payload: Any = None) -> tuple[str, dict[str, Interacti
     execute_ready(run_id)
     assert run_status(run_id) == "waiting", run_status(run_id)
     return run_id, interactions(run_id)
+
+
+def someone_waits_for_a_lock() -> bool:
+    """A session of this database is waiting for a row lock."""
+    with transaction() as session:
+        waiting = session.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        ).scalar_one()
+    return bool(waiting)
+
+
+def answer_in(session: Session, interaction_id: str, value: Any) -> store.AnswerReceipt:
+    """Answer as ana inside the caller's transaction (which then holds the step's lock)."""
+    from tasks.sdk import response_digest
+
+    who = store.principal_ref_by_name(session, HUMAN)
+    assert who is not None
+    return store.answer(session, interaction_id, value=value, response_id=new_response_id(),
+                        response_digest=response_digest(value), principal=who)  # fmt: skip
+
+
+def while_held(hold: Callable[[Session], Any], act: Callable[[], T]) -> T:
+    """``act()`` in a thread while a transaction that ran ``hold`` (taking a step's lock) stays open, until
+    ``act`` has ended or waits for a lock; then that transaction commits. What ``act`` returned or raised."""
+    holding, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with transaction() as session:
+            hold(session)
+            holding.set()
+            assert release.wait(30)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        held = pool.submit(holder)
+        assert holding.wait(30)
+        acting = pool.submit(act)
+        wait_for(lambda: acting.done() or someone_waits_for_a_lock(), timeout=30, what="the act to end or wait")
+        release.set()
+        held.result(timeout=30)
+        return acting.result(timeout=30)
 
 
 def continuation(continuation_id: str) -> Continuation:

@@ -25,7 +25,16 @@ from tasks.sdk import (
     answer,
     response_digest,
 )
-from tests.integration.helpers import execute_ready, interaction, live_grant_ids, parked, ready
+from tests.integration.helpers import (
+    answer_in,
+    execute_ready,
+    interaction,
+    live_grant_ids,
+    parked,
+    ready,
+    someone_waits_for_a_lock,
+    while_held,
+)
 from tests.support import (
     ADMIN,
     HUMAN,
@@ -169,17 +178,6 @@ def _hold_an_answer(iid: str, value: Any, rid: str, answered: threading.Event, r
     return receipt.as_dict()
 
 
-def _someone_waits_for_a_lock(stack: Stack) -> bool:
-    """A session of this database is waiting for a row lock."""
-    with transaction() as session:
-        waiting = session.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-        ).scalar_one()
-    return bool(waiting)
-
-
 @pytest.mark.parametrize("same_response", [False, True], ids=["another-response", "exact-retry"])
 def test_answer__one_that_waited_for_the_step_lock_sees_what_committed_meanwhile(
     stack: Stack, same_response: bool
@@ -196,7 +194,7 @@ def test_answer__one_that_waited_for_the_step_lock_sees_what_committed_meanwhile
         # wait, so it still shows the question pending)
         rid, value = (first_rid, "yes") if same_response else (new_response_id(), "no")
         second = pool.submit(answer, iid, value, response_id=rid, principal=HUMAN)
-        wait_for(lambda: _someone_waits_for_a_lock(stack), timeout=30, what="the second answer waits for the lock")
+        wait_for(lambda: someone_waits_for_a_lock(), timeout=30, what="the second answer waits for the lock")
         release.set()
         receipt = first.result(timeout=30)
 
@@ -233,7 +231,7 @@ def test_answer__one_that_waited_for_the_step_lock_while_the_run_ended_is_gone(s
 
         # When an answer arrives meanwhile and waits for the lock
         second = pool.submit(answer, iid, "yes", response_id=new_response_id(), principal=HUMAN)
-        wait_for(lambda: _someone_waits_for_a_lock(stack), timeout=30, what="the answer waits for the lock")
+        wait_for(lambda: someone_waits_for_a_lock(), timeout=30, what="the answer waits for the lock")
         release.set()
         holder.result(timeout=30)
 
@@ -244,6 +242,30 @@ def test_answer__one_that_waited_for_the_step_lock_while_the_run_ended_is_gone(s
     assert row.status == "pending" and row.response_id is None
     assert "interaction.answered" not in event_types(run_id)
     assert [c.kind for c in continuations(run_id)] == ["start"]
+
+
+def test_answer__one_that_waited_for_the_step_lock_sees_its_sibling_answered_and_makes_the_step_due(
+    stack: Stack,
+) -> None:
+    """Why an answer is two statements: its CAS must be taken after the step's lock, never with it. A
+    statement that waited for the lock still reads from the snapshot it began with; there the sibling would
+    look pending, as this answer did to the sibling's, and neither would make the step due."""
+    # Given a step parked on two questions
+    run_id, asked = parked("t.ask_two")
+
+    # When one is answered while the other is being answered in a transaction that holds the step's lock
+    receipt = while_held(
+        lambda session: answer_in(session, asked["window"].id, "now"),
+        partial(answer, asked["reason"].id, "patch", response_id=new_response_id(), principal=HUMAN),
+    )
+
+    # Then the last answer made the step due: one resume continuation, ready, its event after both answers
+    assert receipt["status"] == "answered"
+    resumes = [c for c in continuations(run_id) if c.kind == "resume"]
+    assert [c.status for c in resumes] == ["ready"], f"{len(resumes)} resume continuations"
+    assert run_row(run_id).status == "running"
+    types = event_types(run_id)
+    assert types[-3:] == ["interaction.answered", "interaction.answered", "continuation.ready"], types
 
 
 # --------------------------------------------------------------------------- invalid, unknown, forbidden

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
-from sqlalchemy import literal_column
+from sqlalchemy import literal_column, text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
 from models.store import interactions as store_interactions
 from tasks.sdk import Conflict, Forbidden, Gone, cancel
 from tasks.sdk import answer as sdk_answer
-from tests.integration.helpers import Sent, events, interaction, parked, step
+from tests.integration.helpers import Sent, answer_in, events, interaction, parked, step, while_held
 from tests.support import HUMAN, STRANGER, Stack, continuations, event_types, new_response_id, run_row
 
 
@@ -122,6 +125,50 @@ def test_cancel__answered_interaction_is_a_conflict_and_cancels_nothing(stack: S
     assert interaction(asked["reason"].id).status == "pending"
     assert run_row(run_id).status == "waiting"
     assert event_types(run_id) == before
+
+
+def test_cancel__one_that_waited_for_the_step_lock_while_the_run_ended_is_gone(stack: Stack) -> None:
+    # Given a step parked on two questions
+    run_id, asked = parked("t.ask_two")
+    before = event_types(run_id)
+
+    def end_the_run(session: Session) -> None:
+        session.execute(text("SELECT id FROM steps WHERE id = :sid FOR UPDATE"), {"sid": asked["window"].step_id})
+        session.execute(text("UPDATE runs SET status = 'interrupted' WHERE id = :rid"), {"rid": run_id})
+
+    # When one is canceled while a transaction holding the step's lock ends the run (the cancel's read, taken
+    # before its wait for the lock, shows the run waiting)
+    with pytest.raises(Gone) as caught:
+        while_held(end_the_run, partial(cancel, asked["window"].id, response_id=new_response_id(), principal=HUMAN))
+
+    # Then it is refused as gone, and nothing of it was written
+    assert caught.value.state is not None and caught.value.state["run_status"] == "interrupted"
+    assert {interaction(i.id).status for i in asked.values()} == {"pending"}
+    assert step(asked["window"].step_id).status == "parked"
+    assert event_types(run_id) == before
+
+
+def test_cancel__one_that_waited_for_the_step_lock_while_its_question_was_answered_is_a_conflict(
+    stack: Stack,
+) -> None:
+    # Given a step parked on two questions
+    run_id, asked = parked("t.ask_two")
+    before = event_types(run_id)
+
+    # When one is canceled while it is being answered in a transaction that holds the step's lock (the
+    # cancel's read, taken before its wait for the lock, shows it pending)
+    with pytest.raises(Conflict) as caught:
+        while_held(
+            lambda session: answer_in(session, asked["window"].id, "now"),
+            partial(cancel, asked["window"].id, response_id=new_response_id(), principal=HUMAN),
+        )
+
+    # Then the cancel tells what won, and cancels nothing: the sibling, the step and the run go on waiting
+    assert caught.value.state is not None and caught.value.state["status"] == "answered"
+    assert interaction(asked["reason"].id).status == "pending"
+    assert step(asked["window"].step_id).status == "parked"
+    assert run_row(run_id).status == "waiting"
+    assert event_types(run_id) == [*before, "interaction.answered"]
 
 
 def test_cancel__without_grant_is_forbidden(stack: Stack) -> None:
