@@ -22,7 +22,8 @@ from models.base import utcnow
 from models.tables import Step
 from parkway.db import transaction
 from parkway.tokens import hash_token
-from tasks.sdk import Context, interaction_specs, request_digest
+from tasks.outcomes import interaction_specs
+from tasks.sdk import Context, request_digest
 
 AGENT = "bench-agent"
 HUMAN = "bench-human"

@@ -26,21 +26,21 @@ from parkway.logs import bind, bound, in_context
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
-from tasks.projection import project_quietly, project_soon
-from tasks.publish import publish
-from tasks.sdk import (
+from tasks.outcomes import (
     Complete,
-    Context,
     ContinuationNotRegistered,
     Fail,
     Next,
     Outcome,
     Park,
-    PossiblyRan,
     check_outcome,
     interaction_specs,
 )
+from tasks.projection import project_quietly, project_soon
+from tasks.publish import publish
+from tasks.sdk import Context
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
+from tasks.tooltypes import PossiblyRan
 
 log = logging.getLogger("parkway.worker")
 

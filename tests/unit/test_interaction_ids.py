@@ -4,7 +4,8 @@ a different resource set is a different interaction."""
 from __future__ import annotations
 
 from models.store import interaction_id
-from tasks.sdk import Park, Permission, interaction_specs
+from tasks.outcomes import Park, interaction_specs
+from tasks.sdk import Permission
 
 
 def test_interaction_id__is_deterministic() -> None:

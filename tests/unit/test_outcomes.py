@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from parkway.errors import WorkflowError
-from tasks.sdk import Complete, ContinuationNotRegistered, Fail, Next, Park, Permission, Question, check_outcome
+from tasks.outcomes import Complete, ContinuationNotRegistered, Fail, Next, Park, Question, check_outcome
+from tasks.sdk import Permission
 
 REGISTERED = "t.finish@1"  # registered by tests.workflows (imported by tests/conftest.py)
 WINDOW = Question(key="window", prompt="When?", schema={"type": "string"}, target="team:ops")

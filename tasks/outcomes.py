@@ -1,0 +1,150 @@
+"""What a body returns (``Park`` with its ``Question``s and ``Permission``s, ``Next``, ``Complete``,
+``Fail``) and the checks it passes before anything commits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from models.answers import PERMISSION_SCHEMA
+from models.jsonsafe import json_problem
+from models.status import InteractionKind
+from models.store import InteractionSpec
+from parkway.errors import NotRegistered, WorkflowError
+from tasks import registry
+from tasks.checks import expires_in_ok, schema_ok, text_ok
+from tasks.tooltypes import Permission
+
+
+class ContinuationNotRegistered(NotRegistered):
+    """Raised by ``check_outcome`` when a body parks on a ``name@version`` this process has not registered:
+    the system cannot drive that wait, so the step is interrupted (nothing guesses), not failed."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"continuation version {key} is not registered")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class Question:
+    key: str
+    prompt: str
+    schema: dict[str, Any]
+    target: str
+    expires_in: float | None = None
+    sensitive: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Park:
+    continuation: str
+    interactions: Sequence[Question | Permission]
+    snapshot: Any = None
+
+
+@dataclass(frozen=True)
+class Next:
+    step: str
+    payload: Any = None
+
+
+@dataclass(frozen=True)
+class Complete:
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class Fail:
+    error: str
+    details: Any = None
+
+
+Outcome = Park | Next | Complete | Fail
+
+
+def json_ok(value: Any, what: str) -> None:
+    problem = json_problem(value)
+    if problem is not None:
+        raise WorkflowError(f"{what} is not JSON-serializable ({problem})")
+
+
+def interaction_specs(items: Sequence[Question | Permission]) -> list[InteractionSpec]:
+    """Validate a Park's interactions; raises ``WorkflowError`` with a sentence naming the problem."""
+    if not items:
+        raise WorkflowError("Park needs at least one Question or Permission")
+    specs: list[InteractionSpec] = []
+    keys: set[str] = set()
+    for item in items:
+        if not isinstance(item, Question | Permission):
+            raise WorkflowError(f"Park interactions must be Question or Permission, not {type(item).__name__}")
+        text_ok(item.key, "an interaction key")
+        if item.key in keys:
+            raise WorkflowError(f"interaction key {item.key!r} is used twice in one Park")
+        keys.add(item.key)
+        if not item.target:
+            raise WorkflowError(f"interaction {item.key} needs a target")
+        text_ok(item.target, f"the target of interaction {item.key}")
+        expires_in_ok(item.key, item.expires_in)
+        if isinstance(item, Question):
+            text_ok(item.prompt, f"the prompt of question {item.key}", max_len=None)
+            schema_ok(item.key, item.schema)
+            json_ok(list(item.sensitive), f"the sensitive fields of question {item.key}")
+            specs.append(
+                InteractionSpec(
+                    key=item.key,
+                    kind=InteractionKind.QUESTION,
+                    target=item.target,
+                    prompt=item.prompt,
+                    schema=item.schema,
+                    sensitive=list(item.sensitive),
+                    expires_in=item.expires_in,
+                )
+            )
+        else:
+            resources = [str(r) for r in item.resources]
+            if not resources or not item.action:
+                raise WorkflowError(f"permission {item.key} needs an action and at least one resource")
+            text_ok(item.action, f"the action of permission {item.key}")
+            json_ok(resources, f"the resources of permission {item.key}")
+            specs.append(
+                InteractionSpec(
+                    key=item.key,
+                    kind=InteractionKind.PERMISSION,
+                    target=item.target,
+                    prompt=f"Allow {item.action} on {', '.join(resources)}?",
+                    schema=PERMISSION_SCHEMA,
+                    action=item.action,
+                    resources=sorted(set(resources)),
+                    expires_in=item.expires_in,
+                    id=item.request_id,
+                )
+            )
+    return specs
+
+
+def check_outcome(outcome: Any, where: str) -> Outcome:
+    """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable, and
+    ``ContinuationNotRegistered`` for a well-formed Park on a version this process has not registered."""
+    if isinstance(outcome, Park):
+        if not isinstance(outcome.continuation, str) or "@" not in outcome.continuation:
+            raise WorkflowError(f"Park from {where} must name a continuation as name@version")
+        text_ok(outcome.continuation, f"the continuation named by Park from {where}")
+        json_ok(outcome.snapshot, "the Park snapshot")
+        interaction_specs(outcome.interactions)
+        if not registry.has_continuation(outcome.continuation):  # not the workflow's verdict: interrupted
+            raise ContinuationNotRegistered(outcome.continuation)
+    elif isinstance(outcome, Next):
+        if not isinstance(outcome.step, str) or not registry.has_step(outcome.step):
+            raise WorkflowError(f"step {outcome.step} named by Next from {where} is not registered")
+        json_ok(outcome.payload, "the Next payload")
+    elif isinstance(outcome, Complete):
+        json_ok(outcome.result, "the Complete result")
+    elif isinstance(outcome, Fail):
+        if not isinstance(outcome.error, str) or not outcome.error:
+            raise WorkflowError(f"Fail from {where} needs an error text")
+        text_ok(outcome.error, f"the error text of Fail from {where}", max_len=None)
+        json_ok(outcome.details, "the Fail details")
+    else:
+        raise WorkflowError(f"{where} returned {type(outcome).__name__}; expected Park, Next, Complete or Fail")
+    return outcome  # type: ignore[no-any-return]
