@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -110,6 +110,36 @@ class Due:
 
 
 _INSERT_CONTINUATION = insert(CONT).values(enqueued_at=db_now(), created_at=db_now())
+
+
+def ready_continuation(kind: ContinuationKind, run_id: Any, step_id: Any, name: Any, source: Any = None) -> Any:
+    """An insert of the ready continuation ``:cid`` of ``kind`` (expressions for the rest), one for each row
+    of ``source`` (a CTE; without one, a single row)."""
+    row = select(
+        bp("cid", CONT.c.id),
+        run_id,
+        step_id,
+        literal(kind.value),
+        name,
+        literal(ContinuationStatus.READY.value),
+        literal(0),
+        literal(1),  # published right after this commit; if that publish is lost the sweep sends it again
+        db_now(),  # the re-enqueue age is measured on the database's clock
+        db_now(),
+    )
+    columns = [
+        "id",
+        "run_id",
+        "step_id",
+        "kind",
+        "name",
+        "status",
+        "attempts",
+        "publishes",
+        "enqueued_at",
+        "created_at",
+    ]
+    return insert(CONT).from_select(columns, row if source is None else row.select_from(source))
 
 
 def insert_continuation(
