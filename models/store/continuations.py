@@ -11,7 +11,7 @@ from models.base import utcnow
 from models.status import ContinuationKind, ContinuationStatus, RunStatus
 from models.store.claims import claimable
 from models.store.driver import DriverStatement
-from models.store.events import event_params, events_if, resumed_event
+from models.store.events import event_params, event_select, events_if, insert_events, resumed_event
 from models.store.interrupts import Dead, give_up
 from models.store.runs import (
     FINISH_RUN,
@@ -23,7 +23,7 @@ from models.store.runs import (
     finish_events,
     history_of,
 )
-from models.store.sql import CONT, INSERT_EVENT, INTER, STEP, bp, word
+from models.store.sql import CONT, INTER, STEP, bp, word
 from models.tables import Continuation
 
 CONSUME = (
@@ -37,24 +37,26 @@ CONSUME = (
 )
 
 
-_CONSUME_RETURNING = CONSUME.returning(
-    CONT.c.kind,
-    CONT.c.run_id,
-    CONT.c.step_id,
-    select(STEP.c.name).where(STEP.c.id == CONT.c.step_id).scalar_subquery().label("name"),
-)
+def _consume() -> Any:
+    """``CONSUME``, and ``step.resumed`` when the continuation consumed is a parked step's."""
+    consumed = CONSUME.returning(CONT.c.id, CONT.c.kind, CONT.c.run_id, CONT.c.step_id).cte("consumed")
+    c = consumed.c
+    name = select(STEP.c.name).where(STEP.c.id == c.step_id).scalar_subquery()
+    resumed = event_select(0, "step.resumed", c.run_id, consumed, step_id=c.step_id, name=name, continuation_id=c.id)
+    resumed = resumed.where(c.kind == word(ContinuationKind.RESUME))
+    return select(consumed.c.id).add_cte(insert_events(resumed))
+
+
+_CONSUME = DriverStatement(_consume())
 
 
 def consume(session: Session, continuation_id: str, *, execution_id: str) -> str | None:
     """claimed -> consumed, only by the execution holding the claim; its id, or ``None`` when it lost it.
 
-    A parked step's continuation writes ``step.resumed`` here, first in the transaction that commits it."""
-    row = session.execute(_CONSUME_RETURNING, {"cid": continuation_id, "eid": execution_id, "at": utcnow()}).first()
-    if row is None:
-        return None
-    if row.kind == ContinuationKind.RESUME:
-        session.execute(INSERT_EVENT, resumed_event(row.run_id, row.step_id, row.name, continuation_id))
-    return continuation_id
+    A parked step's continuation writes ``step.resumed`` in the same statement, first in the transaction
+    that commits it."""
+    row = _CONSUME.first(session, {"cid": continuation_id, "eid": execution_id, "at": utcnow()})
+    return None if row is None else continuation_id
 
 
 def _consume_and_finish_run() -> Any:
