@@ -7,15 +7,16 @@ was lost, never a commit.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Table, bindparam, exists, select, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.status import ToolPhase
 from models.store import append_event, canonical_json
+from models.store.events import event_params, event_row, events_if
+from models.store.sql import bp, insert_or_winner, insert_unless_taken, made_or_found
 from models.tables import ToolCall
 
 
@@ -26,6 +27,27 @@ def tool_call_id(journal_step_id: str, key: str) -> str:
 def args_digest(args: Any) -> str:
     """Arguments are journaled only as a digest: they may hold secrets, and identity is all we need."""
     return hashlib.sha256(canonical_json(args).encode()).hexdigest()
+
+
+_TOOL = cast(Table, ToolCall.__table__)
+
+
+def _record_intent() -> Any:
+    """The tool call ``:id`` unless a row for its key exists, and its event only if it was made."""
+    columns = ("id", "run_id", "step_id", "key", "name", "args_digest", "replay", "phase", "interaction_id")
+    at = bp("at", _TOOL.c.created_at)
+    made = (
+        insert_unless_taken(_TOOL, "id")
+        .values({**{name: bp(name, _TOOL.c[name]) for name in columns}, "possibly_ran": False, "runs": 0,
+                 "created_at": at, "updated_at": at})
+        .returning(*_TOOL.c)
+        .cte("made")
+    )  # fmt: skip
+    found = select(*_TOOL.c).where(_TOOL.c.id == bindparam("id"))
+    return made_or_found(made, found).add_cte(events_if(exists(select(made.c.id))).cte("events"))
+
+
+_RECORD_INTENT = _record_intent()
 
 
 def record_intent(
@@ -40,37 +62,14 @@ def record_intent(
     phase: ToolPhase,
     interaction_id: str | None,
 ) -> tuple[ToolCall, bool]:
-    """-> authorizing|executing: the intent, durable before anything runs. Returns (row, created);
-    an existing row for the same key is returned as it is (the caller compares name and digest)."""
-    existing = session.get(ToolCall, tool_call_id(journal_step_id, key))
-    if existing is not None:
-        return existing, False
-    now = utcnow()
-    row = ToolCall(
-        id=tool_call_id(journal_step_id, key),
-        run_id=run_id,
-        step_id=journal_step_id,
-        key=key,
-        name=name,
-        args_digest=digest,
-        replay=replay,
-        phase=phase.value,
-        possibly_ran=False,
-        interaction_id=interaction_id,
-        runs=0,
-        created_at=now,
-        updated_at=now,
-    )
-    try:
-        with session.begin_nested():
-            session.add(row)
-            session.flush()
-    except IntegrityError:
-        found = session.get(ToolCall, row.id)
-        assert found is not None
-        return found, False
-    append_event(session, run_id, "toolcall.intent", key=key, name=name, replay=replay, phase=phase.value)
-    return row, True
+    """-> authorizing|executing: the intent, durable before anything runs, in one statement. Returns (row,
+    created); an existing row for the same key is returned as it is (the caller compares name and digest)."""
+    call_id = tool_call_id(journal_step_id, key)
+    intent = event_row(run_id, "toolcall.intent", key=key, name=name, replay=replay, phase=phase.value)
+    params = {"id": call_id, "run_id": run_id, "step_id": journal_step_id, "key": key, "name": name,
+              "args_digest": digest, "replay": replay, "phase": phase.value, "interaction_id": interaction_id,
+              "at": utcnow(), **event_params([intent])}  # fmt: skip
+    return insert_or_winner(session, ToolCall, _RECORD_INTENT, params, lambda: session.get(ToolCall, call_id))
 
 
 def reauthorize(session: Session, call_id: str, *, interaction_id: str) -> ToolCall | None:
