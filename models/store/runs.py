@@ -33,11 +33,13 @@ from models.tables import Principal, Run, Step
 from parkway.errors import Conflict
 
 
-def ready_continuation(kind: ContinuationKind, run_id: Any, step_id: Any, name: Any, source: Any = None) -> Any:
-    """An insert of the ready continuation ``:cid`` of ``kind`` (expressions for the rest), one for each row
+def ready_continuation(
+    kind: ContinuationKind, id_: Any, run_id: Any, step_id: Any, name: Any, source: Any = None
+) -> Any:
+    """An insert of the ready continuation ``id_`` of ``kind`` (expressions for the rest), one for each row
     of ``source`` (a CTE; without one, a single row)."""
     row = select(
-        bp("cid", CONT.c.id),
+        id_,
         run_id,
         step_id,
         literal(kind.value),
@@ -81,7 +83,9 @@ def _create_run() -> Any:
         select(bp("sid", STEP.c.id), made.c.id, literal(1), made.c.workflow, literal(StepStatus.RUNNING.value),
                bp("payload", STEP.c.payload), at, at).select_from(made),
     )  # fmt: skip
-    due = ready_continuation(ContinuationKind.START, made.c.id, bp("sid", CONT.c.step_id), made.c.workflow, made)
+    due = ready_continuation(
+        ContinuationKind.START, bp("cid", CONT.c.id), made.c.id, bp("sid", CONT.c.step_id), made.c.workflow, made
+    )
     events = events_if(exists(select(made.c.id)), exists(select(made.c.id)))  # run.created, continuation.ready
     found = select(*RUN.c).where(
         RUN.c.owner_id == values["owner_id"], RUN.c.idempotency_key == values["idempotency_key"]

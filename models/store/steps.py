@@ -47,45 +47,64 @@ _AT = bp("at", STEP.c.updated_at)
 _STEP_REF = ("id", "run_id", "name", "payload", "snapshot")  # as StepRef's fields
 
 
-def _step_completed(*from_: StepStatus) -> Any:
+def _step_completed(gate: Any, *from_: StepStatus) -> Any:
     """from -> completed for the step ``:sid`` with the result ``:res`` (its outcome is not read: the
     consume's CAS in the same transaction already proved this execution owns the step)."""
     return (
         update(STEP)
-        .where(STEP.c.id == bindparam("sid"), STEP.c.status.in_(words(from_)))
+        .where(STEP.c.id == bindparam("sid"), STEP.c.status.in_(words(from_)), gate)
         .values(status=StepStatus.COMPLETED.value, result=bp("res", STEP.c.result), updated_at=_AT)
         .cte("step_completed")
     )
 
 
-def _new_step(status: StepStatus, **values: Any) -> Any:
+def _new_step(status: StepStatus, gate: Any, **values: Any) -> Any:
     """none -> ``status``: the step ``:new_sid`` of run ``:rid``, next in its sequence, named ``:name``."""
     next_seq = select(func.coalesce(func.max(STEP.c.seq), 0) + 1).where(STEP.c.run_id == bindparam("rid"))
-    return insert(STEP).values(
-        id=bindparam("new_sid"),
-        run_id=bindparam("rid"),
-        seq=next_seq.scalar_subquery(),
-        name=bindparam("name"),
-        status=status.value,
-        payload=bp("payload", STEP.c.payload),
-        created_at=_AT,
-        updated_at=_AT,
+    columns = {
+        "id": bp("new_sid", STEP.c.id),
+        "run_id": bp("rid", STEP.c.run_id),
+        "seq": next_seq.scalar_subquery(),
+        "name": bp("name", STEP.c.name),
+        "status": literal(status.value, STEP.c.status.type),
+        "payload": bp("payload", STEP.c.payload),
+        "created_at": _AT,
+        "updated_at": _AT,
         **values,
-    )
+    }
+    return insert(STEP).from_select(list(columns), select(*columns.values()).where(gate))
 
 
-def _next_step() -> Any:
-    """The step's CAS, the new step, its ready start continuation ``:cid`` and the two events."""
-    completed = _step_completed(StepStatus.RUNNING, StepStatus.RESUMING)
-    started = _new_step(StepStatus.RUNNING).cte("started")
+def next_step_ctes(gate: Any, *first: Any) -> tuple[Any, list[Any]]:
+    """``next_step``'s writes, each only if ``gate`` holds, its events after ``first`` (conditions of
+    ``events_if``): the continuation made due (a CTE to select from) and the other CTEs."""
+    completed = _step_completed(gate, StepStatus.RUNNING, StepStatus.RESUMING)
+    started = _new_step(StepStatus.RUNNING, gate).returning(STEP.c.id).cte("started")
     due = (
-        ready_continuation(ContinuationKind.START, bp("rid", CONT.c.run_id), bp("new_sid", CONT.c.step_id),
-                           bp("name", CONT.c.name))
+        ready_continuation(ContinuationKind.START, bp("new_cid", CONT.c.id), bp("rid", CONT.c.run_id), started.c.id,
+                           bp("name", CONT.c.name), started)
         .returning(CONT.c.id)
         .cte("due")
     )  # fmt: skip
-    events = events_if(true(), true()).cte("events")  # step.completed, continuation.ready
-    return select(due.c.id).add_cte(completed, started, events)
+    events = events_if(*first, gate, exists(select(due.c.id))).cte("events")  # step.completed, continuation.ready
+    return due, [completed, events]
+
+
+def next_step_params(step: StepLike, *, name: str, payload: Any) -> tuple[dict[str, Any], list[dict[str, Any]], Due]:
+    """What ``next_step_ctes`` binds (but its events), its events and the continuation it makes due."""
+    due = Due(new_id(), ContinuationKind.START.value, step.run_id, new_id(), name)
+    events = [
+        event_row(due.run_id, "step.completed", step_id=step.id, name=step.name, next=name),
+        event_row(due.run_id, "continuation.ready", continuation_id=due.id, step_id=due.step_id, name=name),
+    ]
+    params = {"sid": step.id, "rid": due.run_id, "new_sid": due.step_id, "new_cid": due.id, "name": name,
+              "payload": payload, "res": {"next": name}, "at": utcnow()}  # fmt: skip
+    return params, events, due
+
+
+def _next_step() -> Any:
+    due, ctes = next_step_ctes(true())
+    return select(due.c.id).add_cte(*ctes)
 
 
 _NEXT_STEP = DriverStatement(_next_step())
@@ -95,23 +114,16 @@ def next_step(session: Session, step: StepLike, *, name: str, payload: Any) -> D
     """running|resuming -> completed for the step, and a new step -> running with its ready continuation.
 
     One statement; the step's CAS is not a condition of the rest (the consume before it proved ownership)."""
-    new_sid, cid, run_id = new_id(), new_id(), step.run_id
-    events = [
-        event_row(run_id, "step.completed", step_id=step.id, name=step.name, next=name),
-        event_row(run_id, "continuation.ready", continuation_id=cid, step_id=new_sid, name=name),
-    ]
-    params = {"sid": step.id, "rid": run_id, "new_sid": new_sid, "cid": cid, "name": name, "payload": payload,
-              "res": {"next": name}, "at": utcnow(), **event_params(events)}  # fmt: skip
-    if _NEXT_STEP.first(session, params) is None:  # pragma: no cover - an insert of VALUES inserts or raises
+    params, events, due = next_step_params(step, name=name, payload=payload)
+    if _NEXT_STEP.first(session, {**params, **event_params(events)}) is None:  # pragma: no cover - never
         raise RuntimeError(f"step {step.id}: the next step {name} was not made")
-    return Due(cid, ContinuationKind.START.value, run_id, new_sid, name)
+    return due
 
 
 def _asked(parked: Any, k: int) -> Any:
     """Interaction ``k`` of a park (bound as ``i{k}_id``, ``i{k}_key``, ...), one row if the step parked."""
-    columns = {name: bp(f"i{k}_{name}", INTER.c[name]) for name in _SPEC_COLUMNS}
     return select(
-        *columns.values(),
+        *(bp(f"i{k}_{name}", INTER.c[name]) for name in _SPEC_COLUMNS),
         parked.c.run_id,
         parked.c.id,
         literal(InteractionStatus.PENDING.value, INTER.c.status.type),
@@ -124,20 +136,21 @@ _SPEC_COLUMNS = ("id", "key", "kind", "prompt", "schema", "action", "resources",
 _INTERACTION_COLUMNS = [*_SPEC_COLUMNS, "run_id", "step_id", "status", "expires_at", "created_at"]
 
 
-@cache
-def _park(interactions: int, resumed: bool) -> DriverStatement:
-    """The park of a running step ``:sid`` (CAS running -> parked), or of a resuming one (``resumed``: it
-    -> completed, and a new step ``:new_sid`` made parked); its ``interactions``, the run's CAS running ->
-    waiting and the events, each only if the step parked. Returns the parked step (none if it did not)."""
-    snapshot = {"snapshot": bp("snap", STEP.c.snapshot), "continuation": bindparam("cont")}
+def park_ctes(interactions: int, resumed: bool, gate: Any, *first: Any) -> tuple[Any, list[Any]]:
+    """``park``'s writes, each only if ``gate`` holds, its events after ``first``: the parked step (a CTE
+    of ``StepRef``'s columns, to select from) and the other CTEs. The park of a running step ``:sid`` (CAS
+    running -> parked), or of a resuming one (``resumed``: it -> completed, and a new step ``:new_sid``
+    made parked); its ``interactions``, the run's CAS running -> waiting and the events, each only if the
+    step parked."""
+    snapshot = {"snapshot": bp("snap", STEP.c.snapshot), "continuation": bp("cont", STEP.c.continuation)}
     ctes = []
     if resumed:
-        ctes.append(_step_completed(StepStatus.RESUMING))
-        parked = _new_step(StepStatus.PARKED, **snapshot)
+        ctes.append(_step_completed(gate, StepStatus.RESUMING))
+        parked = _new_step(StepStatus.PARKED, gate, **snapshot)
     else:
         parked = (
             update(STEP)
-            .where(STEP.c.id == bindparam("sid"), STEP.c.status == word(StepStatus.RUNNING))
+            .where(STEP.c.id == bindparam("sid"), STEP.c.status == word(StepStatus.RUNNING), gate)
             .values(status=StepStatus.PARKED.value, updated_at=_AT, **snapshot)
         )
     parked = parked.returning(*(STEP.c[name] for name in _STEP_REF)).cte("parked")
@@ -153,8 +166,36 @@ def _park(interactions: int, resumed: bool) -> DriverStatement:
         .cte("waiting")
     )
     # step.completed (a resumed step's, whatever its CAS did), step.parked, then each interaction.asked
-    events = events_if(*([true()] if resumed else []), won, *(won for _ in range(interactions))).cte("events")
-    return DriverStatement(select(*(parked.c[name] for name in _STEP_REF)).add_cte(*ctes, waiting, events))
+    events = events_if(*first, *([gate] if resumed else []), won, *(won for _ in range(interactions)))
+    return parked, [*ctes, waiting, events.cte("events")]
+
+
+def park_params(
+    step: StepLike, *, continuation: str, snapshot: Any, interactions: Sequence[InteractionSpec], resumed: bool
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What ``park_ctes`` binds (but its events), and its events."""
+    run_id = step.run_id
+    parking = new_id() if resumed else step.id
+    params: dict[str, Any] = {"sid": step.id, "new_sid": parking, "rid": run_id, "at": utcnow(), "snap": snapshot,
+                              "cont": continuation, "name": continuation.split("@", 1)[0], "payload": None,
+                              "res": {"parked": continuation}}  # fmt: skip
+    events = [event_row(run_id, "step.completed", step_id=step.id, name=step.name)] if resumed else []
+    events.append(event_row(run_id, "step.parked", step_id=parking, continuation=continuation))
+    for k, spec in enumerate(interactions):
+        iid = spec.interaction_id(parking)
+        values = {"id": iid, "key": spec.key, "kind": spec.kind, "prompt": spec.prompt, "schema": spec.schema,
+                  "action": spec.action, "resources": spec.resources, "sensitive": list(spec.sensitive),
+                  "target": spec.target, "expires_in": spec.expires_in or None}  # fmt: skip
+        params.update({f"i{k}_{name}": value for name, value in values.items()})
+        events.append(event_row(run_id, "interaction.asked", interaction_id=iid, step_id=parking, key=spec.key,
+                                kind=spec.kind, target=spec.target))  # fmt: skip
+    return params, events
+
+
+@cache
+def _park(interactions: int, resumed: bool) -> DriverStatement:
+    parked, ctes = park_ctes(interactions, resumed, true())
+    return DriverStatement(select(*(parked.c[name] for name in _STEP_REF)).add_cte(*ctes))
 
 
 def park(
@@ -172,21 +213,8 @@ def park(
     A continuation that parks again does so as a new step (every wait has its own step and at most one
     continuation).
     """
-    run_id, now = step.run_id, utcnow()
-    parking = new_id() if from_continuation else step.id
-    params: dict[str, Any] = {"sid": step.id, "new_sid": parking, "rid": run_id, "at": now, "snap": snapshot,
-                              "cont": continuation, "name": continuation.split("@", 1)[0], "payload": None,
-                              "res": {"parked": continuation}}  # fmt: skip
-    events = [event_row(run_id, "step.completed", step_id=step.id, name=step.name)] if from_continuation else []
-    events.append(event_row(run_id, "step.parked", step_id=parking, continuation=continuation))
-    for k, spec in enumerate(interactions):
-        iid = spec.interaction_id(parking)
-        values = {"id": iid, "key": spec.key, "kind": spec.kind, "prompt": spec.prompt, "schema": spec.schema,
-                  "action": spec.action, "resources": spec.resources, "sensitive": list(spec.sensitive),
-                  "target": spec.target, "expires_in": spec.expires_in or None}  # fmt: skip
-        params.update({f"i{k}_{name}": value for name, value in values.items()})
-        events.append(event_row(run_id, "interaction.asked", interaction_id=iid, step_id=parking, key=spec.key,
-                                kind=spec.kind, target=spec.target))  # fmt: skip
+    params, events = park_params(step, continuation=continuation, snapshot=snapshot, interactions=interactions,
+                                 resumed=from_continuation)  # fmt: skip
     row = _park(len(interactions), from_continuation).first(session, {**params, **event_params(events)})
     if row is None:  # pragma: no cover - the consume CAS already proved this execution owns the step
         raise RuntimeError(f"step {step.id} is not running; cannot park")
