@@ -104,20 +104,23 @@ def continuation_kinds(session: Session, ids: Sequence[str]) -> list[tuple[str, 
 
 
 def record_sweep(session: Session, counts: dict[str, int], *, duration_s: float) -> None:
-    """Add one pass's counts to the running totals (an upsert per category)."""
+    """Add one pass's counts to the running totals: one upsert of every category."""
+    if not counts:
+        return
     now = utcnow()
-    for category, count in counts.items():
-        stmt = pg_insert(SweepTotal).values(
-            category=category, total=count, last_count=count, last_duration_s=duration_s, last_at=now
+    rows = [
+        {"category": category, "total": count, "last_count": count, "last_duration_s": duration_s, "last_at": now}
+        for category, count in counts.items()
+    ]
+    stmt = pg_insert(SweepTotal).values(rows)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[SweepTotal.category],
+            set_={
+                "total": SweepTotal.total + stmt.excluded.total,
+                "last_count": stmt.excluded.last_count,
+                "last_duration_s": stmt.excluded.last_duration_s,
+                "last_at": stmt.excluded.last_at,
+            },
         )
-        session.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[SweepTotal.category],
-                set_={
-                    "total": SweepTotal.total + count,
-                    "last_count": count,
-                    "last_duration_s": duration_s,
-                    "last_at": now,
-                },
-            )
-        )
+    )
