@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, exists, select, update
+from sqlalchemy import Boolean, Table, bindparam, exists, select, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.status import ToolPhase
-from models.store import append_event, canonical_json
-from models.store.events import event_params, event_row, events_if
+from models.store import canonical_json
+from models.store.events import event_params, event_row, event_select, events_if, insert_events
 from models.store.sql import bp, insert_or_winner, insert_unless_taken, made_or_found
 from models.tables import ToolCall
 
@@ -77,12 +77,35 @@ def reauthorize(session: Session, call_id: str, *, interaction_id: str) -> ToolC
     return _transition(session, call_id, ToolPhase.AUTHORIZING, ToolPhase.AUTHORIZING, interaction_id=interaction_id)
 
 
+def _moved(to: ToolPhase, event: str, *, settles: bool = False, **data: Any) -> Any:
+    """The tool call ``:call_id`` ``:from_phase`` -> ``to`` (a settle's ``:outcome``, ``:error`` and
+    ``:possibly_ran`` with it), and ``event`` (its key, name and ``data``) only if it moved; as ORM rows."""
+    values = {"phase": to.value, "updated_at": bp("at", _TOOL.c.updated_at)}
+    if settles:
+        values |= {name: bp(name, _TOOL.c[name]) for name in ("outcome", "error", "possibly_ran")}
+    moved = (
+        update(_TOOL)
+        .where(_TOOL.c.id == bindparam("call_id"), _TOOL.c.phase == bindparam("from_phase"))
+        .values(**values)
+        .returning(*_TOOL.c)
+        .cte("moved")
+    )
+    row = event_select(0, event, moved.c.run_id, moved, key=moved.c.key, name=moved.c.name, **data)
+    statement = select(*moved.c).add_cte(insert_events(row))
+    # The row this session may hold already is refreshed with what the update returned.
+    return select(ToolCall).from_statement(statement).execution_options(populate_existing=True)
+
+
+_AUTHORIZE = _moved(ToolPhase.EXECUTING, "toolcall.authorized")
+_SETTLE = _moved(ToolPhase.SETTLED, "toolcall.settled", settles=True, ok=bindparam("ok", type_=Boolean))
+_SETTLE_POSSIBLY_RAN = _moved(ToolPhase.SETTLED, "toolcall.possibly_ran", settles=True)
+
+
 def authorize(session: Session, call_id: str) -> ToolCall | None:
-    """authorizing -> executing, once its permission was approved; durable before the body runs."""
-    row = _transition(session, call_id, ToolPhase.AUTHORIZING, ToolPhase.EXECUTING)
-    if row is not None:
-        append_event(session, row.run_id, "toolcall.authorized", key=row.key, name=row.name)
-    return row
+    """authorizing -> executing, once its permission was approved, with its event: one statement; durable
+    before the body runs. ``None`` when it is not authorizing any more."""
+    params = {"call_id": call_id, "from_phase": ToolPhase.AUTHORIZING.value, "at": utcnow()}
+    return session.scalars(_AUTHORIZE, params).first()
 
 
 def mark_running(session: Session, call_id: str) -> ToolCall | None:
@@ -105,17 +128,11 @@ def settle(
     error: str | None = None,
     possibly_ran: bool = False,
 ) -> ToolCall | None:
-    """executing|authorizing -> settled with its outcome (or error); ``None`` if it settled already."""
-    row = _transition(
-        session, call_id, from_, ToolPhase.SETTLED, outcome=outcome, error=error, possibly_ran=possibly_ran
-    )
-    if row is None:
-        return None
-    if possibly_ran:
-        append_event(session, row.run_id, "toolcall.possibly_ran", key=row.key, name=row.name)
-    else:
-        append_event(session, row.run_id, "toolcall.settled", key=row.key, name=row.name, ok=error is None)
-    return row
+    """executing|authorizing -> settled with its outcome (or error) and its event, one statement; ``None``
+    if it settled already."""
+    params = {"call_id": call_id, "from_phase": from_.value, "at": utcnow(), "outcome": outcome, "error": error,
+              "possibly_ran": possibly_ran, "ok": error is None}  # fmt: skip
+    return session.scalars(_SETTLE_POSSIBLY_RAN if possibly_ran else _SETTLE, params).first()
 
 
 def _transition(session: Session, call_id: str, from_: ToolPhase, to: ToolPhase, **values: Any) -> ToolCall | None:
