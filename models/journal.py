@@ -7,15 +7,16 @@ was lost, never a commit.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Boolean, Table, bindparam, exists, select, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.status import ToolPhase
-from models.store import append_event, canonical_json
+from models.store import canonical_json
+from models.store.events import event_params, event_row, event_select, events_if, insert_events
+from models.store.sql import bp, insert_or_winner, insert_unless_taken, made_or_found
 from models.tables import ToolCall
 
 
@@ -26,6 +27,27 @@ def tool_call_id(journal_step_id: str, key: str) -> str:
 def args_digest(args: Any) -> str:
     """Arguments are journaled only as a digest: they may hold secrets, and identity is all we need."""
     return hashlib.sha256(canonical_json(args).encode()).hexdigest()
+
+
+_TOOL = cast(Table, ToolCall.__table__)
+
+
+def _record_intent() -> Any:
+    """The tool call ``:id`` unless a row for its key exists, and its event only if it was made."""
+    columns = ("id", "run_id", "step_id", "key", "name", "args_digest", "replay", "phase", "interaction_id")
+    at = bp("at", _TOOL.c.created_at)
+    made = (
+        insert_unless_taken(_TOOL, "id")
+        .values({**{name: bp(name, _TOOL.c[name]) for name in columns}, "possibly_ran": False, "runs": 0,
+                 "created_at": at, "updated_at": at})
+        .returning(*_TOOL.c)
+        .cte("made")
+    )  # fmt: skip
+    found = select(*_TOOL.c).where(_TOOL.c.id == bindparam("id"))
+    return made_or_found(made, found).add_cte(events_if(exists(select(made.c.id))).cte("events"))
+
+
+_RECORD_INTENT = _record_intent()
 
 
 def record_intent(
@@ -40,37 +62,14 @@ def record_intent(
     phase: ToolPhase,
     interaction_id: str | None,
 ) -> tuple[ToolCall, bool]:
-    """-> authorizing|executing: the intent, durable before anything runs. Returns (row, created);
-    an existing row for the same key is returned as it is (the caller compares name and digest)."""
-    existing = session.get(ToolCall, tool_call_id(journal_step_id, key))
-    if existing is not None:
-        return existing, False
-    now = utcnow()
-    row = ToolCall(
-        id=tool_call_id(journal_step_id, key),
-        run_id=run_id,
-        step_id=journal_step_id,
-        key=key,
-        name=name,
-        args_digest=digest,
-        replay=replay,
-        phase=phase.value,
-        possibly_ran=False,
-        interaction_id=interaction_id,
-        runs=0,
-        created_at=now,
-        updated_at=now,
-    )
-    try:
-        with session.begin_nested():
-            session.add(row)
-            session.flush()
-    except IntegrityError:
-        found = session.get(ToolCall, row.id)
-        assert found is not None
-        return found, False
-    append_event(session, run_id, "toolcall.intent", key=key, name=name, replay=replay, phase=phase.value)
-    return row, True
+    """-> authorizing|executing: the intent, durable before anything runs, in one statement. Returns (row,
+    created); an existing row for the same key is returned as it is (the caller compares name and digest)."""
+    call_id = tool_call_id(journal_step_id, key)
+    intent = event_row(run_id, "toolcall.intent", key=key, name=name, replay=replay, phase=phase.value)
+    params = {"id": call_id, "run_id": run_id, "step_id": journal_step_id, "key": key, "name": name,
+              "args_digest": digest, "replay": replay, "phase": phase.value, "interaction_id": interaction_id,
+              "at": utcnow(), **event_params([intent])}  # fmt: skip
+    return insert_or_winner(session, ToolCall, _RECORD_INTENT, params, lambda: session.get(ToolCall, call_id))
 
 
 def reauthorize(session: Session, call_id: str, *, interaction_id: str) -> ToolCall | None:
@@ -78,12 +77,35 @@ def reauthorize(session: Session, call_id: str, *, interaction_id: str) -> ToolC
     return _transition(session, call_id, ToolPhase.AUTHORIZING, ToolPhase.AUTHORIZING, interaction_id=interaction_id)
 
 
+def _moved(to: ToolPhase, event: str, *, settles: bool = False, **data: Any) -> Any:
+    """The tool call ``:call_id`` ``:from_phase`` -> ``to`` (a settle's ``:outcome``, ``:error`` and
+    ``:possibly_ran`` with it), and ``event`` (its key, name and ``data``) only if it moved; as ORM rows."""
+    values = {"phase": to.value, "updated_at": bp("at", _TOOL.c.updated_at)}
+    if settles:
+        values |= {name: bp(name, _TOOL.c[name]) for name in ("outcome", "error", "possibly_ran")}
+    moved = (
+        update(_TOOL)
+        .where(_TOOL.c.id == bindparam("call_id"), _TOOL.c.phase == bindparam("from_phase"))
+        .values(**values)
+        .returning(*_TOOL.c)
+        .cte("moved")
+    )
+    row = event_select(0, event, moved.c.run_id, moved, key=moved.c.key, name=moved.c.name, **data)
+    statement = select(*moved.c).add_cte(insert_events(row))
+    # The row this session may hold already is refreshed with what the update returned.
+    return select(ToolCall).from_statement(statement).execution_options(populate_existing=True)
+
+
+_AUTHORIZE = _moved(ToolPhase.EXECUTING, "toolcall.authorized")
+_SETTLE = _moved(ToolPhase.SETTLED, "toolcall.settled", settles=True, ok=bindparam("ok", type_=Boolean))
+_SETTLE_POSSIBLY_RAN = _moved(ToolPhase.SETTLED, "toolcall.possibly_ran", settles=True)
+
+
 def authorize(session: Session, call_id: str) -> ToolCall | None:
-    """authorizing -> executing, once its permission was approved; durable before the body runs."""
-    row = _transition(session, call_id, ToolPhase.AUTHORIZING, ToolPhase.EXECUTING)
-    if row is not None:
-        append_event(session, row.run_id, "toolcall.authorized", key=row.key, name=row.name)
-    return row
+    """authorizing -> executing, once its permission was approved, with its event: one statement; durable
+    before the body runs. ``None`` when it is not authorizing any more."""
+    params = {"call_id": call_id, "from_phase": ToolPhase.AUTHORIZING.value, "at": utcnow()}
+    return session.scalars(_AUTHORIZE, params).first()
 
 
 def mark_running(session: Session, call_id: str) -> ToolCall | None:
@@ -106,17 +128,11 @@ def settle(
     error: str | None = None,
     possibly_ran: bool = False,
 ) -> ToolCall | None:
-    """executing|authorizing -> settled with its outcome (or error); ``None`` if it settled already."""
-    row = _transition(
-        session, call_id, from_, ToolPhase.SETTLED, outcome=outcome, error=error, possibly_ran=possibly_ran
-    )
-    if row is None:
-        return None
-    if possibly_ran:
-        append_event(session, row.run_id, "toolcall.possibly_ran", key=row.key, name=row.name)
-    else:
-        append_event(session, row.run_id, "toolcall.settled", key=row.key, name=row.name, ok=error is None)
-    return row
+    """executing|authorizing -> settled with its outcome (or error) and its event, one statement; ``None``
+    if it settled already."""
+    params = {"call_id": call_id, "from_phase": from_.value, "at": utcnow(), "outcome": outcome, "error": error,
+              "possibly_ran": possibly_ran, "ok": error is None}  # fmt: skip
+    return session.scalars(_SETTLE_POSSIBLY_RAN if possibly_ran else _SETTLE, params).first()
 
 
 def _transition(session: Session, call_id: str, from_: ToolPhase, to: ToolPhase, **values: Any) -> ToolCall | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, select, true, update
@@ -11,19 +13,21 @@ from models.base import utcnow
 from models.status import ContinuationKind, ContinuationStatus, RunStatus
 from models.store.claims import claimable
 from models.store.driver import DriverStatement
-from models.store.events import event_params, events_if, resumed_event
+from models.store.events import event_params, event_select, events_if, insert_events, resumed_event
 from models.store.interrupts import Dead, give_up
 from models.store.runs import (
     FINISH_RUN,
     FINISH_STEP,
     RUN_RECORD_COLUMNS,
     STEP_OF_RUN,
+    Due,
     RunRecord,
     StepLike,
     finish_events,
     history_of,
 )
-from models.store.sql import CONT, INSERT_EVENT, INTER, STEP, bp, word
+from models.store.sql import CONT, INTER, STEP, bp, word
+from models.store.steps import InteractionSpec, next_step_ctes, next_step_params, park_ctes, park_params
 from models.tables import Continuation
 
 CONSUME = (
@@ -37,24 +41,34 @@ CONSUME = (
 )
 
 
-_CONSUME_RETURNING = CONSUME.returning(
-    CONT.c.kind,
-    CONT.c.run_id,
-    CONT.c.step_id,
-    select(STEP.c.name).where(STEP.c.id == CONT.c.step_id).scalar_subquery().label("name"),
-)
+def _consume() -> Any:
+    """``CONSUME``, and ``step.resumed`` when the continuation consumed is a parked step's."""
+    consumed = CONSUME.returning(CONT.c.id, CONT.c.kind, CONT.c.run_id, CONT.c.step_id).cte("consumed")
+    c = consumed.c
+    name = select(STEP.c.name).where(STEP.c.id == c.step_id).scalar_subquery()
+    resumed = event_select(0, "step.resumed", c.run_id, consumed, step_id=c.step_id, name=name, continuation_id=c.id)
+    resumed = resumed.where(c.kind == word(ContinuationKind.RESUME))
+    return select(consumed.c.id).add_cte(insert_events(resumed))
+
+
+_CONSUME = DriverStatement(_consume())
 
 
 def consume(session: Session, continuation_id: str, *, execution_id: str) -> str | None:
     """claimed -> consumed, only by the execution holding the claim; its id, or ``None`` when it lost it.
 
-    A parked step's continuation writes ``step.resumed`` here, first in the transaction that commits it."""
-    row = session.execute(_CONSUME_RETURNING, {"cid": continuation_id, "eid": execution_id, "at": utcnow()}).first()
-    if row is None:
-        return None
-    if row.kind == ContinuationKind.RESUME:
-        session.execute(INSERT_EVENT, resumed_event(row.run_id, row.step_id, row.name, continuation_id))
-    return continuation_id
+    A parked step's continuation writes ``step.resumed`` in the same statement, first in the transaction
+    that commits it."""
+    row = _CONSUME.first(session, {"cid": continuation_id, "eid": execution_id, "at": utcnow()})
+    return None if row is None else continuation_id
+
+
+def _consuming() -> tuple[Any, Any, Any]:
+    """``CONSUME`` as a CTE, whether it won, and whether it consumed a parked step's continuation (the
+    condition of its ``step.resumed``)."""
+    consumed = CONSUME.returning(CONT.c.id, CONT.c.kind).cte("consumed")
+    won = exists(select(consumed.c.id))
+    return consumed, won, exists(select(consumed.c.id).where(consumed.c.kind == word(ContinuationKind.RESUME)))
 
 
 def _consume_and_finish_run() -> Any:
@@ -63,9 +77,7 @@ def _consume_and_finish_run() -> Any:
     the run's sealed values erased) as one statement of data-modifying CTEs. One row (``consumed``, then
     the terminal record's columns, NULL when the run had already ended) when the consume won; none when
     the claim was lost."""
-    consumed = CONSUME.returning(CONT.c.id, CONT.c.kind).cte("consumed")
-    won = exists(select(consumed.c.id))
-    resumed = exists(select(consumed.c.id).where(consumed.c.kind == word(ContinuationKind.RESUME)))
+    consumed, won, resumed = _consuming()
     step = FINISH_STEP.where(won).cte("step_ended")
     run = FINISH_RUN.where(won).cte("run_ended")
     history = history_of(run)
@@ -112,6 +124,80 @@ def consume_and_finish_run(
     if row is None:
         return False, None
     return True, (RunRecord(*row[1:]) if row.id is not None else None)
+
+
+def _erased_step_secrets(won: Any) -> Any:
+    """The step ``:sid``'s sealed values -> NULL if the consume won (read once, by this continuation)."""
+    return (
+        update(INTER).where(INTER.c.step_id == bindparam("sid"), INTER.c.secret.is_not(None), won).values(secret=None)
+    ).cte("erased")
+
+
+def _consume_and_next_step() -> Any:
+    consumed, won, resumed = _consuming()
+    due, ctes = next_step_ctes(won, resumed)
+    return (
+        select(consumed.c.id.label("consumed"), due.c.id.label("due"))
+        .select_from(consumed.outerjoin(due, true()))
+        .add_cte(_erased_step_secrets(won), *ctes)
+    )
+
+
+_CONSUME_AND_NEXT_STEP = DriverStatement(_consume_and_next_step())
+
+
+def consume_and_next_step(
+    session: Session | Connection, continuation_id: str, step: StepLike, *, execution_id: str, name: str, payload: Any
+) -> Due | None:
+    """claimed -> consumed (as ``consume``), the step's sealed values erased and ``next_step``, in one
+    statement: the continuation made due, or ``None`` when the claim was lost (nothing was written). Every
+    write after the consume is conditional on it alone: a whole unit of work, fit for autocommit."""
+    params, events, due = next_step_params(step, name=name, payload=payload)
+    events.insert(0, resumed_event(step.run_id, step.id, step.name, continuation_id))
+    params.update(cid=continuation_id, eid=execution_id, **event_params(events))
+    row = _CONSUME_AND_NEXT_STEP.first(session, params)
+    if row is None:
+        return None
+    if row.due is None:  # pragma: no cover - its inserts select from the consume's row
+        raise RuntimeError(f"step {step.id}: consumed, yet the next step {name} was not made")
+    return due
+
+
+@cache
+def _consume_and_park(interactions: int, resumed_step: bool) -> DriverStatement:
+    consumed, won, resumed = _consuming()
+    parked, ctes = park_ctes(interactions, resumed_step, won, resumed)
+    return DriverStatement(
+        select(consumed.c.id.label("consumed"), parked.c.id.label("parked"))
+        .select_from(consumed.outerjoin(parked, true()))
+        .add_cte(_erased_step_secrets(won), *ctes)
+    )
+
+
+def consume_and_park(
+    session: Session,
+    continuation_id: str,
+    step: StepLike,
+    *,
+    execution_id: str,
+    continuation: str,
+    snapshot: Any,
+    interactions: Sequence[InteractionSpec],
+    from_continuation: bool,
+) -> bool:
+    """claimed -> consumed (as ``consume``), the step's sealed values erased and ``park`` (a resumed step's
+    wait made on a new step), in one statement; ``False`` when the claim was lost (nothing was written).
+    Run it in a transaction: a step that did not park raises, and the consume rolls back with it."""
+    params, events = park_params(step, continuation=continuation, snapshot=snapshot, interactions=interactions,
+                                 resumed=from_continuation)  # fmt: skip
+    events.insert(0, resumed_event(step.run_id, step.id, step.name, continuation_id))
+    params.update(cid=continuation_id, eid=execution_id, **event_params(events))
+    row = _consume_and_park(len(interactions), from_continuation).first(session, params)
+    if row is None:
+        return False
+    if row.parked is None:  # pragma: no cover - the step is not running (interrupted meanwhile): roll back
+        raise RuntimeError(f"step {step.id} is not running; cannot park")
+    return True
 
 
 def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: int) -> Dead | None:

@@ -1,9 +1,10 @@
 """A claimed continuation's outcome, committed with its consume: one call, the store picks the statement.
 
-The worker runs the body outside any transaction, then hands the outcome here. When it ends the run and
-nothing else must happen in the commit (no review of the step can be running, no ``in_commit`` callback
-to run), the consume, every write of the run's end and its events are one statement in autocommit;
-otherwise one transaction holds the consume and the outcome's writes.
+The worker runs the body outside any transaction, then hands the outcome here. Where no review of the
+step can be running, the consume and every write of the outcome, its events included, are one statement:
+in autocommit when it ends the run or hands over and nothing else must happen in the commit (no
+``in_commit`` callback to run); in a transaction for a park (a step that did not park rolls the consume
+back) or with callbacks. Otherwise one transaction holds the consume, the review guard and the writes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from models.status import ContinuationKind, RunStatus
 from models.store.claims import Claim
-from models.store.continuations import consume, consume_and_finish_run
+from models.store.continuations import consume, consume_and_finish_run, consume_and_next_step, consume_and_park
 from models.store.interrupts import interrupt_run
 from models.store.reviews import interrupt_review, owner_evidence, running_reviews
 from models.store.runs import Due, RunRecord, erase_secrets, finish_run
@@ -91,16 +92,19 @@ def commit_outcome(
                 result=outcome.result, error=outcome.error, error_details=outcome.details,
             )  # fmt: skip
         return Committed(outcome, [], ended) if won else None
+    if isinstance(outcome, Handover) and not reviews and not in_commit:
+        with single_statement() as conn:
+            made = consume_and_next_step(conn, continuation_id, claim.step, execution_id=execution_id,
+                                         name=outcome.step, payload=outcome.payload)  # fmt: skip
+        return None if made is None else Committed(outcome, [made], None)
     with transaction() as session:
-        if consume(session, continuation_id, execution_id=execution_id) is None:
+        if reviews or isinstance(outcome, Ending | Interruption):
+            written = _consume_and_write(session, claim, outcome, execution_id, reviews=reviews)
+        else:
+            written = _consume_and_park_or_hand_over(session, claim, outcome, execution_id)
+        if written is None:
             return None
-        if reviews:
-            outcome = _review_guard(session, claim, outcome, execution_id)
-        if not isinstance(outcome, Ending):
-            # Read once, by this continuation: the sealed values go in the same transaction as the consume
-            # (a run that ends here has every sealed value of the run erased by ``finish_run``).
-            erase_secrets(session, step_id=claim.step.id)
-        due, ended = _write(session, claim, outcome, execution_id)
+        outcome, due, ended = written
         failed = isinstance(outcome, Interruption) or (
             isinstance(outcome, Ending) and outcome.status == RunStatus.FAILED
         )
@@ -108,6 +112,39 @@ def commit_outcome(
             for fn in in_commit:
                 fn(session)
     return Committed(outcome, due, ended)
+
+
+Written = tuple[StepOutcome, list[Due], RunRecord | None]
+
+
+def _consume_and_park_or_hand_over(
+    session: Session, claim: Claim, outcome: Handover | Parking, execution_id: str
+) -> Written | None:
+    """The consume, the step's sealed values erased and the handover or park: one statement."""
+    cid, step = claim.continuation.id, claim.step
+    if isinstance(outcome, Handover):
+        made = consume_and_next_step(session, cid, step, execution_id=execution_id, name=outcome.step,
+                                     payload=outcome.payload)  # fmt: skip
+        return None if made is None else (outcome, [made], None)
+    won = consume_and_park(session, cid, step, execution_id=execution_id, continuation=outcome.continuation,
+                           snapshot=outcome.snapshot, interactions=outcome.interactions,
+                           from_continuation=claim.continuation.kind == ContinuationKind.RESUME)  # fmt: skip
+    return (outcome, [], None) if won else None
+
+
+def _consume_and_write(
+    session: Session, claim: Claim, outcome: StepOutcome, execution_id: str, *, reviews: bool
+) -> Written | None:
+    """The consume, then (a review guard first, where a review may be running) the outcome's writes."""
+    if consume(session, claim.continuation.id, execution_id=execution_id) is None:
+        return None
+    if reviews:
+        outcome = _review_guard(session, claim, outcome, execution_id)
+    if not isinstance(outcome, Ending):
+        # Read once, by this continuation: the sealed values go in the same transaction as the consume
+        # (a run that ends here has every sealed value of the run erased by ``finish_run``).
+        erase_secrets(session, step_id=claim.step.id)
+    return (outcome, *_write(session, claim, outcome, execution_id))
 
 
 def _write(

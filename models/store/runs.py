@@ -7,17 +7,93 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import bindparam, exists, insert, literal, select, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
 from models.status import RUN_LIVE, RUN_TERMINAL, ContinuationKind, ContinuationStatus, RunStatus, StepStatus
-from models.store.events import append_event, append_events, event_row
-from models.store.sql import CONT, HIST, INSERT_HISTORY, INTER, RUN, STEP, Executor, bp, new_id, words
+from models.store.events import append_events, event_params, event_row, events_if
+from models.store.sql import (
+    CONT,
+    HIST,
+    INSERT_HISTORY,
+    INTER,
+    RUN,
+    STEP,
+    Executor,
+    bp,
+    insert_or_winner,
+    insert_unless_taken,
+    made_or_found,
+    new_id,
+    words,
+)
 from models.tables import Principal, Run, Step
 from parkway.errors import Conflict
+
+
+def ready_continuation(
+    kind: ContinuationKind, id_: Any, run_id: Any, step_id: Any, name: Any, source: Any = None
+) -> Any:
+    """An insert of the ready continuation ``id_`` of ``kind`` (expressions for the rest), one for each row
+    of ``source`` (a CTE; without one, a single row)."""
+    row = select(
+        id_,
+        run_id,
+        step_id,
+        literal(kind.value),
+        name,
+        literal(ContinuationStatus.READY.value),
+        literal(0),
+        literal(1),  # published right after this commit; if that publish is lost the sweep sends it again
+        db_now(),  # the re-enqueue age is measured on the database's clock
+        db_now(),
+    )
+    columns = [
+        "id",
+        "run_id",
+        "step_id",
+        "kind",
+        "name",
+        "status",
+        "attempts",
+        "publishes",
+        "enqueued_at",
+        "created_at",
+    ]
+    return insert(CONT).from_select(columns, row if source is None else row.select_from(source))
+
+
+def _create_run() -> Any:
+    """The run ``:id`` unless its owner used its idempotency key already, and only if it was made: its
+    first step ``:sid``, that step's ready start continuation ``:cid`` and the two events."""
+    at = bp("at", RUN.c.created_at)
+    given = ("id", "workflow", "owner_id", "target", "payload", "idempotency_key", "request_digest")
+    values = {name: bp(name, RUN.c[name]) for name in given}
+    made = (
+        insert_unless_taken(RUN, "owner_id", "idempotency_key")
+        .values(**values, status=RunStatus.RUNNING.value, created_at=at, updated_at=at, projection_pending=False,
+                projection_attempts=0)
+        .returning(*RUN.c)
+        .cte("run_made")
+    )  # fmt: skip
+    first_step = insert(STEP).from_select(
+        ["id", "run_id", "seq", "name", "status", "payload", "created_at", "updated_at"],
+        select(bp("sid", STEP.c.id), made.c.id, literal(1), made.c.workflow, literal(StepStatus.RUNNING.value),
+               bp("payload", STEP.c.payload), at, at).select_from(made),
+    )  # fmt: skip
+    due = ready_continuation(
+        ContinuationKind.START, bp("cid", CONT.c.id), made.c.id, bp("sid", CONT.c.step_id), made.c.workflow, made
+    )
+    events = events_if(exists(select(made.c.id)), exists(select(made.c.id)))  # run.created, continuation.ready
+    found = select(*RUN.c).where(
+        RUN.c.owner_id == values["owner_id"], RUN.c.idempotency_key == values["idempotency_key"]
+    )
+    return made_or_found(made, found).add_cte(first_step.cte("first_step"), due.cte("due"), events.cte("events"))
+
+
+_CREATE_RUN = _create_run()
 
 
 def create_run(
@@ -30,45 +106,31 @@ def create_run(
     idempotency_key: str | None,
     request_digest: str,
 ) -> tuple[Run, Due | None]:
-    """none -> running: a run, its first step and that step's ready continuation.
+    """none -> running: a run, its first step and that step's ready continuation, in one statement.
 
-    With an idempotency key already used by this owner: the same body returns the existing run and
-    ``None`` for the continuation; a different body raises ``Conflict``.
+    With an idempotency key already used by this owner (or by a concurrent request that commits first):
+    the same body returns the existing run and ``None`` for the continuation; a different body raises
+    ``Conflict``.
     """
-    if idempotency_key is not None:
-        existing = _run_by_key(session, owner.id, idempotency_key)
-        if existing is not None:
-            return _same_request(existing, request_digest), None
-    now = utcnow()
-    run = Run(
-        id=new_id(),
-        workflow=workflow,
-        status=RunStatus.RUNNING,
-        owner_id=owner.id,
-        target=target,
-        payload=payload,
-        idempotency_key=idempotency_key,
-        request_digest=request_digest,
-        created_at=now,
-        updated_at=now,
+    rid, sid, cid = new_id(), new_id(), new_id()
+    events = [
+        event_row(rid, "run.created", workflow=workflow, owner=owner.name, target=target),
+        event_row(rid, "continuation.ready", continuation_id=cid, step_id=sid, name=workflow),
+    ]
+    params = {"id": rid, "sid": sid, "cid": cid, "workflow": workflow, "owner_id": owner.id, "target": target,
+              "payload": payload, "idempotency_key": idempotency_key, "request_digest": request_digest,
+              "at": utcnow(), **event_params(events)}  # fmt: skip
+    run, made = insert_or_winner(
+        session, Run, _CREATE_RUN, params, lambda: _run_by_key(session, owner.id, idempotency_key)
     )
-    try:
-        with session.begin_nested():
-            session.add(run)
-            session.flush()
-    except IntegrityError:
-        # A concurrent request with the same key won the insert: answer as its retry.
-        existing = _run_by_key(session, owner.id, idempotency_key or "")
-        if existing is None:
-            raise
-        return _same_request(existing, request_digest), None
-    append_event(session, run.id, "run.created", workflow=workflow, owner=owner.name, target=target)
-    step = insert_step(session, run.id, seq=1, name=workflow, payload=payload)
-    continuation = insert_continuation(session, run.id, step.id, ContinuationKind.START, workflow)
-    return run, continuation
+    if not made:
+        return _same_request(run, request_digest), None
+    return run, Due(cid, ContinuationKind.START.value, rid, sid, workflow)
 
 
-def _run_by_key(session: Session, owner_id: str, key: str) -> Run | None:
+def _run_by_key(session: Session, owner_id: str, key: str | None) -> Run | None:
+    if key is None:  # pragma: no cover - only a key can conflict
+        return None
     return session.scalar(select(Run).where(Run.owner_id == owner_id, Run.idempotency_key == key))
 
 

@@ -5,10 +5,23 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable
-from typing import Any, cast
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Connection, String, Table, bindparam, insert, literal_column
+from sqlalchemy import (
+    Connection,
+    String,
+    Table,
+    bindparam,
+    exists,
+    false,
+    insert,
+    literal_column,
+    select,
+    true,
+    union_all,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, ScheduleHistory, Step
@@ -73,3 +86,37 @@ INSERT_HISTORY = insert(HIST)
 def skip_locked(stmt: Any) -> Any:
     """``stmt`` locking its rows, skipping those another transaction holds (concurrent sweeps)."""
     return stmt.with_for_update(skip_locked=True)
+
+
+def insert_unless_taken(table: Table, *key: str) -> Any:
+    """An insert into ``table`` that does nothing where a row with the same ``key`` exists: committed, or
+    by a transaction still open (waited for, then nothing if it commits). Its ``RETURNING``, as a CTE, is
+    ``made_or_found``'s ``made``."""
+    return pg_insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+
+def made_or_found(made: Any, found: Any) -> Any:
+    """The insert-or-winner pattern in one statement: the row ``made`` (a CTE of ``insert_unless_taken``)
+    inserted, else the row ``found`` (a select of the same columns, by the key) reads in the statement's
+    snapshot; a last column ``made`` tells which. Neither when the winner committed while the insert waited
+    for it (after that snapshot): ``insert_or_winner`` then reads it again."""
+    inserted = select(*made.c, true().label("made"))
+    existing = found.add_columns(false().label("made")).where(~exists(select(made.c[0])))
+    return union_all(inserted, existing)
+
+
+T = TypeVar("T")
+
+
+def insert_or_winner(
+    session: Session, entity: type[T], statement: Any, params: dict[str, Any], again: Callable[[], T | None]
+) -> tuple[T, bool]:
+    """Run ``statement`` (a ``made_or_found``) for the ORM ``entity``: the row, and whether this inserted
+    it. The winner of a race that committed after the statement's snapshot is read by ``again``."""
+    row = session.execute(select(entity, literal_column("made")).from_statement(statement), params).first()
+    if row is not None:
+        return row[0], bool(row[1])
+    found = again()
+    if found is None:  # pragma: no cover - an insert that did nothing lost to a row that exists
+        raise RuntimeError(f"{entity.__name__}: the insert did nothing, yet no row holds its key")
+    return found, False

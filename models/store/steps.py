@@ -1,20 +1,27 @@
-"""A step's outcomes inside its consume: hand over to the next step, or park with its interactions."""
+"""A step's outcomes inside its consume: hand over to the next step, or park with its interactions.
+
+Each is one statement of data-modifying CTEs, built once per shape (a park's per number of interactions)
+and run on the driver (``DriverStatement``); its events are one insert, in the order they are listed.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, exists, func, insert, literal, select, true, union_all, update
 from sqlalchemy.orm import Session
 
+from models.base import utcnow
 from models.clock import db_now
 from models.status import ContinuationKind, InteractionStatus, RunStatus, StepStatus
-from models.store.events import append_event
-from models.store.runs import Due, StepLike, insert_continuation, insert_step, set_run_status, set_step_status
-from models.store.sql import interaction_id
-from models.tables import Interaction, Step
+from models.store.claims import StepRef
+from models.store.driver import DriverStatement
+from models.store.events import event_params, event_row, events_if
+from models.store.runs import Due, StepLike, ready_continuation
+from models.store.sql import CONT, INTER, RUN, STEP, bp, interaction_id, new_id, word, words
 
 
 @dataclass
@@ -36,19 +43,159 @@ class InteractionSpec:
         return self.id or interaction_id(step_id, self.key, self.kind, self.resources)
 
 
-def next_step(session: Session, step: StepLike, *, name: str, payload: Any) -> Due:
-    """running|resuming -> completed for the step, and a new step -> running with its ready continuation."""
-    set_step_status(
-        session, step.id, [StepStatus.RUNNING, StepStatus.RESUMING], StepStatus.COMPLETED, result={"next": name}
+_AT = bp("at", STEP.c.updated_at)
+_STEP_REF = ("id", "run_id", "name", "payload", "snapshot")  # as StepRef's fields
+
+
+def _step_completed(gate: Any, *from_: StepStatus) -> Any:
+    """from -> completed for the step ``:sid`` with the result ``:res`` (its outcome is not read: the
+    consume's CAS in the same transaction already proved this execution owns the step)."""
+    return (
+        update(STEP)
+        .where(STEP.c.id == bindparam("sid"), STEP.c.status.in_(words(from_)), gate)
+        .values(status=StepStatus.COMPLETED.value, result=bp("res", STEP.c.result), updated_at=_AT)
+        .cte("step_completed")
     )
-    append_event(session, step.run_id, "step.completed", step_id=step.id, name=step.name, next=name)
-    new = insert_step(session, step.run_id, seq=_next_seq(session, step.run_id), name=name, payload=payload)
-    return insert_continuation(session, step.run_id, new.id, ContinuationKind.START, name)
 
 
-def _next_seq(session: Session, run_id: str) -> int:
-    current = session.scalar(select(Step.seq).where(Step.run_id == run_id).order_by(Step.seq.desc()).limit(1))
-    return (current or 0) + 1
+def _new_step(status: StepStatus, gate: Any, **values: Any) -> Any:
+    """none -> ``status``: the step ``:new_sid`` of run ``:rid``, next in its sequence, named ``:name``."""
+    next_seq = select(func.coalesce(func.max(STEP.c.seq), 0) + 1).where(STEP.c.run_id == bindparam("rid"))
+    columns = {
+        "id": bp("new_sid", STEP.c.id),
+        "run_id": bp("rid", STEP.c.run_id),
+        "seq": next_seq.scalar_subquery(),
+        "name": bp("name", STEP.c.name),
+        "status": literal(status.value, STEP.c.status.type),
+        "payload": bp("payload", STEP.c.payload),
+        "created_at": _AT,
+        "updated_at": _AT,
+        **values,
+    }
+    return insert(STEP).from_select(list(columns), select(*columns.values()).where(gate))
+
+
+def next_step_ctes(gate: Any, *first: Any) -> tuple[Any, list[Any]]:
+    """``next_step``'s writes, each only if ``gate`` holds, its events after ``first`` (conditions of
+    ``events_if``): the continuation made due (a CTE to select from) and the other CTEs."""
+    completed = _step_completed(gate, StepStatus.RUNNING, StepStatus.RESUMING)
+    started = _new_step(StepStatus.RUNNING, gate).returning(STEP.c.id).cte("started")
+    due = (
+        ready_continuation(ContinuationKind.START, bp("new_cid", CONT.c.id), bp("rid", CONT.c.run_id), started.c.id,
+                           bp("name", CONT.c.name), started)
+        .returning(CONT.c.id)
+        .cte("due")
+    )  # fmt: skip
+    events = events_if(*first, gate, exists(select(due.c.id))).cte("events")  # step.completed, continuation.ready
+    return due, [completed, events]
+
+
+def next_step_params(step: StepLike, *, name: str, payload: Any) -> tuple[dict[str, Any], list[dict[str, Any]], Due]:
+    """What ``next_step_ctes`` binds (but its events), its events and the continuation it makes due."""
+    due = Due(new_id(), ContinuationKind.START.value, step.run_id, new_id(), name)
+    events = [
+        event_row(due.run_id, "step.completed", step_id=step.id, name=step.name, next=name),
+        event_row(due.run_id, "continuation.ready", continuation_id=due.id, step_id=due.step_id, name=name),
+    ]
+    params = {"sid": step.id, "rid": due.run_id, "new_sid": due.step_id, "new_cid": due.id, "name": name,
+              "payload": payload, "res": {"next": name}, "at": utcnow()}  # fmt: skip
+    return params, events, due
+
+
+def _next_step() -> Any:
+    due, ctes = next_step_ctes(true())
+    return select(due.c.id).add_cte(*ctes)
+
+
+_NEXT_STEP = DriverStatement(_next_step())
+
+
+def next_step(session: Session, step: StepLike, *, name: str, payload: Any) -> Due:
+    """running|resuming -> completed for the step, and a new step -> running with its ready continuation.
+
+    One statement; the step's CAS is not a condition of the rest (the consume before it proved ownership)."""
+    params, events, due = next_step_params(step, name=name, payload=payload)
+    if _NEXT_STEP.first(session, {**params, **event_params(events)}) is None:  # pragma: no cover - never
+        raise RuntimeError(f"step {step.id}: the next step {name} was not made")
+    return due
+
+
+def _asked(parked: Any, k: int) -> Any:
+    """Interaction ``k`` of a park (bound as ``i{k}_id``, ``i{k}_key``, ...), one row if the step parked."""
+    return select(
+        *(bp(f"i{k}_{name}", INTER.c[name]) for name in _SPEC_COLUMNS),
+        parked.c.run_id,
+        parked.c.id,
+        literal(InteractionStatus.PENDING.value, INTER.c.status.type),
+        db_now(f"i{k}_expires_in"),  # NULL seconds: no expiry; the database's clock
+        db_now(),
+    ).select_from(parked)
+
+
+_SPEC_COLUMNS = ("id", "key", "kind", "prompt", "schema", "action", "resources", "sensitive", "target")
+_INTERACTION_COLUMNS = [*_SPEC_COLUMNS, "run_id", "step_id", "status", "expires_at", "created_at"]
+
+
+def park_ctes(interactions: int, resumed: bool, gate: Any, *first: Any) -> tuple[Any, list[Any]]:
+    """``park``'s writes, each only if ``gate`` holds, its events after ``first``: the parked step (a CTE
+    of ``StepRef``'s columns, to select from) and the other CTEs. The park of a running step ``:sid`` (CAS
+    running -> parked), or of a resuming one (``resumed``: it -> completed, and a new step ``:new_sid``
+    made parked); its ``interactions``, the run's CAS running -> waiting and the events, each only if the
+    step parked."""
+    snapshot = {"snapshot": bp("snap", STEP.c.snapshot), "continuation": bp("cont", STEP.c.continuation)}
+    ctes = []
+    if resumed:
+        ctes.append(_step_completed(gate, StepStatus.RESUMING))
+        parked = _new_step(StepStatus.PARKED, gate, **snapshot)
+    else:
+        parked = (
+            update(STEP)
+            .where(STEP.c.id == bindparam("sid"), STEP.c.status == word(StepStatus.RUNNING), gate)
+            .values(status=StepStatus.PARKED.value, updated_at=_AT, **snapshot)
+        )
+    parked = parked.returning(*(STEP.c[name] for name in _STEP_REF)).cte("parked")
+    won = exists(select(parked.c.id))
+    rows = [_asked(parked, k) for k in range(interactions)]
+    if rows:
+        ctes.append(insert(INTER).from_select(_INTERACTION_COLUMNS, union_all(*rows) if len(rows) > 1 else rows[0])
+                    .cte("asked"))  # fmt: skip
+    waiting = (
+        update(RUN)
+        .where(RUN.c.id == bindparam("rid"), RUN.c.status == word(RunStatus.RUNNING), won)
+        .values(status=RunStatus.WAITING.value, updated_at=bp("at", RUN.c.updated_at))
+        .cte("waiting")
+    )
+    # step.completed (a resumed step's, whatever its CAS did), step.parked, then each interaction.asked
+    events = events_if(*first, *([gate] if resumed else []), won, *(won for _ in range(interactions)))
+    return parked, [*ctes, waiting, events.cte("events")]
+
+
+def park_params(
+    step: StepLike, *, continuation: str, snapshot: Any, interactions: Sequence[InteractionSpec], resumed: bool
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What ``park_ctes`` binds (but its events), and its events."""
+    run_id = step.run_id
+    parking = new_id() if resumed else step.id
+    params: dict[str, Any] = {"sid": step.id, "new_sid": parking, "rid": run_id, "at": utcnow(), "snap": snapshot,
+                              "cont": continuation, "name": continuation.split("@", 1)[0], "payload": None,
+                              "res": {"parked": continuation}}  # fmt: skip
+    events = [event_row(run_id, "step.completed", step_id=step.id, name=step.name)] if resumed else []
+    events.append(event_row(run_id, "step.parked", step_id=parking, continuation=continuation))
+    for k, spec in enumerate(interactions):
+        iid = spec.interaction_id(parking)
+        values = {"id": iid, "key": spec.key, "kind": spec.kind, "prompt": spec.prompt, "schema": spec.schema,
+                  "action": spec.action, "resources": spec.resources, "sensitive": list(spec.sensitive),
+                  "target": spec.target, "expires_in": spec.expires_in or None}  # fmt: skip
+        params.update({f"i{k}_{name}": value for name, value in values.items()})
+        events.append(event_row(run_id, "interaction.asked", interaction_id=iid, step_id=parking, key=spec.key,
+                                kind=spec.kind, target=spec.target))  # fmt: skip
+    return params, events
+
+
+@cache
+def _park(interactions: int, resumed: bool) -> DriverStatement:
+    parked, ctes = park_ctes(interactions, resumed, true())
+    return DriverStatement(select(*(parked.c[name] for name in _STEP_REF)).add_cte(*ctes))
 
 
 def park(
@@ -59,55 +206,16 @@ def park(
     snapshot: Any,
     interactions: Sequence[InteractionSpec],
     from_continuation: bool,
-) -> Step:
+) -> StepRef:
     """running -> parked with all its interactions at once, and the run running -> waiting (a resuming step
-    -> completed first, the wait made on a new step).
+    -> completed first, the wait made on a new step): one statement. Returns the parked step.
 
     A continuation that parks again does so as a new step (every wait has its own step and at most one
     continuation).
     """
-    if from_continuation:
-        set_step_status(session, step.id, [StepStatus.RESUMING], StepStatus.COMPLETED, result={"parked": continuation})
-        append_event(session, step.run_id, "step.completed", step_id=step.id, name=step.name)
-        step = insert_step(
-            session, step.run_id, seq=_next_seq(session, step.run_id), name=continuation.split("@", 1)[0], payload=None
-        )
-    parked = set_step_status(
-        session, step.id, [StepStatus.RUNNING], StepStatus.PARKED, snapshot=snapshot, continuation=continuation
-    )
-    if parked is None:  # pragma: no cover - the consume CAS already proved this execution owns the step
+    params, events = park_params(step, continuation=continuation, snapshot=snapshot, interactions=interactions,
+                                 resumed=from_continuation)  # fmt: skip
+    row = _park(len(interactions), from_continuation).first(session, {**params, **event_params(events)})
+    if row is None:  # pragma: no cover - the consume CAS already proved this execution owns the step
         raise RuntimeError(f"step {step.id} is not running; cannot park")
-    for spec in interactions:
-        row = Interaction(
-            id=spec.interaction_id(step.id),
-            run_id=step.run_id,
-            step_id=step.id,
-            key=spec.key,
-            kind=spec.kind,
-            prompt=spec.prompt,
-            schema=spec.schema,
-            action=spec.action,
-            resources=spec.resources,
-            sensitive=list(spec.sensitive),
-            target=spec.target,
-            status=InteractionStatus.PENDING,
-            expires_at=db_now(spec.expires_in) if spec.expires_in else None,  # the database's clock
-            created_at=db_now(),
-        )
-        session.add(row)
-    session.flush()
-    append_event(session, step.run_id, "step.parked", step_id=step.id, continuation=continuation)
-    for spec in interactions:
-        iid = spec.interaction_id(step.id)
-        append_event(
-            session,
-            step.run_id,
-            "interaction.asked",
-            interaction_id=iid,
-            step_id=step.id,
-            key=spec.key,
-            kind=spec.kind,
-            target=spec.target,
-        )
-    set_run_status(session, step.run_id, [RunStatus.RUNNING], RunStatus.WAITING)
-    return parked
+    return StepRef(*row)

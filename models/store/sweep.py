@@ -3,50 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
 from models.status import ContinuationStatus, InteractionStatus
-from models.store.sql import skip_locked, word
+from models.store.sql import CONT, skip_locked, word
 from models.tables import Continuation, Interaction, SweepTotal
 
 
+def _mark_for_republish() -> Any:
+    stale = or_(CONT.c.enqueued_at.is_(None), CONT.c.enqueued_at < db_now("older_than_s"))
+    ready = CONT.c.status == word(ContinuationStatus.READY)
+    # A CTE, run once: as an ``IN`` subquery it may be run again for each row, and a run again skips the
+    # rows this statement already updated, then locks the next ones (every stale row, not a batch).
+    batch = skip_locked(
+        select(CONT.c.id).where(ready, stale).order_by(CONT.c.enqueued_at.asc().nulls_first()).limit(bindparam("n"))
+    ).cte("batch")
+    return (
+        update(CONT)
+        .where(CONT.c.id == batch.c.id, ready, stale)
+        .values(enqueued_at=db_now(), publishes=CONT.c.publishes + 1)
+        .returning(CONT.c.id)
+    )
+
+
+_MARK_FOR_REPUBLISH = _mark_for_republish()
+
+
 def mark_for_republish(session: Session, *, older_than_s: float, batch: int) -> list[str]:
-    """ready continuations not enqueued in the last ``older_than_s`` seconds of the database's clock: stamp
-    ``enqueued_at`` (CAS) and return ids.
+    """ready -> ready, re-stamped, for up to ``batch`` continuations not enqueued in the last
+    ``older_than_s`` seconds of the database's clock: one statement; returns their ids (none: nothing stale).
 
     Concurrent sweeps skip each other's locked rows and the CAS on ``enqueued_at`` keeps one winner.
     """
-    older_than = db_now(-older_than_s)
-    ids = session.scalars(
-        skip_locked(
-            select(Continuation.id)
-            .where(
-                Continuation.status == word(ContinuationStatus.READY),
-                or_(Continuation.enqueued_at.is_(None), Continuation.enqueued_at < older_than),
-            )
-            .order_by(Continuation.enqueued_at.asc().nulls_first())
-            .limit(batch)
-        )
-    ).all()
-    if not ids:
-        return []
-    won = session.scalars(
-        update(Continuation)
-        .where(
-            Continuation.id.in_(ids),
-            Continuation.status == ContinuationStatus.READY,
-            or_(Continuation.enqueued_at.is_(None), Continuation.enqueued_at < older_than),
-        )
-        .values(enqueued_at=db_now(), publishes=Continuation.publishes + 1)
-        .returning(Continuation.id)
-        .execution_options(synchronize_session=False)
-    ).all()
-    return list(won)
+    return list(session.scalars(_MARK_FOR_REPUBLISH, {"older_than_s": -older_than_s, "n": batch}))
 
 
 def expired_claims(session: Session, *, batch: int) -> list[Continuation]:
@@ -109,20 +104,23 @@ def continuation_kinds(session: Session, ids: Sequence[str]) -> list[tuple[str, 
 
 
 def record_sweep(session: Session, counts: dict[str, int], *, duration_s: float) -> None:
-    """Add one pass's counts to the running totals (an upsert per category)."""
+    """Add one pass's counts to the running totals: one upsert of every category."""
+    if not counts:
+        return
     now = utcnow()
-    for category, count in counts.items():
-        stmt = pg_insert(SweepTotal).values(
-            category=category, total=count, last_count=count, last_duration_s=duration_s, last_at=now
+    rows = [
+        {"category": category, "total": count, "last_count": count, "last_duration_s": duration_s, "last_at": now}
+        for category, count in counts.items()
+    ]
+    stmt = pg_insert(SweepTotal).values(rows)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[SweepTotal.category],
+            set_={
+                "total": SweepTotal.total + stmt.excluded.total,
+                "last_count": stmt.excluded.last_count,
+                "last_duration_s": stmt.excluded.last_duration_s,
+                "last_at": stmt.excluded.last_at,
+            },
         )
-        session.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[SweepTotal.category],
-                set_={
-                    "total": SweepTotal.total + count,
-                    "last_count": count,
-                    "last_duration_s": duration_s,
-                    "last_at": now,
-                },
-            )
-        )
+    )
