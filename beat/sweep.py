@@ -206,8 +206,7 @@ def _expire_interactions(report: SweepReport, *, batch: int) -> list[tuple[str, 
 def _stale_ready(report: SweepReport, *, batch: int, older_than_s: float) -> list[tuple[str, str]]:
     """Category 1: ready continuations not enqueued recently (publish lost, broker flushed) → again."""
     with transaction() as session:
-        ids = store.mark_for_republish(session, older_than_s=older_than_s, batch=batch)
-        rows = [(cid, kind) for cid, kind in store.continuation_kinds(session, ids)]
+        rows = store.mark_for_republish(session, older_than_s=older_than_s, batch=batch)
     report.counts["republished"] += len(rows)
     return rows
 

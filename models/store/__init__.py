@@ -54,7 +54,6 @@ from models.store.runs import Due, RunRecord, StepLike, create_run, erase_secret
 from models.store.sql import Executor, canonical_json, interaction_id, new_id, skip_locked, word, words
 from models.store.steps import InteractionSpec, next_step, park
 from models.store.sweep import (
-    continuation_kinds,
     expirable_interactions,
     expired_claims,
     mark_for_republish,
@@ -100,7 +99,6 @@ __all__ = [
     "commit_outcome",
     "consume",
     "consume_and_finish_run",
-    "continuation_kinds",
     "create_grant",
     "create_principal",
     "create_run",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -12,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
-from models.status import RUN_LIVE, RUN_TERMINAL, ContinuationKind, ContinuationStatus, RunStatus, StepStatus
+from models.status import RUN_LIVE, ContinuationKind, ContinuationStatus, RunStatus, StepStatus
 from models.store.events import append_events, event_params, event_row, events_if
 from models.store.sql import (
     CONT,
@@ -21,7 +20,6 @@ from models.store.sql import (
     INTER,
     RUN,
     STEP,
-    Executor,
     bp,
     insert_or_winner,
     insert_unless_taken,
@@ -29,7 +27,7 @@ from models.store.sql import (
     new_id,
     words,
 )
-from models.tables import Principal, Run, Step
+from models.tables import Principal, Run
 from parkway.errors import Conflict
 
 
@@ -143,23 +141,6 @@ def _same_request(run: Run, request_digest: str) -> Run:
     return run
 
 
-def insert_step(session: Session, run_id: str, *, seq: int, name: str, payload: Any) -> Step:
-    now = utcnow()
-    step = Step(
-        id=new_id(),
-        run_id=run_id,
-        seq=seq,
-        name=name,
-        status=StepStatus.RUNNING,
-        payload=payload,
-        created_at=now,
-        updated_at=now,
-    )
-    session.add(step)
-    session.flush()
-    return step
-
-
 @dataclass(frozen=True)
 class Due:
     """A continuation made ready in this transaction: publish it once the transaction has committed."""
@@ -169,52 +150,6 @@ class Due:
     run_id: str
     step_id: str
     name: str
-
-
-_INSERT_CONTINUATION = insert(CONT).values(enqueued_at=db_now(), created_at=db_now())
-
-
-def insert_continuation(
-    session: Executor,
-    run_id: str,
-    step_id: str,
-    kind: ContinuationKind,
-    name: str,
-    *,
-    events: list[dict[str, Any]] | None = None,
-) -> Due:
-    """Insert a ready continuation and its event (after ``events``, the caller's, in the same insert)."""
-    due = Due(id=new_id(), kind=kind.value, run_id=run_id, step_id=step_id, name=name)
-    session.execute(
-        _INSERT_CONTINUATION,
-        {
-            "id": due.id,
-            "run_id": run_id,
-            "step_id": step_id,
-            "kind": due.kind,
-            "name": name,
-            "status": ContinuationStatus.READY.value,
-            "attempts": 0,
-            # Published right after this commit; if that publish is lost the sweep sends it again later.
-            "publishes": 1,
-        },
-    )
-    ready = event_row(run_id, "continuation.ready", continuation_id=due.id, step_id=step_id, name=name)
-    append_events(session, [*(events or []), ready])
-    return due
-
-
-def set_run_status(session: Session, run_id: str, from_: Iterable[str], to: RunStatus) -> Run | None:
-    """from -> to between live statuses; ``None`` when it is not in a ``from`` status any more (a run ends
-    only through ``finish_run``)."""
-    assert to not in RUN_TERMINAL, f"a run ends through finish_run, not set_run_status ({to})"
-    return session.scalar(
-        update(Run)
-        .where(Run.id == run_id, Run.status.in_([str(s) for s in from_]))
-        .values(status=to.value, updated_at=utcnow())
-        .returning(Run)
-        .execution_options(synchronize_session=False)
-    )
 
 
 def _record_terminal_history(session: Session, run: RunRecord) -> None:
@@ -230,17 +165,6 @@ def _record_terminal_history(session: Session, run: RunRecord) -> None:
             "execution_id": run.finished_by,
             "recorded_at": utcnow(),
         },
-    )
-
-
-def set_step_status(session: Session, step_id: str, from_: Iterable[str], to: StepStatus, **values: Any) -> Step | None:
-    """from -> to for a step; ``None`` when it is not in a ``from`` status any more."""
-    return session.scalar(
-        update(Step)
-        .where(Step.id == step_id, Step.status.in_([str(s) for s in from_]))
-        .values(status=to.value, updated_at=utcnow(), **values)
-        .returning(Step)
-        .execution_options(synchronize_session=False)
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, or_, select, update
@@ -28,20 +27,22 @@ def _mark_for_republish() -> Any:
         update(CONT)
         .where(CONT.c.id == batch.c.id, ready, stale)
         .values(enqueued_at=db_now(), publishes=CONT.c.publishes + 1)
-        .returning(CONT.c.id)
+        .returning(CONT.c.id, CONT.c.kind)
     )
 
 
 _MARK_FOR_REPUBLISH = _mark_for_republish()
 
 
-def mark_for_republish(session: Session, *, older_than_s: float, batch: int) -> list[str]:
+def mark_for_republish(session: Session, *, older_than_s: float, batch: int) -> list[tuple[str, str]]:
     """ready -> ready, re-stamped, for up to ``batch`` continuations not enqueued in the last
-    ``older_than_s`` seconds of the database's clock: one statement; returns their ids (none: nothing stale).
+    ``older_than_s`` seconds of the database's clock: one statement; returns their ``(id, kind)`` to publish
+    (none: nothing stale).
 
     Concurrent sweeps skip each other's locked rows and the CAS on ``enqueued_at`` keeps one winner.
     """
-    return list(session.scalars(_MARK_FOR_REPUBLISH, {"older_than_s": -older_than_s, "n": batch}))
+    rows = session.execute(_MARK_FOR_REPUBLISH, {"older_than_s": -older_than_s, "n": batch})
+    return [(r.id, r.kind) for r in rows]
 
 
 def expired_claims(session: Session, *, batch: int) -> list[Continuation]:
@@ -94,13 +95,6 @@ def expirable_interactions(session: Session, *, batch: int) -> list[str]:
             .limit(batch)
         ).all()
     )
-
-
-def continuation_kinds(session: Session, ids: Sequence[str]) -> list[tuple[str, str]]:
-    if not ids:
-        return []
-    rows = session.execute(select(Continuation.id, Continuation.kind).where(Continuation.id.in_(list(ids))))
-    return [(r[0], r[1]) for r in rows]
 
 
 def record_sweep(session: Session, counts: dict[str, int], *, duration_s: float) -> None:

@@ -7,10 +7,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
+from sqlalchemy import text
+
 from models import store
 from models.base import utcnow
-from models.status import ContinuationKind
-from models.store.runs import insert_continuation
 from parkway.db import transaction
 from tasks.sdk import Gone, answer
 from tests.integration.helpers import continuation, events, execute_ready, interaction, parked, step
@@ -145,12 +145,18 @@ def test_give_up__marks_the_continuation_dead_and_interrupts_run_and_step(stack:
 
 def test_give_up__interrupts_pending_interactions_with_events(stack: Stack) -> None:
     # Given a parked run with pending questions and a live continuation for its step. The pipeline never
-    # makes one due while a question is pending, so the row is inserted through the store directly: this
-    # is the shape of work that can no longer make progress (e.g. a version that is not registered).
+    # makes one due while a question is pending, so the test inserts the row itself: this is the shape of
+    # work that can no longer make progress (e.g. a version that is not registered).
     run_id, asked = parked("t.ask_two")
+    stranded_id = f"stranded-{run_id}"
     with transaction() as session:
-        stranded = insert_continuation(session, run_id, asked["window"].step_id, ContinuationKind.RESUME, "x@1")
-        stranded_id = stranded.id
+        session.execute(
+            text(
+                "INSERT INTO continuations (id, run_id, step_id, kind, name, status, attempts, publishes, "
+                "enqueued_at, created_at) VALUES (:id, :run, :step, 'resume', 'x@1', 'ready', 0, 1, now(), now())"
+            ),
+            {"id": stranded_id, "run": run_id, "step": asked["window"].step_id},
+        )
 
     with transaction() as session:
         assert store.give_up(session, stranded_id, reason="continuation version x@1 is not registered") is not None
