@@ -30,6 +30,12 @@ BROKER = os.environ.get("PARKWAY_TEST_BROKER", "redis")
 if BROKER not in ("redis", "filesystem"):
     raise RuntimeError(f"PARKWAY_TEST_BROKER must be redis or filesystem, not {BROKER!r}")
 SESSION_HOME = Path(tempfile.mkdtemp(prefix=f"parkway-test-{BROKER}-"))
+# The embedded PostgreSQL data directory the CLI tests' homes start from a copy of (tests/cli/conftest.py):
+# named by the first process of the run (its xdist workers inherit the name), removed by that process.
+CLUSTER_OWNER = "PARKWAY_TEST_CLUSTER_DIR" not in os.environ
+if CLUSTER_OWNER:
+    os.environ["PARKWAY_TEST_CLUSTER_DIR"] = tempfile.mkdtemp(prefix="parkway-cluster-")
+CLUSTER_DIR = Path(os.environ["PARKWAY_TEST_CLUSTER_DIR"])
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 PG_URL_SETTING = os.environ.get("PARKWAY_TEST_PG_URL", "")
 REQUIRE_SERVICES = os.environ.get("PARKWAY_REQUIRE_SERVICES") == "1"
@@ -165,6 +171,9 @@ def pytest_sessionfinish() -> None:
 
     embedded.stop(embedded.data_dir(SESSION_HOME))  # this session's own embedded PostgreSQL, if it started one
     shutil.rmtree(SESSION_HOME, ignore_errors=True)
+    if CLUSTER_OWNER:  # after every xdist worker of the run has ended
+        embedded.stop(embedded.data_dir(CLUSTER_DIR))
+        shutil.rmtree(CLUSTER_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
