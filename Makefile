@@ -5,7 +5,10 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # The Redis run in three processes, a module's tests together (they share its workers): most of a test is
 # waiting on real processes, so this fits the 2-core machine; TEST_PARALLEL= runs it in one process.
-TEST_PARALLEL ?= -n 3 --dist loadfile
+# Modules go out in collection order, the longest first (LONG_MODULES in tests/conftest.py), not by test count.
+TEST_PARALLEL ?= -n 3 --dist loadfile --no-loadscope-reorder
+# The filesystem-broker run beside it in two processes; FS_PARALLEL= runs it in one.
+FS_PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test test-postgres lint migrate sweep bench demo clean
 
@@ -25,7 +28,7 @@ run: $(STAMP)
 test: $(STAMP)
 	@mkdir -p var
 	@echo "make test: the filesystem-broker run (-m broker) goes on in the background (var/test-filesystem.log)"
-	@PARKWAY_TEST_BROKER=filesystem $(PY) -m pytest -m broker $(PYTEST_ARGS) > var/test-filesystem.log 2>&1 & fs=$$!; \
+	@PARKWAY_TEST_BROKER=filesystem $(PY) -m pytest -m broker $(FS_PARALLEL) $(PYTEST_ARGS) > var/test-filesystem.log 2>&1 & fs=$$!; \
 	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS); redis=$$?; \
 	wait $$fs; fs_rc=$$?; \
 	echo "make test: the filesystem-broker run (var/test-filesystem.log):"; \

@@ -30,6 +30,12 @@ BROKER = os.environ.get("PARKWAY_TEST_BROKER", "redis")
 if BROKER not in ("redis", "filesystem"):
     raise RuntimeError(f"PARKWAY_TEST_BROKER must be redis or filesystem, not {BROKER!r}")
 SESSION_HOME = Path(tempfile.mkdtemp(prefix=f"parkway-test-{BROKER}-"))
+# The embedded PostgreSQL data directory the CLI tests' homes start from a copy of (tests/cli/conftest.py):
+# named by the first process of the run (its xdist workers inherit the name), removed by that process.
+CLUSTER_OWNER = "PARKWAY_TEST_CLUSTER_DIR" not in os.environ
+if CLUSTER_OWNER:
+    os.environ["PARKWAY_TEST_CLUSTER_DIR"] = tempfile.mkdtemp(prefix="parkway-cluster-")
+CLUSTER_DIR = Path(os.environ["PARKWAY_TEST_CLUSTER_DIR"])
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 PG_URL_SETTING = os.environ.get("PARKWAY_TEST_PG_URL", "")
 REQUIRE_SERVICES = os.environ.get("PARKWAY_REQUIRE_SERVICES") == "1"
@@ -46,6 +52,33 @@ BROKER_MODULES = {
     "tests/api/test_sensitive.py",
     "tests/deploy/test_flower.py",
 }
+
+# The modules that run longest, longest first. ``make test`` hands whole modules to its xdist workers in
+# collection order (``--no-loadscope-reorder``): these go out first, so no long one starts last while the
+# other workers sit idle; the many short modules fill in behind them.
+LONG_MODULES = (
+    "tests/acceptance/test_terminal_truth.py",
+    "tests/acceptance/test_recovery.py",
+    "tests/acceptance/test_tools.py",
+    "tests/acceptance/test_crash_points.py",
+    "tests/cli/test_grants.py",
+    "tests/integration/test_sweep.py",
+    "tests/cli/test_up.py",
+    "tests/pages/test_decisions_browser.py",
+    "tests/cli/test_supervise.py",
+    "tests/cli/test_embedded.py",
+    "tests/api/test_http_e2e.py",
+    "tests/cli/test_demo.py",
+    "tests/api/test_sensitive.py",
+    "tests/cli/test_token.py",
+    "tests/api/test_fuzz.py",
+    "tests/acceptance/test_clock.py",
+    "tests/api/test_offline_docs.py",
+    "tests/api/test_db_outage.py",
+    "tests/cli/test_migrate.py",
+    "tests/cli/test_walkthrough.py",
+    "tests/api/test_event_soak.py",
+)
 
 
 def _claim_redis_db() -> int:
@@ -126,6 +159,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.relative_to(ROOT).as_posix() in BROKER_MODULES:
             item.add_marker(pytest.mark.broker)
+    rank = {module: n for n, module in enumerate(LONG_MODULES)}
+    gone = [module for module in LONG_MODULES if not (ROOT / module).is_file()]
+    assert not gone, f"LONG_MODULES names modules that do not exist: {gone}"
+    # A stable sort: each module's tests keep their order, the other modules theirs, after the long ones.
+    items.sort(key=lambda item: rank.get(item.path.relative_to(ROOT).as_posix(), len(rank)))
 
 
 def pytest_sessionfinish() -> None:
@@ -133,6 +171,9 @@ def pytest_sessionfinish() -> None:
 
     embedded.stop(embedded.data_dir(SESSION_HOME))  # this session's own embedded PostgreSQL, if it started one
     shutil.rmtree(SESSION_HOME, ignore_errors=True)
+    if CLUSTER_OWNER:  # after every xdist worker of the run has ended
+        embedded.stop(embedded.data_dir(CLUSTER_DIR))
+        shutil.rmtree(CLUSTER_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -22,9 +22,9 @@ print(embedded.postmaster(directory).pid)
 """
 
 
-def test_embedded__processes_starting_at_once_share_one_instance_on_a_long_path(home: Path) -> None:
-    # Given a home whose data directory is too long a path for a unix socket (107 characters)
-    home = home / ("a-long-directory-name-" * 4) / "home"
+def test_embedded__processes_starting_at_once_share_one_instance_on_a_long_path(empty_home: Path) -> None:
+    # Given a new home whose data directory is too long a path for a unix socket (107 characters)
+    home = empty_home / ("a-long-directory-name-" * 4) / "home"
     directory = embedded.data_dir(home)
     assert len(str(directory / ".s.PGSQL.5432")) > 107
     try:
@@ -68,8 +68,9 @@ def test_migrate__stops_the_instance_it_started_and_leaves_one_it_did_not(home: 
     assert embedded.postmaster(directory) is None
 
 
-def test_embedded__that_cannot_start_is_one_line_naming_why_and_its_log(home: Path) -> None:
+def test_embedded__that_cannot_start_is_one_line_naming_why_and_its_log(empty_home: Path) -> None:
     # Given a data directory PostgreSQL 18 cannot use (left by another version, and incomplete)
+    home = empty_home
     directory = embedded.data_dir(home)
     directory.mkdir()
     (directory / "PG_VERSION").write_text("12\n")

@@ -36,9 +36,10 @@ browser = pages.browser  # the suite's headless Chromium, as this module's fixtu
 
 
 @pytest.fixture
-def up(tmp_path: Path, home: Path) -> Iterator[Up]:
-    """``make run``, on free ports: ``parkway up`` with nothing configured (the examples loaded by default)."""
-    running = start_up(tmp_path, home, imports=None)
+def up(tmp_path: Path, empty_home: Path) -> Iterator[Up]:
+    """``make run``, on free ports: ``parkway up`` with nothing configured (the examples loaded by default), in
+    a home with nothing in it yet, as a newcomer's first start is."""
+    running = start_up(tmp_path, empty_home, imports=None)
     try:
         wait_for(lambda: running.printed("run history  "), timeout=180, what="parkway up to print its URLs")
         running.groups = list(child_pids(running.stdout()).values())
