@@ -4,6 +4,8 @@ review and completes. A screenshot is saved to $PARKWAY_TEST_ARTIFACTS/run-histo
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.api.conftest import HUMAN
 from tests.pages.browsing import Site, sign_in
 
@@ -47,13 +49,15 @@ def test_run_history__follows_the_run_live_to_completion_and_is_screenshotted(si
     assert [n.text for n in site.all("#timeline .n")] == [str(i) for i in range(1, len(seqs) + 1)]
     assert site.css("#event-count").text == str(len(seqs))
     assert f"by {HUMAN} at" in site.css("#interactions .who-when").text
-    tool = site.css('#tool-calls tr[data-tool="publish"]')
-    assert [tool.find_element("css selector", c).text for c in (".phase", ".replay", ".possibly-ran")] == [
-        "settled",
-        "never",
-        "no",
-    ]
-    assert [site.css(f"#reviews .{c}").text for c in ("findings", "verifications")] == ["3", "2"]
+
+    # The tables are rendered again as the run's last events arrive: read them once they have settled
+    def tool_call(_: Any) -> list[str]:
+        tool = site.css('#tool-calls tr[data-tool="publish"]')
+        return [tool.find_element("css selector", c).text for c in (".phase", ".replay", ".possibly-ran")]
+
+    site.wait(lambda d: tool_call(d) == ["settled", "never", "no"], "the tool call settled, never replayed")
+    reviews = ("findings", "verifications")
+    site.wait(lambda _: [site.css(f"#reviews .{c}").text for c in reviews] == ["3", "2"], "the review's counts")
     assert OTP not in site.browser.page_source and "***" in site.css("#interactions").text
     # One event's details open, as a person would look at it
     completed = site.css('#timeline li[data-type="run.completed"] summary')
