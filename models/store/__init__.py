@@ -11,7 +11,7 @@ store.answer(...)``).
 
 from models.store.answering import AnswerReceipt, Expiry, answer, expire_due
 from models.store.claims import Answer, Claim, Claimed, StepRef, claim, claim_in_one_statement, load_claim, renew_lease
-from models.store.continuations import consume, consume_and_finish_run, give_up_exhausted
+from models.store.continuations import consume, consume_and_finish_run
 from models.store.events import append_event, append_events, event_row
 from models.store.interactions import (
     Act,
@@ -21,7 +21,7 @@ from models.store.interactions import (
     cancel_digest,
     interaction_state,
 )
-from models.store.interrupts import Dead, give_up, interrupt_run
+from models.store.interrupts import Dead, give_up, give_up_exhausted, interrupt_run
 from models.store.outcomes import Committed, Ending, Handover, Interruption, Parking, StepOutcome, commit_outcome
 from models.store.principals import (
     ANSWERERS,

@@ -225,9 +225,10 @@ FINISH_STEP = (
 RUN_RECORD_COLUMNS = ("id", "workflow", "status", "completed_at", "finished_by", "warnings", "error_details")
 
 
-def finish_run_update(run_id: Any) -> Any:
+def finish_run_update(run_id: Any, reason: Any = None) -> Any:
     """live -> terminal for the run ``run_id`` (an expression), its values bound as ``:to``, ``:res``,
-    ``:err``, ``:det``, ``:why``, ``:eid`` and ``:at``; returns its ``RunRecord`` columns."""
+    ``:err``, ``:det``, ``:eid``, ``:at`` and its reason as ``:why`` (or the expression ``reason``); returns
+    its ``RunRecord`` columns."""
     return (
         update(RUN)
         .where(RUN.c.id == run_id, RUN.c.status.in_(words(s.value for s in RUN_LIVE)))
@@ -236,7 +237,7 @@ def finish_run_update(run_id: Any) -> Any:
             result=bp("res", RUN.c.result),
             error=bindparam("err"),
             error_details=bp("det", RUN.c.error_details),
-            reason=bindparam("why"),
+            reason=bindparam("why") if reason is None else reason,
             finished_by=bindparam("eid"),
             updated_at=bp("at", RUN.c.updated_at),
             completed_at=bp("at", RUN.c.completed_at),
