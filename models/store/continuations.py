@@ -38,13 +38,19 @@ CONSUME = (
 )
 
 
-def _consume() -> Any:
-    """``CONSUME``, and ``step.resumed`` when the continuation consumed is a parked step's."""
+def consumed_and_resumed() -> tuple[Any, Any]:
+    """``CONSUME`` as a CTE (id, kind, run_id, step_id), and its ``step.resumed`` (an ``event_select``, first
+    of its statement) when the continuation consumed is a parked step's."""
     consumed = CONSUME.returning(CONT.c.id, CONT.c.kind, CONT.c.run_id, CONT.c.step_id).cte("consumed")
     c = consumed.c
     name = select(STEP.c.name).where(STEP.c.id == c.step_id).scalar_subquery()
     resumed = event_select(0, "step.resumed", c.run_id, consumed, step_id=c.step_id, name=name, continuation_id=c.id)
-    resumed = resumed.where(c.kind == word(ContinuationKind.RESUME))
+    return consumed, resumed.where(c.kind == word(ContinuationKind.RESUME))
+
+
+def _consume() -> Any:
+    """``CONSUME``, and ``step.resumed`` when the continuation consumed is a parked step's."""
+    consumed, resumed = consumed_and_resumed()
     return select(consumed.c.id).add_cte(insert_events(resumed))
 
 

@@ -15,8 +15,10 @@ from sqlalchemy import String, and_, bindparam, cast, exists, func, literal, lit
 from models.base import utcnow
 from models.status import ContinuationStatus, InteractionStatus, RunStatus, StepStatus
 from models.store.claims import claimable
+from models.store.continuations import consumed_and_resumed
+from models.store.driver import DriverStatement
 from models.store.events import event_select, insert_events
-from models.store.runs import RUN_RECORD_COLUMNS, RunRecord, finish_run_update, history_of
+from models.store.runs import RUN_RECORD_COLUMNS, RunRecord, StepLike, finish_run_update, history_of
 from models.store.sql import CONT, INTER, STEP, Executor, bp, word, words
 
 _LIVE_CONTINUATION = (ContinuationStatus.READY.value, ContinuationStatus.CLAIMED.value)
@@ -81,6 +83,43 @@ def _interrupting(run_id: Any, gate: Any, *first_events: Any, why: Any = _WHY) -
         ),
     )
     return ended, [history, erased, closed, steps, orphans, events]
+
+
+def _consume_and_interrupt_run() -> Any:
+    """``consume`` (``step.resumed`` first for a parked step's continuation) and, only if it won, the run
+    ``:rid`` interrupted as ``interrupt_run`` does; the step ``:sid``'s sealed values erased when the run
+    had already ended (else the run's erasure covers them). One row (``consumed``, then the record's
+    columns, NULL when the run had already ended) when the consume won; none when the claim was lost."""
+    consumed, resumed = consumed_and_resumed()
+    won = exists(select(consumed.c.id))
+    ended, ctes = _interrupting(cast(bindparam("rid"), String), won, resumed)
+    # Exclusive of the run's erasure: one statement must not update a row twice.
+    step_erased = (
+        update(INTER)
+        .where(INTER.c.step_id == bindparam("sid"), INTER.c.secret.is_not(None), won, ~exists(select(ended.c.id)))
+        .values(secret=None)
+    ).cte("step_erased")
+    return (
+        select(consumed.c.id.label("consumed"), *(ended.c[name] for name in RUN_RECORD_COLUMNS))
+        .select_from(consumed.outerjoin(ended, true()))
+        .add_cte(step_erased, *ctes)
+    )
+
+
+_CONSUME_AND_INTERRUPT_RUN = DriverStatement(_consume_and_interrupt_run())
+
+
+def consume_and_interrupt_run(
+    session: Executor, continuation_id: str, step: StepLike, *, reason: str, execution_id: str
+) -> tuple[bool, RunRecord | None]:
+    """claimed -> consumed (as ``consume``), then live -> interrupted for its run as ``interrupt_run``, in
+    one statement: whether the consume won, and the run's record (``None`` when the claim was lost or the
+    run had already ended; nothing is written when it was lost). A whole unit of work, fit for autocommit."""
+    params = {**_params(reason, execution_id, continuation_id), "rid": step.run_id, "sid": step.id}
+    row = _CONSUME_AND_INTERRUPT_RUN.first(session, params)
+    if row is None:
+        return False, None
+    return True, (RunRecord(*row[1:]) if row.id is not None else None)
 
 
 def _interrupt_run() -> Any:

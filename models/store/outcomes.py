@@ -2,9 +2,9 @@
 
 The worker runs the body outside any transaction, then hands the outcome here. Where no review of the
 step can be running, the consume and every write of the outcome, its events included, are one statement:
-in autocommit when it ends the run or hands over and nothing else must happen in the commit (no
-``in_commit`` callback to run); in a transaction for a park (a step that did not park rolls the consume
-back) or with callbacks. Otherwise one transaction holds the consume, the review guard and the writes.
+in autocommit when it ends or interrupts the run or hands over and nothing else must happen in the
+commit (no ``in_commit`` callback to run); in a transaction for a park (a step that did not park rolls
+the consume back) or with callbacks. Otherwise one transaction holds the consume, the review guard and the writes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from models.status import ContinuationKind, RunStatus
 from models.store.claims import Claim
 from models.store.continuations import consume, consume_and_finish_run, consume_and_next_step, consume_and_park
-from models.store.interrupts import interrupt_run
+from models.store.interrupts import consume_and_interrupt_run, interrupt_run
 from models.store.reviews import interrupt_review, owner_evidence, running_reviews
 from models.store.runs import Due, RunRecord, erase_secrets, finish_run
 from models.store.steps import InteractionSpec, next_step, park
@@ -91,6 +91,11 @@ def commit_outcome(
                 conn, continuation_id, claim.step, execution_id=execution_id, status=outcome.status,
                 result=outcome.result, error=outcome.error, error_details=outcome.details,
             )  # fmt: skip
+        return Committed(outcome, [], ended) if won else None
+    if isinstance(outcome, Interruption) and not reviews:  # a run interrupted runs no in_commit callback
+        with single_statement() as conn:
+            won, ended = consume_and_interrupt_run(conn, continuation_id, claim.step, reason=outcome.reason,
+                                                   execution_id=execution_id)  # fmt: skip
         return Committed(outcome, [], ended) if won else None
     if isinstance(outcome, Handover) and not reviews and not in_commit:
         with single_statement() as conn:
