@@ -54,11 +54,13 @@ from models.store.runs import Due, RunRecord, StepLike, create_run, erase_secret
 from models.store.sql import Executor, canonical_json, interaction_id, new_id, skip_locked, word, words
 from models.store.steps import InteractionSpec, next_step, park
 from models.store.sweep import (
+    ExpiredClaims,
     expirable_interactions,
     expired_claims,
     mark_for_republish,
     record_sweep,
     release_expired_claim,
+    release_expired_claims,
 )
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "Due",
     "Ending",
     "Executor",
+    "ExpiredClaims",
     "Expiry",
     "Handover",
     "InteractionSpec",
@@ -128,6 +131,7 @@ __all__ = [
     "record_schedule_history",
     "record_sweep",
     "release_expired_claim",
+    "release_expired_claims",
     "renew_lease",
     "review_progress",
     "revoke_grant",

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from beat.sweep import SweepReport, run_sweep
 from models import store
@@ -208,6 +208,27 @@ def test_sweep__expired_claim_is_released_to_ready_and_republished(actors_db: st
     assert execute(cid) == "committed"
     assert continuation(cid).attempts == 2
     assert run_row(row.run_id).status == "completed"
+
+
+def test_sweep__an_expired_claim_that_cannot_be_released_is_skipped_and_the_others_are_released(
+    actors_db: str, sent: Sent
+) -> None:
+    # Given three executions that died, one of whose rows the release cannot write (its publish count is at
+    # the integer limit, so the batch's one statement fails)
+    ids = _start_ids(3)
+    for cid in ids:
+        _claim_until_expired(cid)
+    with transaction() as session:
+        session.execute(update(Continuation).where(Continuation.id == ids[0]).values(publishes=2**31 - 1))
+    sent.clear()
+
+    # When the sweep runs
+    report = run_sweep()
+
+    # Then the bad row is counted as an error and left as it was; the other two are released and sent
+    assert (_counts(report)["lease_expired"], _counts(report)["errors"]) == (2, 1)
+    assert [continuation(cid).status for cid in ids] == ["claimed", "ready", "ready"]
+    assert sorted(sent.ids()) == sorted(ids[1:])
 
 
 def test_sweep__live_claim_is_left_alone(actors_db: str, sent: Sent) -> None:
