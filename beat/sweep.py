@@ -234,13 +234,21 @@ def _stale_ready(report: SweepReport, *, batch: int, older_than_s: float) -> lis
 
 
 def _stranded_reviews(report: SweepReport, *, batch: int) -> None:
-    """Category 4: running reviews whose owner is gone → interrupted, counts kept, evidence in the reason."""
+    """Category 4: running reviews whose owner is gone → interrupted, counts kept, evidence in the reason:
+    one statement for the batch; should it fail, each row is tried in its savepoint (a bad row is skipped)."""
+    try:
+        with single_statement() as conn:
+            report.counts["reviews_interrupted"] += len(store.interrupt_stranded_reviews(conn, batch=batch))
+        return
+    except Exception:
+        log.exception(
+            "sweep: the batch interrupt of stranded reviews failed; trying each row", extra={"action": "sweep"}
+        )
     with transaction() as session:
         for review in store.stranded_reviews(session, batch=batch):
             try:
                 with session.begin_nested():
-                    evidence = store.owner_evidence(session, review.execution_id)
-                    if store.interrupt_review(session, review, evidence=evidence) is not None:
+                    if store.interrupt_review(session, review.id) is not None:
                         report.counts["reviews_interrupted"] += 1
             except Exception:
                 report.counts["errors"] += 1

@@ -43,7 +43,7 @@ from models.store.projections import (
 )
 from models.store.reviews import (
     interrupt_review,
-    owner_evidence,
+    interrupt_stranded_reviews,
     record_review,
     review_progress,
     running_reviews,
@@ -117,13 +117,13 @@ __all__ = [
     "interaction_state",
     "interrupt_review",
     "interrupt_run",
+    "interrupt_stranded_reviews",
     "is_granted",
     "load_claim",
     "lock_run_for_projection",
     "mark_for_republish",
     "new_id",
     "next_step",
-    "owner_evidence",
     "park",
     "principal_by_name",
     "principal_ref_by_name",

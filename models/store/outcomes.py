@@ -19,7 +19,7 @@ from models.status import ContinuationKind, RunStatus
 from models.store.claims import Claim
 from models.store.continuations import consume, consume_and_finish_run, consume_and_next_step, consume_and_park
 from models.store.interrupts import consume_and_interrupt_run, interrupt_run
-from models.store.reviews import interrupt_review, owner_evidence, running_reviews
+from models.store.reviews import interrupt_review, running_reviews
 from models.store.runs import Due, RunRecord, erase_secrets, finish_run
 from models.store.steps import InteractionSpec, next_step, park
 from parkway.db import single_statement, transaction
@@ -181,7 +181,7 @@ def _review_guard(session: Session, claim: Claim, outcome: StepOutcome, executio
         if review.execution_id == execution_id:
             mine.append(review)
         else:
-            interrupt_review(session, review, evidence=owner_evidence(session, review.execution_id))
+            interrupt_review(session, review.id)
     if mine and isinstance(outcome, Ending) and outcome.status == RunStatus.COMPLETED:
         names = ", ".join(f"{r.id} ({r.kind})" for r in mine)
         return Ending(

@@ -509,3 +509,34 @@ def test_sweep__expiry_racing_an_answer_on_the_same_question_never_errors(
     assert report.counts["errors"] == 0
     final = interaction(window.id).status
     assert final == ("answered" if isinstance(outcome, dict) else "expired")
+
+
+# --------------------------------------------------------------------------- category 4: stranded reviews
+
+
+def test_sweep__a_stranded_review_is_interrupted_with_its_owners_lease_in_the_reason(
+    actors_db: str, sent: Sent
+) -> None:
+    # Given a review whose owning execution died holding its claim (the lease ran out), and one whose
+    # owner left no claim at all
+    (cid,) = _start_ids(1)
+    _claim(cid, lease_s=0.01, execution_id="dead-exec")
+    row = continuation(cid)
+    with transaction() as session:
+        for kind, owner in (("a", "dead-exec"), ("b", "no-claim")):
+            store.start_review(session, run_id=row.run_id, step_id=row.step_id, kind=kind, execution_id=owner)
+    lease = row.lease_expires_at
+    assert lease is not None
+    wait_for(lambda: utcnow() > lease, timeout=5, what="the lease to expire")
+
+    # When the sweep's category 4 runs before any release of the claim (a pass releases expired claims first)
+    with transaction() as session:
+        assert len(store.interrupt_stranded_reviews(session, batch=10)) == 2
+
+    # Then both are interrupted; the reason says what became of each owner, the lease as Python prints it
+    reasons = [(reason, data["reason"]) for reason, data in events(row.run_id) if reason == "review.interrupted"]
+    counts = "0 findings and 0 verifications were recorded"
+    assert [text for _, text in reasons] == [
+        f"owner execution dead-exec is gone (its lease on continuation {cid} expired at {lease}); {counts}",
+        f"owner execution no-claim is gone (its claim was released after its lease expired); {counts}",
+    ]
