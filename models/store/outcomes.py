@@ -103,10 +103,10 @@ def commit_outcome(
                                          name=outcome.step, payload=outcome.payload)  # fmt: skip
         return None if made is None else Committed(outcome, [made], None)
     with transaction() as session:
-        if reviews or isinstance(outcome, Ending | Interruption):
-            written = _consume_and_write(session, claim, outcome, execution_id, reviews=reviews)
+        if reviews:
+            written = _consume_and_write(session, claim, outcome, execution_id)
         else:
-            written = _consume_and_park_or_hand_over(session, claim, outcome, execution_id)
+            written = _consume_and_commit(session, claim, outcome, execution_id)
         if written is None:
             return None
         outcome, due, ended = written
@@ -122,11 +122,17 @@ def commit_outcome(
 Written = tuple[StepOutcome, list[Due], RunRecord | None]
 
 
-def _consume_and_park_or_hand_over(
-    session: Session, claim: Claim, outcome: Handover | Parking, execution_id: str
-) -> Written | None:
-    """The consume, the step's sealed values erased and the handover or park: one statement."""
+def _consume_and_commit(session: Session, claim: Claim, outcome: StepOutcome, execution_id: str) -> Written | None:
+    """The consume and the outcome's writes (the step's sealed values erased with it): one statement."""
     cid, step = claim.continuation.id, claim.step
+    if isinstance(outcome, Ending):
+        won, ended = consume_and_finish_run(session, cid, step, execution_id=execution_id, status=outcome.status,
+                                            result=outcome.result, error=outcome.error,
+                                            error_details=outcome.details)  # fmt: skip
+        return (outcome, [], ended) if won else None
+    if isinstance(outcome, Interruption):
+        won, ended = consume_and_interrupt_run(session, cid, step, reason=outcome.reason, execution_id=execution_id)
+        return (outcome, [], ended) if won else None
     if isinstance(outcome, Handover):
         made = consume_and_next_step(session, cid, step, execution_id=execution_id, name=outcome.step,
                                      payload=outcome.payload)  # fmt: skip
@@ -137,14 +143,12 @@ def _consume_and_park_or_hand_over(
     return (outcome, [], None) if won else None
 
 
-def _consume_and_write(
-    session: Session, claim: Claim, outcome: StepOutcome, execution_id: str, *, reviews: bool
-) -> Written | None:
-    """The consume, then (a review guard first, where a review may be running) the outcome's writes."""
+def _consume_and_write(session: Session, claim: Claim, outcome: StepOutcome, execution_id: str) -> Written | None:
+    """Where a review may be running: the consume, the review guard, then the outcome's writes (the guard
+    reads what the consume's claim vouches for, and may turn the outcome into a failure)."""
     if consume(session, claim.continuation.id, execution_id=execution_id) is None:
         return None
-    if reviews:
-        outcome = _review_guard(session, claim, outcome, execution_id)
+    outcome = _review_guard(session, claim, outcome, execution_id)
     if not isinstance(outcome, Ending):
         # Read once, by this continuation: the sealed values go in the same transaction as the consume
         # (a run that ends here has every sealed value of the run erased by ``finish_run``).
