@@ -178,7 +178,7 @@ def _consume_and_park(interactions: int, resumed_step: bool) -> DriverStatement:
 
 
 def consume_and_park(
-    session: Session,
+    session: Session | Connection,
     continuation_id: str,
     step: StepLike,
     *,

@@ -2,9 +2,9 @@
 
 The worker runs the body outside any transaction, then hands the outcome here. Where no review of the
 step can be running, the consume and every write of the outcome, its events included, are one statement:
-in autocommit when it ends or interrupts the run or hands over and nothing else must happen in the
-commit (no ``in_commit`` callback to run); in a transaction for a park (a step that did not park rolls
-the consume back) or with callbacks. Otherwise one transaction holds the consume, the review guard and the writes.
+in autocommit when nothing else must happen in the commit (no ``in_commit`` callback to run); in a
+transaction for a park (a step that did not park rolls the consume back) or with callbacks. Otherwise
+one transaction holds the consume, the review guard and the writes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from models.status import ContinuationKind, RunStatus
@@ -83,25 +84,12 @@ def commit_outcome(
     """claimed -> consumed with the step's outcome, committed; ``None`` when the claim was lost (another
     execution owns it now, and nothing was written). ``in_commit`` callbacks run inside the commit unless
     the run failed or was interrupted."""
-    continuation_id = claim.continuation.id
     reviews = claim.review_running or reviews_started  # otherwise no review of the step can be running
-    if isinstance(outcome, Ending) and not reviews and (outcome.status == RunStatus.FAILED or not in_commit):
+    quiet = not in_commit or _fails(outcome)  # no callback runs in the commit
+    if not reviews and quiet and not isinstance(outcome, Parking):  # a park that did not happen rolls back
         with single_statement() as conn:
-            won, ended = consume_and_finish_run(
-                conn, continuation_id, claim.step, execution_id=execution_id, status=outcome.status,
-                result=outcome.result, error=outcome.error, error_details=outcome.details,
-            )  # fmt: skip
-        return Committed(outcome, [], ended) if won else None
-    if isinstance(outcome, Interruption) and not reviews:  # a run interrupted runs no in_commit callback
-        with single_statement() as conn:
-            won, ended = consume_and_interrupt_run(conn, continuation_id, claim.step, reason=outcome.reason,
-                                                   execution_id=execution_id)  # fmt: skip
-        return Committed(outcome, [], ended) if won else None
-    if isinstance(outcome, Handover) and not reviews and not in_commit:
-        with single_statement() as conn:
-            made = consume_and_next_step(conn, continuation_id, claim.step, execution_id=execution_id,
-                                         name=outcome.step, payload=outcome.payload)  # fmt: skip
-        return None if made is None else Committed(outcome, [made], None)
+            written = _consume_and_commit(conn, claim, outcome, execution_id)
+        return None if written is None else Committed(*written)
     with transaction() as session:
         if reviews:
             written = _consume_and_write(session, claim, outcome, execution_id)
@@ -110,19 +98,23 @@ def commit_outcome(
         if written is None:
             return None
         outcome, due, ended = written
-        failed = isinstance(outcome, Interruption) or (
-            isinstance(outcome, Ending) and outcome.status == RunStatus.FAILED
-        )
-        if not failed:
+        if not _fails(outcome):
             for fn in in_commit:
                 fn(session)
     return Committed(outcome, due, ended)
 
 
+def _fails(outcome: StepOutcome) -> bool:
+    """The run fails or is interrupted: ``in_commit`` callbacks do not run."""
+    return isinstance(outcome, Interruption) or (isinstance(outcome, Ending) and outcome.status == RunStatus.FAILED)
+
+
 Written = tuple[StepOutcome, list[Due], RunRecord | None]
 
 
-def _consume_and_commit(session: Session, claim: Claim, outcome: StepOutcome, execution_id: str) -> Written | None:
+def _consume_and_commit(
+    session: Session | Connection, claim: Claim, outcome: StepOutcome, execution_id: str
+) -> Written | None:
     """The consume and the outcome's writes (the step's sealed values erased with it): one statement."""
     cid, step = claim.continuation.id, claim.step
     if isinstance(outcome, Ending):
