@@ -16,7 +16,7 @@ from typing import Any
 from beat import schedule
 from models import fail_closed, projections, store
 from parkway.crash import crash_point
-from parkway.db import transaction
+from parkway.db import single_statement, transaction
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import CONTINUATIONS_QUEUE, SWEEP, SWEEP_QUEUE, app
@@ -117,31 +117,53 @@ def continuations_queued() -> int | None:
 
 
 def _expired_leases(report: SweepReport, *, batch: int, max_attempts: int) -> list[tuple[str, str]]:
-    """Category 1 (claims whose lease ran out → ready again) and 3 (out of attempts → dead)."""
-    due: list[tuple[str, str]] = []
-    dead_runs: list[str] = []
+    """Category 1 (claims whose lease ran out → ready again) and 3 (out of attempts → dead): the release is
+    one statement for the batch; should it fail, each row is tried on its own, so one bad row is skipped."""
+    try:
+        with single_statement() as conn:
+            found = store.release_expired_claims(conn, batch=batch, max_attempts=max_attempts)
+    except Exception:
+        log.exception("sweep: the batch release of expired claims failed; trying each row", extra={"action": "sweep"})
+        found = _release_each(report, batch=batch, max_attempts=max_attempts)
+    report.counts["lease_expired"] += len(found.released)
+    dead_runs = [run_id for cid in found.exhausted if (run_id := _give_up_exhausted(report, cid, max_attempts))]
+    project_quietly(dead_runs)
+    return found.released
+
+
+def _release_each(report: SweepReport, *, batch: int, max_attempts: int) -> store.ExpiredClaims:
+    """The batch release row by row, each in its savepoint (a bad row counts as an error and is skipped)."""
+    found = store.ExpiredClaims([], [])
     with transaction() as session:
         for row in store.expired_claims(session, batch=batch):
+            if row.attempts >= max_attempts:
+                found.exhausted.append(row.id)
+                continue
             try:
                 with session.begin_nested():
-                    dead = store.give_up_exhausted(session, row.id, max_attempts=max_attempts)
-                    if dead is not None:
-                        report.counts["dead"] += 1
-                        dead_runs.append(dead.run_id)
-                        log.warning(
-                            dead.reason,
-                            extra={"action": "give_up", "continuation_id": row.id, "run_id": row.run_id},
-                        )
-                        continue
                     released = store.release_expired_claim(session, row.id)
-                    if released is not None:
-                        report.counts["lease_expired"] += 1
-                        due.append((released.id, released.kind))
+                if released is not None:
+                    found.released.append((released.id, released.kind))
             except Exception:
                 report.counts["errors"] += 1
                 log.exception("sweep skipped a bad row", extra={"action": "sweep", "continuation_id": row.id})
-    project_quietly(dead_runs)
-    return due
+    return found
+
+
+def _give_up_exhausted(report: SweepReport, continuation_id: str, max_attempts: int) -> str | None:
+    """One expired claim out of attempts → dead (its own statement); its run's id when it was given up."""
+    try:
+        with single_statement() as conn:
+            dead = store.give_up_exhausted(conn, continuation_id, max_attempts=max_attempts)
+    except Exception:
+        report.counts["errors"] += 1
+        log.exception("sweep skipped a bad row", extra={"action": "sweep", "continuation_id": continuation_id})
+        return None
+    if dead is None:
+        return None
+    report.counts["dead"] += 1
+    log.warning(dead.reason, extra={"action": "give_up", "continuation_id": continuation_id, "run_id": dead.run_id})
+    return dead.run_id
 
 
 def _registered() -> frozenset[str] | None:
@@ -212,13 +234,21 @@ def _stale_ready(report: SweepReport, *, batch: int, older_than_s: float) -> lis
 
 
 def _stranded_reviews(report: SweepReport, *, batch: int) -> None:
-    """Category 4: running reviews whose owner is gone → interrupted, counts kept, evidence in the reason."""
+    """Category 4: running reviews whose owner is gone → interrupted, counts kept, evidence in the reason:
+    one statement for the batch; should it fail, each row is tried in its savepoint (a bad row is skipped)."""
+    try:
+        with single_statement() as conn:
+            report.counts["reviews_interrupted"] += len(store.interrupt_stranded_reviews(conn, batch=batch))
+        return
+    except Exception:
+        log.exception(
+            "sweep: the batch interrupt of stranded reviews failed; trying each row", extra={"action": "sweep"}
+        )
     with transaction() as session:
         for review in store.stranded_reviews(session, batch=batch):
             try:
                 with session.begin_nested():
-                    evidence = store.owner_evidence(session, review.execution_id)
-                    if store.interrupt_review(session, review, evidence=evidence) is not None:
+                    if store.interrupt_review(session, review.id) is not None:
                         report.counts["reviews_interrupted"] += 1
             except Exception:
                 report.counts["errors"] += 1

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, exists, or_, select
+from sqlalchemy import Table, bindparam, exists, or_, select
 from sqlalchemy.orm import Session
 
 from models import store
@@ -86,9 +86,19 @@ def revoked_waits(session: Session, *, batch: int) -> list[Wait]:
     return _distinct(session.execute(stmt), lambda _row: AUTHORITY_REVOKED)
 
 
-def _still_revoked(session: Session, run_id: str) -> bool:
-    stmt = select(_R.c.id).join(_P, _P.c.id == _R.c.owner_id).where(_R.c.id == run_id, ~_owner_granted())
-    return session.execute(stmt).first() is not None
+def _locking() -> Any:
+    """The parked step ``:sid``, locked unless another transaction holds it, with whether its run ``:rid``'s
+    owner still lacks a live grant (grants are not guarded by the step's lock: read with it, not after)."""
+    revoked = (
+        select(_R.c.id).join(_P, _P.c.id == _R.c.owner_id).where(_R.c.id == bindparam("rid"), ~_owner_granted())
+    ).exists()
+    parked = select(_S.c.id, revoked.label("revoked")).where(
+        _S.c.id == bindparam("sid"), _S.c.status == store.word(StepStatus.PARKED)
+    )
+    return store.skip_locked(parked)
+
+
+_LOCKING = _locking()
 
 
 def interrupt_wait(session: Session, wait: Wait) -> store.RunRecord | None:
@@ -96,13 +106,12 @@ def interrupt_wait(session: Session, wait: Wait) -> store.RunRecord | None:
 
     Locks the step first, like answer, cancel and expiry (one lock order); a step locked by one of them
     is skipped this pass. ``None`` when the step is no longer parked, its owner holds a grant again, or
-    the run already ended (the CAS lost).
+    the run already ended (the CAS lost). Two statements: the interrupt must read after the lock (a
+    statement's snapshot predates the locks it takes).
     """
-    locked = session.execute(
-        store.skip_locked(select(_S.c.id).where(_S.c.id == wait.step_id, _S.c.status == store.word(StepStatus.PARKED)))
-    ).first()
+    locked = session.execute(_LOCKING, {"sid": wait.step_id, "rid": wait.run_id}).first()
     if locked is None:
         return None
-    if wait.reason == AUTHORITY_REVOKED and not _still_revoked(session, wait.run_id):
+    if wait.reason == AUTHORITY_REVOKED and not locked.revoked:
         return None
     return store.interrupt_run(session, wait.run_id, reason=wait.reason, execution_id=f"sweep:{wait.step_id}")

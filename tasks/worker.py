@@ -235,7 +235,7 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
 
     A claim lost in a database crash is recovered by design (see ``transaction``): no WAL-flush wait. The
     claim and the read of what the body needs are one statement in autocommit; the rare delivery that
-    claims nothing is looked at again in a transaction (a duplicate, or out of attempts).
+    claims nothing is looked at again by one more (a duplicate, or out of attempts: given up).
     """
     settings = get_settings()
     lease_s, max_attempts = settings.claim_lease_s, settings.max_attempts
@@ -247,11 +247,11 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
         prepared = _prepare(claim, execution_id, extra)
         if isinstance(prepared, Prepared):
             return prepared
-        with transaction() as session:
-            store.give_up(session, continuation_id, reason=prepared, execution_id=execution_id)
+        with single_statement() as conn:  # each give-up is one statement: a whole unit of work
+            store.give_up(conn, continuation_id, reason=prepared, execution_id=execution_id)
         return _given_up(prepared, claim.run_id, extra)
-    with transaction() as session:
-        dead = store.give_up_exhausted(session, continuation_id, max_attempts=max_attempts)
+    with single_statement() as conn:
+        dead = store.give_up_exhausted(conn, continuation_id, max_attempts=max_attempts)
     if dead is None:
         log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
         return "duplicate"

@@ -11,7 +11,7 @@ store.answer(...)``).
 
 from models.store.answering import AnswerReceipt, Expiry, answer, expire_due
 from models.store.claims import Answer, Claim, Claimed, StepRef, claim, claim_in_one_statement, load_claim, renew_lease
-from models.store.continuations import consume, consume_and_finish_run, give_up_exhausted
+from models.store.continuations import consume, consume_and_finish_run
 from models.store.events import append_event, append_events, event_row
 from models.store.interactions import (
     Act,
@@ -21,7 +21,7 @@ from models.store.interactions import (
     cancel_digest,
     interaction_state,
 )
-from models.store.interrupts import Dead, give_up, interrupt_run
+from models.store.interrupts import Dead, give_up, give_up_exhausted, interrupt_run
 from models.store.outcomes import Committed, Ending, Handover, Interruption, Parking, StepOutcome, commit_outcome
 from models.store.principals import (
     ANSWERERS,
@@ -43,7 +43,7 @@ from models.store.projections import (
 )
 from models.store.reviews import (
     interrupt_review,
-    owner_evidence,
+    interrupt_stranded_reviews,
     record_review,
     review_progress,
     running_reviews,
@@ -54,11 +54,13 @@ from models.store.runs import Due, RunRecord, StepLike, create_run, erase_secret
 from models.store.sql import Executor, canonical_json, interaction_id, new_id, skip_locked, word, words
 from models.store.steps import InteractionSpec, next_step, park
 from models.store.sweep import (
+    ExpiredClaims,
     expirable_interactions,
     expired_claims,
     mark_for_republish,
     record_sweep,
     release_expired_claim,
+    release_expired_claims,
 )
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "Due",
     "Ending",
     "Executor",
+    "ExpiredClaims",
     "Expiry",
     "Handover",
     "InteractionSpec",
@@ -114,13 +117,13 @@ __all__ = [
     "interaction_state",
     "interrupt_review",
     "interrupt_run",
+    "interrupt_stranded_reviews",
     "is_granted",
     "load_claim",
     "lock_run_for_projection",
     "mark_for_republish",
     "new_id",
     "next_step",
-    "owner_evidence",
     "park",
     "principal_by_name",
     "principal_ref_by_name",
@@ -128,6 +131,7 @@ __all__ = [
     "record_schedule_history",
     "record_sweep",
     "release_expired_claim",
+    "release_expired_claims",
     "renew_lease",
     "review_progress",
     "revoke_grant",

@@ -1,4 +1,4 @@
-"""Consuming a claimed continuation (its outcome commits with it) and giving one up (dead)."""
+"""Consuming a claimed continuation: its outcome commits with it."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.status import ContinuationKind, ContinuationStatus, RunStatus
-from models.store.claims import claimable
 from models.store.driver import DriverStatement
 from models.store.events import event_params, event_select, events_if, insert_events, resumed_event
-from models.store.interrupts import Dead, give_up
 from models.store.runs import (
     FINISH_RUN,
     FINISH_STEP,
@@ -28,7 +26,6 @@ from models.store.runs import (
 )
 from models.store.sql import CONT, INTER, STEP, bp, word
 from models.store.steps import InteractionSpec, next_step_ctes, next_step_params, park_ctes, park_params
-from models.tables import Continuation
 
 CONSUME = (
     update(CONT)
@@ -41,13 +38,19 @@ CONSUME = (
 )
 
 
-def _consume() -> Any:
-    """``CONSUME``, and ``step.resumed`` when the continuation consumed is a parked step's."""
+def consumed_and_resumed() -> tuple[Any, Any]:
+    """``CONSUME`` as a CTE (id, kind, run_id, step_id), and its ``step.resumed`` (an ``event_select``, first
+    of its statement) when the continuation consumed is a parked step's."""
     consumed = CONSUME.returning(CONT.c.id, CONT.c.kind, CONT.c.run_id, CONT.c.step_id).cte("consumed")
     c = consumed.c
     name = select(STEP.c.name).where(STEP.c.id == c.step_id).scalar_subquery()
     resumed = event_select(0, "step.resumed", c.run_id, consumed, step_id=c.step_id, name=name, continuation_id=c.id)
-    resumed = resumed.where(c.kind == word(ContinuationKind.RESUME))
+    return consumed, resumed.where(c.kind == word(ContinuationKind.RESUME))
+
+
+def _consume() -> Any:
+    """``CONSUME``, and ``step.resumed`` when the continuation consumed is a parked step's."""
+    consumed, resumed = consumed_and_resumed()
     return select(consumed.c.id).add_cte(insert_events(resumed))
 
 
@@ -175,7 +178,7 @@ def _consume_and_park(interactions: int, resumed_step: bool) -> DriverStatement:
 
 
 def consume_and_park(
-    session: Session,
+    session: Session | Connection,
     continuation_id: str,
     step: StepLike,
     *,
@@ -198,19 +201,3 @@ def consume_and_park(
     if row.parked is None:  # pragma: no cover - the step is not running (interrupted meanwhile): roll back
         raise RuntimeError(f"step {step.id} is not running; cannot park")
     return True
-
-
-def give_up_exhausted(session: Session, continuation_id: str, *, max_attempts: int) -> Dead | None:
-    """A claimable continuation already executed ``max_attempts`` times -> dead, its run interrupted.
-
-    ``None`` when it is not claimable or still has attempts left.
-    """
-    row = session.scalar(
-        select(Continuation).where(
-            Continuation.id == continuation_id, claimable(), Continuation.attempts >= max_attempts
-        )
-    )
-    if row is None:
-        return None
-    reason = f"continuation {row.name} for step {row.step_id} gave up after {row.attempts} attempts"
-    return give_up(session, row.id, reason=reason)

@@ -2,9 +2,9 @@
 
 The worker runs the body outside any transaction, then hands the outcome here. Where no review of the
 step can be running, the consume and every write of the outcome, its events included, are one statement:
-in autocommit when it ends the run or hands over and nothing else must happen in the commit (no
-``in_commit`` callback to run); in a transaction for a park (a step that did not park rolls the consume
-back) or with callbacks. Otherwise one transaction holds the consume, the review guard and the writes.
+in autocommit when nothing else must happen in the commit (no ``in_commit`` callback to run); in a
+transaction for a park (a step that did not park rolls the consume back) or with callbacks. Otherwise
+one transaction holds the consume, the review guard and the writes.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from models.status import ContinuationKind, RunStatus
 from models.store.claims import Claim
 from models.store.continuations import consume, consume_and_finish_run, consume_and_next_step, consume_and_park
-from models.store.interrupts import interrupt_run
-from models.store.reviews import interrupt_review, owner_evidence, running_reviews
+from models.store.interrupts import consume_and_interrupt_run, interrupt_run
+from models.store.reviews import interrupt_review, running_reviews
 from models.store.runs import Due, RunRecord, erase_secrets, finish_run
 from models.store.steps import InteractionSpec, next_step, park
 from parkway.db import single_statement, transaction
@@ -83,45 +84,47 @@ def commit_outcome(
     """claimed -> consumed with the step's outcome, committed; ``None`` when the claim was lost (another
     execution owns it now, and nothing was written). ``in_commit`` callbacks run inside the commit unless
     the run failed or was interrupted."""
-    continuation_id = claim.continuation.id
     reviews = claim.review_running or reviews_started  # otherwise no review of the step can be running
-    if isinstance(outcome, Ending) and not reviews and (outcome.status == RunStatus.FAILED or not in_commit):
+    quiet = not in_commit or _fails(outcome)  # no callback runs in the commit
+    if not reviews and quiet and not isinstance(outcome, Parking):  # a park that did not happen rolls back
         with single_statement() as conn:
-            won, ended = consume_and_finish_run(
-                conn, continuation_id, claim.step, execution_id=execution_id, status=outcome.status,
-                result=outcome.result, error=outcome.error, error_details=outcome.details,
-            )  # fmt: skip
-        return Committed(outcome, [], ended) if won else None
-    if isinstance(outcome, Handover) and not reviews and not in_commit:
-        with single_statement() as conn:
-            made = consume_and_next_step(conn, continuation_id, claim.step, execution_id=execution_id,
-                                         name=outcome.step, payload=outcome.payload)  # fmt: skip
-        return None if made is None else Committed(outcome, [made], None)
+            written = _consume_and_commit(conn, claim, outcome, execution_id)
+        return None if written is None else Committed(*written)
     with transaction() as session:
-        if reviews or isinstance(outcome, Ending | Interruption):
-            written = _consume_and_write(session, claim, outcome, execution_id, reviews=reviews)
+        if reviews:
+            written = _consume_and_write(session, claim, outcome, execution_id)
         else:
-            written = _consume_and_park_or_hand_over(session, claim, outcome, execution_id)
+            written = _consume_and_commit(session, claim, outcome, execution_id)
         if written is None:
             return None
         outcome, due, ended = written
-        failed = isinstance(outcome, Interruption) or (
-            isinstance(outcome, Ending) and outcome.status == RunStatus.FAILED
-        )
-        if not failed:
+        if not _fails(outcome):
             for fn in in_commit:
                 fn(session)
     return Committed(outcome, due, ended)
 
 
+def _fails(outcome: StepOutcome) -> bool:
+    """The run fails or is interrupted: ``in_commit`` callbacks do not run."""
+    return isinstance(outcome, Interruption) or (isinstance(outcome, Ending) and outcome.status == RunStatus.FAILED)
+
+
 Written = tuple[StepOutcome, list[Due], RunRecord | None]
 
 
-def _consume_and_park_or_hand_over(
-    session: Session, claim: Claim, outcome: Handover | Parking, execution_id: str
+def _consume_and_commit(
+    session: Session | Connection, claim: Claim, outcome: StepOutcome, execution_id: str
 ) -> Written | None:
-    """The consume, the step's sealed values erased and the handover or park: one statement."""
+    """The consume and the outcome's writes (the step's sealed values erased with it): one statement."""
     cid, step = claim.continuation.id, claim.step
+    if isinstance(outcome, Ending):
+        won, ended = consume_and_finish_run(session, cid, step, execution_id=execution_id, status=outcome.status,
+                                            result=outcome.result, error=outcome.error,
+                                            error_details=outcome.details)  # fmt: skip
+        return (outcome, [], ended) if won else None
+    if isinstance(outcome, Interruption):
+        won, ended = consume_and_interrupt_run(session, cid, step, reason=outcome.reason, execution_id=execution_id)
+        return (outcome, [], ended) if won else None
     if isinstance(outcome, Handover):
         made = consume_and_next_step(session, cid, step, execution_id=execution_id, name=outcome.step,
                                      payload=outcome.payload)  # fmt: skip
@@ -132,14 +135,12 @@ def _consume_and_park_or_hand_over(
     return (outcome, [], None) if won else None
 
 
-def _consume_and_write(
-    session: Session, claim: Claim, outcome: StepOutcome, execution_id: str, *, reviews: bool
-) -> Written | None:
-    """The consume, then (a review guard first, where a review may be running) the outcome's writes."""
+def _consume_and_write(session: Session, claim: Claim, outcome: StepOutcome, execution_id: str) -> Written | None:
+    """Where a review may be running: the consume, the review guard, then the outcome's writes (the guard
+    reads what the consume's claim vouches for, and may turn the outcome into a failure)."""
     if consume(session, claim.continuation.id, execution_id=execution_id) is None:
         return None
-    if reviews:
-        outcome = _review_guard(session, claim, outcome, execution_id)
+    outcome = _review_guard(session, claim, outcome, execution_id)
     if not isinstance(outcome, Ending):
         # Read once, by this continuation: the sealed values go in the same transaction as the consume
         # (a run that ends here has every sealed value of the run erased by ``finish_run``).
@@ -176,7 +177,7 @@ def _review_guard(session: Session, claim: Claim, outcome: StepOutcome, executio
         if review.execution_id == execution_id:
             mine.append(review)
         else:
-            interrupt_review(session, review, evidence=owner_evidence(session, review.execution_id))
+            interrupt_review(session, review.id)
     if mine and isinstance(outcome, Ending) and outcome.status == RunStatus.COMPLETED:
         names = ", ".join(f"{r.id} ({r.kind})" for r in mine)
         return Ending(

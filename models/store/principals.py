@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sqlalchemy import and_, bindparam, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
@@ -18,14 +18,11 @@ from parkway.errors import Forbidden
 
 
 def create_principal(session: Session, *, kind: str, name: str, token_hash: str | None) -> Principal | None:
-    """none -> live: a new principal; ``None`` when the name is taken (nothing is written)."""
-    principal = Principal(id=new_id(), kind=PrincipalKind(kind).value, name=name, token_hash=token_hash)
-    try:
-        with session.begin_nested():
-            session.add(principal)
-            session.flush()
-    except IntegrityError:
-        return None
+    """none -> live: a new principal, one statement; ``None`` when the name (or the token) is taken
+    (nothing is written)."""
+    values = {"id": new_id(), "kind": PrincipalKind(kind).value, "name": name, "token_hash": token_hash}
+    made = pg_insert(Principal).values(**values).on_conflict_do_nothing().returning(Principal)
+    principal: Principal | None = session.scalar(select(Principal).from_statement(made))
     return principal
 
 

@@ -7,12 +7,13 @@ from typing import Any
 
 from sqlalchemy import String, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.status import normalize_run_status
 from models.store.runs import RunRecord
-from models.store.sql import RUN, skip_locked
+from models.store.sql import HIST, RUN, bp, skip_locked
 from models.tables import Run, ScheduleHistory
 
 
@@ -22,19 +23,24 @@ def lock_run_for_projection(session: Session, run_id: str) -> Run | None:
     return run
 
 
+def _upsert_history() -> Any:
+    given = pg_insert(HIST).values({name: bp(name, HIST.c[name]) for name in (c.key for c in HIST.c)})
+    renewed = {name: given.excluded[name] for name in ("status", "completed_at", "execution_id")}
+    return given.on_conflict_do_update(index_elements=[HIST.c.run_id], set_=renewed).returning(ScheduleHistory)
+
+
+# The row this session may hold already is refreshed with what the upsert returned.
+_UPSERT_HISTORY = select(ScheduleHistory).from_statement(_upsert_history()).execution_options(populate_existing=True)
+
+
 def record_schedule_history(session: Session, run: Run) -> ScheduleHistory:
-    """none (or stale) -> the run's schedule-history row as its canonical terminal record (never ``None``)."""
+    """none (or stale) -> the run's schedule-history row as its canonical terminal record (never ``None``),
+    in one statement (a stale row keeps its workflow and ``recorded_at``)."""
     assert run.completed_at is not None and run.finished_by is not None
-    row = session.get(ScheduleHistory, run.id)
     status, _ = normalize_run_status(run.status)
-    values = {"status": status.value, "completed_at": run.completed_at, "execution_id": run.finished_by}
-    if row is None:
-        row = ScheduleHistory(run_id=run.id, workflow=run.workflow, recorded_at=utcnow(), **values)
-        session.add(row)
-    else:
-        for key, value in values.items():
-            setattr(row, key, value)
-    session.flush()
+    params = {"run_id": run.id, "workflow": run.workflow, "status": status.value, "completed_at": run.completed_at,
+              "execution_id": run.finished_by, "recorded_at": utcnow()}  # fmt: skip
+    row: ScheduleHistory = session.scalars(_UPSERT_HISTORY, params).one()
     return row
 
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-from sqlalchemy import Row, String, and_, bindparam, cast, exists, insert, select, update
+from sqlalchemy import Row, String, and_, bindparam, case, cast, exists, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
 from models.status import ContinuationStatus, ReviewStatus
-from models.store.events import event_params, event_row, event_select, events_if, insert_events
-from models.store.sql import REV, bp, new_id, skip_locked, word
+from models.store.events import EVENT_COLUMNS, event_params, event_row, event_select, events_if, insert_events
+from models.store.sql import CONT, EVENTS, REV, Executor, bp, new_id, skip_locked, word
 from models.tables import Continuation, Review
 
 
@@ -127,68 +127,83 @@ def _owner_alive() -> Any:
     )
 
 
+def _stranded() -> Any:
+    """The oldest running reviews whose owning execution no longer holds a live claim (it died or moved
+    on), up to ``:n`` of them, skipping rows another sweep holds."""
+    oldest = select(Review).where(Review.status == word(ReviewStatus.RUNNING), ~_owner_alive()).order_by(
+        Review.created_at)  # fmt: skip
+    return skip_locked(oldest.limit(bindparam("n")))
+
+
+_STRANDED = _stranded()
+
+
 def stranded_reviews(session: Session, *, batch: int) -> list[Review]:
     """running reviews whose owning execution no longer holds a live claim (it died or moved on)."""
-    return list(
-        session.scalars(
-            skip_locked(
-                select(Review)
-                .where(Review.status == word(ReviewStatus.RUNNING), ~_owner_alive())
-                .order_by(Review.created_at)
-                .limit(batch)
-            )
-        ).all()
+    return list(session.scalars(_STRANDED, {"n": batch}).all())
+
+
+def _utc_text(at: Any) -> Any:
+    """A timestamp as Python prints an aware UTC datetime (``2026-01-02 03:04:05.678901+00:00``, no
+    fraction when it is zero): reasons once built in Python keep their text."""
+    utc = func.timezone("UTC", at)
+    fraction = case((func.to_char(utc, "US") == "000000", ""), else_=func.to_char(utc, ".US"))
+    return func.concat(func.to_char(utc, "YYYY-MM-DD HH24:MI:SS"), fraction, "+00:00", type_=String)
+
+
+def _owner_evidence() -> Any:
+    """What is known of the review's owning execution, as text: the continuation it claimed and what
+    became of it (read in the statement's snapshot)."""
+    claimed = CONT.c.status == word(ContinuationStatus.CLAIMED)
+    said = case(
+        (
+            claimed,
+            func.concat("its lease on continuation ", CONT.c.id, " expired at ", _utc_text(CONT.c.lease_expires_at)),
+        ),
+        else_=func.concat("continuation ", CONT.c.id, " it ran is ", CONT.c.status),
     )
+    owned = select(said).where(CONT.c.claimed_by == REV.c.execution_id).correlate(REV).limit(1).scalar_subquery()
+    return func.coalesce(owned, "its claim was released after its lease expired")
 
 
-def _interrupt_review() -> Any:
+def _interrupt_review(chosen: Any = None) -> Any:
+    """The review ``:vid`` (or each of the CTE ``chosen``) running -> interrupted with its event."""
+    reason = func.concat("owner execution ", REV.c.execution_id, " is gone (", _owner_evidence(), "); ",
+                         REV.c.finding_count, " findings and ", REV.c.verification_count,
+                         " verifications were recorded", type_=String)  # fmt: skip
+    which = (
+        _REVIEW_ENDS if chosen is None else and_(REV.c.id == chosen.c.id, REV.c.status == word(ReviewStatus.RUNNING))
+    )
     done = (
         update(REV)
-        .where(_REVIEW_ENDS)
-        .values(
-            status=ReviewStatus.INTERRUPTED.value,
-            verdict="incomplete",
-            reason=bindparam("why"),
-            updated_at=bp("at", REV.c.updated_at),
-        )
+        .where(which)
+        .values(status=ReviewStatus.INTERRUPTED.value, verdict="incomplete", reason=reason,
+                updated_at=bp("at", REV.c.updated_at))
         .returning(*REV.c)
         .cte("done")
-    )
+    )  # fmt: skip
     event = event_select(0, "review.interrupted", done.c.run_id, done, review_id=done.c.id, reason=done.c.reason)
-    return select(*done.c).add_cte(insert_events(event))
+    # In the order the reviews started, as a pass of one statement per review wrote them.
+    rows = event.add_columns(done.c.created_at.label("started")).subquery("every")
+    events = insert(EVENTS).from_select(
+        list(EVENT_COLUMNS), select(*(rows.c[name] for name in EVENT_COLUMNS)).order_by(rows.c.started, rows.c.o)
+    )
+    return select(*done.c).add_cte(events.cte("events"))
 
 
 _INTERRUPT_REVIEW = _interrupt_review()
+_INTERRUPT_STRANDED = _interrupt_review(_STRANDED.cte("stranded"))
 
 
-class ReviewLike(Protocol):
-    """What interrupting a review reads of it: a ``Review`` or a row of ``running_reviews``."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def execution_id(self) -> str: ...
-    @property
-    def finding_count(self) -> int: ...
-    @property
-    def verification_count(self) -> int: ...
+def interrupt_review(session: Session, review_id: str) -> Row[Any] | None:
+    """running -> interrupted (its owner is gone) with its event, one statement: only status, verdict and
+    reason change (the counts are kept; the reason names the owner, what became of its claim, and the
+    counts). ``None`` when it is not running any more (nothing is written)."""
+    return session.execute(_INTERRUPT_REVIEW, {"vid": review_id, "at": utcnow()}).first()
 
 
-def interrupt_review(session: Session, review: ReviewLike, *, evidence: str) -> Row[Any] | None:
-    """running -> interrupted with its event (one statement); only status, verdict and reason change (the
-    counts are kept). ``None`` when it is not running any more (nothing is written)."""
-    reason = (
-        f"owner execution {review.execution_id} is gone ({evidence}); "
-        f"{review.finding_count} findings and {review.verification_count} verifications were recorded"
-    )
-    return session.execute(_INTERRUPT_REVIEW, {"vid": review.id, "why": reason, "at": utcnow()}).first()
-
-
-def owner_evidence(session: Session, execution_id: str) -> str:
-    """What is known of an execution: the continuation it claimed and what became of it."""
-    row = session.scalar(select(Continuation).where(Continuation.claimed_by == execution_id))
-    if row is None:
-        return "its claim was released after its lease expired"
-    if row.status == ContinuationStatus.CLAIMED:
-        return f"its lease on continuation {row.id} expired at {row.lease_expires_at}"
-    return f"continuation {row.id} it ran is {row.status}"
+def interrupt_stranded_reviews(session: Executor, *, batch: int) -> list[Row[Any]]:
+    """running -> interrupted, as ``interrupt_review``, for each of the oldest ``batch`` reviews whose
+    owner no longer holds a live claim (as ``stranded_reviews`` finds them): one statement; the reviews
+    interrupted (none: nothing stranded)."""
+    return list(session.execute(_INTERRUPT_STRANDED, {"n": batch, "at": utcnow()}).all())

@@ -6,17 +6,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, exists, insert, literal, select, update
+from sqlalchemy import bindparam, exists, insert, literal, select, true, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
 from models.status import RUN_LIVE, ContinuationKind, ContinuationStatus, RunStatus, StepStatus
-from models.store.events import append_events, event_params, event_row, events_if
+from models.store.events import event_params, event_row, events_if
 from models.store.sql import (
     CONT,
     HIST,
-    INSERT_HISTORY,
     INTER,
     RUN,
     STEP,
@@ -152,22 +151,6 @@ class Due:
     name: str
 
 
-def _record_terminal_history(session: Session, run: RunRecord) -> None:
-    """The schedule-history row commits with the canonical terminal record it projects (the CAS that
-    made the run terminal ran once, so no row exists yet); only ``run_metadata.json`` is written after."""
-    session.execute(
-        INSERT_HISTORY,
-        {
-            "run_id": run.id,
-            "workflow": run.workflow,
-            "status": run.status,
-            "completed_at": run.completed_at,
-            "execution_id": run.finished_by,
-            "recorded_at": utcnow(),
-        },
-    )
-
-
 class StepLike(Protocol):
     """What the outcome transitions need of a step: an ORM ``Step`` or the claim's ``StepRef``."""
 
@@ -225,9 +208,10 @@ FINISH_STEP = (
 RUN_RECORD_COLUMNS = ("id", "workflow", "status", "completed_at", "finished_by", "warnings", "error_details")
 
 
-def finish_run_update(run_id: Any) -> Any:
+def finish_run_update(run_id: Any, reason: Any = None) -> Any:
     """live -> terminal for the run ``run_id`` (an expression), its values bound as ``:to``, ``:res``,
-    ``:err``, ``:det``, ``:why``, ``:eid`` and ``:at``; returns its ``RunRecord`` columns."""
+    ``:err``, ``:det``, ``:eid``, ``:at`` and its reason as ``:why`` (or the expression ``reason``); returns
+    its ``RunRecord`` columns."""
     return (
         update(RUN)
         .where(RUN.c.id == run_id, RUN.c.status.in_(words(s.value for s in RUN_LIVE)))
@@ -236,7 +220,7 @@ def finish_run_update(run_id: Any) -> Any:
             result=bp("res", RUN.c.result),
             error=bindparam("err"),
             error_details=bp("det", RUN.c.error_details),
-            reason=bindparam("why"),
+            reason=bindparam("why") if reason is None else reason,
             finished_by=bindparam("eid"),
             updated_at=bp("at", RUN.c.updated_at),
             completed_at=bp("at", RUN.c.completed_at),
@@ -269,6 +253,20 @@ def history_of(ended: Any) -> Any:
 FINISH_RUN = finish_run_update(bindparam("rid"))
 
 
+def _finish_run() -> Any:
+    """``FINISH_STEP``, the run's terminal CAS with its schedule-history row, the run's sealed values erased
+    and the events (the step's end; the run's only if this ended it), as one statement."""
+    run = FINISH_RUN.cte("run_ended")
+    events = events_if(true(), exists(select(run.c.id))).cte("events")
+    erased = _ERASE_RUN_SECRETS.cte("erased")
+    return select(*(run.c[name] for name in RUN_RECORD_COLUMNS)).add_cte(
+        FINISH_STEP.cte("step_ended"), history_of(run), erased, events
+    )
+
+
+_FINISH_RUN = _finish_run()
+
+
 def finish_run(
     session: Session,
     step: StepLike,
@@ -281,20 +279,14 @@ def finish_run(
     error_details: Any = None,
 ) -> RunRecord | None:
     """The step -> its end status and the run: live -> terminal (written once, by CAS), with its
-    schedule-history row; returns that record, or ``None`` when the run was already terminal (a proven
-    outcome is kept)."""
+    schedule-history row, in one statement; returns that record, or ``None`` when the run was already
+    terminal (a proven outcome is kept; the step's end and its event are still written)."""
     values = {"res": result, "err": error, "why": reason, "at": utcnow()}
-    session.execute(FINISH_STEP, {"sid": step.id, "step_to": STEP_OF_RUN[status].value, **values})
-    ending = {"rid": step.run_id, "to": status.value, "eid": execution_id, "det": error_details, **values}
-    row = session.execute(FINISH_RUN, ending).first()
-    run = None if row is None else RunRecord(*row)
-    if run is not None:
-        _record_terminal_history(session, run)
-    erase_secrets(session, run_id=step.run_id)
-    ended = run is not None
-    append_events(session, finish_events(step, status, execution_id, ended, error=error, reason=reason,
-                                          error_details=error_details))  # fmt: skip
-    return run
+    params = {"sid": step.id, "step_to": STEP_OF_RUN[status].value, "rid": step.run_id, "to": status.value,
+              "eid": execution_id, "det": error_details, **values}  # fmt: skip
+    events = finish_events(step, status, execution_id, True, error=error, reason=reason, error_details=error_details)
+    row = session.execute(_FINISH_RUN, {**params, **event_params(events)}).first()
+    return None if row is None else RunRecord(*row)
 
 
 STEP_OF_RUN = {

@@ -80,7 +80,6 @@ def bp(name: str, column: Any) -> Any:
 
 EVENTS = cast(Table, Event.__table__)
 INSERT_EVENT = insert(EVENTS)
-INSERT_HISTORY = insert(HIST)
 
 
 def skip_locked(stmt: Any) -> Any:

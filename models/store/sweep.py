@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy import and_, bindparam, false, or_, select, true, union_all, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
 from models.status import ContinuationStatus, InteractionStatus
-from models.store.sql import CONT, skip_locked, word
+from models.store.sql import CONT, Executor, skip_locked, word
 from models.tables import Continuation, Interaction, SweepTotal
 
 
@@ -43,6 +44,51 @@ def mark_for_republish(session: Session, *, older_than_s: float, batch: int) -> 
     """
     rows = session.execute(_MARK_FOR_REPUBLISH, {"older_than_s": -older_than_s, "n": batch})
     return [(r.id, r.kind) for r in rows]
+
+
+_EXPIRED = and_(CONT.c.status == word(ContinuationStatus.CLAIMED), CONT.c.lease_expires_at < db_now())
+
+
+def _release_expired_claims() -> Any:
+    # The oldest expired leases, as a CTE run once (see ``_mark_for_republish``): what it locks is the batch.
+    oldest = select(CONT.c.id, CONT.c.kind, CONT.c.attempts).where(_EXPIRED).order_by(CONT.c.lease_expires_at)
+    batch = skip_locked(oldest.limit(bindparam("n"))).cte("batch")
+    left = batch.c.attempts < bindparam("max_attempts")
+    released = (
+        update(CONT)
+        .where(CONT.c.id == batch.c.id, left, _EXPIRED)
+        .values(status=ContinuationStatus.READY.value, claimed_by=None, lease_expires_at=None, enqueued_at=db_now(),
+                publishes=CONT.c.publishes + 1)
+        .returning(CONT.c.id, CONT.c.kind)
+        .cte("released")
+    )  # fmt: skip
+    # Out of attempts: found, not changed (``give_up_exhausted`` decides each with its own compare-and-set).
+    return union_all(
+        select(released.c.id, released.c.kind, true().label("released")),
+        select(batch.c.id, batch.c.kind, false().label("released")).where(~left),
+    )
+
+
+_RELEASE_EXPIRED_CLAIMS = _release_expired_claims()
+
+
+@dataclass(frozen=True)
+class ExpiredClaims:
+    """What ``release_expired_claims`` did and found: the claims released, to publish as ``(id, kind)``,
+    and the ids of those out of attempts, for ``give_up_exhausted``."""
+
+    released: list[tuple[str, str]]
+    exhausted: list[str]
+
+
+def release_expired_claims(session: Executor, *, batch: int, max_attempts: int) -> ExpiredClaims:
+    """Of up to ``batch`` claims whose lease expired by the database's clock (oldest first, skipping rows
+    another sweep holds): those with attempts left -> ready, stamped as enqueued now; those out of attempts
+    found, not changed. One statement; empty lists: nothing expired."""
+    rows = session.execute(_RELEASE_EXPIRED_CLAIMS, {"n": batch, "max_attempts": max_attempts}).all()
+    return ExpiredClaims(
+        released=[(r.id, r.kind) for r in rows if r.released], exhausted=[r.id for r in rows if not r.released]
+    )
 
 
 def expired_claims(session: Session, *, batch: int) -> list[Continuation]:

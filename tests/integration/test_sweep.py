@@ -9,7 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from beat.sweep import SweepReport, run_sweep
 from models import store
@@ -208,6 +208,27 @@ def test_sweep__expired_claim_is_released_to_ready_and_republished(actors_db: st
     assert execute(cid) == "committed"
     assert continuation(cid).attempts == 2
     assert run_row(row.run_id).status == "completed"
+
+
+def test_sweep__an_expired_claim_that_cannot_be_released_is_skipped_and_the_others_are_released(
+    actors_db: str, sent: Sent
+) -> None:
+    # Given three executions that died, one of whose rows the release cannot write (its publish count is at
+    # the integer limit, so the batch's one statement fails)
+    ids = _start_ids(3)
+    for cid in ids:
+        _claim_until_expired(cid)
+    with transaction() as session:
+        session.execute(update(Continuation).where(Continuation.id == ids[0]).values(publishes=2**31 - 1))
+    sent.clear()
+
+    # When the sweep runs
+    report = run_sweep()
+
+    # Then the bad row is counted as an error and left as it was; the other two are released and sent
+    assert (_counts(report)["lease_expired"], _counts(report)["errors"]) == (2, 1)
+    assert [continuation(cid).status for cid in ids] == ["claimed", "ready", "ready"]
+    assert sorted(sent.ids()) == sorted(ids[1:])
 
 
 def test_sweep__live_claim_is_left_alone(actors_db: str, sent: Sent) -> None:
@@ -488,3 +509,34 @@ def test_sweep__expiry_racing_an_answer_on_the_same_question_never_errors(
     assert report.counts["errors"] == 0
     final = interaction(window.id).status
     assert final == ("answered" if isinstance(outcome, dict) else "expired")
+
+
+# --------------------------------------------------------------------------- category 4: stranded reviews
+
+
+def test_sweep__a_stranded_review_is_interrupted_with_its_owners_lease_in_the_reason(
+    actors_db: str, sent: Sent
+) -> None:
+    # Given a review whose owning execution died holding its claim (the lease ran out), and one whose
+    # owner left no claim at all
+    (cid,) = _start_ids(1)
+    _claim(cid, lease_s=0.01, execution_id="dead-exec")
+    row = continuation(cid)
+    with transaction() as session:
+        for kind, owner in (("a", "dead-exec"), ("b", "no-claim")):
+            store.start_review(session, run_id=row.run_id, step_id=row.step_id, kind=kind, execution_id=owner)
+    lease = row.lease_expires_at
+    assert lease is not None
+    wait_for(lambda: utcnow() > lease, timeout=5, what="the lease to expire")
+
+    # When the sweep's category 4 runs before any release of the claim (a pass releases expired claims first)
+    with transaction() as session:
+        assert len(store.interrupt_stranded_reviews(session, batch=10)) == 2
+
+    # Then both are interrupted; the reason says what became of each owner, the lease as Python prints it
+    reasons = [(reason, data["reason"]) for reason, data in events(row.run_id) if reason == "review.interrupted"]
+    counts = "0 findings and 0 verifications were recorded"
+    assert [text for _, text in reasons] == [
+        f"owner execution dead-exec is gone (its lease on continuation {cid} expired at {lease}); {counts}",
+        f"owner execution no-claim is gone (its claim was released after its lease expired); {counts}",
+    ]
