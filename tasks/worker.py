@@ -85,7 +85,6 @@ class _Renewer:
         self.pid: int | None = None
         self.sleeps_until = 0.0  # when the thread's current wait ends (monotonic)
         self.idle_s = 60.0  # how long the thread waits with nothing held: a third of the last lease held
-        self.passes = 0  # passes of the thread's loop (tests: a short execution must not cause one)
 
     def hold(self, continuation_id: str, execution_id: str, lease_s: float) -> None:
         with self.lock:
@@ -107,7 +106,6 @@ class _Renewer:
         while True:
             now = time.monotonic()
             with self.lock:
-                self.passes += 1
                 due = [(c, e, lease) for c, (e, lease, at) in self.held.items() if at <= now]
                 for c, e, lease in due:
                     self.held[c] = (e, lease, now + lease / 3)
