@@ -20,6 +20,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +30,8 @@ from bench import harness
 from bench.harness import ROOT, Services, log
 
 OUT = ROOT / "bench" / "out"
+# One lock for every checkout on the machine (a run of another worktree shares the cores and the services).
+MACHINE_LOCK = Path(tempfile.gettempdir()) / "parkway-bench.lock"
 CASES = ("anatomy", "throughput", "latency", "recovery", "broker_down", "sweep", "bare")
 
 
@@ -191,15 +194,14 @@ def hold_the_machine() -> str | None:
     be wrong, and one's cleanup would break the other."""
     import fcntl
 
-    OUT.mkdir(parents=True, exist_ok=True)
-    handle = open(OUT / ".running.lock", "a+")  # noqa: SIM115  (held for the process's life)
+    handle = open(MACHINE_LOCK, "a+")  # noqa: SIM115  (held for the process's life)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        return f"another bench run holds {OUT.relative_to(ROOT)}/.running.lock ({holder}); wait for it or stop it"
+        return f"another bench run holds {MACHINE_LOCK} ({holder}); wait for it or stop it"
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}, started {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC\n")
