@@ -171,6 +171,15 @@ def core_transaction() -> Iterator[Connection]:
         yield conn
 
 
+@contextmanager
+def open_transaction() -> Iterator[Connection]:
+    """A durable transaction on a Core connection that the caller ends itself (``conn.commit()``) at any
+    point of the block; rolled back if still open when the block ends, and the connection returned."""
+    with get_engine().connect() as conn:
+        conn.begin()
+        yield conn
+
+
 # The main thread's autocommit connections, one per engine kind (durable or not), kept checked out between
 # ``single_statement`` calls: a worker process runs its tasks on its main thread, two such statements per
 # continuation, and a pool checkout, the switch to autocommit and the check-in cost more client CPU than

@@ -95,6 +95,9 @@ class Context:
     commit_hooks: list[Callable[[Any], None]] = field(default_factory=list, repr=False)  # from ``in_commit``
     started_reviews: list[str] = field(default_factory=list, repr=False)  # ids of reviews this execution began
     tool_keys: set[str] = field(default_factory=set, repr=False)  # keys used by this execution
+    # Called before the body's first journal write of its own (a tool call, a review): a first delivery held
+    # by its row lock is then claimed under a lease (tasks.holding), so the journal outlives a crash.
+    lease_claim: Callable[[], None] = field(default=lambda: None, repr=False)
 
     def tool(
         self,
@@ -119,6 +122,7 @@ class Context:
         """Commit a ``running`` review receipt now (its own transaction) and return its id."""
         if not kind:
             raise WorkflowError("a review needs a kind")
+        self.lease_claim()
         with transaction() as session:
             review_id = store.start_review(
                 session, run_id=self.run_id, step_id=self.step_id, kind=kind, execution_id=self.execution_id

@@ -64,6 +64,7 @@ def run_tool(
     if permissions and not ctx.in_step_body:
         raise WorkflowError(f"tool call {key}: permission preflight is for step bodies; park with a Permission first")
     ctx.tool_keys.add(key)
+    ctx.lease_claim()
     try:
         digest = journal.args_digest(json.loads(json.dumps(args, allow_nan=False)))
     except (TypeError, ValueError) as exc:

@@ -1,18 +1,19 @@
-"""Worker tasks: claim a continuation, run its body outside any transaction, commit its outcome once.
+"""Worker tasks: claim a continuation, run its body, commit its outcome once.
 
 Tasks are thin: a continuation id in, ``execute`` does claim → body → consume, and a duplicate delivery
-(consumed, dead, or held under a live lease) is a no-op.
+(consumed, dead, or held by another execution) is a no-op. The claim is a lease, or for a first delivery
+the row lock of the transaction that commits the outcome (``tasks.holding``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
+
+from celery import Task
+from sqlalchemy import Connection
 
 from models import store
 from models.jsonsafe import storable_text
@@ -20,12 +21,13 @@ from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
 from models.store import Claim
 from parkway.crash import crash_point
 from parkway.crypto import join_sensitive
-from parkway.db import single_statement, transaction
+from parkway.db import open_transaction, single_statement
 from parkway.errors import NotRegistered, WorkflowError
 from parkway.logs import bind, bound, in_context
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
+from tasks.holding import Hold, Keeper
 from tasks.outcomes import (
     Complete,
     ContinuationNotRegistered,
@@ -56,109 +58,42 @@ class Interrupted:
 Result = Outcome | Interrupted
 
 
-@app.task(name=RUN_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def run_step(continuation_id: str) -> str:
+@app.task(name=RUN_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def run_step(task: Task, continuation_id: str) -> str:
     """Run a step body for its start continuation (exactly one commit)."""
-    return execute(continuation_id)
+    return execute(continuation_id, redelivered=_redelivered(task))
 
 
-@app.task(name=RESUME_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def resume_step(continuation_id: str) -> str:
+@app.task(name=RESUME_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def resume_step(task: Task, continuation_id: str) -> str:
     """Resume a parked step through its versioned continuation (exactly one commit)."""
-    return execute(continuation_id)
+    return execute(continuation_id, redelivered=_redelivered(task))
 
 
-class _Renewer:
-    """One thread per process renews the leases of the executions running in it, each every third of its
-    lease, so the sweep re-drives only dead executions (a thread per execution costs a start and a join).
-
-    A hold wakes the thread only when its renewal falls due before the thread's current wait ends. With
-    nothing held the thread waits a third of the last lease it saw, not longer: a body that ends in
-    milliseconds (the common case) then never wakes it. Before, an idle thread waited 60 s, so every
-    short execution's hold woke it (a thread switch and a pass of its loop per continuation).
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.wake = threading.Event()
-        self.held: dict[str, tuple[str, float, float]] = {}  # continuation -> (execution, lease_s, due)
-        self.pid: int | None = None
-        self.sleeps_until = 0.0  # when the thread's current wait ends (monotonic)
-        self.idle_s = 60.0  # how long the thread waits with nothing held: a third of the last lease held
-
-    def hold(self, continuation_id: str, execution_id: str, lease_s: float) -> None:
-        with self.lock:
-            if self.pid != os.getpid():  # first use in this process (a forked pool child has no thread)
-                self.pid, self.held, self.sleeps_until = os.getpid(), {}, 0.0
-                threading.Thread(target=self._loop, name="parkway-lease", daemon=True).start()
-            due = time.monotonic() + lease_s / 3
-            self.held[continuation_id] = (execution_id, lease_s, due)
-            self.idle_s = lease_s / 3
-            sooner = due < self.sleeps_until  # else the thread wakes in time anyway: no wake-up per execution
-        if sooner:
-            self.wake.set()
-
-    def release(self, continuation_id: str) -> None:
-        with self.lock:
-            self.held.pop(continuation_id, None)
-
-    def _loop(self) -> None:
-        while True:
-            now = time.monotonic()
-            with self.lock:
-                due = [(c, e, lease) for c, (e, lease, at) in self.held.items() if at <= now]
-                for c, e, lease in due:
-                    self.held[c] = (e, lease, now + lease / 3)
-                nxt = min((at for _, _, at in self.held.values()), default=now + self.idle_s)
-                self.sleeps_until = nxt
-            for continuation_id, execution_id, lease_s in due:
-                self._renew(continuation_id, execution_id, lease_s)
-            self.wake.wait(max(0.0, nxt - time.monotonic()))
-            with self.lock:
-                self.wake.clear()
-                self.sleeps_until = 0.0  # awake: a hold now must not count on this wait
-
-    def _renew(self, continuation_id: str, execution_id: str, lease_s: float) -> None:
-        try:
-            with transaction(durable=False) as session:
-                held = store.renew_lease(session, continuation_id, execution_id=execution_id, lease_s=lease_s)
-            if not held:
-                with self.lock:
-                    if self.held.get(continuation_id, ("",))[0] == execution_id:
-                        del self.held[continuation_id]
-        except Exception:
-            log.warning("lease renewal failed", exc_info=True, extra={"continuation_id": continuation_id})
-
-
-_renewer = _Renewer()
-
-
-class LeaseKeeper:
-    """Renews the claim's lease while the body runs (see ``_Renewer``)."""
-
-    def __init__(self, continuation_id: str, execution_id: str, lease_s: float) -> None:
-        self.args = (continuation_id, execution_id, lease_s)
-
-    def __enter__(self) -> LeaseKeeper:
-        _renewer.hold(*self.args)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        _renewer.release(self.args[0])
+def _redelivered(task: Task) -> bool | None:
+    """Whether the broker delivers this message again (Redis and AMQP flag it); ``None`` on the filesystem
+    broker, which never gives back what a dead worker held, so every execution there is under a lease."""
+    if str(task.app.conf.broker_url).startswith("filesystem:"):
+        return None
+    return bool((task.request.delivery_info or {}).get("redelivered", False))
 
 
 @dataclass
 class Prepared:
-    """A claimed continuation with everything its body needs, read in the claim's transaction."""
+    """A claimed continuation with everything its body needs, read with the claim."""
 
-    claim: Claim
+    hold: Hold
     ctx: Context
     body_input: Any
     answers: dict[str, Any]
 
 
-def execute(continuation_id: str) -> str:
+def execute(continuation_id: str, *, redelivered: bool | None = None) -> str:
     """Claim, run and commit one continuation; returns what happened (for logs and tests).
+
+    ``redelivered``: whether the broker delivers this message again, ``None`` when that is not known (not a
+    broker's delivery, or a broker that never redelivers). A first delivery may be held by its row lock
+    (``tasks.holding``); its redelivery counts the execution that lock may have hidden.
 
     In a Celery task the ids go into the task's log context, which lasts until Celery has written its own
     line about the task: that one line (``Task … succeeded in …s: 'committed'``) then carries the run,
@@ -166,25 +101,31 @@ def execute(continuation_id: str) -> str:
     showed in the worker's profile; bench/RESULTS.md).
     """
     execution_id = store.new_id()
+    locking = redelivered is not None and get_settings().locked_body_s > 0
     with nullcontext() if in_context() else bound():
         bind(continuation_id=continuation_id, execution_id=execution_id)
-        return _execute(continuation_id, execution_id)
+        extra: dict[str, Any] = {"continuation_id": continuation_id, "execution_id": execution_id}
+        if locking and not redelivered:
+            with open_transaction() as conn:
+                locked = _lock(conn, continuation_id, execution_id, extra)
+                if locked is not None:
+                    return _run(locked, extra)
+        elif locking:
+            with single_statement() as conn:
+                store.count_lost_execution(conn, continuation_id)
+        prepared = _claim(continuation_id, execution_id, extra)
+        return prepared if isinstance(prepared, str) else _run(prepared, extra)
 
 
-def _execute(continuation_id: str, execution_id: str) -> str:
+def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
     settings = get_settings()
-    extra: dict[str, Any] = {"continuation_id": continuation_id, "execution_id": execution_id}
-    prepared = _claim(continuation_id, execution_id, extra)
-    if isinstance(prepared, str):
-        return prepared
-    claim, ctx = prepared.claim, prepared.ctx
+    hold, ctx = prepared.hold, prepared.ctx
     crash_point("resume.after_claim")
-    with LeaseKeeper(continuation_id, execution_id, settings.claim_lease_s):
-        outcome = _run_body(claim.continuation.kind, claim.continuation.name, ctx, prepared.body_input,
-                            prepared.answers)  # fmt: skip
+    with Keeper(hold, settings.locked_body_s):
+        row = hold.claim.continuation
+        outcome = _run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers)
     crash_point("resume.before_commit")
-    committed = store.commit_outcome(claim, _for_store(outcome), execution_id=execution_id,
-                                     reviews_started=bool(ctx.started_reviews), in_commit=ctx.commit_hooks)  # fmt: skip
+    committed = hold.commit(_for_store(outcome), reviews_started=bool(ctx.started_reviews), in_commit=ctx.commit_hooks)
     if committed is None:
         log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
         return "lost"
@@ -228,8 +169,23 @@ def _named(outcome: store.StepOutcome) -> str:
     return "Park" if isinstance(outcome, store.Parking) else "Interrupted"
 
 
+def _lock(conn: Connection, continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Prepared | None:
+    """A first delivery held by its row lock in ``conn``'s transaction, ready to run; ``None`` for any
+    other (the lease path claims it, or gives it up with its own statements, which the lock would block)."""
+    claim = store.lock_first_delivery(conn, continuation_id)
+    if claim is None:
+        return None
+    settings = get_settings()
+    hold = Hold(claim, execution_id, settings.claim_lease_s, settings.max_attempts, conn=conn)
+    prepared = _prepare(hold, extra)
+    if isinstance(prepared, str):
+        return None
+    prepared.ctx.lease_claim = hold.lease  # before the body's first journal write of its own
+    return prepared
+
+
 def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Prepared | str:
-    """Claim the continuation (or give up a row out of attempts or one that cannot be driven).
+    """Claim the continuation under a lease (or give up a row out of attempts or one that cannot be driven).
 
     A claim lost in a database crash is recovered by design (see ``transaction``): no WAL-flush wait. The
     claim and the read of what the body needs are one statement in autocommit; the rare delivery that
@@ -242,7 +198,7 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
             conn, continuation_id, execution_id=execution_id, lease_s=lease_s, max_attempts=max_attempts
         )
     if claim is not None:
-        prepared = _prepare(claim, execution_id, extra)
+        prepared = _prepare(Hold(claim, execution_id, lease_s, max_attempts), extra)
         if isinstance(prepared, Prepared):
             return prepared
         with single_statement() as conn:  # each give-up is one statement: a whole unit of work
@@ -256,8 +212,9 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
     return _given_up(dead.reason, dead.run_id, extra)
 
 
-def _prepare(claim: Claim, execution_id: str, extra: dict[str, Any]) -> Prepared | str:
+def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str:
     """What the body of a claimed continuation needs, or why it can no longer be driven."""
+    claim = hold.claim
     extra.update(run_id=claim.run_id, step_id=claim.step.id)
     bind(run_id=claim.run_id, step_id=claim.step.id)
     reason = _refusal(claim)
@@ -268,15 +225,15 @@ def _prepare(claim: Claim, execution_id: str, extra: dict[str, Any]) -> Prepared
     ctx = Context(
         run_id=claim.run_id,
         step_id=claim.step.id,
-        attempt=row.attempts,
-        execution_id=execution_id,
+        attempt=max(row.attempts, 1),
+        execution_id=hold.execution_id,
         step_name=claim.step.name,
         payload=claim.step.payload,
         journal_step_id=claim.step.id,
         in_step_body=not resume,
     )
     return Prepared(
-        claim=claim,
+        hold=hold,
         ctx=ctx,
         body_input=claim.step.snapshot if resume else claim.step.payload,
         answers=_unsealed(claim.answers) if resume else {},

@@ -92,6 +92,16 @@ def one_done(ctx: Context, snapshot: dict[str, Any], answers: dict[str, Any]) ->
     return Complete(result={"go": answers["go"].value})
 
 
+@continuation("t.slow_done", version=1)
+def slow_done(ctx: Context, snapshot: dict[str, Any], answers: dict[str, Any]) -> Complete:
+    """Says it runs (a file beside the flag: no database write, no tool call), then on its first attempt
+    waits for the flag file; completes with the attempt it ran as."""
+    Path(f"{snapshot['flag']}.running").touch()
+    wait_for_flag(snapshot, "flag", ctx)
+    record_effect(ctx, "slow_done")
+    return Complete(result={"go": answers["go"].value, "attempt": ctx.attempt})
+
+
 @continuation("t.expiry_done", version=1)
 def expiry_done(ctx: Context, snapshot: dict[str, Any], answers: dict[str, Any]) -> Complete:
     record_effect(ctx, "expiry_done")

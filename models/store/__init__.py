@@ -10,7 +10,19 @@ store.answer(...)``).
 """
 
 from models.store.answering import AnswerReceipt, Expiry, answer, expire_due
-from models.store.claims import Answer, Claim, Claimed, StepRef, claim, claim_in_one_statement, load_claim, renew_lease
+from models.store.claims import (
+    Answer,
+    Claim,
+    Claimed,
+    StepRef,
+    claim,
+    claim_in_one_statement,
+    count_lost_execution,
+    lease_first_delivery,
+    load_claim,
+    lock_first_delivery,
+    renew_lease,
+)
 from models.store.continuations import consume, consume_and_finish_run
 from models.store.events import append_event, append_events, event_row
 from models.store.interactions import (
@@ -102,6 +114,7 @@ __all__ = [
     "commit_outcome",
     "consume",
     "consume_and_finish_run",
+    "count_lost_execution",
     "create_grant",
     "create_principal",
     "create_run",
@@ -119,7 +132,9 @@ __all__ = [
     "interrupt_run",
     "interrupt_stranded_reviews",
     "is_granted",
+    "lease_first_delivery",
     "load_claim",
+    "lock_first_delivery",
     "lock_run_for_projection",
     "mark_for_republish",
     "new_id",

@@ -5,13 +5,15 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import text
 
 from models import store
 from models.base import utcnow
-from parkway.db import transaction
+from parkway.db import single_statement, transaction
+from tasks.holding import Hold, Keeper, renewer
 from tasks.sdk import Gone, answer
 from tests.integration.helpers import continuation, events, execute_ready, interaction, parked, step
 from tests.support import HUMAN, Stack, continuations, event_types, new_response_id, run_row, start, wait_for
@@ -235,17 +237,24 @@ def test_interrupt_run__closes_pending_interactions_so_answers_are_gone(stack: S
     assert event_types(run_id).count("interaction.interrupted") == 2
 
 
-def test_lease_keeper__renews_a_long_body_s_lease_and_short_bodies_do_not_wake_it(stack: Stack) -> None:
-    from tasks.worker import LeaseKeeper, _renewer
+def _leased(continuation_id: str, execution_id: str, lease_s: float) -> Hold:
+    """A lease claimed as the worker claims it, held as the worker holds it."""
+    with single_statement() as conn:
+        claimed = store.claim_in_one_statement(conn, continuation_id, execution_id=execution_id, lease_s=lease_s,
+                                               max_attempts=5)  # fmt: skip
+    assert claimed is not None
+    return Hold(claimed, execution_id, lease_s, 5)
 
+
+def test_lease_keeper__renews_a_long_body_s_lease_and_short_bodies_do_not_wake_it(stack: Stack) -> None:
     # A body that outlives its lease keeps it: the renewer extends it every third of the lease (a lease
     # of seconds, so a busy machine's scheduling delays are far inside the two renewals it leaves spare)
     lease_s = 4.0
     cid = _start_continuation(start("t.after"))
-    assert _claim(cid, "exec-a", lease_s=lease_s)
+    hold = _leased(cid, "exec-a", lease_s)
     first = continuation(cid).lease_expires_at
     assert first is not None
-    with LeaseKeeper(cid, "exec-a", lease_s):
+    with Keeper(hold, locked_s=0.5):
 
         def renewed() -> datetime | None:
             lease = continuation(cid).lease_expires_at
@@ -256,14 +265,16 @@ def test_lease_keeper__renews_a_long_body_s_lease_and_short_bodies_do_not_wake_i
         assert not _claim(cid, "exec-b", lease_s=lease_s)  # still held: renewed past its first expiry
     # Short executions, one after another, do not wake the thread: once it waits a third of the last lease
     # it saw (here 20 minutes), a hold whose renewal falls due later than that wait ends leaves it asleep
-    with LeaseKeeper(cid, "exec-a", 3600):
+    long = Hold(hold.claim, "exec-a", 3600, 5)
+    with Keeper(long, locked_s=0.5):
         pass
-    wait_for(lambda: not _renewer.held, timeout=5, what="nothing held")
-    wait_for(lambda: _renewer.sleeps_until - time.monotonic() > 600, timeout=10, what="the thread in its long wait")
-    before = _renewer.sleeps_until  # each pass of the thread's loop sets it anew
+    wait_for(lambda: not renewer.held, timeout=5, what="nothing held")
+    wait_for(lambda: renewer.sleeps_until - time.monotonic() > 600, timeout=10, what="the thread in its long wait")
+    before = renewer.sleeps_until  # each pass of the thread's loop sets it anew
     for i in range(50):
-        with LeaseKeeper(f"{cid}-{i}", "exec-a", 3600):
+        other = replace(hold.claim, continuation=replace(hold.claim.continuation, id=f"{cid}-{i}"))
+        with Keeper(Hold(other, "exec-a", 3600, 5), locked_s=0.5):
             pass
         time.sleep(0.002)  # the next message's few milliseconds of Celery work: the thread could run in them
-    assert _renewer.sleeps_until == before
+    assert renewer.sleeps_until == before
     assert _consume(cid, "exec-a")

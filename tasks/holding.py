@@ -1,0 +1,173 @@
+"""How an execution holds its continuation while the body runs: a lease, or (a first delivery) the row
+lock of the open transaction that will commit the outcome.
+
+The row lock costs no write: a crash rolls the execution back without a trace, and the broker's
+redelivery or the sweep re-drives it on the lease path (``models.store.lock_first_delivery``). A lock is
+turned into a lease, committed, before the body journals a tool call or starts a review, and once the body
+has run for ``PARKWAY_LOCKED_BODY_S``: an open transaction holds back what other readers may be shown of
+the event log, so only short bodies keep it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection
+
+from models import store
+from models.store import Claim
+from parkway.db import transaction
+
+log = logging.getLogger("parkway.worker")
+
+
+class Hold:
+    """One execution's hold on its continuation. ``conn`` is the open transaction whose row lock holds a
+    first delivery; ``None`` once the hold is a lease (or always, for a claim made under a lease)."""
+
+    def __init__(self, claim: Claim, execution_id: str, lease_s: float, max_attempts: int,
+                 conn: Connection | None = None) -> None:  # fmt: skip
+        self.claim, self.execution_id, self.lease_s, self.max_attempts = claim, execution_id, lease_s, max_attempts
+        self.conn = conn
+        self.lost = False  # a lock whose lease could not be committed: this execution must not commit
+        self.lock = threading.Lock()  # the body's thread and the renewer's take turns on ``conn``
+
+    def lease(self) -> None:
+        """Lock -> lease, committed (nothing to do for a lease). Raises what the database raised."""
+        with self.lock:
+            self._lease()
+
+    def _lease(self) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        self.conn = None
+        try:
+            self.claim = store.lease_first_delivery(conn, self.claim, execution_id=self.execution_id,
+                                                    lease_s=self.lease_s, max_attempts=self.max_attempts)  # fmt: skip
+            conn.commit()
+        except BaseException:
+            self.lost = True
+            raise
+        finally:
+            conn.close()
+
+    def renew(self) -> bool:
+        """The renewer's turn: a lock becomes a lease, a lease is extended; ``False`` once it is not held."""
+        with self.lock:
+            if self.conn is not None:
+                self._lease()
+                return True
+        if self.lost:
+            return False
+        with transaction(durable=False) as session:
+            return store.renew_lease(
+                session, self.claim.continuation.id, execution_id=self.execution_id, lease_s=self.lease_s
+            )
+
+    def commit(
+        self, outcome: store.StepOutcome, *, reviews_started: bool, in_commit: Sequence[Callable[[Any], None]]
+    ) -> store.Committed | None:
+        """The outcome committed with the consume, in the lock's transaction or on the lease path;
+        ``None`` when the hold was lost."""
+        with self.lock:
+            if self.lost:
+                return None
+            conn, self.conn = self.conn, None
+            if conn is None:
+                return store.commit_outcome(self.claim, outcome, execution_id=self.execution_id,
+                                            reviews_started=reviews_started, in_commit=in_commit)  # fmt: skip
+            try:
+                committed = store.commit_outcome(self.claim, outcome, execution_id=self.execution_id,
+                                                 reviews_started=reviews_started, in_commit=in_commit,
+                                                 held=conn)  # fmt: skip
+                conn.commit()
+            finally:
+                conn.close()
+            return committed
+
+
+class _Renewer:
+    """One thread per process keeps the holds of the executions running in it: each lease renewed every
+    third of its lease, each row lock turned into a lease once its body has run ``locked_s``. A thread
+    per execution would cost a start and a join.
+
+    A hold wakes the thread only when it falls due before the thread's current wait ends. With nothing
+    held the thread waits a third of the last lease it saw, not longer: a body that ends in milliseconds
+    (the common case) then never wakes it.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.held: dict[str, tuple[Hold, float]] = {}  # continuation -> (hold, when it is next due)
+        self.pid: int | None = None
+        self.sleeps_until = 0.0  # when the thread's current wait ends (monotonic)
+        self.idle_s = 60.0  # how long the thread waits with nothing held: a third of the last lease held
+
+    def hold(self, hold: Hold, due_in_s: float) -> None:
+        with self.lock:
+            if self.pid != os.getpid():  # first use in this process (a forked pool child has no thread)
+                self.pid, self.held, self.sleeps_until = os.getpid(), {}, 0.0
+                threading.Thread(target=self._loop, name="parkway-lease", daemon=True).start()
+            due = time.monotonic() + due_in_s
+            self.held[hold.claim.continuation.id] = (hold, due)
+            self.idle_s = hold.lease_s / 3
+            sooner = due < self.sleeps_until  # else the thread wakes in time anyway: no wake-up per execution
+        if sooner:
+            self.wake.set()
+
+    def release(self, continuation_id: str) -> None:
+        with self.lock:
+            self.held.pop(continuation_id, None)
+
+    def _loop(self) -> None:
+        while True:
+            now = time.monotonic()
+            with self.lock:
+                due = [h for h, at in self.held.values() if at <= now]
+                for h in due:
+                    self.held[h.claim.continuation.id] = (h, now + h.lease_s / 3)
+                nxt = min((at for _, at in self.held.values()), default=now + self.idle_s)
+                self.sleeps_until = nxt
+            for h in due:
+                self._renew(h)
+            self.wake.wait(max(0.0, nxt - time.monotonic()))
+            with self.lock:
+                self.wake.clear()
+                self.sleeps_until = 0.0  # awake: a hold now must not count on this wait
+
+    def _renew(self, hold: Hold) -> None:
+        cid = hold.claim.continuation.id
+        try:
+            held = hold.renew()
+        except Exception:
+            log.warning("lease renewal failed", exc_info=True, extra={"continuation_id": cid})
+            held = not hold.lost
+        if not held:
+            with self.lock:
+                if self.held.get(cid, (None,))[0] is hold:
+                    del self.held[cid]
+
+
+renewer = _Renewer()
+
+
+class Keeper:
+    """Keeps ``hold`` while the body runs (see ``_Renewer``): a lock is first due after ``locked_s``, a
+    lease after a third of the lease."""
+
+    def __init__(self, hold: Hold, locked_s: float) -> None:
+        self.hold, self.due_in_s = hold, (locked_s if hold.conn is not None else hold.lease_s / 3)
+
+    def __enter__(self) -> Keeper:
+        renewer.hold(self.hold, self.due_in_s)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        renewer.release(self.hold.claim.continuation.id)
