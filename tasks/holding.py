@@ -98,8 +98,8 @@ class _Renewer:
     per execution would cost a start and a join.
 
     A hold wakes the thread only when it falls due before the thread's current wait ends. With nothing
-    held the thread waits a third of the last lease it saw, not longer: a body that ends in milliseconds
-    (the common case) then never wakes it.
+    held the thread waits as long as the last hold's first turn (a third of its lease, or ``locked_s``),
+    not longer: a body that ends in milliseconds (the common case) then never wakes it.
     """
 
     def __init__(self) -> None:
@@ -108,7 +108,7 @@ class _Renewer:
         self.held: dict[str, tuple[Hold, float]] = {}  # continuation -> (hold, when it is next due)
         self.pid: int | None = None
         self.sleeps_until = 0.0  # when the thread's current wait ends (monotonic)
-        self.idle_s = 60.0  # how long the thread waits with nothing held: a third of the last lease held
+        self.idle_s = 60.0  # how long the thread waits with nothing held: the last hold's first turn
 
     def hold(self, hold: Hold, due_in_s: float) -> None:
         with self.lock:
@@ -117,7 +117,7 @@ class _Renewer:
                 threading.Thread(target=self._loop, name="parkway-lease", daemon=True).start()
             due = time.monotonic() + due_in_s
             self.held[hold.claim.continuation.id] = (hold, due)
-            self.idle_s = hold.lease_s / 3
+            self.idle_s = due_in_s
             sooner = due < self.sleeps_until  # else the thread wakes in time anyway: no wake-up per execution
         if sooner:
             self.wake.set()
