@@ -205,17 +205,6 @@ def start_run(
     return run_id
 
 
-def _actor(session: store.Executor, principal: str | Actor) -> Actor:
-    """A Python caller's principal by name (``Forbidden`` for a name no live principal has), or the one the
-    API authenticated."""
-    if not isinstance(principal, str):
-        return principal
-    found = store.principal_ref_by_name(session, principal)
-    if found is None:
-        raise store.unknown_principal(principal)
-    return found
-
-
 def _principal(session: Any, name: str | Principal) -> Any:
     """The principal by name, or as the caller already read it (the API authenticated it this request)."""
     if isinstance(name, Principal):
@@ -249,9 +238,8 @@ def answer(interaction_id: str, value: Any, *, response_id: str, principal: str 
         raise InvalidAnswer(f"the answer is not JSON Parkway can store ({problem})", errors=[problem])
     digest = response_digest(value)
     with core_transaction() as conn:
-        who = _actor(conn, principal)
         receipt = store.answer(conn, interaction_id, value=value, response_id=response_id, response_digest=digest,
-                               principal=who)  # fmt: skip
+                               principal=principal)  # fmt: skip
         due = receipt.continuation
         to_publish = [(due.id, due.kind)] if due is not None else []
     crash_point("answer.after_commit")
@@ -269,8 +257,7 @@ def cancel(
     if not response_id:
         raise InvalidAnswer("a response_id is required so that retries can be recognized")
     with transaction() as session:
-        who = _actor(session, principal)
-        receipt = store.cancel(session, interaction_id, response_id=response_id, principal=who, reason=reason)
+        receipt = store.cancel(session, interaction_id, response_id=response_id, principal=principal, reason=reason)
     from tasks.projection import project_quietly
 
     project_quietly([receipt.run_id])

@@ -25,6 +25,7 @@ from models.store.driver import DriverStatement
 from models.store.events import event_params, event_row, events_if
 from models.store.interactions import (
     INTERACTION,
+    InteractionRead,
     interaction_read,
     interaction_state,
     locking,
@@ -48,8 +49,8 @@ _ANSWER_READS = tuple(
 
 
 # The step's continuation name is read too, for the event of the continuation this answer may make due.
-_INTERACTION_LOCKED = DriverStatement(
-    locking(interaction_read(bindparam("pid"), _ANSWER_READS)).add_columns(
+_INTERACTION_LOCKED = InteractionRead(
+    lambda principal_id: locking(interaction_read(principal_id, _ANSWER_READS)).add_columns(
         STEP.c.continuation.label("step_continuation")
     )
 )
@@ -165,20 +166,28 @@ _ANSWER_AND_MAKE_DUE = DriverStatement(
 
 
 def answer(
-    session: Executor, interaction_id_: str, *, value: Any, response_id: str, response_digest: str, principal: Actor
+    session: Executor,
+    interaction_id_: str,
+    *,
+    value: Any,
+    response_id: str,
+    response_digest: str,
+    principal: Actor | str,
 ) -> AnswerReceipt:
     """pending -> answered|rejected, first response wins; an exact retry (same ``response_id`` and
     digest) returns the first receipt. Losing raises the authoritative state: ``Conflict`` (another
     response won), ``Gone`` (the wait ended unanswered); ``NotFound``, then ``WrongKind``/``Forbidden``
-    (as ``authorize``), then ``InvalidAnswer`` come before anything is written. ``continuation`` of the
-    receipt is set when this was the step's last pending interaction (``None``: others still pending).
+    (as ``authorize``), then ``InvalidAnswer`` come before anything is written; a ``principal`` given by
+    name is read with the interaction (``Forbidden`` before all of those when no live principal has it).
+    ``continuation`` of the receipt is set when this was the step's last pending interaction (``None``:
+    others still pending).
 
     Two statements: the read that takes the step's lock (the value is validated and sealed against what it
     read), then the CAS with all it implies and the events (``closing_makes_due``). They cannot be one: a
     statement's snapshot predates its wait for the lock, so an answer to a sibling committed meanwhile would
     still look pending, and neither answer would make the step due.
     """
-    interaction = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "answer")
+    interaction, principal = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "answer")
     settled = _settled_answer(interaction, response_id, response_digest)
     if settled is not None:
         return settled
@@ -205,7 +214,7 @@ def answer(
     if combined is None:
         # The read's snapshot predates its wait for the step's lock: another answer, a cancel or an expiry
         # may have committed meanwhile, or the run ended. Read again, the lock held, and say which.
-        interaction = read_interaction(session, INTERACTION, interaction_id_, principal, "answer")
+        interaction, _ = read_interaction(session, INTERACTION, interaction_id_, principal, "answer")
         settled = _settled_answer(interaction, response_id, response_digest)
         if settled is not None:
             return settled

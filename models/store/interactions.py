@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Row, String, bindparam, case, cast, exists, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Row, String, bindparam, case, cast, exists, select, true, update
 
 from models.base import utcnow
 from models.clock import db_now
 from models.status import RUN_TERMINAL, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
 from models.store.events import event_select, insert_events
-from models.store.principals import ANSWERERS, Actor
+from models.store.principals import ANSWERERS, Actor, PrincipalRef, live_named, unknown_principal
 from models.store.runs import FINISH_STEP, finish_run_update, history_of
 from models.store.sql import GRANT, INTER, PRIN, RUN, STEP, Executor, bp, canonical_json, word, words
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
@@ -39,6 +38,12 @@ def interaction_state(interaction: Row[Any]) -> dict[str, Any]:
     }
 
 
+def _live_grant(principal_id: Any, target: Any) -> Any:
+    """Whether ``principal_id`` holds a live grant on ``target`` (both expressions of the enclosing reads)."""
+    granted = (GRANT.c.principal_id == principal_id, GRANT.c.target == target, GRANT.c.revoked_at.is_(None))
+    return exists().where(*granted).correlate_except(GRANT)
+
+
 def interaction_read(principal_id: Any, columns: Sequence[Any] = (INTER,)) -> Any:
     """The interaction ``:iid`` (``columns`` of it), its run's status, whether its deadline has passed by the
     database's clock, who answered it, and whether ``principal_id`` holds a live grant on its target: one
@@ -49,9 +54,7 @@ def interaction_read(principal_id: Any, columns: Sequence[Any] = (INTER,)) -> An
             RUN.c.status.label("run_status"),
             (INTER.c.expires_at <= db_now()).label("expired"),
             select(PRIN.c.name).where(PRIN.c.id == INTER.c.answered_by_id).scalar_subquery().label("answered_by"),
-            exists()
-            .where(GRANT.c.principal_id == principal_id, GRANT.c.target == INTER.c.target, GRANT.c.revoked_at.is_(None))
-            .label("granted"),
+            _live_grant(principal_id, INTER.c.target).label("granted"),
         )
         .join(RUN, RUN.c.id == INTER.c.run_id)
         .where(INTER.c.id == bindparam("iid"))
@@ -66,29 +69,55 @@ def locking(read: Any) -> Any:
     return read.join(STEP, STEP.c.id == INTER.c.step_id).with_for_update(of=STEP)
 
 
-# Cancels (and the reads again after a lost CAS) also read whether the principal owns the run and holds a
-# live grant on the run's target: an agent may cancel only the interactions of its own runs.
-INTERACTION = interaction_read(bindparam("pid")).add_columns(
-    RUN.c.owner_id.label("run_owner_id"),
-    exists()
-    .where(GRANT.c.principal_id == bindparam("pid"), GRANT.c.target == RUN.c.target, GRANT.c.revoked_at.is_(None))
-    .label("owner_granted"),
-)
+# The caller given by name (an in-process answer or cancel): the live principal of that name, joined into
+# the interaction's read, so that finding it costs no statement of its own.
+CALLER = PRIN.alias("caller")
 
 
-def read_interaction(session: Executor, statement: Any, interaction_id_: str, principal: Actor, act: Act) -> Row[Any]:
-    """``statement`` (``INTERACTION``, or a read of ``interaction_read`` that is ``locking``) for this
-    interaction and principal; ``NotFound`` for an unknown id, then as ``authorize`` for ``act``."""
-    params = {"iid": interaction_id_, "pid": principal.id}
-    interaction: Row[Any] | None
-    if isinstance(statement, DriverStatement):
-        interaction = statement.first(session, params)
+class InteractionRead:
+    """One read of ``interaction_read`` (``read(principal_id)`` builds it) as two statements: for a principal
+    given as an ``Actor`` (``:pid``), and for one given by name (``:pname``). The second is the live
+    principal of that name (its ``caller_*`` columns) with the read lateral to it: one row when that
+    principal is live (the interaction's columns NULL for an unknown ``:iid``), none otherwise."""
+
+    def __init__(self, read: Callable[[Any], Any]) -> None:
+        self.by_id = DriverStatement(read(bindparam("pid")))
+        found = read(CALLER.c.id).lateral("interaction")
+        caller = [CALLER.c[name].label(f"caller_{name}") for name in ("id", "name", "kind")]
+        self.by_name = DriverStatement(
+            select(*caller, *found.c).select_from(CALLER.outerjoin(found, true())).where(live_named(CALLER))
+        )
+
+
+def _cancel_read(principal_id: Any) -> Any:
+    """Cancels (and the reads again after a lost CAS) also read whether the principal owns the run and holds
+    a live grant on the run's target: an agent may cancel only the interactions of its own runs."""
+    return interaction_read(principal_id).add_columns(
+        RUN.c.owner_id.label("run_owner_id"),
+        _live_grant(principal_id, RUN.c.target).label("owner_granted"),
+    )
+
+
+INTERACTION = InteractionRead(_cancel_read)
+
+
+def read_interaction(
+    session: Executor, read: InteractionRead, interaction_id_: str, principal: Actor | str, act: Act
+) -> tuple[Row[Any], Actor]:
+    """``read`` for this interaction and principal (an ``Actor``, or a name: ``Forbidden`` first when no live
+    principal has it), and the principal; then ``NotFound`` for an unknown id, then as ``authorize``."""
+    if isinstance(principal, str):
+        row = read.by_name.first(session, {"iid": interaction_id_, "pname": principal})
+        if row is None:
+            raise unknown_principal(principal)
+        principal = PrincipalRef(row.caller_id, row.caller_name, row.caller_kind)
+        interaction = None if row.id is None else row
     else:
-        interaction = session.execute(statement, params).first()
+        interaction = read.by_id.first(session, {"iid": interaction_id_, "pid": principal.id})
     if interaction is None:
         raise NotFound(f"interaction {interaction_id_} does not exist")
     authorize(interaction, principal, act)
-    return interaction
+    return interaction, principal
 
 
 Act = Literal["answer", "cancel"]
@@ -160,7 +189,7 @@ class CancelReceipt:
 
 
 _WHY = cast(bindparam("why"), String)
-_INTERACTION_LOCKED = locking(INTERACTION)
+_INTERACTION_LOCKED = InteractionRead(lambda principal_id: locking(_cancel_read(principal_id)))
 _TARGET = INTER.alias("target")
 
 
@@ -225,7 +254,7 @@ _CANCEL = _cancel()
 
 
 def cancel(
-    session: Session, interaction_id_: str, *, response_id: str, principal: Actor, reason: str | None
+    session: Executor, interaction_id_: str, *, response_id: str, principal: Actor | str, reason: str | None
 ) -> CancelReceipt:
     """pending -> canceled for the whole parked step: its pending interactions, the step and the run.
 
@@ -240,7 +269,7 @@ def cancel(
     what won.
     """
     digest = cancel_digest(reason)
-    interaction = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "cancel")
+    interaction, principal = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "cancel")
     settled = _settled_cancel(interaction, response_id, digest)
     if settled is not None:
         return settled
@@ -252,7 +281,7 @@ def cancel(
     terminal = {"step_to": StepStatus.CANCELED.value, "to": RunStatus.CANCELED.value, "res": None, "err": None,
                 "det": None}  # fmt: skip
     if session.execute(_CANCEL, {**params, **terminal}).first() is None:
-        interaction = read_interaction(session, INTERACTION, interaction_id_, principal, "cancel")
+        interaction, _ = read_interaction(session, INTERACTION, interaction_id_, principal, "cancel")
         settled = _settled_cancel(interaction, response_id, digest)
         if settled is not None:
             return settled

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import and_, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -51,8 +51,12 @@ class PrincipalRef:
     kind: str
 
 
-_LIVE_NAMED = and_(PRIN.c.name == bindparam("pname"), PRIN.c.disabled_at.is_(None))
-_PRINCIPAL_REF = DriverStatement(select(PRIN.c.id, PRIN.c.name, PRIN.c.kind).where(_LIVE_NAMED))
+def live_named(principals: Any) -> Any:
+    """The live principal named ``:pname`` among ``principals`` (the table or an alias of it)."""
+    return and_(principals.c.name == bindparam("pname"), principals.c.disabled_at.is_(None))
+
+
+_PRINCIPAL_REF = DriverStatement(select(PRIN.c.id, PRIN.c.name, PRIN.c.kind).where(live_named(PRIN)))
 
 
 def principal_ref_by_name(session: Executor, name: str) -> PrincipalRef | None:

@@ -351,6 +351,28 @@ def test_agent_cancels_only_its_own_runs(client: TestClient, actors: Actors) -> 
     assert status_of(elsewhere) == "canceled"
 
 
+def test_sdk_by_name__a_disabled_principal_is_refused_first_and_the_owner_cancels(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a human granted on the target, then disabled while a question is pending
+    admin = actors.auth(ADMIN)
+    made = client.post("/v1/principals", json={"kind": "human", "name": f"human-{uuid.uuid4().hex[:6]}"}, headers=admin)
+    name, principal_id = made.json()["name"], made.json()["id"]
+    assert client.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=admin).status_code == 201
+    iid = park(client, actors)
+    assert client.delete(f"/v1/principals/{principal_id}", headers=admin).status_code == 204
+    # Then by name it is no live principal, for answers and cancels, told before an unknown interaction
+    for target in (iid, "0" * 32):
+        with pytest.raises(Forbidden, match="does not exist or is disabled"):
+            sdk.answer(target, "go", response_id=uuid.uuid4().hex, principal=name)
+        with pytest.raises(Forbidden, match="does not exist or is disabled"):
+            sdk.cancel(target, response_id=uuid.uuid4().hex, principal=name)
+    assert status_of(iid) == "pending"
+    # And the agent that owns the run cancels by name
+    assert sdk.cancel(iid, response_id=uuid.uuid4().hex, principal=AGENT)["status"] == "canceled"
+    assert status_of(iid) == "canceled"
+
+
 def test_owner_without_a_grant_on_its_run_target__cannot_cancel(client: TestClient, actors: Actors) -> None:
     admin = actors.auth(ADMIN)
     name = f"agent-{uuid.uuid4().hex[:6]}"
