@@ -65,6 +65,9 @@ class ContextFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
+    # One encoder for every line: ``json.dumps(..., default=str)`` builds a new one per call.
+    encoder = json.JSONEncoder(default=str)
+
     def format(self, record: logging.LogRecord) -> str:
         line = {
             "at": datetime.fromtimestamp(record.created, UTC).isoformat(),
@@ -72,12 +75,13 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        fields = record.__dict__  # the ids are the record's own attributes (``extra``, ``ContextFilter``)
         for name in _FIELDS:
-            if hasattr(record, name):
-                line[name] = getattr(record, name)
+            if name in fields:
+                line[name] = fields[name]
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str)
+        return self.encoder.encode(line)
 
 
 class TextFormatter(logging.Formatter):

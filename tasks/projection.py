@@ -14,6 +14,8 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,34 +62,105 @@ def metadata(run: Run | RunRecord) -> dict[str, Any]:
 
 
 def write_atomically(path: Path, content: dict[str, Any]) -> None:
-    """Temp file in the same directory, fsync, rename, fsync the directory: all or nothing.
+    """Write one file all or nothing (see ``write_all``); raises what stopped it."""
+    error = write_all([(path, content)])[0]
+    if error is not None:
+        raise error
 
-    The temp file's name is this thread's own (a concurrent writer of the same run, such as the sweep,
-    uses another), created 0600 as ``mkstemp`` would, and the JSON goes in with one write.
+
+@dataclass
+class _File:
+    """One file on its way through ``write_all``: its temp file, open until synced; the error that stopped it."""
+
+    path: str
+    data: bytes
+    tmp: str
+    fd: int | None = None
+    renamed: bool = False
+    error: Exception | None = None
+
+    def abandon(self, error: Exception | None = None) -> None:
+        self.error = self.error or error
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+        if not self.renamed:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp)
+
+
+def write_all(files: list[tuple[Path, dict[str, Any]]]) -> list[Exception | None]:
+    """Write each file all or nothing: temp file in the same directory, fsync, rename, fsync the directory.
+
+    The files take each step together (all temp files written, then each synced, then each renamed, then
+    each directory synced), so the first ``fsync`` of a step commits the journal for the rest and theirs
+    find little left to flush; each file still has its own ``fsync`` before its rename and its directory's
+    after. A temp file's name is this thread's own (a concurrent writer of the same run, such as the sweep,
+    uses another), created 0600 as ``mkstemp`` would. Returns, per file, ``None`` or what left it unwritten
+    (its temp file removed, an older file untouched).
     """
-    data = json.dumps(content, indent=2, sort_keys=True).encode()
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".run_metadata.{os.getpid()}.{threading.get_ident()}.tmp")
+    suffix = f".run_metadata.{os.getpid()}.{threading.get_ident()}.tmp"
+    todo: dict[str, _File] = {}  # by path: the last content given for a path wins
+    for path, content in files:
+        data = json.dumps(content, indent=2, sort_keys=True).encode()
+        todo[str(path)] = _File(str(path), data, os.path.join(os.path.dirname(path), suffix))
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        _each(todo.values(), _open_and_write)
+        _each(todo.values(), _sync_and_close)
+        _each(todo.values(), _rename)
+        _sync_directories([f for f in todo.values() if f.error is None])
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        for item in todo.values():
+            item.abandon()
         raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    return [todo[str(path)].error for path, _ in files]
+
+
+def _each(items: Iterable[_File], step: Callable[[_File], None]) -> None:
+    for item in items:
+        if item.error is None:
+            try:
+                step(item)
+            except Exception as exc:
+                item.abandon(exc)
+
+
+def _open_and_write(item: _File) -> None:
+    os.makedirs(os.path.dirname(item.path), exist_ok=True)
+    item.fd = os.open(item.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    view = memoryview(item.data)
+    while view:
+        view = view[os.write(item.fd, view) :]
+
+
+def _sync_and_close(item: _File) -> None:
+    assert item.fd is not None
+    os.fsync(item.fd)
+    fd, item.fd = item.fd, None
+    os.close(fd)
+
+
+def _rename(item: _File) -> None:
+    os.replace(item.tmp, item.path)
+    item.renamed = True
+
+
+def _sync_directories(items: list[_File]) -> None:
+    """A rename is durable once its directory is synced: each directory once; a failure fails its files."""
+    by_dir: dict[str, list[_File]] = {}
+    for item in items:
+        by_dir.setdefault(os.path.dirname(item.path), []).append(item)
+    for directory, in_it in by_dir.items():
+        try:
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except Exception as exc:
+            for item in in_it:
+                item.error = exc
 
 
 def project(run_id: str) -> bool:
@@ -122,16 +195,24 @@ def project_quietly(run_ids: list[str]) -> None:
             log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": run_id})
 
 
-def write_committed(record: RunRecord) -> bool:
-    """Write ``run_metadata.json`` from the record the terminal commit returned; False (logged) when the
-    write failed, which leaves the run's flag for the sweep. No lock is taken: a record is final, so a
-    concurrent projector (the sweep) writes the same bytes."""
-    try:
-        write_atomically(metadata_path(record.id), metadata(record))
-        return True
-    except Exception:
-        log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": record.id})
-        return False
+def write_committed(records: list[RunRecord]) -> list[RunRecord]:
+    """Write ``run_metadata.json`` of each record a terminal commit returned (``write_all``: together);
+    returns those written. A failed write is logged and leaves that run's flag for the sweep. No lock is
+    taken: a record is final, so a concurrent projector (the sweep) writes the same bytes."""
+    files, kept = [], []
+    for record in records:
+        try:
+            files.append((metadata_path(record.id), metadata(record)))
+            kept.append(record)
+        except Exception:
+            log.warning("projection failed; the sweep retries it", exc_info=True, extra={"run_id": record.id})
+    written = []
+    for record, error in zip(kept, write_all(files), strict=True):
+        if error is None:
+            written.append(record)
+        else:
+            log.warning("projection failed; the sweep retries it", exc_info=error, extra={"run_id": record.id})
+    return written
 
 
 def clear_committed(written: list[RunRecord]) -> int:
@@ -199,7 +280,7 @@ class _Projector:
                     break
             backlog = len(taken) == _BATCH  # more may be waiting: take them without another window
             try:
-                clear_committed([record for record in taken if write_committed(record)])
+                clear_committed(write_committed(taken))
             finally:
                 for _ in taken:
                     items.task_done()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.projection import write_atomically
+from tasks.projection import write_all, write_atomically
 
 CONTENT = {
     "run_id": "r1",
@@ -88,3 +88,36 @@ def test_write_atomically__concurrent_writers_of_one_run_leave_one_whole_file(tm
     assert not errors
     assert json.loads(path.read_text()) == CONTENT
     assert os.listdir(path.parent) == ["run_metadata.json"]
+
+
+def test_write_all__syncs_every_file_before_any_rename_and_keeps_a_failed_one_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given three runs' files to write together, the middle one blocked (a directory stands where it goes)
+    paths = [tmp_path / f"r{n}" / "run_metadata.json" for n in range(3)]
+    paths[1].mkdir(parents=True)
+    calls: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync")
+        real_fsync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        calls.append("rename")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+
+    # When they are written
+    errors = write_all([(path, {**CONTENT, "run_id": f"r{n}"}) for n, path in enumerate(paths)])
+
+    # Then the two others are whole, the blocked one failed alone, and no temp file is left anywhere
+    assert errors[0] is None and errors[2] is None and isinstance(errors[1], IsADirectoryError)
+    for n in (0, 2):
+        assert json.loads(paths[n].read_text())["run_id"] == f"r{n}"
+        assert os.listdir(paths[n].parent) == ["run_metadata.json"]
+    assert os.listdir(paths[1].parent) == ["run_metadata.json"]
+    # And every temp file was synced before the first rename, each written directory after the last
+    assert calls == ["fsync"] * 3 + ["rename"] * 3 + ["fsync"] * 2
