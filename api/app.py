@@ -7,12 +7,12 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from api import docs, errors
 from api.deps import authentication_problem
-from api.input import checked_input
+from api.input import CheckedRoute
 from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from api.metrics import MetricsMiddleware
 from api.pages import decisions
@@ -67,10 +67,10 @@ def create_app() -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
-        dependencies=[Depends(checked_input)],  # every route: NUL, lone surrogates, NaN/inf, deep nesting → 422
         docs_url=None,  # api/docs.py serves /docs and /redoc from local files instead of a CDN
         redoc_url=None,
     )
+    app.router.route_class = CheckedRoute  # the app's own routes (the docs pages) are checked like the others
     docs.install(app)
     errors.install(app, authentication_problem)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)

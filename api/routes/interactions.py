@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import Path, Query
 
 from api import errors
 from api.deps import PrincipalDep, SessionDep, TokenDep, admitted, authenticate, in_thread, presented
 from api.errors import ApiError, documented
+from api.input import checked_router
 from api.metrics import ANSWERS
 from api.schemas import (
     ID,
@@ -26,7 +27,7 @@ from parkway.db import transaction
 from parkway.errors import Conflict, Gone, OutcomeError
 from tasks import sdk
 
-router = APIRouter(prefix="/v1/interactions", tags=["interactions"])
+router = checked_router(prefix="/v1/interactions", tags=["interactions"])
 
 InteractionId = Annotated[str, Path(pattern=ID, description="the interaction's id")]
 StatusFilter = Literal["pending", "answered", "rejected", "canceled", "expired", "interrupted"]
