@@ -70,8 +70,6 @@ def create_app() -> FastAPI:
         docs_url=None,  # api/docs.py serves /docs and /redoc from local files instead of a CDN
         redoc_url=None,
     )
-    app.router.route_class = CheckedRoute  # the app's own routes (the docs pages) are checked like the others
-    docs.install(app)
     errors.install(app, authentication_problem)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware)  # outermost: every request is observed, refused ones too
@@ -79,6 +77,9 @@ def create_app() -> FastAPI:
         # Any of them may find the database unreachable: 503 with Retry-After (api/errors.py).
         app.include_router(module.router, responses=errors.documented(503))
     app.include_router(health.router)  # liveness never reads the database; readiness documents its own 503
+    # The docs pages last: every request is matched against the routes in order, and they are rarely asked for.
+    app.router.route_class = CheckedRoute  # the app's own routes (the docs pages) are checked like the others
+    docs.install(app)
     return app
 
 
