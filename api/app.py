@@ -7,12 +7,12 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from api import docs, errors
 from api.deps import authentication_problem
-from api.input import checked_input
+from api.input import CheckedRoute
 from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from api.metrics import MetricsMiddleware
 from api.pages import decisions
@@ -67,11 +67,9 @@ def create_app() -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
-        dependencies=[Depends(checked_input)],  # every route: NUL, lone surrogates, NaN/inf, deep nesting → 422
         docs_url=None,  # api/docs.py serves /docs and /redoc from local files instead of a CDN
         redoc_url=None,
     )
-    docs.install(app)
     errors.install(app, authentication_problem)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware)  # outermost: every request is observed, refused ones too
@@ -79,6 +77,9 @@ def create_app() -> FastAPI:
         # Any of them may find the database unreachable: 503 with Retry-After (api/errors.py).
         app.include_router(module.router, responses=errors.documented(503))
     app.include_router(health.router)  # liveness never reads the database; readiness documents its own 503
+    # The docs pages last: every request is matched against the routes in order, and they are rarely asked for.
+    app.router.route_class = CheckedRoute  # the app's own routes (the docs pages) are checked like the others
+    docs.install(app)
     return app
 
 

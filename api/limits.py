@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from fastapi import HTTPException
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors
 from api.errors import error_response
 
 MAX_BODY_BYTES = 1 << 20
+
+
+def _declared_length(scope: Scope) -> int | None:
+    """The request's ``Content-Length``, or ``None`` when it declares none that is a number (a streamed body)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
 
 
 class BodyTooLarge(HTTPException):
@@ -20,7 +27,8 @@ class BodyTooLarge(HTTPException):
 
 
 class BodyLimitMiddleware:
-    """A declared ``Content-Length`` over the limit is refused at once; a streamed body is counted as read."""
+    """A declared ``Content-Length`` over the limit is refused at once; a streamed body (none declared) is
+    counted as it is read."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self.app = app
@@ -30,9 +38,12 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = Headers(scope=scope).get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(scope, receive, send)
+        declared = _declared_length(scope)
+        if declared is not None:
+            if declared > self.limit:
+                await self._refuse(scope, receive, send)
+            else:  # the server reads exactly the declared length: no more can arrive, nothing to count
+                await self.app(scope, receive, send)
             return
         received = 0
         started = False

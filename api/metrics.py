@@ -297,9 +297,19 @@ class MetricsMiddleware:
         finally:
             route = getattr(scope.get("route"), "path", None) or _plain_route(scope) or "unmatched"
             if route not in UNTIMED_ROUTES:
-                REQUEST_LATENCY.labels(scope["method"], route, str(status["code"])).observe(
-                    time.perf_counter() - started
-                )
+                _latency(scope["method"], route, status["code"]).observe(time.perf_counter() - started)
+
+
+_latencies: dict[tuple[str, str, int], Any] = {}
+
+
+def _latency(method: str, route: str, status: int) -> Any:
+    """``REQUEST_LATENCY``'s child for these labels, looked up once per label set (their values are bounded:
+    route templates, not paths)."""
+    child = _latencies.get((method, route, status))
+    if child is None:
+        child = _latencies.setdefault((method, route, status), REQUEST_LATENCY.labels(method, route, str(status)))
+    return child
 
 
 def _plain_route(scope: Scope) -> str | None:

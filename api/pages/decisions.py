@@ -14,10 +14,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from fastapi import Depends, Header, Path, Query, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from api.input import checked_router
 from api.pages import answering, texts
 from api.pages.inbox import Notice, View, decisions_page, run_card
 from api.pages.render import login_page, static_file
@@ -35,7 +36,7 @@ from api.pages.session import (
 )
 from api.routes.events import sse_events
 
-router = APIRouter(prefix="/decisions", include_in_schema=False)
+router = checked_router(prefix="/decisions", include_in_schema=False)
 
 SESSION_RECHECK_S = 5.0  # how soon an open stream notices that its session has ended
 RUN_ID = r"^[A-Za-z0-9_-]{1,64}$"

@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import Path, Query, Request, Response
 
+from api.input import checked_router
 from api.pages import texts
 from api.pages.render import login_page, render, run_status
 from api.pages.session import CSRF_FIELD, NONCE_COOKIE, csrf_token, session_id, signed_in
@@ -22,7 +23,7 @@ from models.status import RUN_TERMINAL, RunStatus
 from models.tables import Principal, Run
 from parkway.db import transaction
 
-router = APIRouter(prefix="/runs", include_in_schema=False)
+router = checked_router(prefix="/runs", include_in_schema=False)
 
 LIST_LIMIT = 50
 RunId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")]

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -14,13 +14,14 @@ from api import errors
 from api.deps import PrincipalDep, SessionDep
 from api.errors import ApiError, documented
 from api.event_schemas import EventPage, event_out
+from api.input import checked_router
 from api.metrics import OPEN_STREAMS
 from api.schemas import ID
 from models import access, event_log
 from models.tables import Principal
 from parkway.db import transaction
 
-router = APIRouter(tags=["events"])
+router = checked_router(tags=["events"])
 
 STREAM_FORMAT = (
     "A `text/event-stream`. It opens with `retry: 2000`; then one message per event, in `seq` order: "

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import Path, Response
 
 from api import errors
 from api.deps import AdminDep
 from api.errors import ApiError, documented
+from api.input import checked_router
 from api.schemas import ID, GrantCreate, GrantOut
 from models import access, principals, store
 from parkway.db import transaction
 
-router = APIRouter(prefix="/v1/grants", tags=["grants"])
+router = checked_router(prefix="/v1/grants", tags=["grants"])
 
 
 @router.post(

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 
 from api import errors
 from api.errors import ApiError, documented
+from api.input import checked_router
 from api.metrics import REGISTRY
 from api.schemas import Health, Readiness
 from parkway.db import get_engine
 from parkway.migrate import head_revision, schema_problem
 
-router = APIRouter(tags=["health"])
+router = checked_router(tags=["health"])
 
 
 @router.get("/healthz", response_model=Health, operation_id="get_liveness", summary="Liveness: the process answers")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import Path, Query
 
 from api import errors
-from api.deps import PrincipalDep, SessionDep, TokenDep, admitted, authenticate, in_thread
+from api.deps import PrincipalDep, SessionDep, TokenDep, admitted, authenticate, in_thread, presented
 from api.errors import ApiError, documented
+from api.input import checked_router
 from api.metrics import ANSWERS
 from api.schemas import (
     ID,
@@ -26,7 +27,7 @@ from parkway.db import transaction
 from parkway.errors import Conflict, Gone, OutcomeError
 from tasks import sdk
 
-router = APIRouter(prefix="/v1/interactions", tags=["interactions"])
+router = checked_router(prefix="/v1/interactions", tags=["interactions"])
 
 InteractionId = Annotated[str, Path(pattern=ID, description="the interaction's id")]
 StatusFilter = Literal["pending", "answered", "rejected", "canceled", "expired", "interrupted"]
@@ -80,10 +81,10 @@ def read_interaction(interaction_id: InteractionId, principal: PrincipalDep, ses
     summary="Answer: the first response wins; an exact retry gets the same receipt",
     responses=documented(401, 403, 404, 409, 410, 413, 422, models=errors.INTERACTION_OUTCOMES),
 )
-async def answer(interaction_id: InteractionId, body: AnswerIn, token: TokenDep) -> dict[str, Any]:
+async def answer(interaction_id: InteractionId, body: AnswerIn, credentials: TokenDep) -> dict[str, Any]:
     # The hot path: one hop off the event loop, the caller authenticated on that thread (a human or an
     # admin; a bad token is a 401 and an agent a 403, before anything about the interaction is told).
-    return await in_thread(_answer, interaction_id, body, token)
+    return await in_thread(_answer, interaction_id, body, presented(credentials))
 
 
 def _answer(interaction_id: str, body: AnswerIn, token: str | None) -> dict[str, Any]:

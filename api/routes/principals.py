@@ -6,19 +6,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import Path, Query, Response
 from pydantic import BaseModel, Field
 
 from api import errors
 from api.deps import AdminDep, SessionDep
 from api.errors import ApiError, documented
+from api.input import checked_router
 from api.schemas import ID, PrincipalCreate, PrincipalCreated
 from models import principals, store
 from models.principals import PrincipalInfo
 from parkway.db import transaction
 from parkway.tokens import hash_token, new_token
 
-router = APIRouter(prefix="/v1/principals", tags=["principals"])
+router = checked_router(prefix="/v1/principals", tags=["principals"])
 
 PrincipalId = Annotated[str, Path(pattern=ID, description="the principal's id")]
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path
+from fastapi import Header, Path
 
 from api import errors
 from api.deps import AgentDep, PrincipalDep, SessionDep
 from api.errors import ApiError, documented
+from api.input import checked_router
 from api.schemas import ID, TEXT, RunCreate, RunOut
 from models import access
 from parkway.db import transaction
 from parkway.errors import NotRegistered
 from tasks import sdk
 
-router = APIRouter(prefix="/v1/runs", tags=["runs"])
+router = checked_router(prefix="/v1/runs", tags=["runs"])
 
 RunId = Annotated[str, Path(pattern=ID, description="the run's id")]
 IdempotencyKey = Annotated[

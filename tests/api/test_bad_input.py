@@ -7,6 +7,7 @@ payload, an answer's value, a run's target or a key, sent as raw body bytes the 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import uuid
 
@@ -19,7 +20,7 @@ from models.jsonsafe import MAX_DEPTH, InvalidInput
 from models.tables import Event, Run
 from parkway.db import transaction
 from parkway.errors import InvalidAnswer, ParkwayError
-from tests.api.conftest import AGENT, HUMAN, Actors, ApiServer, drive
+from tests.api.conftest import ADMIN, AGENT, HUMAN, Actors, ApiServer, drive
 from tests.support import TARGET, interactions
 
 # Raw JSON text of values Python's json module reads but Parkway cannot store.
@@ -96,6 +97,22 @@ def test_idempotency_key_and_query__nul_is_422(client: TestClient, actors: Actor
     assert_refused(client.get("/v1/interactions", params={"target": "a\x00b"}, headers=actors.auth(HUMAN)))
     assert_refused(client.get("/v1/interactions", params={"x\x00": "1"}, headers=actors.auth(HUMAN)))
     assert counts()[0] == before[0] + 1
+
+
+# Routes outside the OpenAPI document (the pages, the docs), with the OpenAPI's operations below.
+UNDOCUMENTED = [("get", "/decisions"), ("post", "/decisions/login"), ("get", "/runs"), ("get", "/runs/{run_id}"),
+                ("get", "/docs")]  # fmt: skip
+
+
+def test_every_route__a_nul_in_the_query_is_422_before_the_route_runs(client: TestClient, actors: Actors) -> None:
+    # The check is each route's (api.input.CheckedRoute), so a router made without it would slip through.
+    operations = [(method, path) for path, ops in client.app.openapi()["paths"].items() for method in ops]  # type: ignore[attr-defined]
+    assert len(operations) > 15
+    for method, path in operations + UNDOCUMENTED:
+        url = re.sub(r"\{[a-z_]+\}", "x1", path)
+        response = client.request(method, url, params={"probe": "a\x00b"}, headers=actors.auth(ADMIN))
+        assert_refused(response)
+        assert "query.probe: contains a NUL character" in response.json()["errors"], (method, path)
 
 
 @pytest.fixture(scope="module")
