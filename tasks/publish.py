@@ -10,6 +10,10 @@ from tasks.celery_app import CONTINUATIONS_QUEUE, RESUME_STEP, RUN_STEP, STEPS_Q
 
 log = logging.getLogger("parkway.publish")
 
+# The message header that marks a continuation's first publish (the one after the commit that made it due).
+FIRST_PUBLISH = "parkway_first_publish"
+FIRST = {FIRST_PUBLISH: True}
+
 
 def publish(
     items: Iterable[tuple[str, str]], *, after_first: Callable[[], None] | None = None, retry: bool = True
@@ -21,6 +25,8 @@ def publish(
     them again. ``retry=False`` (the answer, start and worker paths) makes one attempt: one connect,
     bounded by the broker's connect timeout, and no publish retry policy, so a broker outage costs a
     caller no more than that; the sweep keeps the app's bounded retry policy. Returns how many were sent.
+    Those sends are a continuation's first publish, and say so in a message header (``FIRST_PUBLISH``):
+    only that message may run under its row lock (``tasks.holding``).
     """
     batch = list(items)
     if not batch:
@@ -34,7 +40,8 @@ def publish(
             for index, (continuation_id, kind) in enumerate(batch):
                 crash_point("publish.before_send")
                 name, queue = (RUN_STEP, STEPS_QUEUE) if kind == "start" else (RESUME_STEP, CONTINUATIONS_QUEUE)
-                app.send_task(name, args=[continuation_id], queue=queue, producer=producer, retry=retry)
+                app.send_task(name, args=[continuation_id], queue=queue, producer=producer, retry=retry,
+                              headers=None if retry else FIRST)  # fmt: skip
                 sent += 1
                 if index == 0 and after_first is not None:
                     after_first()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from celery import Task
 from sqlalchemy import Connection
@@ -39,7 +39,7 @@ from tasks.outcomes import (
     interaction_specs,
 )
 from tasks.projection import project_quietly, project_soon
-from tasks.publish import publish
+from tasks.publish import FIRST_PUBLISH, publish
 from tasks.sdk import Context
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 from tasks.tooltypes import PossiblyRan
@@ -61,21 +61,25 @@ Result = Outcome | Interrupted
 @app.task(name=RUN_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_step(task: Task, continuation_id: str) -> str:
     """Run a step body for its start continuation (exactly one commit)."""
-    return execute(continuation_id, redelivered=_redelivered(task))
+    return execute(continuation_id, delivery=_delivery(task))
 
 
 @app.task(name=RESUME_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def resume_step(task: Task, continuation_id: str) -> str:
     """Resume a parked step through its versioned continuation (exactly one commit)."""
-    return execute(continuation_id, redelivered=_redelivered(task))
+    return execute(continuation_id, delivery=_delivery(task))
 
 
-def _redelivered(task: Task) -> bool | None:
-    """Whether the broker delivers this message again (Redis and AMQP flag it); ``None`` on the filesystem
-    broker, which never gives back what a dead worker held, so every execution there is under a lease."""
-    if str(task.app.conf.broker_url).startswith("filesystem:"):
-        return None
-    return bool((task.request.delivery_info or {}).get("redelivered", False))
+Delivery = Literal["first", "again", "other"]
+
+
+def _delivery(task: Task) -> Delivery:
+    """Which delivery of which message this is: the first publish's (marked by ``FIRST_PUBLISH``) for the
+    first time or again (Redis and AMQP flag a redelivery), or another (the sweep's). On the filesystem
+    broker, which never gives back what a dead worker took, always ``"other"``: every claim a lease."""
+    if not task.request.get(FIRST_PUBLISH) or str(task.app.conf.broker_url).startswith("filesystem:"):
+        return "other"
+    return "again" if (task.request.delivery_info or {}).get("redelivered") else "first"
 
 
 @dataclass
@@ -88,12 +92,12 @@ class Prepared:
     answers: dict[str, Any]
 
 
-def execute(continuation_id: str, *, redelivered: bool | None = None) -> str:
+def execute(continuation_id: str, *, delivery: Delivery = "other") -> str:
     """Claim, run and commit one continuation; returns what happened (for logs and tests).
 
-    ``redelivered``: whether the broker delivers this message again, ``None`` when that is not known (not a
-    broker's delivery, or a broker that never redelivers). A first delivery may be held by its row lock
-    (``tasks.holding``); its redelivery counts the execution that lock may have hidden.
+    ``delivery`` (``_delivery``): ``"first"``, the first publish's message delivered for the first time,
+    may be held by its row lock (``tasks.holding``); ``"again"``, that message delivered again, first
+    counts the execution the lock may have hidden; any other claims under a lease.
 
     In a Celery task the ids go into the task's log context, which lasts until Celery has written its own
     line about the task: that one line (``Task … succeeded in …s: 'committed'``) then carries the run,
@@ -101,16 +105,16 @@ def execute(continuation_id: str, *, redelivered: bool | None = None) -> str:
     showed in the worker's profile; bench/RESULTS.md).
     """
     execution_id = store.new_id()
-    locking = redelivered is not None and get_settings().locked_body_s > 0
+    locking = get_settings().locked_body_s > 0
     with nullcontext() if in_context() else bound():
         bind(continuation_id=continuation_id, execution_id=execution_id)
         extra: dict[str, Any] = {"continuation_id": continuation_id, "execution_id": execution_id}
-        if locking and not redelivered:
+        if locking and delivery == "first":
             with open_transaction() as conn:
                 locked = _lock(conn, continuation_id, execution_id, extra)
                 if locked is not None:
                     return _run(locked, extra)
-        elif locking:
+        elif locking and delivery == "again":
             with single_statement() as conn:
                 store.count_lost_execution(conn, continuation_id)
         prepared = _claim(continuation_id, execution_id, extra)

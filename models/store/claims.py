@@ -71,7 +71,10 @@ _FIRST_DELIVERY = skip_locked(
     )
 )
 _COUNT_LOST_EXECUTION = (
-    update(CONT).where(CONT.c.id == bindparam("cid"), _FIRST_DELIVERY_ROW).values(attempts=1).returning(CONT.c.id)
+    update(CONT)
+    .where(CONT.c.id == bindparam("cid"), CONT.c.status == word(ContinuationStatus.READY), CONT.c.attempts == 0)
+    .values(attempts=1)
+    .returning(CONT.c.id)
 )
 
 _ANSWERER = PRIN.alias("answerer")
@@ -177,10 +180,11 @@ def lease_first_delivery(
 
 
 def count_lost_execution(conn: Connection, continuation_id: str) -> bool:
-    """A first delivery delivered again by the broker: ready, attempts 0 -> 1. The execution that held it by
-    its row lock died and rolled back without a trace (or, rarely, the broker gave the message back before
-    it ran): it counts as an attempt, so a body that kills its process each time is given up after
-    ``max_attempts`` executions. ``False`` when the row is not such a first delivery (nothing is written)."""
+    """The first publish's message delivered again by the broker, its continuation still ready and never
+    claimed: attempts 0 -> 1. That message's first delivery ran under the row lock and died, rolled back
+    without a trace (or, rarely, the broker gave the message back before it ran): it counts as an attempt,
+    so a body that kills its process each time is given up after ``max_attempts`` executions. Once any
+    claim has counted (the sweep's re-send may come first), nothing is written: a count is never doubled."""
     return conn.execute(_COUNT_LOST_EXECUTION, {"cid": continuation_id}).first() is not None
 
 

@@ -149,8 +149,11 @@ def test_crash_loop__continuation_dead_after_max_attempts(stack: Stack) -> None:
     run_id = start("t.ask_one")
     asked = wait_parked(run_id)
     parker.kill()
-    crashing = stack.start_worker(PARKWAY_CRASH_AT="resume.before_commit", PARKWAY_MAX_ATTEMPTS="2")
-    stack.start_beat(PARKWAY_MAX_ATTEMPTS="2")
+    # (the broker's redelivery, not the sweep's re-send, re-drives the first execution, which ran under its
+    # row lock and rolled back: the redelivery counts it; a re-send first would leave it uncounted)
+    slow_resend = {"PARKWAY_MAX_ATTEMPTS": "2", "PARKWAY_REENQUEUE_AFTER_S": "60"}
+    crashing = stack.start_worker(PARKWAY_CRASH_AT="resume.before_commit", **slow_resend)
+    stack.start_beat(**slow_resend)
     # When the continuation becomes due
     answer(asked["go"].id, "go", response_id=new_response_id(), principal=HUMAN)
     # Then after two executions it is given up: dead, run interrupted with the reason, no effect
