@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     sweep_batch: int = Field(default=500, gt=0)
     claim_lease_s: float = Field(default=30.0, gt=0)
     reenqueue_after_s: float = Field(default=10.0, ge=0)
-    locked_body_s: float = Field(default=0.5, ge=0)  # how long a first delivery's body runs under its row lock
+    locked_body_s: float = Field(default=0.0, ge=0)  # > 0: a first delivery's body may run so long under its row lock
     max_attempts: int = Field(default=5, ge=1)
     db_pool_size: int = Field(default=10, ge=1, le=500)
     workspace_dir: str = "var/workspaces"

@@ -4,8 +4,8 @@ lock of the open transaction that will commit the outcome.
 The row lock costs no write: a crash rolls the execution back without a trace, and the broker's
 redelivery or the sweep re-drives it on the lease path (``models.store.lock_first_delivery``). A lock is
 turned into a lease, committed, before the body journals a tool call or starts a review, and once the body
-has run for ``PARKWAY_LOCKED_BODY_S``: an open transaction holds back what other readers may be shown of
-the event log, so only short bodies keep it.
+has run for ``PARKWAY_LOCKED_BODY_S`` (0, the default: no lock, every claim a lease): an open transaction
+holds back what other readers may be shown of the event log, so only short bodies keep it.
 """
 
 from __future__ import annotations

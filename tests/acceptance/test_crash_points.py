@@ -34,12 +34,13 @@ def _parked(stack: Stack, workflow: str, payload: dict[str, object], n: int = 1)
     return parked  # type: ignore[return-value]
 
 
+@pytest.mark.parametrize("locked_body_s", ["0", "60"], ids=["lease", "row-lock"])
 @pytest.mark.parametrize("point", WORKER_POINTS)
-def test_worker_crash_point__restart_drives_work_to_one_commit(stack: Stack, point: str) -> None:
+def test_worker_crash_point__restart_drives_work_to_one_commit(stack: Stack, point: str, locked_body_s: str) -> None:
     # Given a run parked whose continuation hands over to a next step (so publishing matters too)
     [(run_id, asked)] = _parked(stack, "t.ask_one", {"then": "t.after"})
-    # When a worker that dies at the point resumes it
-    crashing = stack.start_worker(PARKWAY_CRASH_AT=point)
+    # When a worker that dies at the point resumes it, its claim a lease or (a first delivery) its row lock
+    crashing = stack.start_worker(PARKWAY_CRASH_AT=point, PARKWAY_LOCKED_BODY_S=locked_body_s)
     answer(asked["go"].id, "ship", response_id=new_response_id(), principal=HUMAN)  # type: ignore[attr-defined]
     wait_for(lambda: f"crash point {point} reached" in crashing.text(), timeout=30, what=f"crash at {point}")
     crashing.kill()
