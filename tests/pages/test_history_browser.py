@@ -48,7 +48,8 @@ def test_run_history__follows_the_run_live_to_completion_and_is_screenshotted(si
     assert seqs == [e["seq"] for e in api]  # every event once, in order
     assert [n.text for n in site.all("#timeline .n")] == [str(i) for i in range(1, len(seqs) + 1)]
     assert site.css("#event-count").text == str(len(seqs))
-    assert f"by {HUMAN} at" in site.css("#interactions .who-when").text
+    who_when = "#interactions .who-when"
+    site.wait(lambda _: f"by {HUMAN} at" in site.css(who_when).text, "the answer's author and time")
 
     # The tables are rendered again as the run's last events arrive: read them once they have settled
     def tool_call(_: Any) -> list[str]:
@@ -58,7 +59,8 @@ def test_run_history__follows_the_run_live_to_completion_and_is_screenshotted(si
     site.wait(lambda d: tool_call(d) == ["settled", "never", "no"], "the tool call settled, never replayed")
     reviews = ("findings", "verifications")
     site.wait(lambda _: [site.css(f"#reviews .{c}").text for c in reviews] == ["3", "2"], "the review's counts")
-    assert OTP not in site.browser.page_source and "***" in site.css("#interactions").text
+    site.wait(lambda _: "***" in site.css("#interactions").text, "the OTP masked in the interactions table")
+    assert OTP not in site.browser.page_source
     # One event's details open, as a person would look at it
     completed = site.css('#timeline li[data-type="run.completed"] summary')
     completed.click()
