@@ -39,6 +39,10 @@ from models.store.sql import CONT, INTER, RUN, STEP, Executor, bp, new_id, word
 from parkway.errors import Conflict, Gone
 
 _PENDING = INTER.c.status == word(InteractionStatus.PENDING)
+# A closing names the interaction's step too (the one it locked): the planner may then scan the step's
+# pending interactions (``ix_interactions_pending``) or the key, never every pending interaction, which it
+# chose while its statistics said that index was empty, so that each answer read them all.
+_OF_THE_STEP = INTER.c.step_id == bindparam("sid")
 # What an answer reads of its interaction (not its prompt, resources, value or closing: fewer columns to
 # describe and convert on every answer).
 _ANSWER_READS = tuple(
@@ -146,7 +150,7 @@ class AnswerReceipt:
 _ANSWERED_AT = bp("at", INTER.c.answered_at)
 _ANSWER = (
     update(INTER)
-    .where(INTER.c.id == bindparam("iid"), _PENDING)
+    .where(INTER.c.id == bindparam("iid"), _OF_THE_STEP, _PENDING)
     .values(
         status=bindparam("to"),
         value=bp("val", INTER.c.value),
@@ -257,7 +261,7 @@ _LOCK_FOR_EXPIRY = (
 )
 _EXPIRE = closing_makes_due(
     update(INTER)
-    .where(INTER.c.id == bindparam("iid"), _PENDING, INTER.c.expires_at <= db_now())
+    .where(INTER.c.id == bindparam("iid"), _OF_THE_STEP, _PENDING, INTER.c.expires_at <= db_now())
     .values(status=InteractionStatus.EXPIRED.value, closed_at=db_now())
 )
 
