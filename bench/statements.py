@@ -1,0 +1,115 @@
+"""What each statement of an answer and a resume costs inside PostgreSQL: counts, not a stopwatch.
+
+``python -m bench.statements ADMIN_URL [N] [--locked]`` makes a scratch database on the server of
+``ADMIN_URL`` (which must load ``pg_stat_statements``), parks N steps, answers them (``tasks.sdk.answer``)
+and runs their continuations (``tasks.worker.execute``) in this process, after a warm-up of 20 of each that
+is not counted, and prints per completion, for each statement PostgreSQL ran: how many times, its execution
+time, the shared blocks it touched per call and the WAL it wrote. ``--locked`` runs each continuation as a
+first delivery on the one-transaction path (``PARKWAY_LOCKED_BODY_S``).
+
+Blocks and WAL bytes do not depend on how busy the machine is: on a shared machine they are the figures to
+compare; the times only beside each other, in one run. A server with the extension, as its owner::
+
+    initdb -D /tmp/pgss -A trust -U postgres
+    pg_ctl -D /tmp/pgss -o "-p 5433 -k /tmp -c shared_preload_libraries=pg_stat_statements" start
+    python -m bench.statements postgresql://postgres@127.0.0.1:5433/postgres 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import psycopg
+
+WARM_UP = 20
+_BY_STATEMENT = """
+SELECT calls, total_exec_time, shared_blks_hit + shared_blks_read, wal_bytes,
+       left(regexp_replace(query, '\\s+', ' ', 'g'), 90)
+FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)
+ORDER BY total_exec_time DESC
+"""
+
+
+def _admin(url: str, sql: str, *args: Any) -> list[Any]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(sql, args or None)
+        return cursor.fetchall() if cursor.description else []
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("admin_url", help="a database URL of the server, as a superuser (libpq form)")
+    parser.add_argument("n", nargs="?", type=int, default=1000, help="parked steps (default 1000)")
+    parser.add_argument("--locked", action="store_true", help="continuations as first deliveries under the row lock")
+    args = parser.parse_args()
+    try:
+        _admin(args.admin_url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        _admin(args.admin_url, "SELECT pg_stat_statements_reset()")
+    except psycopg.Error as exc:
+        print(f"bench.statements: pg_stat_statements is not usable on that server ({exc}); see --help",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    name = f"parkway_statements_{uuid.uuid4().hex[:8]}"
+    _admin(args.admin_url, f'CREATE DATABASE "{name}"')
+    try:
+        return _measure(args, name)
+    finally:
+        _admin(args.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _measure(args: argparse.Namespace, name: str) -> int:
+    info = psycopg.conninfo.conninfo_to_dict(args.admin_url)
+    server = f"{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}"
+    url = f"postgresql+psycopg://{server}/{name}"
+    os.environ.update(
+        PARKWAY_DATABASE_URL=url,
+        PARKWAY_SECRET_KEY=uuid.uuid4().hex * 2,
+        PARKWAY_BROKER_URL=os.environ.get("BENCH_STATEMENTS_BROKER_URL", "redis://127.0.0.1:6379/12"),
+        PARKWAY_WORKSPACE_DIR=os.path.join("var", "bench-statements", name),
+        PARKWAY_LOCKED_BODY_S="5" if args.locked else "0",
+    )
+    subprocess.run([sys.executable, "-m", "parkway.cli", "migrate"], check=True, capture_output=True)
+    from sqlalchemy import text
+
+    from bench import seed
+    from parkway.db import transaction
+    from tasks import sdk
+    from tasks.projection import drain_projections
+    from tasks.worker import execute
+
+    def complete(parked: list[seed.Parked]) -> None:
+        for p in parked:
+            sdk.answer(p.interaction_id, "yes", response_id=uuid.uuid4().hex, principal=seed.HUMAN)
+        with transaction() as session:
+            ready = session.execute(
+                text("SELECT id FROM continuations WHERE kind = 'resume' AND status = 'ready'")
+            ).scalars()
+            ids = list(ready)
+        for cid in ids:
+            outcome = execute(cid, delivery="first" if args.locked else "other")
+            assert outcome == "committed", outcome
+        drain_projections()
+
+    seed.setup_actors()
+    parked = seed.seed_parked(args.n + WARM_UP)
+    complete(parked[:WARM_UP])
+    _admin(args.admin_url, "SELECT pg_stat_statements_reset()")
+    complete(parked[WARM_UP:])
+    rows = _admin(args.admin_url, _BY_STATEMENT, name)
+    n = args.n
+    print(f"{n} answers and resumes ({'row lock' if args.locked else 'lease'} path), per completion:")
+    print(f"  all statements: {sum(r[1] for r in rows) / n * 1000:.0f} µs, "
+          f"{sum(r[2] for r in rows) / n:.0f} blocks, {sum(int(r[3]) for r in rows) / n:.0f} B of WAL")  # fmt: skip
+    print("  calls    exec µs  blocks/call  WAL B  statement")
+    for calls, exec_ms, blocks, wal, query in rows:
+        print(f"  {calls / n:5.2f}  {exec_ms / n * 1000:9.1f}  {blocks / calls:11.1f}  {int(wal) / n:5.0f}  {query}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
