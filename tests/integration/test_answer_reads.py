@@ -14,10 +14,10 @@ from typing import Any
 from sqlalchemy import text
 
 from models import store
-from parkway.db import transaction
+from parkway.db import reset_engine, transaction
 from tasks.sdk import response_digest
 from tests.integration.helpers import parked
-from tests.support import HUMAN, new_response_id
+from tests.support import HUMAN, new_response_id, wait_for
 
 BURST = 150  # questions made pending after the first answer
 
@@ -33,11 +33,22 @@ def _interaction_blocks(session: Any) -> int:
     )
 
 
+def _no_other_backend() -> bool:
+    with transaction() as session:
+        others = session.execute(
+            text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        ).scalar_one()
+    return others == 0
+
+
 def _blocks_read_by_answer(interaction_id: str) -> int:
     """Answer as ana under a generic plan (prepared at once, as a pooled connection's statements are after
-    a few runs); how many blocks of ``interactions`` and its indexes the answer's transaction read."""
-    with transaction() as session:
-        session.execute(text("SELECT pg_stat_force_next_flush()"))
+    a few runs); how many blocks of ``interactions`` and its indexes the answer's transaction read.
+
+    A backend reports its counts when idle, at most once a second, so this process's connections are
+    closed first, and each backend's counts are in once it has left ``pg_stat_activity``."""
+    reset_engine()
+    wait_for(_no_other_backend, what="this database's other backends to end")
     with transaction() as session:
         before = _interaction_blocks(session)
     with transaction() as session:
