@@ -222,6 +222,25 @@ VERSUS_BARE = (
 )
 
 
+STEADY = 1.15  # the bare baseline's CPU per completion may move this much across reps on a steady host
+
+
+def steadiness(bare_cpu: list[float] | None) -> list[str]:
+    """A warning when the host's speed moved during the run: the bare baseline runs the same code in every
+    rep, so its CPU per completion should not move; when it does, so does every tree's, rep by rep."""
+    if not bare_cpu or len(bare_cpu) < 2 or min(bare_cpu) <= 0:
+        return []
+    spread = max(bare_cpu) / min(bare_cpu)
+    if spread <= STEADY:
+        return []
+    return [
+        "",
+        f"WARNING: the bare baseline's CPU per completion moved {min(bare_cpu):.2f}-{max(bare_cpu):.2f} ms "
+        f"({spread:.2f} x) across the reps: this host's speed changed during the run, and a difference between "
+        "the trees smaller than that is not a measurement (compare blocks and WAL: python -m bench.statements).",
+    ]
+
+
 def report(trees: list[Tree], samples: dict[str, Sample], bare: Sample, extra: dict[str, float]) -> str:
     labels = [t.label for t in trees]
     lines = ["", "Parkway beside bare Celery (median (min-max) over reps)", ""]
@@ -238,6 +257,7 @@ def report(trees: list[Tree], samples: dict[str, Sample], bare: Sample, extra: d
     for name, value in extra.items():  # the sweep case's ratios, measured on this tree only
         if not name.startswith("rss "):
             lines.append(f"| {name} | {value:.2f} | " + "- | " * (len(labels) - 1) + "<= 1.2 |")
+    lines += steadiness(bare.get("bare CPU total ms"))
     lines += [
         "",
         f"Latency runs paced at {cell(bare.get('latency rate /s'))} answers/s (asked rate, or half the slowest ",
