@@ -78,6 +78,7 @@ class _File:
     fd: int | None = None
     renamed: bool = False
     error: Exception | None = None
+    made: tuple[str, ...] = ()  # the directories whose entry this write created (its run directory, say)
 
     def abandon(self, error: Exception | None = None) -> None:
         self.error = self.error or error
@@ -91,7 +92,8 @@ class _File:
 
 
 def write_all(files: list[tuple[Path, dict[str, Any]]]) -> list[Exception | None]:
-    """Write each file all or nothing: temp file in the same directory, fsync, rename, fsync the directory.
+    """Write each file all or nothing: temp file in the same directory, fsync, rename, fsync the directory
+    (and the parent of each directory it had to make, so that a new run directory survives a crash too).
 
     The files take each step together (all temp files written, then each synced, then each renamed, then
     each directory synced), so the first ``fsync`` of a step commits the journal for the rest and theirs
@@ -127,7 +129,7 @@ def _each(items: Iterable[_File], step: Callable[[_File], None]) -> None:
 
 
 def _open_and_write(item: _File) -> None:
-    os.makedirs(os.path.dirname(item.path), exist_ok=True)
+    item.made = _make_directories(os.path.dirname(item.path))
     item.fd = os.open(item.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     view = memoryview(item.data)
     while view:
@@ -146,11 +148,25 @@ def _rename(item: _File) -> None:
     item.renamed = True
 
 
+def _make_directories(directory: str) -> tuple[str, ...]:
+    """``directory`` and any missing parent, made; those made (a directory a concurrent writer made counts:
+    syncing its parent once more is harmless)."""
+    missing, at = [], directory
+    while not os.path.isdir(at):
+        missing.append(at)
+        at = os.path.dirname(at)
+    if missing:
+        os.makedirs(directory, exist_ok=True)
+    return tuple(missing)
+
+
 def _sync_directories(items: list[_File]) -> None:
-    """A rename is durable once its directory is synced: each directory once; a failure fails its files."""
+    """A rename is durable once its directory is synced, and a new directory once its parent is: each
+    directory once; a failure fails its files."""
     by_dir: dict[str, list[_File]] = {}
     for item in items:
-        by_dir.setdefault(os.path.dirname(item.path), []).append(item)
+        for directory in (os.path.dirname(item.path), *(os.path.dirname(made) for made in item.made)):
+            by_dir.setdefault(directory, []).append(item)
     for directory, in_it in by_dir.items():
         try:
             dir_fd = os.open(directory, os.O_RDONLY)

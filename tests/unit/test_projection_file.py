@@ -119,5 +119,33 @@ def test_write_all__syncs_every_file_before_any_rename_and_keeps_a_failed_one_ap
         assert json.loads(paths[n].read_text())["run_id"] == f"r{n}"
         assert os.listdir(paths[n].parent) == ["run_metadata.json"]
     assert os.listdir(paths[1].parent) == ["run_metadata.json"]
-    # And every temp file was synced before the first rename, each written directory after the last
-    assert calls == ["fsync"] * 3 + ["rename"] * 3 + ["fsync"] * 2
+    # And every temp file was synced before the first rename; after the last, each written directory and
+    # the one parent of the two directories the write made
+    assert calls == ["fsync"] * 3 + ["rename"] * 3 + ["fsync"] * 3
+
+
+def test_write_all__a_directory_it_makes_is_synced_in_its_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a workspace with one run's directory made already, and a second workspace not made at all
+    root, fresh = tmp_path / "workspace", tmp_path / "fresh" / "workspace"
+    (root / "old").mkdir(parents=True)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+    # When a new run's file, the old run's, and a run's file in the second workspace are written together
+    files = [root / "new" / "run_metadata.json", root / "old" / "run_metadata.json", fresh / "r" / "run_metadata.json"]
+    assert write_all([(path, CONTENT) for path in files]) == [None, None, None]
+
+    # Then each file's directory is synced once, and so is the parent of every directory the write made
+    # (the workspace, for the new run; every level of the second workspace): nothing else, nothing twice
+    directories = [path for path in synced if not path.endswith(".tmp")]
+    files_directories = [root / "new", root / "old", fresh / "r"]
+    parents_of_made = [root, fresh, fresh.parent, tmp_path]  # of new; and of r, workspace, fresh
+    assert sorted(directories) == sorted(str(d) for d in files_directories + parents_of_made)
