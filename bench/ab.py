@@ -1,10 +1,11 @@
 """Parkway beside a bare Celery baseline, for one tree or two (A/B), in one run on one machine.
 
 ``python -m bench --ab /work/wt/before`` measures this tree ("after") and that checkout ("before", with
-its own ``.venv``) against the same bare baseline (``bench.bare``), their reps alternating: continuation
-throughput answered in-process (``tasks.sdk.answer``) and over HTTP, answer → continuation start latency
-at a steady rate, CPU per completion per process (worker, answering process, API, PostgreSQL, Redis) and
-worker child peak RSS. ``python -m bench`` runs it for this tree alone as its ``bare`` case.
+its own ``.venv``) against the same bare baseline (``bench.bare``) and durable floor (``bench.floor``),
+their reps alternating: continuation throughput answered in-process (``tasks.sdk.answer``) and over HTTP,
+answer → continuation start latency at a steady rate, CPU per completion per process (worker, answering
+process, API, PostgreSQL, Redis) and worker child peak RSS. ``python -m bench`` runs it for this tree
+alone as its ``bare`` case.
 """
 
 from __future__ import annotations
@@ -12,126 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
-from bench import harness
+from bench import floor, harness
 from bench.abtree import Bare, Tree
-from bench.harness import ROOT, log, proc_cpu_ms, proc_memory
+from bench.harness import ROOT, log, proc_memory
+from bench.meter import Meter, Sample, add, cell, ratio_cell
+from bench.runners import BareRunner, FloorRunner
 from bench.stats import percentile
-
-Sample = dict[str, list[float]]
-
-
-def cpu_by_pid(pids: dict[str, list[int]]) -> dict[str, dict[int, float]]:
-    return {kind: {pid: proc_cpu_ms(pid) for pid in group} for kind, group in pids.items()}
-
-
-class Meter:
-    """CPU per process kind over one timed window: the given pids, the database's backends, Redis (the
-    bench's private one). A backend that ends inside the window loses its share: they live as long as
-    their pools, so that is rare."""
-
-    def __init__(self, pids: dict[str, list[int]], db_name: str) -> None:
-        self.pids, self.db_name = dict(pids), db_name
-        self.pids["redis"] = [pid for pid in [harness.private_redis_pid()] if pid]
-
-    def backends(self) -> list[int]:
-        with psycopg.connect(harness.database_url("postgres").replace("+psycopg", ""), autocommit=True) as conn:
-            rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.db_name,)).fetchall()
-        return [int(r[0]) for r in rows]
-
-    def __enter__(self) -> Meter:
-        self.before = cpu_by_pid({**self.pids, "postgresql": self.backends()})
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.after = cpu_by_pid(
-            {**self.pids, "postgresql": sorted(set(self.backends()) | set(self.before["postgresql"]))}
-        )
-
-    def per_unit(self, units: int) -> dict[str, float]:
-        out = {
-            kind: sum(max(0.0, ms - self.before[kind].get(pid, 0.0)) for pid, ms in now.items()) / max(units, 1)
-            for kind, now in self.after.items()
-        }
-        out["total"] = sum(out.values())
-        return out
-
-
-def add(sample: Sample, key: str, value: float | None) -> None:
-    if value is not None:
-        sample.setdefault(key, []).append(value)
-
-
-# --------------------------------------------------------------------------- the bare baseline
-
-
-class BareRunner:
-    def __init__(self, bare: Bare) -> None:
-        from bench import bare as app
-
-        self.app, self.bare, self.next_id = app, bare, 1
-        self.conn = psycopg.connect(os.environ["BENCH_BARE_DATABASE_URL"], autocommit=True)
-
-    def rows(self, n: int) -> list[int]:
-        first, self.next_id = self.next_id, self.next_id + n
-        self.conn.execute(
-            "INSERT INTO bare_rows (id, status) SELECT g, 'queued' FROM generate_series(%s::bigint, %s::bigint) g",
-            (first, first + n - 1),
-        )
-        return list(range(first, first + n))
-
-    def done(self, ids: list[int]) -> int:
-        row = self.conn.execute(
-            "SELECT count(*) FROM bare_rows WHERE id BETWEEN %s AND %s AND status = 'done'", (ids[0], ids[-1])
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    def throughput(self, n: int, threads: int) -> tuple[float, dict[str, float]]:
-        ids = self.rows(n)
-        send = self.app.app.send_task
-        with Meter(self.bare.pids(), self.bare.db_name) as meter:
-            t0 = time.time()
-            pool = [
-                threading.Thread(
-                    target=lambda c: [send(self.app.CAS, args=[i], queue=self.app.QUEUE) for i in c],
-                    args=(ids[k::threads],),
-                )
-                for k in range(threads)
-            ]
-            for thread in pool:
-                thread.start()
-            while self.done(ids) < n:
-                time.sleep(0.01)
-            t1 = time.time()
-            for thread in pool:
-                thread.join()
-        return n / (t1 - t0), meter.per_unit(n)
-
-    def latency(self, rate: float, count: int) -> list[float]:
-        ids = self.rows(count)
-        sent: dict[int, float] = {}
-        t0 = time.time()
-        for k, row_id in enumerate(ids):
-            if (wait := t0 + k / rate - time.time()) > 0:
-                time.sleep(wait)
-            self.app.app.send_task(self.app.CAS_LAT, args=[row_id], queue=self.app.QUEUE)
-            sent[row_id] = time.time()
-        deadline = time.monotonic() + 120
-        while self.done(ids) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        rows = self.conn.execute(
-            "SELECT id, started FROM bare_rows WHERE id BETWEEN %s AND %s", (ids[0], ids[-1])
-        ).fetchall()
-        return sorted((float(started) - sent[int(i)]) * 1000 for i, started in rows if started is not None)
-
 
 # --------------------------------------------------------------------------- one rep
 
@@ -164,12 +55,13 @@ def tree_latency(tree: Tree, rate: float, args: argparse.Namespace, out: Sample)
     )
 
 
-def bare_throughput(runner: BareRunner, args: argparse.Namespace, out: Sample) -> None:
+def baseline_throughput(name: str, runner: BareRunner | FloorRunner, args: argparse.Namespace, out: Sample) -> None:
+    """One rep of a baseline with none of Parkway (``bare`` or ``floor``), into ``out`` under its name."""
     rate, cpu = runner.throughput(args.n, args.threads)
-    add(out, "bare /s", rate)
+    add(out, f"{name} /s", rate)
     for kind, ms in cpu.items():
-        add(out, f"bare CPU {kind} ms", ms)
-    log(f"    bare: {rate:6.0f} /s, CPU {cpu['total']:.2f} ms per completion")
+        add(out, f"{name} CPU {kind} ms", ms)
+    log(f"    {name}: {rate:6.0f} /s, CPU {cpu['total']:.2f} ms per completion")
 
 
 def bare_latency(runner: BareRunner, rate: float, args: argparse.Namespace, out: Sample) -> None:
@@ -187,28 +79,6 @@ def latency_rate(args: argparse.Namespace, rep: int, base: Sample, samples: dict
 
 
 # --------------------------------------------------------------------------- the report
-
-
-def med(values: list[float] | None) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def cell(values: list[float] | None, digits: int = 0) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
-
-
-def ratio_cell(a: list[float] | None, b: list[float] | None) -> str:
-    """The ratio of medians, and its range over the reps (each rep's own ratio)."""
-    if not a or not b:
-        return "-"
-    per_rep = [x / y for x, y in zip(a, b, strict=False) if y]
-    if not per_rep:
-        return "-"
-    return cell([statistics.median(a) / statistics.median(b)] if len(per_rep) == 1 else per_rep, 2)
 
 
 CPU_KINDS = ("total", "worker", "answering", "api", "postgresql", "redis")
@@ -288,6 +158,7 @@ def report(trees: list[Tree], samples: dict[str, Sample], bare: Sample, extra: d
             + " | ".join(cell(samples[t].get(key), digits) for t in labels)
             + " |"
         )
+    lines += floor.report(labels, samples, bare, CPU_KINDS)
     if len(trees) == 2:
         before, after = labels[1], labels[0]
         lines += ["", f"A/B: {after} ({trees[0].git()}) vs {before} ({trees[1].git()})", ""]
@@ -322,7 +193,7 @@ def measure(paths: list[tuple[str, Path]], args: argparse.Namespace, extra: dict
         bare.start()
         for tree in trees:
             tree.start()
-        runner = BareRunner(bare)
+        runner, floor_runner = BareRunner(bare), FloorRunner(bare)
         for rep in range(args.reps):
             order: list[Any] = [bare, *trees]
             if rep % 2:
@@ -330,7 +201,8 @@ def measure(paths: list[tuple[str, Path]], args: argparse.Namespace, extra: dict
             log(f"  rep {rep + 1}/{args.reps} (load {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
             for who in order:
                 if isinstance(who, Bare):
-                    bare_throughput(runner, args, base)
+                    baseline_throughput("bare", runner, args, base)
+                    baseline_throughput("floor", floor_runner, args, base)
                 else:
                     tree_throughput(who, args, samples[who.label])
             rate = latency_rate(args, rep, base, samples)

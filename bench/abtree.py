@@ -196,6 +196,7 @@ class Bare:
 
         with bare.connection().transaction():
             bare.connection().execute(bare.TABLE_DDL)
+            bare.connection().execute(bare.WAIT_DDL)
         celery = [sys.executable, "-m", "celery", "-A", "bench.bare:app", "worker", "-l", "info"]
         cmd = [*celery, *WORKER_FLAGS, "-n", "bare@%h", "-Q", bare.QUEUE]
         self.worker = start_worker(cmd, env=env, cwd=ROOT, name="bare", out_dir=self.out_dir)
