@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import sys
@@ -11,11 +12,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from parkway import cli_bootstrap, cli_grants, embedded
 from parkway.children import QUEUES, Child, child_environment, http_ok, stop_children, stop_signals
-from parkway.errors import ParkwayError
+from parkway.errors import ConfigError, ParkwayError
 from parkway.supervisor import RestartPolicy, Supervisor, exit_text
 from parkway.tokens import hash_token, new_token
 
@@ -123,6 +124,9 @@ def _local(host: str) -> str:
 
 # --------------------------------------------------------------------------- parkway up
 
+API_LISTENING = "Uvicorn running on"  # uvicorn's line once its socket is bound
+FLOWER_LISTENING = "Visit me at"  # Flower's, likewise
+
 
 def _where(settings: Settings) -> str:
     from kombu.utils.url import maybe_sanitize_url
@@ -139,16 +143,41 @@ def _where(settings: Settings) -> str:
     return f"{database} + {broker}"
 
 
+_held: list[IO[str]] = []  # the lock files this process holds until it exits
+
+
+def _only_up_in(home: Path) -> None:
+    """Hold ``home``'s ``up.lock`` for as long as this process lives, or refuse: a second ``parkway up`` on
+    one home would run a second worker and beat on its database and serve nothing of its own."""
+    home.mkdir(parents=True, exist_ok=True)
+    handle = open(home / "up.lock", "a+", encoding="utf-8")  # noqa: SIM115 - held until exit
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise ConfigError(
+            f"another parkway up (pid {holder}) is running in {home}: stop it first, or give this one a "
+            "PARKWAY_HOME of its own"
+        ) from None
+    handle.truncate(0)
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    _held.append(handle)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Migrate, then run API, worker, beat and Flower until Ctrl-C / SIGTERM, restarting a child that dies
     (until one dies too often)."""
     from parkway.settings import get_settings
 
     settings = get_settings()
+    home = Path(settings.home).resolve()
+    _only_up_in(home)
     settings.resolved_secret_key()  # refuse now, not in four children; makes the embedded key file once
     embedded.start_for_process(settings.embedded_dir)  # shared by the children; stopped on exit if `up` started it
     cmd_migrate(args)
-    home = Path(settings.home).resolve()
     for line in cli_bootstrap.welcome(settings):  # before any child can fail: tokens are shown only now
         print(f"parkway up: {line}", flush=True)
     env = child_environment()
@@ -161,7 +190,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     lock = threading.Lock()
     commands: dict[str, tuple[list[str], Sequence[str], dict[str, str]]] = {
         "api": ([py, "-m", "uvicorn", "api.app:app", "--host", args.host, "--port", str(args.port),
-                 "--timeout-graceful-shutdown", "5"], (), env),
+                 "--timeout-graceful-shutdown", "5"], [API_LISTENING], env),
         "worker": ([*celery, "worker", "-l", "info", "-c", str(args.concurrency), "-Q", QUEUES], [" ready."], env),
         "beat": ([*celery, "beat", "-l", "info"], ["beat: Starting"], env),
     }  # fmt: skip
@@ -184,7 +213,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "--persistent=False",
                 "--inspect_timeout=10000",
             ],
-            (),
+            [FLOWER_LISTENING],
             {**env, "FLOWER_BASIC_AUTH": flower_auth},
         )
         ready_lines["flower"] = f"flower ready: {flower_url}  ({login})"
@@ -193,10 +222,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         for name, (cmd, watch, child_env) in commands.items()
     }
     ready_checks: dict[str, Callable[[], bool]] = {
-        "api": lambda: http_ok(f"{api_url}/healthz"),
+        # Each server's own line first: the URL alone may be answered by another process on that port.
+        "api": lambda: API_LISTENING in children["api"].seen and http_ok(f"{api_url}/healthz"),
         "worker": lambda: " ready." in children["worker"].seen,
         "beat": lambda: "beat: Starting" in children["beat"].seen,
-        "flower": lambda: http_ok(f"{flower_url}/healthcheck"),
+        "flower": lambda: FLOWER_LISTENING in children["flower"].seen and http_ok(f"{flower_url}/healthcheck"),
     }
     stop = {"signum": 0, "count": 0}
 

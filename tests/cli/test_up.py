@@ -12,7 +12,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -20,7 +23,17 @@ import pytest
 from sqlalchemy import text
 
 from parkway import embedded
-from tests.cli.support import Up, child_pids, embedded_env, group_alive, home_database, parkway, start_up, stop
+from tests.cli.support import (
+    Up,
+    child_pids,
+    embedded_env,
+    free_port,
+    group_alive,
+    home_database,
+    parkway,
+    start_up,
+    stop,
+)
 from tests.support import wait_for
 from tests.workflows import EFFECTS_DDL
 
@@ -62,6 +75,13 @@ def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sig
     assert httpx.get(f"{up.flower}/api/workers", timeout=10).status_code == 401
     flower_auth = (found.group(2), found.group(3))
     assert httpx.get(f"{up.flower}/api/workers", auth=flower_auth, timeout=30).status_code == 200
+
+    # And a second `parkway up` in the same home refuses at once, naming the first, which keeps serving
+    again = parkway("up", "--port", str(free_port()), "--no-flower", env=up.env, cwd=tmp_path, timeout=60)
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert f"another parkway up (pid {up.proc.pid}) is running in {up.home.resolve()}" in again.stderr, again.stderr
+    assert "starting" not in again.stdout, again.stdout
+    assert httpx.get(f"{up.api}/healthz", timeout=10).json() == {"status": "ok"}
 
     # (the table the test workflows record their committed effects in)
     with home_database(up.home) as db:
@@ -144,13 +164,43 @@ def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sig
     assert closed == []
 
 
-def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path, home: Path) -> None:
-    # Given the API's port already taken by someone else
+class _Healthy(BaseHTTPRequestHandler):
+    """Another server on the port, which answers ``/healthz`` as Parkway's API would."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"status": "ok"}')
+
+    def log_message(self, *_: object) -> None:
+        return None
+
+
+@contextmanager
+def _taken_port(answers_http: bool) -> Iterator[int]:
+    """A port on 127.0.0.1 someone else listens on: a bare socket, or a server answering 200."""
+    if not answers_http:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            yield int(taken.getsockname()[1])
+        return
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("answers_http", [False, True], ids=["silent", "answers-healthz"])
+def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path, home: Path, answers_http: bool) -> None:
+    # Given the API's port already taken by someone else (one that may even answer /healthz)
     env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows")
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with _taken_port(answers_http) as port:
         cmd = [sys.executable, "-m", "parkway.cli", "up", "--port", str(port), "--no-flower", "--grace", "20"]
         proc = subprocess.Popen(
             cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
@@ -165,5 +215,6 @@ def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path, h
     assert proc.returncode == 1, stdout + err.decode(errors="replace")[-3000:]
     assert set(pids) == {"api", "worker", "beat"}, stdout
     assert "api exited during startup" in stdout, stdout
+    assert "api ready" not in stdout, "another server's answer is not this API being ready"
     assert "flower" not in stdout
     assert not any(group_alive(pid) for pid in pids.values())
