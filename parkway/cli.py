@@ -107,9 +107,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     require_current_schema(get_engine())
     report = run_sweep(batch=args.batch)
-    print(report.line())
-    if args.json:
-        print(json.dumps(report.as_dict()))
+    print(json.dumps(report.as_dict()) if args.json else report.line())
     return 0
 
 
@@ -291,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run the recovery sweep")
     sweep.add_argument("--once", action="store_true", required=True, help="one pass, then exit")
     sweep.add_argument("--batch", type=int, default=None)
-    sweep.add_argument("--json", action="store_true", help="also print the report as JSON")
+    sweep.add_argument("--json", action="store_true", help="print the report as one JSON object, not the line")
     sweep.set_defaults(fn=cmd_sweep)
     up = sub.add_parser(
         "up",
