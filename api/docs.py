@@ -1,6 +1,7 @@
 """``/docs`` (Swagger UI) and ``/redoc`` from the files the fastapi-offline wheel ships, served by this
 process: the pages work without internet, and their CSP keeps them from asking any other host (ReDoc's
-sidebar would fetch a logo from its CDN)."""
+sidebar would fetch a logo from its CDN). ``/``, the URL ``parkway up`` prints first, says where the
+pages and the API's own description are."""
 
 from __future__ import annotations
 
@@ -20,6 +21,17 @@ CSP = (
     "img-src 'self' data:; worker-src 'self' blob:"
 )
 HEADERS = {"Content-Security-Policy": CSP, "Cache-Control": "no-store"}
+INDEX = {
+    "service": "parkway",
+    "decisions": "/decisions",
+    "runs": "/runs",
+    "docs": "/docs",
+    "redoc": "/redoc",
+    "openapi": "/openapi.json",
+    "healthz": "/healthz",
+    "readyz": "/readyz",
+    "metrics": "/metrics",
+}
 
 
 def install(app: FastAPI) -> None:
@@ -47,6 +59,11 @@ def install(app: FastAPI) -> None:
     }
     for path, render in pages.items():
         app.add_api_route(path, _endpoint(render), methods=["GET"], include_in_schema=False)
+    app.add_api_route("/", _index, methods=["GET"], include_in_schema=False)
+
+
+async def _index() -> dict[str, str]:
+    return INDEX
 
 
 def _endpoint(render: Callable[[], HTMLResponse]) -> Callable[[], Awaitable[HTMLResponse]]:

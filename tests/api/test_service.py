@@ -32,6 +32,17 @@ def test_healthz_and_readyz__ok(client: TestClient) -> None:
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
 
 
+def test_root__says_where_the_pages_and_the_api_description_are(client: TestClient) -> None:
+    index = client.get("/")
+    assert index.status_code == 200, index.text
+    where = index.json()
+    assert where["decisions"] == "/decisions" and where["docs"] == "/docs" and where["openapi"] == "/openapi.json"
+    for path in where.values():
+        if path.startswith("/"):
+            assert client.get(path).status_code == 200, path
+    assert "/" not in client.get("/openapi.json").json()["paths"]
+
+
 def test_readyz__503_when_the_schema_changes_under_a_running_app(client: TestClient, fresh_db: str) -> None:
     assert client.get("/readyz").status_code == 200
     set_revision("ffff_from_the_future")
