@@ -162,11 +162,19 @@ def documented(*codes: int, models: dict[int, type[BaseModel]] | None = None) ->
 # --------------------------------------------------------------------------- handlers
 
 
-def _validation_messages(exc: RequestValidationError) -> list[str]:
+def _validation_messages(exc: RequestValidationError, content_type: str) -> list[str]:
     messages = []
     for error in exc.errors():
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        messages.append(f"{where}: {error.get('msg', 'invalid')}")
+        loc = tuple(error.get("loc", ()))
+        if error.get("type") == "json_invalid":  # its loc ends with the character where parsing stopped
+            why = (error.get("ctx") or {}).get("error", "")
+            at = f" at character {loc[1]}" if len(loc) > 1 else ""
+            messages.append(f"body: not valid JSON{at}" + (f": {why}" if why else ""))
+            continue
+        messages.append(f"{'.'.join(str(part) for part in loc)}: {error.get('msg', 'invalid')}")
+    if content_type and "json" not in content_type and any(m.startswith("body") for m in messages):
+        # curl -d without -H sends a form: say what was sent and what is read
+        messages.insert(0, f"body: sent as {content_type.split(';')[0]}; send Content-Type: application/json")
     return messages[:50]
 
 
@@ -182,7 +190,7 @@ async def _on_validation(request: Request, exc: RequestValidationError) -> JSONR
         return _unavailable(request, failure)
     if problem is not None:
         return _on_api_error(request, problem)
-    messages = _validation_messages(exc)
+    messages = _validation_messages(exc, request.headers.get("content-type", ""))
     detail = "the request is not valid: " + "; ".join(messages[:3]) if messages else "the request is not valid"
     return error_response(422, "validation_error", detail, errors=messages)
 

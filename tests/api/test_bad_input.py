@@ -152,6 +152,25 @@ def test_bad_answers_first__then_a_valid_answer_wins(client: TestClient, actors:
     assert won.status_code == 200, won.text
 
 
+def test_broken_json__the_message_says_where_parsing_stopped(client: TestClient, actors: Actors, pending: str) -> None:
+    url = f"/v1/interactions/{pending}/answer"
+    refused = post_raw(client, url, '{"response_id": "r-1", "value": "ok",}', actors.auth(HUMAN))
+    assert_refused(refused)
+    detail = refused.json()["detail"]  # type: ignore[attr-defined]
+    assert "body: not valid JSON at character 37" in detail, detail
+
+
+def test_a_form_body__the_message_asks_for_json(client: TestClient, actors: Actors, pending: str) -> None:
+    # As `curl -d '…'` without `-H 'Content-Type: application/json'` sends it
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    body = b'{"response_id": "r-1", "value": "ok"}'
+    refused = client.post(f"/v1/interactions/{pending}/answer", content=body, headers={**actors.auth(HUMAN), **form})
+    assert_refused(refused)
+    assert refused.json()["errors"][0] == (
+        "body: sent as application/x-www-form-urlencoded; send Content-Type: application/json"
+    ), refused.json()
+
+
 def test_an_unauthenticated_bad_body_is_still_401(client: TestClient) -> None:
     text = f'{{"workflow": "api.ask_any", "payload": NaN, "target": "{TARGET}"}}'
     refused = post_raw(client, "/v1/runs", text, {"Authorization": "Bearer nope"})
