@@ -190,7 +190,8 @@ async def _on_validation(request: Request, exc: RequestValidationError) -> JSONR
         return _unavailable(request, failure)
     if problem is not None:
         return _on_api_error(request, problem)
-    messages = _validation_messages(exc, request.headers.get("content-type", ""))
+    json_api = request.url.path.startswith("/v1/")  # the routes whose bodies are JSON (the pages post forms)
+    messages = _validation_messages(exc, request.headers.get("content-type", "") if json_api else "")
     detail = "the request is not valid: " + "; ".join(messages[:3]) if messages else "the request is not valid"
     return error_response(422, "validation_error", detail, errors=messages)
 
