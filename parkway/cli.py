@@ -25,26 +25,42 @@ if TYPE_CHECKING:
 
 
 def cmd_migrate(_: argparse.Namespace) -> int:
-    from sqlalchemy.exc import OperationalError
-
     from parkway.db import get_engine
     from parkway.migrate import current_revision, upgrade
+    from parkway.placeholders import refuse_placeholders
     from parkway.settings import get_settings
 
     settings = get_settings()
     embedded.start_for_process(settings.embedded_dir)  # and stopped when `migrate` exits, if it started it
     engine = get_engine()
-    where = engine.url.render_as_string(hide_password=True)
-    if settings.embedded_dir:
-        where = embedded.describe(settings.embedded_dir)
-    try:
-        before = current_revision(engine)
-    except OperationalError as exc:  # the driver's first line says why: refused, unknown host, bad password
-        why = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
-        raise ParkwayError(f"cannot reach the database at {where}: {why}") from None
+    refuse_placeholders(engine)  # every value left as .env.example's placeholder, named at once
+    settings.resolved_secret_key()  # then a key the API, worker and beat would refuse: the deploy stops here
+    before = current_revision(engine)  # unreachable: one line from ``main``
     after = upgrade(engine)
-    print(f"parkway migrate: {where}: {before or 'empty'} -> {after}")
+    print(f"parkway migrate: {_database(settings)}: {before or 'empty'} -> {after}")
     return 0
+
+
+def _database(settings: Settings) -> str:
+    """The database as a person may be shown it: the embedded one's directory, or the URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    if settings.embedded_dir:
+        return embedded.describe(settings.embedded_dir)
+    return make_url(settings.database_url).render_as_string(hide_password=True)
+
+
+def _unreachable(exc: Exception) -> str | None:
+    """``cannot reach the database at …: why`` when ``exc`` is a failed connection, else ``None``."""
+    from sqlalchemy.exc import OperationalError
+
+    from parkway.settings import get_settings
+
+    if not isinstance(exc, OperationalError):
+        return None
+    # The driver's first line says why: refused, unknown host, bad password, no such database.
+    why = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+    return f"cannot reach the database at {_database(get_settings())}: {why}"
 
 
 def cmd_token_create(args: argparse.Namespace) -> int:
@@ -128,12 +144,8 @@ FLOWER_LISTENING = "Visit me at"  # Flower's, likewise
 
 def _where(settings: Settings) -> str:
     from kombu.utils.url import maybe_sanitize_url
-    from sqlalchemy.engine import make_url
 
-    if settings.embedded_dir:
-        database = embedded.describe(settings.embedded_dir)
-    else:
-        database = make_url(settings.database_url).render_as_string(hide_password=True)
+    database = _database(settings)
     if settings.broker_url:
         broker = str(maybe_sanitize_url(settings.broker_url))
     else:
@@ -336,6 +348,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.fn(args)
     except ParkwayError as exc:
         print(f"parkway {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        problem = _unreachable(exc)
+        if problem is None:
+            raise
+        print(f"parkway {args.command}: {problem}", file=sys.stderr)
         return 2
     return code
 

@@ -1,9 +1,12 @@
 """``parkway migrate`` as a user runs it: its progress line on stdout, one line (never a traceback) when the
-database cannot be reached."""
+database cannot be reached (the other commands that use the database too), and a secret key the other
+processes would refuse refused here first."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from tests.cli.support import embedded_env, free_port, parkway
 
@@ -17,15 +20,36 @@ def test_migrate__says_what_it_did_on_stdout(home: Path) -> None:
     assert "-> " in done.stdout
 
 
-def test_migrate__unreachable_database_is_one_line_naming_the_url(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("migrate",),
+        ("token", "create", "--kind", "admin", "--name", "root"),
+        ("grant", "list"),
+        ("sweep", "--once"),
+        ("run", "start", "deploy.plan", "--payload", "{}", "--as", "agent", "--target", "example"),
+    ],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_unreachable_database__one_line_naming_the_url(tmp_path: Path, command: tuple[str, ...]) -> None:
     url = f"postgresql+psycopg://parkway:hunter2@127.0.0.1:{free_port()}/nowhere"
     env = embedded_env(PARKWAY_HOME=str(tmp_path), PARKWAY_DATABASE_URL=url, PARKWAY_SECRET_KEY=SECRET)
-    done = parkway("migrate", env=env, cwd=tmp_path)
+    done = parkway(*command, env=env, cwd=tmp_path)
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert lines[0].startswith(
-        "parkway migrate: cannot reach the database at postgresql+psycopg://parkway:***@127.0.0.1:"
-    )
+        f"parkway {command[0]}: cannot reach the database at postgresql+psycopg://parkway:***@127.0.0.1:"
+    ), lines[0]
     assert "hunter2" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("key", ["", "too-short"])
+def test_migrate__a_secret_key_the_processes_would_refuse_is_refused_first(tmp_path: Path, key: str) -> None:
+    url = f"postgresql+psycopg://parkway@127.0.0.1:{free_port()}/nowhere"
+    env = embedded_env(PARKWAY_HOME=str(tmp_path), PARKWAY_DATABASE_URL=url, PARKWAY_SECRET_KEY=key)
+    done = parkway("migrate", env=env, cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("parkway migrate: ") and "PARKWAY_SECRET_KEY" in line, line
