@@ -8,13 +8,14 @@ import secrets
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from parkway import embedded
 from parkway.errors import ConfigError
 
 DEFAULT_HOME = Path("var")
+DATABASE_SCHEMES = {"postgresql", "postgres"}  # with or without a driver: psycopg 3 is used either way
 PLACEHOLDER_KEYS = {"change-me", "changeme", "secret", "please-change-me-to-a-long-random-string"}
 
 
@@ -42,6 +43,28 @@ class Settings(BaseSettings):
     @classmethod
     def _strip(cls, value: str) -> str:
         return value.strip()
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql(cls, value: str) -> str:
+        value = value.strip()
+        if value and _scheme(value) not in DATABASE_SCHEMES:
+            raise ValueError("Parkway runs on PostgreSQL only: postgresql://user:password@host:5432/database")
+        return value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _known_transport(cls, value: str) -> str:
+        from kombu.transport import TRANSPORT_ALIASES  # only when a broker is configured
+
+        value = value.strip()
+        for url in filter(None, value.split(";")):  # Celery's failover list
+            if _scheme(url) not in TRANSPORT_ALIASES:
+                raise ValueError(
+                    "not a broker URL: its scheme must be one kombu knows, such as redis, rediss, amqp or sentinel "
+                    "(redis://host:6379/0)"
+                )
+        return value
 
     @property
     def embedded_database(self) -> bool:
@@ -135,9 +158,24 @@ def _read_key_file(path: Path) -> str:
     return key
 
 
+def _scheme(url: str) -> str:
+    """``redis`` of ``redis://…``, ``postgresql`` of ``postgresql+psycopg://…``; empty without ``://``."""
+    scheme, found, _ = url.strip().partition("://")
+    return scheme.split("+", 1)[0].lower() if found else ""
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigError(settings_problem(exc)) from None
+
+
+def settings_problem(exc: ValidationError) -> str:
+    """Each refused setting by its variable's name and why, never its value (a URL may hold a password)."""
+    refused = [f"PARKWAY_{'_'.join(str(p) for p in error['loc']).upper()}: {error['msg']}" for error in exc.errors()]
+    return "invalid settings: " + "; ".join(refused)
 
 
 def reset_settings() -> None:

@@ -14,6 +14,7 @@ from celery import Celery, signals
 from kombu.entity import Exchange, Queue
 
 from parkway import fsbroker
+from parkway.errors import ConfigError
 from parkway.settings import Settings, get_settings
 
 fsbroker.install()  # before any connection: ``filesystem://`` writes each message file atomically
@@ -85,8 +86,17 @@ def configure(app: Celery, settings: Settings) -> None:
     )
 
 
+def _settings_or_refuse() -> Settings:
+    """This process's settings; a worker, beat or API refuses to start on invalid ones, in one line."""
+    try:
+        return get_settings()
+    except ConfigError as exc:
+        sys.stderr.write(f"parkway: refusing to start: {exc}\n")
+        raise SystemExit(3) from None
+
+
 app = Celery("parkway")
-configure(app, get_settings())
+configure(app, _settings_or_refuse())
 
 
 def _guard_schema(process: str) -> None:

@@ -4,6 +4,8 @@ processes would refuse refused here first."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,24 @@ def test_migrate__a_secret_key_the_processes_would_refuse_is_refused_first(tmp_p
     assert done.returncode == 2, (done.stdout, done.stderr)
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("parkway migrate: ") and "PARKWAY_SECRET_KEY" in line, line
+
+
+@pytest.mark.parametrize(
+    "process",
+    [
+        ("parkway.cli", "migrate"),
+        ("celery", "-A", "tasks.celery_app:app", "worker", "-l", "info"),
+        ("celery", "-A", "tasks.celery_app:app", "beat"),
+        ("uvicorn", "api.app:app", "--port", "0"),
+    ],
+    ids=["migrate", "worker", "beat", "api"],
+)
+def test_an_invalid_setting__each_process_refuses_in_one_line(tmp_path: Path, process: tuple[str, ...]) -> None:
+    env = embedded_env(PARKWAY_HOME=str(tmp_path), PARKWAY_CLAIM_LEASE_S="abc")
+    done = subprocess.run(
+        [sys.executable, "-m", *process], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode in (2, 3), (done.returncode, done.stdout, done.stderr)
+    [line] = done.stderr.strip().splitlines()
+    assert line.endswith("invalid settings: PARKWAY_CLAIM_LEASE_S: Input should be a valid number, unable to parse "
+                         "string as a number"), line  # fmt: skip

@@ -1,16 +1,17 @@
 """Settings: the secret key is refused when weak, required with a configured database, and made
-once into a 0600 file on the embedded default."""
+once into a 0600 file on the embedded default; an invalid setting is refused by its variable's name."""
 
 from __future__ import annotations
 
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from parkway.errors import ConfigError
-from parkway.settings import Settings
+from parkway.settings import Settings, get_settings, reset_settings
 
 GOOD_KEY = "k" * 32
 
@@ -119,3 +120,51 @@ def test_database__unset_means_the_embedded_postgresql_under_home(tmp_path: Path
     configured = _settings(database_url="postgresql://db/parkway", home=str(tmp_path))
     assert configured.embedded_dir is None
     assert configured.effective_database_url == "postgresql://db/parkway"
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """Settings read again from a changed environment; the session's read again after."""
+    reset_settings()
+    try:
+        yield monkeypatch
+    finally:
+        monkeypatch.undo()
+        reset_settings()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("PARKWAY_CLAIM_LEASE_S", "abc", "valid number"),
+        ("PARKWAY_CLAIM_LEASE_S", "-5", "greater than 0"),
+        ("PARKWAY_DB_POOL_SIZE", "0", "greater than or equal to 1"),
+        ("PARKWAY_BROKER_URL", "redis//hunter2@typo", "not a broker URL"),
+        ("PARKWAY_BROKER_URL", "redis://a:6379/0;rabbit://hunter2@b", "not a broker URL"),
+        ("PARKWAY_DATABASE_URL", "mysql://u:hunter2@h/d", "PostgreSQL only"),
+        ("PARKWAY_DATABASE_URL", "hunter2@localhost/parkway", "PostgreSQL only"),
+    ],
+)
+def test_invalid_setting__refused_by_its_variable_never_its_value(
+    environment: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    environment.setenv(name, value)
+    with pytest.raises(ConfigError) as refused:
+        get_settings()
+    message = str(refused.value)
+    assert message.startswith(f"invalid settings: {name}: ") and says in message, message
+    assert "hunter2" not in message
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PARKWAY_DATABASE_URL", "postgresql+psycopg://u:p@h:5432/d"),
+        ("PARKWAY_DATABASE_URL", "postgres://u@h/d"),
+        ("PARKWAY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//"),
+        ("PARKWAY_BROKER_URL", "redis://a:6379/0;redis://b:6379/0"),
+    ],
+)
+def test_valid_urls__accepted(environment: pytest.MonkeyPatch, name: str, value: str) -> None:
+    environment.setenv(name, value)
+    assert getattr(get_settings(), name.removeprefix("PARKWAY_").lower()) == value
