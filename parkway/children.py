@@ -214,9 +214,22 @@ def child_environment(base: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def http_ok(url: str, timeout: float = 1.0) -> bool:
+    return http_problem(url, timeout) is None
+
+
+def http_problem(url: str, timeout: float = 1.0) -> str | None:
+    """``None`` when ``url`` answers 200; else why not: the answer's ``detail`` (Parkway's error bodies) or
+    its status, or that nothing answered."""
     import httpx
 
     try:
-        return httpx.get(url, timeout=timeout).status_code == 200
-    except httpx.HTTPError:
-        return False
+        response = httpx.get(url, timeout=timeout)
+    except httpx.HTTPError as exc:
+        return f"{url} does not answer ({type(exc).__name__})"
+    if response.status_code == 200:
+        return None
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = None
+    return f"{url} answers {response.status_code}" + (f": {detail}" if isinstance(detail, str) else "")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from parkway import cli_bootstrap, cli_grants, embedded
-from parkway.children import QUEUES, Child, child_environment, http_ok, stop_children, stop_signals
+from parkway.children import QUEUES, Child, child_environment, http_problem, stop_children, stop_signals
 from parkway.errors import ConfigError, ParkwayError
 from parkway.supervisor import RestartPolicy, Supervisor, exit_text
 from parkway.tokens import hash_token, new_token
@@ -231,12 +231,17 @@ def cmd_up(args: argparse.Namespace) -> int:
         name: Child(name, cmd, child_env, watch=watch, relay=sys.stderr, relay_lock=lock)
         for name, (cmd, watch, child_env) in commands.items()
     }
-    ready_checks: dict[str, Callable[[], bool]] = {
-        # Each server's own line first: the URL alone may be answered by another process on that port.
-        "api": lambda: API_LISTENING in children["api"].seen and http_ok(f"{api_url}/healthz"),
-        "worker": lambda: " ready." in children["worker"].seen,
-        "beat": lambda: "beat: Starting" in children["beat"].seen,
-        "flower": lambda: FLOWER_LISTENING in children["flower"].seen and http_ok(f"{flower_url}/healthcheck"),
+
+    def said(name: str, marker: str) -> str | None:
+        return None if marker in children[name].seen else f"it has not said {marker!r} yet"
+
+    ready_checks: dict[str, Callable[[], str | None]] = {
+        # Each server's own line first: the URL alone may be answered by another process on that port. The
+        # API is ready when /readyz says so (its schema current, the broker reachable), not merely alive.
+        "api": lambda: said("api", API_LISTENING) or http_problem(f"{api_url}/readyz"),
+        "worker": lambda: said("worker", " ready."),
+        "beat": lambda: said("beat", "beat: Starting"),
+        "flower": lambda: said("flower", FLOWER_LISTENING) or http_problem(f"{flower_url}/healthcheck"),
     }
     stop = {"signum": 0, "count": 0}
 

@@ -44,7 +44,7 @@ class Supervisor:
     def __init__(
         self,
         children: list[Child],
-        ready_checks: dict[str, Callable[[], bool]],
+        ready_checks: dict[str, Callable[[], str | None]],  # None once ready, else why not yet
         ready_lines: dict[str, str],
         stop: dict[str, int],
         say: Callable[[str], None],
@@ -60,16 +60,21 @@ class Supervisor:
     def run(self, *, started: float, timeout: float, where: str, announce: Sequence[str] = ()) -> int:
         pending = [c for c in self.children if c.proc is not None]
         deadline = started + timeout
+        why: dict[str, str] = {}
         while pending and not self.stop["count"]:
             for child in list(pending):
                 if not child.alive():
                     return self.died_starting(child)
-                if self.ready_checks[child.name]():
+                problem = self.ready_checks[child.name]()
+                if problem is None:
                     pending.remove(child)
                     self.say(self.ready_lines[child.name])
+                else:
+                    why[child.name] = problem
             if pending and time.monotonic() > deadline:
                 self.say(f"{', '.join(c.name for c in pending)} not ready after {timeout:g}s; stopping everything")
                 for child in pending:
+                    self.say(f"{child.name} not ready: {why[child.name]}")
                     self.print_tail(child)
                 return 1
             time.sleep(0.1)
@@ -98,7 +103,7 @@ class Supervisor:
         if not child.alive():
             self.recovering.discard(name)
             return self.died(child, now)
-        if name in self.recovering and self.ready_checks[name]():
+        if name in self.recovering and self.ready_checks[name]() is None:
             self.recovering.discard(name)
             self.say(f"{self.ready_lines[name]} (again, after a restart)")
         return True

@@ -301,5 +301,5 @@ def test_api_process__refuses_to_start_with_a_clear_message(
     api = ApiServer(database_url=fresh_db, log=stack.logs / f"refused-{problem}.log")
     api.start(wait=False, **env)
     code = api.wait_exit()
-    assert code != 0
+    assert code == 3, api.text()[-2000:]
     assert re.search(says, api.text()), api.text()[-2000:]

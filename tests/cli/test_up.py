@@ -218,3 +218,24 @@ def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path, h
     assert "api ready" not in stdout, "another server's answer is not this API being ready"
     assert "flower" not in stdout
     assert not any(group_alive(pid) for pid in pids.values())
+
+
+def test_up__a_broker_nobody_answers__the_api_is_not_called_ready_and_up_says_why(tmp_path: Path, home: Path) -> None:
+    # Given a configured broker nothing listens on
+    broker = f"redis://127.0.0.1:{free_port()}/0"
+    env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows", PARKWAY_BROKER_URL=broker)
+    cmd = [sys.executable, "-m", "parkway.cli", "up", "--port", str(free_port()), "--no-flower",
+           "--startup-timeout", "20", "--grace", "20"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        stop(proc, [])
+    stdout = out.decode(errors="replace")
+    # Then up stops, exit 1, and says the API is not ready because its broker is unreachable
+    assert proc.returncode == 1, stdout + err.decode(errors="replace")[-3000:]
+    assert "api ready" not in stdout, stdout
+    assert re.search(r"api not ready: http://\S+/readyz answers 503: not ready: the broker is unreachable", stdout), stdout
+    assert not any(group_alive(pid) for pid in child_pids(stdout).values())
