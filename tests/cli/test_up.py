@@ -196,23 +196,28 @@ def _taken_port(answers_http: bool) -> Iterator[int]:
         server.server_close()
 
 
+def _up_until_it_exits(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    """``parkway up --no-flower`` run until it exits by itself (two minutes at most): code, stdout, stderr."""
+    cmd = [sys.executable, "-m", "parkway.cli", "up", "--no-flower", "--grace", "20", *args]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        stop(proc, [])
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
 @pytest.mark.parametrize("answers_http", [False, True], ids=["silent", "answers-healthz"])
 def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path, home: Path, answers_http: bool) -> None:
     # Given the API's port already taken by someone else (one that may even answer /healthz)
     env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows")
     with _taken_port(answers_http) as port:
-        cmd = [sys.executable, "-m", "parkway.cli", "up", "--port", str(port), "--no-flower", "--grace", "20"]
-        proc = subprocess.Popen(
-            cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-        )
-        try:
-            out, err = proc.communicate(timeout=120)
-        finally:
-            stop(proc, [])
-    stdout = out.decode(errors="replace")
+        code, stdout, stderr = _up_until_it_exits(tmp_path, env, "--port", str(port))
     pids = child_pids(stdout)
     # Then it says which child died, stops the others, and exits non-zero with nothing left behind
-    assert proc.returncode == 1, stdout + err.decode(errors="replace")[-3000:]
+    assert code == 1, stdout + stderr[-3000:]
     assert set(pids) == {"api", "worker", "beat"}, stdout
     assert "api exited during startup" in stdout, stdout
     assert "api ready" not in stdout, "another server's answer is not this API being ready"
@@ -224,18 +229,10 @@ def test_up__a_broker_nobody_answers__the_api_is_not_called_ready_and_up_says_wh
     # Given a configured broker nothing listens on
     broker = f"redis://127.0.0.1:{free_port()}/0"
     env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows", PARKWAY_BROKER_URL=broker)
-    cmd = [sys.executable, "-m", "parkway.cli", "up", "--port", str(free_port()), "--no-flower",
-           "--startup-timeout", "20", "--grace", "20"]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        stop(proc, [])
-    stdout = out.decode(errors="replace")
+    code, stdout, stderr = _up_until_it_exits(tmp_path, env, "--port", str(free_port()), "--startup-timeout", "20")
     # Then up stops, exit 1, and says the API is not ready because its broker is unreachable
-    assert proc.returncode == 1, stdout + err.decode(errors="replace")[-3000:]
+    assert code == 1, stdout + stderr[-3000:]
     assert "api ready" not in stdout, stdout
-    assert re.search(r"api not ready: http://\S+/readyz answers 503: not ready: the broker is unreachable", stdout), stdout
+    why = r"api not ready: http://\S+/readyz answers 503: not ready: the broker is unreachable"
+    assert re.search(why, stdout), stdout
     assert not any(group_alive(pid) for pid in child_pids(stdout).values())
