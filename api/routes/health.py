@@ -38,8 +38,9 @@ def readiness_problem() -> str | None:
     """Why this process should not get traffic now, or ``None``."""
     try:
         problem = schema_problem(get_engine())
-    except Exception as exc:
-        return f"the database is unreachable ({type(exc).__name__})"
+    except Exception as exc:  # the driver's first line says why (refused, closed, no such database)
+        why = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        return f"the database is unreachable ({type(exc).__name__}" + (f": {why[0]})" if why else ")")
     if problem is not None:
         return problem
     return broker_problem()

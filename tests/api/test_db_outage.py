@@ -8,6 +8,7 @@ new ones refused, as in a restart) and restored.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 import uuid
@@ -190,6 +191,9 @@ def test_outage__503_with_retry_after_then_no_500_and_the_retried_answer_gets_it
         body = response.json()
         assert body["error"] == "unavailable" and isinstance(body["detail"], str), body
     assert interactions(run_id)["go"].status == "pending"  # the answer sent during the outage was not stored
+    ready = http.get("/readyz")
+    assert ready.status_code == 503, ready.text
+    assert re.fullmatch(r"not ready: the database is unreachable \(OperationalError: .+\)", ready.json()["detail"])
     stream.join(timeout=30)
     assert ended[-1] == "ended", ended[-3:]  # a clean end of the body (the client resumes with Last-Event-ID)
 
