@@ -33,10 +33,13 @@ Every `/v1` route needs `Authorization: Bearer <token>`. Errors are JSON
 
 def startup_problem() -> str | None:
     """Why this process must not serve, or ``None`` (invariant 10 and the secret key)."""
+    settings = get_settings()
     try:
-        get_settings().resolved_secret_key()
+        settings.resolved_secret_key()
     except ConfigError as exc:
         return str(exc)
+    if (missing := settings.imports_problem()) is not None:
+        return missing
     try:
         return schema_problem(get_engine())
     except Exception as exc:

@@ -94,6 +94,20 @@ class Settings(BaseSettings):
     def import_modules(self) -> list[str]:
         return [m.strip() for m in self.imports.split(",") if m.strip()]
 
+    def imports_problem(self) -> str | None:
+        """Which module of ``PARKWAY_IMPORTS`` cannot be found (a typo, or not on the path), or ``None``; an
+        error inside a module that exists is left to its import, which shows where it is."""
+        import importlib.util
+
+        for module in self.import_modules:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except ModuleNotFoundError:  # a parent package is missing
+                found = False
+            if not found:
+                return f"PARKWAY_IMPORTS names {module!r}, and no such module can be imported from here"
+        return None
+
     def resolved_secret_key(self) -> str:
         """The secret key, or a clear refusal; on the embedded default a key is made once into a 0600 file."""
         key = self.secret_key

@@ -115,6 +115,15 @@ def _guard_schema(process: str) -> None:
         raise SystemExit(3) from exc
 
 
+@signals.import_modules.connect
+def _on_import_modules(**_: Any) -> None:
+    """Before a worker or beat imports ``PARKWAY_IMPORTS``: one line naming a module that is not there."""
+    problem = get_settings().imports_problem()
+    if problem is not None:
+        sys.stderr.write(f"parkway: refusing to start: {problem}\n")
+        raise SystemExit(3)
+
+
 @signals.setup_logging.connect
 def _on_setup_logging(loglevel: Any = None, **_: Any) -> None:
     """Celery's processes log structured lines too (JSON when not a terminal); Celery adds no handler."""

@@ -75,7 +75,7 @@ LONG_MODULES = (
     "tests/acceptance/test_clock.py",
     "tests/api/test_offline_docs.py",
     "tests/api/test_db_outage.py",
-    "tests/cli/test_migrate.py",
+    "tests/cli/test_refusals.py",
     "tests/cli/test_walkthrough.py",
     "tests/api/test_event_soak.py",
 )

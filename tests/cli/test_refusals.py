@@ -1,6 +1,7 @@
-"""``parkway migrate`` as a user runs it: its progress line on stdout, one line (never a traceback) when the
-database cannot be reached (the other commands that use the database too), and a secret key the other
-processes would refuse refused here first."""
+"""What a user sees when Parkway cannot start as configured: one line naming what to fix, never a traceback
+of ours (uvicorn adds its lifespan traceback after the API's line). ``parkway migrate`` says what it did on stdout; every command that uses the database says it cannot be
+reached, with the URL's password hidden; migrate refuses a secret key the other processes would refuse; an
+invalid setting and a workflow module that is not there stop migrate, the worker, beat and the API."""
 
 from __future__ import annotations
 
@@ -76,3 +77,24 @@ def test_an_invalid_setting__each_process_refuses_in_one_line(tmp_path: Path, pr
     [line] = done.stderr.strip().splitlines()
     assert line.endswith("invalid settings: PARKWAY_CLAIM_LEASE_S: Input should be a valid number, unable to parse "
                          "string as a number"), line  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "process",
+    [
+        ("celery", "-A", "tasks.celery_app:app", "worker", "-l", "info"),
+        ("celery", "-A", "tasks.celery_app:app", "beat"),
+        ("uvicorn", "api.app:app", "--port", "0"),
+    ],
+    ids=["worker", "beat", "api"],
+)
+def test_a_workflow_module_that_is_not_there__each_process_refuses_naming_it(
+    tmp_path: Path, process: tuple[str, ...]
+) -> None:
+    env = embedded_env(PARKWAY_HOME=str(tmp_path), PARKWAY_IMPORTS="tests.workflows, tests.no_such_workflows")
+    done = subprocess.run(
+        [sys.executable, "-m", *process], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr[-3000:])
+    refusal = "refusing to start: PARKWAY_IMPORTS names 'tests.no_such_workflows', and no such module can be imported"
+    assert refusal in done.stderr, done.stderr[-3000:]
