@@ -1,7 +1,8 @@
 """What a user sees when Parkway cannot start as configured: one line naming what to fix, never a traceback
-of ours (uvicorn adds its lifespan traceback after the API's line). ``parkway migrate`` says what it did on stdout; every command that uses the database says it cannot be
-reached, with the URL's password hidden; migrate refuses a secret key the other processes would refuse; an
-invalid setting and a workflow module that is not there stop migrate, the worker, beat and the API."""
+of ours (uvicorn adds its lifespan traceback after the API's line). ``parkway migrate`` says what it did on
+stdout; every command that uses the database says it cannot be reached, with the URL's password hidden;
+migrate refuses a secret key the other processes would refuse; an invalid setting and a workflow module
+that is not there stop migrate, the worker, beat and the API."""
 
 from __future__ import annotations
 
