@@ -1,7 +1,5 @@
 """The README's workflow: a permission and a question, then a side effect that must never run twice."""
 
-from pathlib import Path
-
 from parkway.settings import get_settings
 from tasks.sdk import Complete, Next, Park, Permission, Question, continuation, step
 
@@ -32,7 +30,7 @@ def execute(ctx, payload):
 
 def run_shell(run_id, cmd, window):
     """Stands in for a real deploy: appends the command to deploy.log in the run's workspace."""
-    log = Path(get_settings().workspace_dir) / run_id / "deploy.log"
+    log = get_settings().workspace / run_id / "deploy.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as out:
         out.write(f"{cmd} ({window})\n")

@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     locked_body_s: float = Field(default=0.0, ge=0)  # > 0: a first delivery's body may run so long under its row lock
     max_attempts: int = Field(default=5, ge=1)
     db_pool_size: int = Field(default=10, ge=1, le=500)
-    workspace_dir: str = "var/workspaces"
+    workspace_dir: str = ""  # empty: ``workspaces`` under ``home``
     home: str = str(DEFAULT_HOME)
     crash_at: str = ""
 
@@ -81,6 +81,12 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return embedded.url(embedded.data_dir(self.home))
+
+    @property
+    def workspace(self) -> Path:
+        """Where each run's directory (its projections, its tools' files) is: ``PARKWAY_WORKSPACE_DIR``, or
+        ``workspaces`` in ``PARKWAY_HOME``, like everything else the defaults keep."""
+        return Path(self.workspace_dir) if self.workspace_dir else Path(self.home) / "workspaces"
 
     @property
     def broker_folder(self) -> Path:

@@ -37,8 +37,9 @@ def metadata_path(run_id: str) -> Path:
 
 
 def _workspace_root() -> str:
-    """``PARKWAY_WORKSPACE_DIR`` resolved, once per setting and working directory (not per projection)."""
-    key = (get_settings().workspace_dir, os.getcwd())
+    """The workspace (``PARKWAY_WORKSPACE_DIR``, or the home's) resolved, once per setting and working
+    directory (not per projection)."""
+    key = (str(get_settings().workspace), os.getcwd())
     root = _roots.get(key)
     if root is None:
         root = _roots[key] = str(Path(key[0]).resolve())

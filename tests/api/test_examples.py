@@ -8,7 +8,6 @@ import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -115,7 +114,7 @@ def test_deploy_example__approved_runs_its_never_tool_once_and_completes(
     assert "deploy api" in run["result"]["output"]
     [call] = run["tool_calls"]
     assert (call["name"], call["replay"], call["phase"], call["possibly_ran"]) == ("shell", "never", "settled", False)
-    log = Path(get_settings().workspace_dir) / run_id / "deploy.log"
+    log = get_settings().workspace / run_id / "deploy.log"
     assert log.read_text() == "deploy api (tonight)\n"
 
 
@@ -126,7 +125,7 @@ def test_deploy_example__rejected_skips_the_deploy(api: Caller) -> None:
     api.answer(asked["window"]["id"], "now")
     run = api.finished(run_id)
     assert (run["status"], run["result"], run["tool_calls"]) == ("completed", {"skipped": True}, [])
-    assert not (Path(get_settings().workspace_dir) / run_id / "deploy.log").exists()
+    assert not (get_settings().workspace / run_id / "deploy.log").exists()
 
 
 def test_signin_example__the_sensitive_code_reaches_its_continuation_only(

@@ -133,6 +133,10 @@ def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sig
         run = http.get(f"/v1/runs/{run_id}", headers=auth("ana")).json()
         assert run["result"] == {"go": "ship"}
         assert run["completed_at"] is not None
+        # And its projection is in the home's workspaces, not in a ./var of the directory up was started in
+        wait_for(lambda: (up.home / "workspaces" / run_id / "run_metadata.json").exists(), timeout=30,
+                 what="the run's projection in the home")  # fmt: skip
+        assert not (tmp_path / "var").exists()
 
         # And a second run is left waiting on its question
         second = http.post("/v1/runs", json=body, headers=auth("bot")).json()["id"]

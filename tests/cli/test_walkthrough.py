@@ -21,7 +21,17 @@ import pytest
 
 from tests.api.conftest import Actors, ApiServer
 from tests.cli.support import Up, child_pids, embedded_env, start_up
-from tests.cli.walkthrough import README_API, README_FLOWER, README_HOME, TOKEN_LINE, Shell, Step, assert_prints, steps
+from tests.cli.walkthrough import (
+    README_API,
+    README_FLOWER,
+    README_HOME,
+    README_WORKSPACES,
+    TOKEN_LINE,
+    Shell,
+    Step,
+    assert_prints,
+    steps,
+)
 from tests.pages import conftest as pages
 from tests.pages.browsing import Site, sign_in
 from tests.support import ROOT, wait_for
@@ -75,7 +85,9 @@ def test_readme_walkthrough__make_run_start_answer_on_the_page_and_by_curl_then_
 
     # The terminal of steps 2 to 6: the same directory (.venv is this suite's virtualenv), the same environment
     (tmp_path / ".venv").symlink_to(sys.prefix, target_is_directory=True)
-    shell = Shell(tmp_path, embedded_env(PARKWAY_HOME=up.env["PARKWAY_HOME"]), {README_API: up.api})
+    # The README's home is ./var (nothing configured); this stack's is up.home: the same paths under it
+    where = {README_API: up.api, README_WORKSPACES: str(up.home / "workspaces")}
+    shell = Shell(tmp_path, embedded_env(PARKWAY_HOME=up.env["PARKWAY_HOME"]), where)
     try:
         walk_on(walk, shell, up, tokens, decisions, browser)
     finally:
@@ -130,17 +142,20 @@ def walk_on(
         # 6. It completes; its history page
         wait_for(lambda: run(second)["status"] == "completed", timeout=WAIT_S, what="the curl run to complete")
         printed_urls = run_each(shell, walk[6])
-        assert f"{up.api}/runs/{first}" in printed_urls
+        assert f"{README_API}/runs/{first}" in printed_urls  # (as the README shows it)
         see_the_history(site, f"{up.api}/runs/{first}", first, run(first))
 
 
 def run_each(shell: Shell, step: Step) -> str:
-    """Every command of a step, in order, each one's output as the README shows it; all they printed."""
+    """Every command of a step, in order, each one's output as the README shows it (this stack's URLs and paths
+    put back as the README's); all they printed."""
     everything = []
     for command in step.commands:
         output = shell.run(command.script)
+        for readme, actual in shell.replace.items():
+            output = output.replace(actual, readme)
         if command.shown is not None:
-            assert_prints(command.shown, output.replace(shell.replace[README_API], README_API))
+            assert_prints(command.shown, output)
         everything.append(output)
     return "\n".join(everything)
 

@@ -18,6 +18,7 @@ from tests.support import ROOT, wait_for
 
 WALKTHROUGH = "## Walkthrough"
 README_API, README_FLOWER, README_HOME = "http://127.0.0.1:8000", "http://127.0.0.1:5555", "/home/you/parkway/var"
+README_WORKSPACES = "var/workspaces"  # the default home's workspaces, as the README's commands name them
 ELIDED = "…"
 SHAPES = (
     (re.compile(r"\bpk_[A-Za-z0-9_-]{20,}"), "pk_<token>"),

@@ -168,3 +168,11 @@ def test_invalid_setting__refused_by_its_variable_never_its_value(
 def test_valid_urls__accepted(environment: pytest.MonkeyPatch, name: str, value: str) -> None:
     environment.setenv(name, value)
     assert getattr(get_settings(), name.removeprefix("PARKWAY_").lower()) == value
+
+
+def test_workspace__in_the_home_unless_set(environment: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    environment.delenv("PARKWAY_WORKSPACE_DIR", raising=False)  # (the test session sets both)
+    environment.delenv("PARKWAY_HOME", raising=False)
+    assert _settings(home=str(tmp_path)).workspace == tmp_path / "workspaces"
+    assert _settings(home=str(tmp_path), workspace_dir="/data/ws").workspace == Path("/data/ws")
+    assert _settings().workspace == Path("var/workspaces")  # the README's ./var/workspaces
