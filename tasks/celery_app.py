@@ -115,7 +115,7 @@ def _guard_schema(process: str) -> None:
         raise SystemExit(3) from exc
 
 
-@signals.import_modules.connect
+@signals.import_modules.connect(sender=app)  # this app's worker or beat only
 def _on_import_modules(**_: Any) -> None:
     """Before a worker or beat imports ``PARKWAY_IMPORTS``: one line naming a module that is not there."""
     problem = get_settings().imports_problem()
