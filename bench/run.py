@@ -185,29 +185,16 @@ def prepare_environment(args: argparse.Namespace, broker: str, out_dir: Path) ->
     )
 
 
-_held: list[Any] = []  # the run's lock file, open (and locked) until the process exits
-
-
 def hold_the_machine() -> str | None:
     """Take the machine-wide bench lock; the reason it is taken when another run holds it. Two runs at
     once share the cores (and, by default, the database and the broker index): both runs' figures would
     be wrong, and one's cleanup would break the other."""
-    import fcntl
+    from parkway.locks import hold_for_life
 
-    handle = open(MACHINE_LOCK, "a+")  # noqa: SIM115  (held for the process's life)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        return f"another bench run holds {MACHINE_LOCK} ({holder}); wait for it or stop it"
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}, started {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC\n")
-    handle.flush()
-    _held.append(handle)
-    return None
+    holder = hold_for_life(MACHINE_LOCK, f"pid {os.getpid()}, started {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC")
+    if holder is None:
+        return None
+    return f"another bench run holds {MACHINE_LOCK} ({holder}); wait for it or stop it"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import sys
@@ -12,11 +11,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from parkway import cli_bootstrap, cli_grants, embedded
 from parkway.children import QUEUES, Child, child_environment, http_problem, stop_children, stop_signals
 from parkway.errors import ConfigError, ParkwayError
+from parkway.locks import hold_for_life
 from parkway.supervisor import RestartPolicy, Supervisor, exit_text
 from parkway.tokens import hash_token, new_token
 
@@ -153,28 +153,15 @@ def _where(settings: Settings) -> str:
     return f"{database} + {broker}"
 
 
-_held: list[IO[str]] = []  # the lock files this process holds until it exits
-
-
 def _only_up_in(home: Path) -> None:
     """Hold ``home``'s ``up.lock`` for as long as this process lives, or refuse: a second ``parkway up`` on
     one home would run a second worker and beat on its database and serve nothing of its own."""
-    home.mkdir(parents=True, exist_ok=True)
-    handle = open(home / "up.lock", "a+", encoding="utf-8")  # noqa: SIM115 - held until exit
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
+    holder = hold_for_life(home / "up.lock", str(os.getpid()))
+    if holder is not None:
         raise ConfigError(
             f"another parkway up (pid {holder}) is running in {home}: stop it first, or give this one a "
             "PARKWAY_HOME of its own"
-        ) from None
-    handle.truncate(0)
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
-    _held.append(handle)
+        )
 
 
 def cmd_up(args: argparse.Namespace) -> int:
