@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 
 from models import store
 from models.store import Claim
-from parkway.db import transaction
+from parkway.db import single_statement
 
 log = logging.getLogger("parkway.worker")
 
@@ -65,9 +65,11 @@ class Hold:
                 return True
         if self.lost:
             return False
-        with transaction(durable=False) as session:
+        # One statement in autocommit: a process stopped mid-renewal (hung, paused) leaves no open
+        # transaction holding the row, so the sweep can release the claim once the lease runs out.
+        with single_statement(durable=False) as conn:
             return store.renew_lease(
-                session, self.claim.continuation.id, execution_id=self.execution_id, lease_s=self.lease_s
+                conn, self.claim.continuation.id, execution_id=self.execution_id, lease_s=self.lease_s
             )
 
     def commit(

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from models.clock import db_now
 from models.status import ContinuationStatus, InteractionKind, InteractionStatus, PrincipalKind, ReviewStatus
 from models.store.driver import DriverStatement
-from models.store.sql import CONT, GRANT, INTER, PRIN, REV, RUN, STEP, skip_locked, word
+from models.store.sql import CONT, GRANT, INTER, PRIN, REV, RUN, STEP, Executor, skip_locked, word
 from models.tables import Continuation
 
 
@@ -240,7 +240,7 @@ def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]])
     )
 
 
-def renew_lease(session: Session, continuation_id: str, *, execution_id: str, lease_s: float) -> bool:
+def renew_lease(session: Executor, continuation_id: str, *, execution_id: str, lease_s: float) -> bool:
     """claimed -> claimed with a lease ending ``lease_s`` after the database's clock, only for the
     execution that holds it; ``False`` when it holds it no more."""
     row = session.scalar(

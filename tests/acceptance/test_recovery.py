@@ -3,14 +3,19 @@ and the schema guard."""
 
 from __future__ import annotations
 
+import os
+import signal
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, text
+from sqlalchemy import TextClause, bindparam, select, text
 
 from beat.sweep import MAX_CHAINED_PASSES, SweepReport, continuations_queued, should_chain
 from models.base import utcnow
-from parkway.db import transaction
+from models.tables import Continuation
+from parkway.db import open_transaction, read_statement, transaction
 from parkway.migrate import head_revision
 from parkway.settings import get_settings
 from tasks.publish import publish
@@ -32,6 +37,51 @@ from tests.support import (
 )
 
 pytestmark = pytest.mark.usefixtures("own_workers")
+
+# A backend of this test's database whose UPDATE of continuations waits for a row lock.
+RENEWAL_WAITING = text(
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    " AND query LIKE 'UPDATE continuations SET lease_expires_at%'"
+)
+BACKEND_STATE = text("SELECT state FROM pg_stat_activity WHERE pid = :pid")
+
+
+def _read(query: TextClause, **params: object) -> Any:
+    """One value of pg_stat_activity, read now (in a transaction it is one snapshot)."""
+    with read_statement() as conn:
+        return conn.scalar(query, params)
+
+
+def test_worker_stopped_in_a_lease_renewal__holds_no_row_lock_and_its_run_is_re_driven(
+    stack: Stack, tmp_path: Path
+) -> None:
+    # Given a run whose body is running (waiting for a flag) on a worker that renews its lease
+    hung = stack.start_worker(concurrency=1)
+    run_id = start("t.review", {"wait_for": str(tmp_path / "go")})
+    wait_for(lambda: [c for c in continuations(run_id) if c.status == "claimed"], timeout=60, what="the claim")
+    (claimed,) = [c for c in continuations(run_id) if c.status == "claimed"]
+
+    # When its next renewal waits on the continuation's row lock, and the worker is stopped right there
+    with open_transaction() as conn:
+        conn.execute(select(Continuation.id).where(Continuation.id == claimed.id).with_for_update())
+        backend = wait_for(lambda: _read(RENEWAL_WAITING), timeout=20, what="the renewal waiting on the lock")
+        os.killpg(hung.proc.pid, signal.SIGSTOP)
+    try:
+        # Then the renewal commits without the stopped worker: its backend holds no transaction open
+        def settled() -> str | None:
+            state = _read(BACKEND_STATE, pid=backend)
+            return state if state != "active" else None
+
+        assert wait_for(settled, timeout=20, what="the renewal's statement done") == "idle"
+
+        # And once its lease ran out, the sweep re-drives the run on another worker, which completes it
+        stack.start_worker(concurrency=1)
+        run = wait_status(run_id, "completed", timeout=60, sweep=True)
+    finally:
+        hung.kill()
+    assert run.finished_by not in (None, claimed.claimed_by)
+    (start_continuation,) = [c for c in continuations(run_id) if c.kind == "start"]
+    assert start_continuation.attempts == 2
 
 
 def test_broker_flushed__twenty_answered_runs_complete_exactly_once(stack: Stack) -> None:
