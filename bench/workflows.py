@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, text
 
-from parkway.db import normalize_url, pool_options
+from parkway.db import connect_args, normalize_url, pool_options
 from parkway.settings import get_settings
 from tasks.celery_app import CONTINUATIONS_QUEUE, app
 from tasks.sdk import Complete, Context, Park, Question, continuation, step
@@ -181,8 +181,7 @@ def _apply_what_if() -> None:
             url = normalize_url(url)
             if not url.startswith("postgresql"):
                 return original(url, durable=durable)
-            connect_args = {} if durable else {"options": "-c synchronous_commit=off"}
-            return create_engine(url, pool_pre_ping=False, connect_args=connect_args, **pool_options())
+            return create_engine(url, pool_pre_ping=False, connect_args=connect_args(durable=durable), **pool_options())
 
         parkway.db.make_engine = make_engine
         parkway.db.reset_engine()

@@ -28,14 +28,24 @@ def normalize_url(url: str) -> str:
 
 
 def make_engine(url: str, *, durable: bool = True) -> Engine:
-    """Create an engine on PostgreSQL through psycopg 3, its idle connections pinged before use.
-
-    ``durable=False``: sessions with ``synchronous_commit=off``, for ``transaction(durable=False)``.
-    """
-    connect_args = {} if durable else {"options": "-c synchronous_commit=off"}
-    engine = create_engine(normalize_url(url), connect_args=connect_args, **pool_options())
+    """Create an engine on PostgreSQL through psycopg 3, its idle connections pinged before use, its
+    sessions set up by ``connect_args``."""
+    engine = create_engine(normalize_url(url), connect_args=connect_args(durable=durable), **pool_options())
     _ping_when_idle(engine)
     return engine
+
+
+def connect_args(*, durable: bool = True) -> dict[str, str]:
+    """The session settings of every connection: ``durable=False``, ``synchronous_commit=off`` (for
+    ``transaction(durable=False)``); and always an ``idle_in_transaction_session_timeout`` of two claim
+    leases past the longest idle the design allows (a body under its row lock, ``PARKWAY_LOCKED_BODY_S``).
+    A process that hangs inside a transaction (stopped, paused, deadlocked) then holds its row locks for
+    no more than about what it could hold a claim: PostgreSQL ends the session, the rows are released, the
+    sweep re-drives what it left. (Two leases: a live process on a busy host is not cut off mid-work.)"""
+    settings = get_settings()
+    idle_ms = round((2 * settings.claim_lease_s + settings.locked_body_s) * 1000)
+    options = f"-c idle_in_transaction_session_timeout={idle_ms}"
+    return {"options": options if durable else f"{options} -c synchronous_commit=off"}
 
 
 def pool_options() -> dict[str, int]:

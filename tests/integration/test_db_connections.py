@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 import parkway.db
 from parkway.db import get_engine, transaction
 from tests.conftest import pg_admin_url
+from tests.support import wait_for
 
 
 def _kill_pooled_connections() -> int:
@@ -63,3 +64,21 @@ def test_recently_used_connection__not_pinged_and_a_restart_in_that_window_fails
         _backend_pid()
     # And the pool was replaced: the one after works on a new server process
     assert _backend_pid() != first
+
+
+def _lock_free(key: int) -> bool:
+    """Whether another session can take the transaction-level advisory lock ``key`` now (released at once)."""
+    with transaction() as session:
+        return bool(session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).scalar_one())
+
+
+def test_transaction_left_idle__ended_by_postgresql_after_a_lease_and_its_locks_released(fresh_db: str) -> None:
+    # Given a transaction that holds a lock, then is left idle (as by a process stopped or hung in it)
+    lease_s = parkway.db.get_settings().claim_lease_s
+    with pytest.raises(DBAPIError, match="idle-in-transaction timeout"), transaction() as held:
+        held.execute(text("SELECT pg_advisory_xact_lock(20)"))
+        assert not _lock_free(20)
+        # Then PostgreSQL ends it after the lease (no sleep here: the wait is on the lock), freeing the lock
+        wait_for(lambda: _lock_free(20), timeout=lease_s * 10, what="the idle transaction's lock released")
+        # And its owner finds its session gone: nothing it did in that transaction is committed
+        held.execute(text("SELECT 1"))

@@ -100,9 +100,11 @@ def followers(actors_db: str) -> Iterator[Followers]:
 
 
 def _open_writer(run_id: str, type_: str) -> tuple[Session, int]:
-    """A transaction that has written one event and stays open; the event's seq as it sees it."""
+    """A transaction that has written one event and stays open, for as long as the test holds it (as a
+    migration or another tool's session may: Parkway's own idle timeout off); the event's seq as it sees it."""
     session = session_factory()()
     session.begin()
+    session.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
     store.append_event(session, run_id, type_)
     seq = session.scalar(select(func.max(Event.seq)).where(Event.type == type_))
     assert seq is not None
