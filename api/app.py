@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import docs, errors
 from api.deps import authentication_problem
@@ -52,14 +53,40 @@ def import_workflows() -> None:
         importlib.import_module(module)
 
 
+class RefusedToStart(RuntimeError):
+    """This process must not serve: ``startup_problem`` said why."""
+
+
+class StartupGuard:
+    """The outermost ASGI layer: refuses the lifespan's startup when ``startup_problem`` says why, in one
+    line on stderr and no traceback (the server exits 3, as the worker and beat do), before the app's own
+    lifespan runs; anything else passes through untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        startup = await receive()
+        setup_logging()
+        problem = await run_in_threadpool(startup_problem)
+        if problem is not None:
+            line = f"parkway api: refusing to start: {problem}"
+            sys.stderr.write(line + "\n")
+            await send({"type": "lifespan.startup.failed", "message": ""})  # said above, once
+            raise RefusedToStart(line)  # the server, having been told, ends quietly; a TestClient raises it
+        pending = [startup]
+
+        async def replay() -> Message:
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+
 @asynccontextmanager
 async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-    setup_logging()
-    problem = await run_in_threadpool(startup_problem)
-    if problem is not None:
-        message = f"parkway api: refusing to start: {problem}"
-        sys.stderr.write(message + "\n")
-        raise RuntimeError(message)
     import_workflows()
     yield
 
@@ -75,7 +102,8 @@ def create_app() -> FastAPI:
     )
     errors.install(app, authentication_problem)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
-    app.add_middleware(MetricsMiddleware)  # outermost: every request is observed, refused ones too
+    app.add_middleware(MetricsMiddleware)  # every request is observed, refused ones too
+    app.add_middleware(StartupGuard)  # outermost: the lifespan's startup is checked before anything runs
     for module in (runs, interactions, principals, grants, events, decisions, run_pages):
         # Any of them may find the database unreachable: 503 with Retry-After (api/errors.py).
         app.include_router(module.router, responses=errors.documented(503))

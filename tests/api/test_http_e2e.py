@@ -303,3 +303,4 @@ def test_api_process__refuses_to_start_with_a_clear_message(
     code = api.wait_exit()
     assert code == 3, api.text()[-2000:]
     assert re.search(says, api.text()), api.text()[-2000:]
+    assert "Traceback" not in api.text(), api.text()[-2000:]  # one line says why: no traceback around it

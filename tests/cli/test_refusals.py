@@ -99,3 +99,4 @@ def test_a_workflow_module_that_is_not_there__each_process_refuses_naming_it(
     assert done.returncode == 3, (done.returncode, done.stdout, done.stderr[-3000:])
     refusal = "refusing to start: PARKWAY_IMPORTS names 'tests.no_such_workflows', and no such module can be imported"
     assert refusal in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
