@@ -13,7 +13,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import ErrorBody, InteractionConflict, InteractionGone, RunConflict, ValidationErrorBody
+from parkway.db import database_unavailable
 from parkway.errors import (
     Conflict,
     Forbidden,
@@ -221,24 +221,6 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 404 and detail == "Not Found":
         detail = "no such resource"
     return error_response(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
-
-
-def database_unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` says the database cannot be reached now (a restart, an outage, a full pool), not
-    that the request or the code is wrong: connection refused or lost, a connection SQLAlchemy found dead
-    (``connection_invalidated``), PostgreSQL shutting down or starting up (SQLSTATE class 08, 57P01-57P03),
-    too many connections (53300), or no pooled connection free in time."""
-    if isinstance(exc, PoolTimeout | DisconnectionError):
-        return True
-    cause: BaseException | None = exc
-    if isinstance(exc, DBAPIError):
-        if exc.connection_invalidated:
-            return True
-        cause = exc.orig
-    if not isinstance(cause, psycopg.OperationalError):
-        return False
-    state = cause.sqlstate
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03", "53300")
 
 
 def _unavailable(request: Request, exc: BaseException) -> JSONResponse:

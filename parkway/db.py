@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, Engine, create_engine, event, text
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from parkway.settings import get_settings
@@ -275,3 +277,22 @@ def read_statement() -> Iterator[Connection]:
 def require_durable(session: Session) -> None:
     """This transaction's commit waits for the WAL flush after all (it recorded an outcome)."""
     session.execute(text("SET LOCAL synchronous_commit TO on"))
+
+
+# Where the database failed, as the API (503) and the worker (an execution abandoned, not failed) judge it.
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot be reached now (a restart, an outage, a full pool), not
+    that the request or the code is wrong: connection refused or lost, a connection SQLAlchemy found dead
+    (``connection_invalidated``), PostgreSQL shutting down or starting up (SQLSTATE class 08, 57P01-57P03),
+    too many connections (53300), or no pooled connection free in time."""
+    if isinstance(exc, PoolTimeout | DisconnectionError):
+        return True
+    cause: BaseException | None = exc
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        cause = exc.orig
+    if not isinstance(cause, psycopg.OperationalError):
+        return False
+    state = cause.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03", "53300")

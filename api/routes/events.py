@@ -19,7 +19,7 @@ from api.metrics import OPEN_STREAMS
 from api.schemas import ID
 from models import access, event_log
 from models.tables import Principal
-from parkway.db import transaction
+from parkway.db import database_unavailable, transaction
 
 router = checked_router(tags=["events"])
 
@@ -111,7 +111,7 @@ async def sse_events(request: Request, principal: Principal, after: int) -> Asyn
             try:
                 events, cursor = await run_in_threadpool(_poll, principal, cursor)
             except Exception as exc:  # the database went away: end the stream (the client resumes from its id)
-                if not errors.database_unavailable(exc):
+                if not database_unavailable(exc):
                     raise
                 errors.log.warning("event stream ended: the database cannot be reached (%s)", type(exc).__name__)
                 return
