@@ -14,14 +14,19 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
+from sqlalchemy.orm import Session
 
 from models import store
 from models.store import Claim
-from parkway.db import single_statement
+from parkway.db import database_unavailable, single_statement, transaction
+
+if TYPE_CHECKING:
+    from tasks.sdk import Context
 
 log = logging.getLogger("parkway.worker")
 
@@ -173,3 +178,27 @@ class Keeper:
 
     def __exit__(self, *_: object) -> None:
         renewer.release(self.hold.claim.continuation.id)
+
+
+class Abandoned(BaseException):  # control flow: a body's ``except Exception`` must not eat it
+    """This execution stops here and commits nothing: it no longer holds a live claim, or the database
+    failed under one of the SDK's own writes. Its lease runs out and the sweep re-drives the continuation,
+    as after a crash (a tool call it journaled is then replayed by its kind's rule)."""
+
+
+@contextmanager
+def own_write(ctx: Context, *, fenced: bool = True) -> Iterator[Session]:
+    """The transaction of one of the SDK's own writes for the body of ``ctx`` (a tool call's journal, a
+    review), after its claim became a lease. ``fenced``: it commits only while this execution holds a live
+    claim (``store.holds_live_claim``), so an execution that lost it starts no tool call and records no
+    review. A lost claim or a failed database raises ``Abandoned``, never the body's ``Fail``."""
+    try:
+        ctx.lease_claim()
+        with transaction() as session:
+            if fenced and not store.holds_live_claim(session, ctx.execution_id):
+                raise Abandoned("its claim's lease ran out (or another execution took it over)")
+            yield session
+    except Exception as exc:
+        if database_unavailable(exc):
+            raise Abandoned(f"the database failed under the SDK's own write: {type(exc).__name__}") from exc
+        raise

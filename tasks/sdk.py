@@ -25,6 +25,7 @@ from parkway.errors import (
 )
 from parkway.settings import get_settings
 from tasks import registry
+from tasks.holding import own_write
 from tasks.outcomes import Complete, Fail, Next, Park, Question
 from tasks.publish import publish
 from tasks.tooltypes import Permission, PermissionRejected, PossiblyRan, ToolFailed
@@ -122,8 +123,7 @@ class Context:
         """Commit a ``running`` review receipt now (its own transaction) and return its id."""
         if not kind:
             raise WorkflowError("a review needs a kind")
-        self.lease_claim()
-        with transaction() as session:
+        with own_write(self) as session:
             review_id = store.start_review(
                 session, run_id=self.run_id, step_id=self.step_id, kind=kind, execution_id=self.execution_id
             )
@@ -132,7 +132,7 @@ class Context:
 
     def review_progress(self, review_id: str, *, finding_count: int, verification_count: int) -> None:
         """Commit the counts of a running review now, so they survive a crash of this execution."""
-        with transaction() as session:
+        with own_write(self) as session:
             if store.review_progress(
                 session, review_id, execution_id=self.execution_id,
                 finding_count=finding_count, verification_count=verification_count,
@@ -151,7 +151,7 @@ class Context:
         """Commit the review's completion now; an empty verdict is refused."""
         if not verdict or not verdict.strip():
             raise WorkflowError(f"review {review_id} needs a verdict")
-        with transaction() as session:
+        with own_write(self) as session:
             if store.record_review(
                 session, review_id, execution_id=self.execution_id, verdict=verdict,
                 finding_count=finding_count, verification_count=verification_count, failed=failed,

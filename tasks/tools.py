@@ -17,9 +17,9 @@ from models import journal, store
 from models.status import InteractionStatus, ToolPhase, ToolReplay
 from models.tables import Interaction
 from parkway.crash import crash_point
-from parkway.db import transaction
 from parkway.errors import WorkflowError
 from tasks import registry
+from tasks.holding import own_write
 from tasks.tooltypes import Permission, PermissionRejected, PossiblyRan, ToolFailed
 
 if TYPE_CHECKING:
@@ -64,14 +64,13 @@ def run_tool(
     if permissions and not ctx.in_step_body:
         raise WorkflowError(f"tool call {key}: permission preflight is for step bodies; park with a Permission first")
     ctx.tool_keys.add(key)
-    ctx.lease_claim()
     try:
         digest = journal.args_digest(json.loads(json.dumps(args, allow_nan=False)))
     except (TypeError, ValueError) as exc:
         raise WorkflowError(f"tool call {key}: args are not JSON-serializable: {exc}") from None
     requests = [_with_id(ctx, key, p) for p in permissions]
     wanted = ",".join(p.request_id or "" for p in requests) or None
-    with transaction() as session:
+    with own_write(ctx) as session:
         row, created = journal.record_intent(
             session,
             run_id=ctx.run_id,
@@ -123,15 +122,15 @@ def run_tool(
     try:
         value = run()
     except Exception as exc:
-        _settle(call_id, error=f"{type(exc).__name__}: {exc}")
+        _settle(ctx, call_id, error=f"{type(exc).__name__}: {exc}")
         raise
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        _settle(call_id, error=f"result is not JSON-serializable: {exc}")
+        _settle(ctx, call_id, error=f"result is not JSON-serializable: {exc}")
         raise WorkflowError(f"tool call {key}: its result is not JSON-serializable: {exc}") from None
     crash_point("tool.after_run")
-    _settle(call_id, outcome=value)
+    _settle(ctx, call_id, outcome=value)
     return value
 
 
@@ -171,8 +170,10 @@ def _replay(outcome: Any, error: str | None, possibly_ran: bool, *, key: str) ->
     return outcome
 
 
-def _settle(call_id: str, *, outcome: Any = None, error: str | None = None) -> None:
-    with transaction() as session:
+def _settle(ctx: Context, call_id: str, *, outcome: Any = None, error: str | None = None) -> None:
+    # Not fenced: what ran is recorded even by an execution that lost its claim meanwhile (unless a
+    # re-drive settled the call first), so a replay returns it rather than "possibly ran".
+    with own_write(ctx, fenced=False) as session:
         journal.settle(session, call_id, from_=ToolPhase.EXECUTING, outcome=outcome, error=error)
 
 

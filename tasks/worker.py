@@ -27,7 +27,7 @@ from parkway.logs import bind, bound, in_context
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
-from tasks.holding import Hold, Keeper
+from tasks.holding import Abandoned, Hold, Keeper
 from tasks.outcomes import (
     Complete,
     ContinuationNotRegistered,
@@ -127,7 +127,12 @@ def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
     crash_point("resume.after_claim")
     with Keeper(hold, settings.locked_body_s):
         row = hold.claim.continuation
-        outcome = _run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers)
+        try:
+            outcome = _run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers)
+        except Abandoned as why:
+            log.warning("execution abandoned, nothing committed: %s; re-driven once its lease has run out", why,
+                        extra={**extra, "action": "abandon"})  # fmt: skip
+            return "abandoned"
     crash_point("resume.before_commit")
     committed = hold.commit(_for_store(outcome), reviews_started=bool(ctx.started_reviews), in_commit=ctx.commit_hooks)
     if committed is None:

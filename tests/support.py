@@ -15,11 +15,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import select, text
+from sqlalchemy import TextClause, select, text
 
 from models import store
 from models.tables import Continuation, Event, Interaction, Run
-from parkway.db import transaction
+from parkway.db import read_statement, transaction
 from tests.workflows import EFFECTS_DDL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +67,21 @@ def wait_for(condition: Callable[[], T], *, timeout: float = 30.0, sweep: bool =
             run_sweep()
             last_sweep = time.monotonic()
         time.sleep(0.05)
+
+
+def read_now(query: TextClause, **params: object) -> Any:
+    """One value read in a statement of its own: a view such as ``pg_stat_activity`` is one snapshot for
+    the whole of a transaction."""
+    with read_statement() as conn:
+        return conn.scalar(query, params)
+
+
+# A backend of this test database whose statement waits for a lock (its pid), of the statement ``like``.
+WAITING_ON_A_LOCK = text(
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    " AND query LIKE :like"
+)
+BACKEND_STATE = text("SELECT state FROM pg_stat_activity WHERE pid = :pid")
 
 
 def child_env(database_url: str, **overrides: str | None) -> dict[str, str]:

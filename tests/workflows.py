@@ -205,6 +205,22 @@ def three_tools(ctx: Context, payload: dict[str, Any]) -> Complete:
     return Complete(result={"outs": outs})
 
 
+@step("t.stuck_tool")
+def stuck_tool(ctx: Context, payload: dict[str, Any]) -> Complete:
+    """Two never tools; on the first attempt the first one's effect waits for the flag file ``wait_for``."""
+
+    def first() -> str:
+        wait_for_flag(payload, "wait_for", ctx)
+        return tool_effect(ctx.run_id, "first")
+
+    def second() -> str:
+        return tool_effect(ctx.run_id, "second")
+
+    outs = [ctx.tool("effect", key="first", args={}, replay="never", run=first)]
+    outs.append(ctx.tool("effect", key="second", args={}, replay="never", run=second))
+    return Complete(result={"outs": outs})
+
+
 @step("t.guarded")
 def guarded(ctx: Context, payload: dict[str, Any]) -> Complete:
     """A tool behind a permission preflight for a resource set given by the payload (or a file)."""

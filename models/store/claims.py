@@ -14,7 +14,6 @@ from models.clock import db_now
 from models.status import ContinuationStatus, InteractionKind, InteractionStatus, PrincipalKind, ReviewStatus
 from models.store.driver import DriverStatement
 from models.store.sql import CONT, GRANT, INTER, PRIN, REV, RUN, STEP, Executor, skip_locked, word
-from models.tables import Continuation
 
 
 @dataclass(frozen=True)
@@ -47,6 +46,17 @@ def claimable() -> Any:
     return or_(
         CONT.c.status == word(ContinuationStatus.READY),
         and_(CONT.c.status == word(ContinuationStatus.CLAIMED), CONT.c.lease_expires_at < db_now()),
+    )
+
+
+def live_claim(execution_id: Any) -> Any:
+    """Claimed by ``execution_id`` under a lease that has not run out by the database's clock: the one
+    definition of "this execution holds it", for a renewal, a consume, the SDK's own writes and a review's
+    owner (the complement of ``claimable``'s expired lease: once it runs out, the execution holds nothing)."""
+    return and_(
+        CONT.c.status == word(ContinuationStatus.CLAIMED),
+        CONT.c.claimed_by == execution_id,
+        CONT.c.lease_expires_at >= db_now(),
     )
 
 
@@ -242,18 +252,25 @@ def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]])
 
 def renew_lease(session: Executor, continuation_id: str, *, execution_id: str, lease_s: float) -> bool:
     """claimed -> claimed with a lease ending ``lease_s`` after the database's clock, only for the
-    execution that holds it; ``False`` when it holds it no more."""
+    execution whose lease is live (``live_claim``: one that ran out is not revived); ``False`` when it
+    holds it no more."""
     row = session.scalar(
-        update(Continuation)
-        .where(
-            Continuation.id == continuation_id,
-            Continuation.status == ContinuationStatus.CLAIMED,
-            Continuation.claimed_by == execution_id,
-        )
+        update(CONT)
+        .where(CONT.c.id == continuation_id, live_claim(execution_id))
         .values(lease_expires_at=db_now(lease_s))
-        .returning(Continuation.id)
+        .returning(CONT.c.id)
     )
     return row is not None
+
+
+_HOLDS_LIVE_CLAIM = select(CONT.c.id).where(live_claim(bindparam("eid"))).with_for_update(read=True)
+
+
+def holds_live_claim(session: Executor, execution_id: str) -> bool:
+    """Whether ``execution_id`` holds a live claim, its row then locked ``FOR SHARE`` until the caller's
+    transaction ends: what that transaction writes commits only while the claim is this execution's (the
+    sweep cannot release it, nor another execution take it, meanwhile)."""
+    return session.execute(_HOLDS_LIVE_CLAIM, {"eid": execution_id}).first() is not None
 
 
 @dataclass

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.status import ContinuationKind, ContinuationStatus, RunStatus
+from models.store.claims import live_claim
 from models.store.driver import DriverStatement
 from models.store.events import event_params, event_select, events_if, insert_events, resumed_event
 from models.store.runs import (
@@ -27,14 +28,14 @@ from models.store.runs import (
 from models.store.sql import CONT, INTER, STEP, bp, word
 from models.store.steps import InteractionSpec, next_step_ctes, next_step_params, park_ctes, park_params
 
-# claimed -> consumed by the execution holding the lease (``:eid``), or ready -> consumed by the one
-# holding the row's lock in this very transaction (``:locked``, a first delivery: ``lock_first_delivery``).
+# claimed -> consumed by the execution holding a live lease (``:eid``, ``live_claim``), or ready -> consumed
+# by the one holding the row's lock in this very transaction (``:locked``, a first delivery: ``lock_first_delivery``).
 CONSUME = (
     update(CONT)
     .where(
         CONT.c.id == bindparam("cid"),
         or_(
-            and_(CONT.c.status == word(ContinuationStatus.CLAIMED), CONT.c.claimed_by == bindparam("eid")),
+            live_claim(bindparam("eid")),
             and_(CONT.c.status == word(ContinuationStatus.READY), bindparam("locked", False, type_=Boolean)),
         ),
     )

@@ -8,11 +8,11 @@ from sqlalchemy import Row, String, and_, bindparam, case, cast, exists, func, i
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
-from models.clock import db_now
 from models.status import ContinuationStatus, ReviewStatus
+from models.store.claims import live_claim
 from models.store.events import EVENT_COLUMNS, event_params, event_row, event_select, events_if, insert_events
 from models.store.sql import CONT, EVENTS, REV, Executor, bp, new_id, skip_locked, word
-from models.tables import Continuation, Review
+from models.tables import Review
 
 
 def _start_review() -> Any:
@@ -116,15 +116,7 @@ def running_reviews(session: Session, step_id: str) -> list[Row[Any]]:
 
 
 def _owner_alive() -> Any:
-    return (
-        select(Continuation.id)
-        .where(
-            Continuation.claimed_by == Review.execution_id,
-            Continuation.status == word(ContinuationStatus.CLAIMED),
-            Continuation.lease_expires_at >= db_now(),
-        )
-        .exists()
-    )
+    return select(CONT.c.id).where(live_claim(Review.execution_id)).exists()
 
 
 def _stranded() -> Any:

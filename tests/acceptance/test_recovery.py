@@ -7,27 +7,29 @@ import os
 import signal
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import TextClause, bindparam, select, text
+from sqlalchemy import bindparam, select, text
 
 from beat.sweep import MAX_CHAINED_PASSES, SweepReport, continuations_queued, should_chain
 from models.base import utcnow
 from models.tables import Continuation
-from parkway.db import open_transaction, read_statement, transaction
+from parkway.db import open_transaction, transaction
 from parkway.migrate import head_revision
 from parkway.settings import get_settings
 from tasks.publish import publish
 from tasks.sdk import answer
 from tests.support import (
+    BACKEND_STATE,
     HUMAN,
+    WAITING_ON_A_LOCK,
     Stack,
     continuations,
     effects,
     event_types,
     interactions,
     new_response_id,
+    read_now,
     run_row,
     run_status,
     start,
@@ -38,18 +40,7 @@ from tests.support import (
 
 pytestmark = pytest.mark.usefixtures("own_workers")
 
-# A backend of this test's database whose UPDATE of continuations waits for a row lock.
-RENEWAL_WAITING = text(
-    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-    " AND query LIKE 'UPDATE continuations SET lease_expires_at%'"
-)
-BACKEND_STATE = text("SELECT state FROM pg_stat_activity WHERE pid = :pid")
-
-
-def _read(query: TextClause, **params: object) -> Any:
-    """One value of pg_stat_activity, read now (in a transaction it is one snapshot)."""
-    with read_statement() as conn:
-        return conn.scalar(query, params)
+RENEWAL = "UPDATE continuations SET lease_expires_at%"
 
 
 def test_worker_stopped_in_a_lease_renewal__holds_no_row_lock_and_its_run_is_re_driven(
@@ -64,12 +55,12 @@ def test_worker_stopped_in_a_lease_renewal__holds_no_row_lock_and_its_run_is_re_
     # When its next renewal waits on the continuation's row lock, and the worker is stopped right there
     with open_transaction() as conn:
         conn.execute(select(Continuation.id).where(Continuation.id == claimed.id).with_for_update())
-        backend = wait_for(lambda: _read(RENEWAL_WAITING), timeout=20, what="the renewal waiting on the lock")
+        backend = wait_for(lambda: read_now(WAITING_ON_A_LOCK, like=RENEWAL), timeout=20, what="the renewal waiting")
         os.killpg(hung.proc.pid, signal.SIGSTOP)
     try:
         # Then the renewal commits without the stopped worker: its backend holds no transaction open
         def settled() -> str | None:
-            state = _read(BACKEND_STATE, pid=backend)
+            state = read_now(BACKEND_STATE, pid=backend)
             return state if state != "active" else None
 
         assert wait_for(settled, timeout=20, what="the renewal's statement done") == "idle"

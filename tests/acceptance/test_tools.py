@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from models.tables import ToolCall
-from parkway.db import transaction
+from parkway.db import open_transaction, transaction
 from tasks.sdk import Permission, answer
 from tasks.tools import request_id
 from tests.support import (
+    BACKEND_STATE,
     HUMAN,
     TARGET,
+    WAITING_ON_A_LOCK,
     Stack,
     effects,
     event_types,
     interactions,
     new_response_id,
+    read_now,
+    run_row,
+    run_status,
     start,
     wait_for,
     wait_parked,
@@ -184,3 +192,56 @@ def test_run_lookup__lists_tool_calls_without_their_arguments(stack: Stack) -> N
         }
     ]
     assert "secret-arg-42" not in repr(shown)
+
+
+ENDED = re.compile(r"succeeded in [\d.]+s: '(lost|abandoned|committed)'")
+
+
+def test_never_tool__an_execution_that_lost_its_claim_starts_no_more_tool_calls(stack: Stack, tmp_path: Path) -> None:
+    # Given a worker stopped while the effect of a run's first never tool runs (its second not reached)
+    flag = tmp_path / "go"
+    hung = stack.start_worker(concurrency=1)
+    run_id = start("t.stuck_tool", {"wait_for": str(flag)})
+    wait_for(lambda: "first" in calls(run_id), timeout=60, what="the first tool call journaled")
+    os.killpg(hung.proc.pid, signal.SIGSTOP)
+    try:
+        # When its lease runs out and another worker re-drives the run, which fails: the first may have run
+        stack.start_worker(concurrency=1)
+        run = wait_for(lambda: run_status(run_id) == "failed" and run_row(run_id), timeout=60, sweep=True,
+                       what="the re-drive ending the run")  # fmt: skip
+        assert "possibly ran" in (run.error or "")
+        # And then the stopped worker goes on
+        flag.touch()
+        os.killpg(hung.proc.pid, signal.SIGCONT)
+        ended = wait_for(lambda: ENDED.search(hung.text()), timeout=30, what="the stopped execution's end")
+    finally:
+        hung.kill()
+    # Then it started nothing more: the run's second tool was never journaled, its effect never ran
+    assert "second" not in calls(run_id) and effects(run_id, "second") == 0
+    assert ended.group(1) == "abandoned", hung.text()[-3000:]
+    assert run_status(run_id) == "failed"
+
+
+def test_tool_call__its_session_ended_under_it__is_re_driven_not_failed(stack: Stack) -> None:
+    # Given a worker whose tool call's journal write waits on a lock, stopped right there, until PostgreSQL
+    # ends its session (idle in a transaction for twice the lease)
+    worker = stack.start_worker(concurrency=1)
+    with open_transaction() as conn:
+        conn.execute(text("LOCK TABLE tool_calls IN EXCLUSIVE MODE"))
+        run_id = start("t.tool")
+        like = "%INSERT INTO tool_calls%"
+        backend = wait_for(lambda: read_now(WAITING_ON_A_LOCK, like=like), timeout=60, what="the journal write")
+        os.killpg(worker.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: read_now(BACKEND_STATE, pid=backend) is None, timeout=30, what="its session ended")
+        # When the worker goes on (no sweep yet), its write fails with the database's error
+        os.killpg(worker.proc.pid, signal.SIGCONT)
+        ended = wait_for(lambda: ENDED.search(worker.text()), timeout=30, what="that execution's end")
+        # Then that execution is abandoned, not the run failed: re-driven, the effect runs once, the run completes
+        run = wait_for(lambda: run_status(run_id) in ("completed", "failed") and run_row(run_id), timeout=60,
+                       sweep=True, what="the run ended")  # fmt: skip
+    finally:
+        worker.kill()
+    assert run.status == "completed", run.error
+    assert ended.group(1) == "abandoned" and "execution abandoned" in worker.text()
+    assert effects(run_id, "tool") == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
@@ -103,6 +104,27 @@ def test_claim__after_lease_expiry_another_execution_wins_and_the_first_cannot_c
     row = continuation(cid)
     assert (row.status, row.claimed_by, row.attempts) == ("claimed", "exec-b", 2)
     assert _consume(cid, "exec-b")
+
+
+def test_a_lease_that_ran_out__holds_nothing_even_before_another_execution_claims(stack: Stack) -> None:
+    # Given execution A's lease ran out (A stalled), and nothing has touched the row since
+    a, b = f"exec-a-{uuid.uuid4().hex}", f"exec-b-{uuid.uuid4().hex}"  # execution ids are unique
+    cid = _start_continuation(start("t.after"))
+    assert _claim(cid, a, lease_s=0.01)
+    _wait_lease_expired(cid)
+
+    # Then A holds no live claim: it is not renewed (an expired lease is not revived), the SDK's fence
+    # refuses its writes, and it cannot commit; the row is left for the sweep to release
+    with transaction() as session:
+        assert not store.holds_live_claim(session, a)
+        assert not store.renew_lease(session, cid, execution_id=a, lease_s=30)
+    assert not _consume(cid, a)
+    assert (continuation(cid).status, continuation(cid).claimed_by) == ("claimed", a)
+
+    # And the execution that claims it next holds it
+    assert _claim(cid, b)
+    with transaction() as session:
+        assert store.holds_live_claim(session, b)
 
 
 def test_renew_lease__extends_only_the_holders_lease(stack: Stack) -> None:
