@@ -16,7 +16,7 @@ from typing import Any
 from beat import schedule
 from models import fail_closed, projections, store
 from parkway.crash import crash_point
-from parkway.db import single_statement, transaction
+from parkway.db import database_unavailable, single_statement, transaction
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import CONTINUATIONS_QUEUE, SWEEP, SWEEP_QUEUE, app
@@ -144,10 +144,19 @@ def _release_each(report: SweepReport, *, batch: int, max_attempts: int) -> stor
                     released = store.release_expired_claim(session, row.id)
                 if released is not None:
                     found.released.append((released.id, released.kind))
-            except Exception:
-                report.counts["errors"] += 1
-                log.exception("sweep skipped a bad row", extra={"action": "sweep", "continuation_id": row.id})
+            except Exception as exc:
+                _skipped(report, exc, continuation_id=row.id)
     return found
+
+
+def _skipped(report: SweepReport, exc: Exception, **row: str) -> None:
+    """The row that made the sweep raise ``exc`` is counted and skipped, unless the database itself failed
+    (the session is gone, and every row after it would fail the same way): that ends the pass at once with
+    that one error, and the next pass takes the rest up."""
+    if database_unavailable(exc):
+        raise exc
+    report.counts["errors"] += 1
+    log.exception("sweep skipped a bad row", extra={"action": "sweep", **row})
 
 
 def _give_up_exhausted(report: SweepReport, continuation_id: str, max_attempts: int) -> str | None:
@@ -155,9 +164,8 @@ def _give_up_exhausted(report: SweepReport, continuation_id: str, max_attempts: 
     try:
         with single_statement() as conn:
             dead = store.give_up_exhausted(conn, continuation_id, max_attempts=max_attempts)
-    except Exception:
-        report.counts["errors"] += 1
-        log.exception("sweep skipped a bad row", extra={"action": "sweep", "continuation_id": continuation_id})
+    except Exception as exc:
+        _skipped(report, exc, continuation_id=continuation_id)
         return None
     if dead is None:
         return None
@@ -201,9 +209,8 @@ def _failed_closed(report: SweepReport, *, batch: int) -> None:
                                 wait.reason,
                                 extra={"action": "interrupt", "run_id": wait.run_id, "step_id": wait.step_id},
                             )
-                except Exception:
-                    report.counts["errors"] += 1
-                    log.exception("sweep skipped a bad row", extra={"action": "sweep", "step_id": wait.step_id})
+                except Exception as exc:
+                    _skipped(report, exc, step_id=wait.step_id)
     project_quietly(ended)
 
 
@@ -219,9 +226,8 @@ def _expire_interactions(report: SweepReport, *, batch: int) -> list[tuple[str, 
                         report.counts["expired"] += 1
                     if expiry.continuation is not None:
                         due.append((expiry.continuation.id, expiry.continuation.kind))
-            except Exception:
-                report.counts["errors"] += 1
-                log.exception("sweep skipped a bad row", extra={"action": "sweep", "interaction_id": interaction_id})
+            except Exception as exc:
+                _skipped(report, exc, interaction_id=interaction_id)
     return due
 
 
@@ -250,9 +256,8 @@ def _stranded_reviews(report: SweepReport, *, batch: int) -> None:
                 with session.begin_nested():
                     if store.interrupt_review(session, review.id) is not None:
                         report.counts["reviews_interrupted"] += 1
-            except Exception:
-                report.counts["errors"] += 1
-                log.exception("sweep skipped a bad row", extra={"action": "sweep", "run_id": review.run_id})
+            except Exception as exc:
+                _skipped(report, exc, run_id=review.run_id)
 
 
 def _projections(report: SweepReport, *, batch: int) -> None:
@@ -264,9 +269,8 @@ def _projections(report: SweepReport, *, batch: int) -> None:
         try:
             if project(run_id):
                 report.counts["projections"] += 1
-        except Exception:
-            report.counts["errors"] += 1
-            log.exception("sweep skipped a bad row", extra={"action": "sweep", "run_id": run_id})
+        except Exception as exc:
+            _skipped(report, exc, run_id=run_id)
 
 
 @app.task(name=SWEEP, ignore_result=True, acks_late=False)

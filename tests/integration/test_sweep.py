@@ -9,7 +9,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
+from sqlalchemy.exc import DBAPIError
 
 from beat.sweep import SweepReport, run_sweep
 from models import store
@@ -397,6 +398,30 @@ def test_sweep__a_process_with_nothing_registered_interrupts_nothing(
 
 
 # --------------------------------------------------------------------------- category 2: expiry
+
+
+def test_sweep__its_session_gone_mid_category__ends_the_pass_with_one_error_not_one_per_row(
+    actors_db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given five questions past their expiry, and the sweep's session ended by the server at the first
+    # (as PostgreSQL ends one idle in a transaction for too long: its process was stopped mid-pass)
+    for _ in range(5):
+        parked("t.ask_two", {"expires_in": 1})
+    pass_time(5)
+    real_expire_due = store.expire_due
+
+    def expire_due(session, interaction_id):  # type: ignore[no-untyped-def]
+        session.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
+        return real_expire_due(session, interaction_id)
+
+    monkeypatch.setattr(store, "expire_due", expire_due)
+    # When the sweep passes, then it ends with the database's error, skipping no row as "bad"
+    with pytest.raises(DBAPIError):
+        run_sweep()
+    assert "sweep skipped a bad row" not in caplog.text
+    # And the next pass, on a session that works, expires every one
+    monkeypatch.setattr(store, "expire_due", real_expire_due)
+    assert _counts(run_sweep())["expired"] == 5
 
 
 def test_sweep__expired_question_closes_and_the_continuation_waits_for_its_sibling(actors_db: str, sent: Sent) -> None:
