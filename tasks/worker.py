@@ -130,8 +130,8 @@ def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
         try:
             outcome = _run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers)
         except Abandoned as why:
-            log.warning("execution abandoned, nothing committed: %s; re-driven once its lease has run out", why,
-                        extra={**extra, "action": "abandon"})  # fmt: skip
+            why_line = f"execution abandoned, nothing committed: {why}; if still due, the sweep re-drives it"
+            log.warning("%s once its lease has run out", why_line, extra={**extra, "action": "abandon"})
             return "abandoned"
     crash_point("resume.before_commit")
     committed = hold.commit(_for_store(outcome), reviews_started=bool(ctx.started_reviews), in_commit=ctx.commit_hooks)
