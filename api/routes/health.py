@@ -35,15 +35,18 @@ def readyz() -> Readiness:
 
 
 def readiness_problem() -> str | None:
-    """Why this process should not get traffic now, or ``None``."""
+    """Why this process should not get traffic now (the database's problem and the broker's, each that
+    has one), or ``None``."""
+    problems = [p for p in (database_problem(), broker_problem()) if p is not None]
+    return "; also ".join(problems) or None
+
+
+def database_problem() -> str | None:
     try:
-        problem = schema_problem(get_engine())
+        return schema_problem(get_engine())
     except Exception as exc:  # the driver's first line says why (refused, closed, no such database)
         why = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         return f"the database is unreachable ({type(exc).__name__}" + (f": {why[0]})" if why else ")")
-    if problem is not None:
-        return problem
-    return broker_problem()
 
 
 def broker_problem() -> str | None:

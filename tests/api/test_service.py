@@ -63,6 +63,18 @@ def test_readyz__503_when_the_broker_is_unreachable(client: TestClient, monkeypa
     assert response.status_code == 503 and "broker" in response.json()["detail"]
 
 
+def test_readyz__names_every_problem_not_only_the_first(
+    client: TestClient, fresh_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tasks.celery_app import app as celery_app
+
+    set_revision("ffff_from_the_future")
+    monkeypatch.setitem(celery_app.conf, "broker_url", "redis://127.0.0.1:9/0")
+    monkeypatch.setitem(celery_app.conf, "broker_transport_options", {})
+    detail = client.get("/readyz").json()["detail"]
+    assert "newer than this code knows" in detail and "the broker is unreachable" in detail, detail
+
+
 @pytest.fixture
 def restore_settings() -> Iterator[None]:
     yield
