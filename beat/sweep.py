@@ -122,7 +122,9 @@ def _expired_leases(report: SweepReport, *, batch: int, max_attempts: int) -> li
     try:
         with single_statement() as conn:
             found = store.release_expired_claims(conn, batch=batch, max_attempts=max_attempts)
-    except Exception:
+    except Exception as exc:
+        if database_unavailable(exc):  # each row would fail the same way: the pass ends with this one error
+            raise
         log.exception("sweep: the batch release of expired claims failed; trying each row", extra={"action": "sweep"})
         found = _release_each(report, batch=batch, max_attempts=max_attempts)
     report.counts["lease_expired"] += len(found.released)
@@ -246,7 +248,9 @@ def _stranded_reviews(report: SweepReport, *, batch: int) -> None:
         with single_statement() as conn:
             report.counts["reviews_interrupted"] += len(store.interrupt_stranded_reviews(conn, batch=batch))
         return
-    except Exception:
+    except Exception as exc:
+        if database_unavailable(exc):  # as for the expired claims: no row-by-row retry against a failed database
+            raise
         log.exception(
             "sweep: the batch interrupt of stranded reviews failed; trying each row", extra={"action": "sweep"}
         )

@@ -397,6 +397,23 @@ def test_sweep__a_process_with_nothing_registered_interrupts_nothing(
     assert run_row(run_id).status == "waiting"
 
 
+def test_sweep__the_database_failing_under_a_batch_release__ends_the_pass_without_a_row_by_row_retry(
+    actors_db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given the database ending the batch release's session (as a restart does)
+    real = store.release_expired_claims
+
+    def release_expired_claims(conn, **kwargs):  # type: ignore[no-untyped-def]
+        conn.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
+        return real(conn, **kwargs)
+
+    monkeypatch.setattr(store, "release_expired_claims", release_expired_claims)
+    # When the sweep passes, then it ends with that error, not a second one from trying each row
+    with pytest.raises(DBAPIError):
+        run_sweep()
+    assert "trying each row" not in caplog.text and "sweep skipped a bad row" not in caplog.text
+
+
 # --------------------------------------------------------------------------- category 2: expiry
 
 
