@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any
 
 from celery import Celery, signals
@@ -99,20 +100,34 @@ app = Celery("parkway")
 configure(app, _settings_or_refuse())
 
 
+# How long a worker or beat started while the database cannot be reached (a restart, a stack coming up)
+# waits for it before it refuses to start.
+DATABASE_WAIT_S = 60.0
+
+
 def _guard_schema(process: str) -> None:
-    from parkway.db import get_engine
-    from parkway.errors import SchemaMismatch
+    """Refuse to start (exit 3, one line) on a bad key or a schema this code does not match; wait, saying
+    so, up to ``DATABASE_WAIT_S`` for a database that cannot be reached yet."""
+    from parkway.db import database_unavailable, get_engine
     from parkway.migrate import require_current_schema
 
-    try:
-        get_settings().resolved_secret_key()
-        require_current_schema(get_engine())
-    except SchemaMismatch as exc:
-        sys.stderr.write(f"parkway {process}: refusing to start: {exc}\n")
-        raise SystemExit(3) from exc
-    except Exception as exc:
-        sys.stderr.write(f"parkway {process}: refusing to start: {exc}\n")
-        raise SystemExit(3) from exc
+    deadline = time.monotonic() + DATABASE_WAIT_S
+    waiting = False
+    while True:
+        try:
+            get_settings().resolved_secret_key()
+            require_current_schema(get_engine())
+            return
+        except Exception as exc:
+            if not database_unavailable(exc) or time.monotonic() > deadline:
+                why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]
+                sys.stderr.write(f"parkway {process}: refusing to start: {''.join(why) or type(exc).__name__}\n")
+                raise SystemExit(3) from exc
+            if not waiting:
+                sys.stderr.write(f"parkway {process}: the database cannot be reached yet; waiting up to "
+                                 f"{DATABASE_WAIT_S:.0f} s ({type(exc).__name__})\n")  # fmt: skip
+                waiting = True
+            time.sleep(1.0)
 
 
 @signals.import_modules.connect(sender=app)  # this app's worker or beat only

@@ -164,11 +164,12 @@ class Stack:
             worker.wait_ready()
         return worker
 
-    def start_beat(self, **env: str | None) -> Worker:
-        """A real ``celery beat`` subprocess sending the sweep on its cadence."""
+    def start_beat(self, *, wait: bool = True, **env: str | None) -> Worker:
+        """A real ``celery beat`` subprocess sending the sweep on its cadence (``wait``: once it sent one)."""
         name = f"beat{len(self.workers)}-{uuid.uuid4().hex[:6]}"
         beat = self._spawn(name, ["beat", "-l", "info", "-s", str(self.logs / f"{name}.schedule")], env)
-        wait_for(lambda: "Sending due task" in beat.text() or not beat.alive(), timeout=30, what="beat sending")
+        if wait:
+            wait_for(lambda: "Sending due task" in beat.text() or not beat.alive(), timeout=30, what="beat sending")
         return beat
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str | None]) -> Worker:

@@ -19,6 +19,7 @@ from parkway.migrate import head_revision
 from parkway.settings import get_settings
 from tasks.publish import publish
 from tasks.sdk import answer
+from tests.proxy import through_proxy
 from tests.support import (
     BACKEND_STATE,
     HUMAN,
@@ -230,6 +231,28 @@ def test_schema_guard__worker_refuses_a_schema_it_does_not_match(
         with transaction() as session:
             session.execute(text("DELETE FROM alembic_version"))
             session.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": current})
+
+
+@pytest.mark.parametrize("process", ["worker", "beat"])
+def test_started_while_the_database_cannot_be_reached__waits_for_it_then_runs(stack: Stack, process: str) -> None:
+    # Given the database unreachable (a proxy in front of it that refuses connections, as in a restart)
+    proxy, through = through_proxy(stack.database_url)
+    env = {"PARKWAY_DATABASE_URL": through}
+    start_process = stack.start_worker if process == "worker" else stack.start_beat
+    started = start_process(wait=False, **env)
+    try:
+        # When the process starts, then it says it waits (and does not exit)
+        wait_for(lambda: "the database cannot be reached yet; waiting" in started.text(), timeout=40,
+                 what=f"the {process} waiting for the database")  # fmt: skip
+        assert started.alive(), started.text()[-2000:]
+        # And once the database can be reached, it runs
+        proxy.start()
+        ready = "ready." if process == "worker" else "Sending due task"
+        wait_for(lambda: ready in started.text() or not started.alive(), timeout=40, what=f"the {process} running")
+        assert started.alive() and "refusing to start" not in started.text(), started.text()[-2000:]
+    finally:
+        started.kill()
+        proxy.cut()
 
 
 def test_parkway_migrate__is_idempotent_at_head(stack: Stack) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from models.tables import Continuation
 from parkway.db import transaction
 from parkway.tokens import hash_token, new_token
 from tasks.worker import execute
+from tests.proxy import free_port
 from tests.support import ROOT, TARGET, Stack, child_env, wait_for
 
 AGENT, HUMAN, STRANGER, ADMIN, AGENT2 = "api-bot", "api-ana", "api-eve", "api-root", "api-bot2"
@@ -91,12 +91,6 @@ def drive(run_id: str, *, rounds: int = 10) -> None:
 
 
 # --------------------------------------------------------------------------- a real uvicorn
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
