@@ -16,7 +16,7 @@ from typing import Any
 from beat import schedule
 from models import fail_closed, projections, store
 from parkway.crash import crash_point
-from parkway.db import database_unavailable, single_statement, transaction
+from parkway.db import database_unavailable, failure_line, single_statement, transaction
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import CONTINUATIONS_QUEUE, SWEEP, SWEEP_QUEUE, app
@@ -282,7 +282,13 @@ def sweep_task(chained: int = 0, sent: int = 0) -> dict[str, Any]:
     """One recovery sweep pass (beat cadence and worker start); a pass that stopped at its bound while the
     queue is not backlogged sends the next pass at once (``should_chain``), so a crash's leftovers are
     re-driven as fast as the workers take them rather than one batch per beat tick."""
-    report = run_sweep()
+    try:
+        report = run_sweep()
+    except Exception as exc:
+        if not database_unavailable(exc):
+            raise
+        log.warning("sweep pass ended: the database is unavailable (%s)", failure_line(exc), extra={"action": "sweep"})
+        return {"database_unavailable": True, "chained": chained}
     if should_chain(report, chained, sent):
         app.send_task(SWEEP, kwargs={"chained": chained + 1, "sent": sent + report.published}, queue=SWEEP_QUEUE)
     return {**report.as_dict(), "chained": chained}

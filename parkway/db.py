@@ -296,3 +296,10 @@ def database_unavailable(exc: BaseException) -> bool:
         return False
     state = cause.sqlstate
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03", "53300")
+
+
+def failure_line(exc: BaseException) -> str:
+    """``exc`` in one line for a log or a refusal: its type and the driver's first line (no SQL, no
+    parameters, no traceback)."""
+    why = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"{type(exc).__name__}: {why[0]}" if why else type(exc).__name__

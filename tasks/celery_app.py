@@ -108,7 +108,8 @@ DATABASE_WAIT_S = 60.0
 def _guard_schema(process: str) -> None:
     """Refuse to start (exit 3, one line) on a bad key or a schema this code does not match; wait, saying
     so, up to ``DATABASE_WAIT_S`` for a database that cannot be reached yet."""
-    from parkway.db import database_unavailable, get_engine
+    from parkway.db import database_unavailable, failure_line, get_engine
+    from parkway.errors import ParkwayError
     from parkway.migrate import require_current_schema
 
     deadline = time.monotonic() + DATABASE_WAIT_S
@@ -120,8 +121,8 @@ def _guard_schema(process: str) -> None:
             return
         except Exception as exc:
             if not database_unavailable(exc) or time.monotonic() > deadline:
-                why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]
-                sys.stderr.write(f"parkway {process}: refusing to start: {''.join(why) or type(exc).__name__}\n")
+                why = str(exc) if isinstance(exc, ParkwayError) else failure_line(exc)
+                sys.stderr.write(f"parkway {process}: refusing to start: {why}\n")
                 raise SystemExit(3) from exc
             if not waiting:
                 sys.stderr.write(f"parkway {process}: the database cannot be reached yet; waiting up to "

@@ -21,7 +21,7 @@ from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
 from models.store import Claim
 from parkway.crash import crash_point
 from parkway.crypto import join_sensitive
-from parkway.db import open_transaction, single_statement
+from parkway.db import database_unavailable, failure_line, open_transaction, single_statement
 from parkway.errors import NotRegistered, WorkflowError
 from parkway.logs import bind, bound, in_context
 from parkway.settings import get_settings
@@ -61,13 +61,26 @@ Result = Outcome | Interrupted
 @app.task(name=RUN_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_step(task: Task, continuation_id: str) -> str:
     """Run a step body for its start continuation (exactly one commit)."""
-    return execute(continuation_id, delivery=_delivery(task))
+    return _drive(continuation_id, _delivery(task))
 
 
 @app.task(name=RESUME_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def resume_step(task: Task, continuation_id: str) -> str:
     """Resume a parked step through its versioned continuation (exactly one commit)."""
-    return execute(continuation_id, delivery=_delivery(task))
+    return _drive(continuation_id, _delivery(task))
+
+
+def _drive(continuation_id: str, delivery: Delivery) -> str:
+    """``execute``; a database that failed under it (an outage, a restart) is one warning line, not a
+    traceback: nothing was committed, and the sweep publishes the continuation again once it is reachable."""
+    try:
+        return execute(continuation_id, delivery=delivery)
+    except Exception as exc:
+        if not database_unavailable(exc):
+            raise
+        log.warning("database unavailable, continuation left to the sweep: %s", failure_line(exc),
+                    extra={"continuation_id": continuation_id, "action": "claim"})  # fmt: skip
+        return "database unavailable"
 
 
 Delivery = Literal["first", "again", "other"]

@@ -9,7 +9,7 @@ from api.errors import ApiError, documented
 from api.input import checked_router
 from api.metrics import REGISTRY
 from api.schemas import Health, Readiness
-from parkway.db import get_engine
+from parkway.db import failure_line, get_engine
 from parkway.migrate import head_revision, schema_problem
 
 router = checked_router(tags=["health"])
@@ -45,8 +45,7 @@ def database_problem() -> str | None:
     try:
         return schema_problem(get_engine())
     except Exception as exc:  # the driver's first line says why (refused, closed, no such database)
-        why = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        return f"the database is unreachable ({type(exc).__name__}" + (f": {why[0]})" if why else ")")
+        return f"the database is unreachable ({failure_line(exc)})"
 
 
 def broker_problem() -> str | None:

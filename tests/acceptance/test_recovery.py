@@ -255,6 +255,26 @@ def test_started_while_the_database_cannot_be_reached__waits_for_it_then_runs(st
         proxy.cut()
 
 
+def test_database_down_when_a_continuation_is_delivered__one_line_and_the_sweep_drives_it_later(stack: Stack) -> None:
+    # Given a worker that reaches the database through a proxy, which is then cut (as in a restart)
+    proxy, through = through_proxy(stack.database_url)
+    proxy.start()
+    worker = stack.start_worker(concurrency=1, PARKWAY_DATABASE_URL=through)
+    proxy.cut()
+    try:
+        # When a continuation is delivered to it
+        run_id = start("t.after")
+        # Then it says in one line that the database is unavailable and leaves it to the sweep: no traceback
+        wait_for(lambda: "continuation left to the sweep" in worker.text(), timeout=40, what="the worker's line")
+        assert "raised unexpected" not in worker.text() and "Traceback" not in worker.text(), worker.text()[-3000:]
+        # And once the database is back, the sweep's publish drives the run to completion
+        proxy.restore()
+        wait_status(run_id, "completed", timeout=60, sweep=True)
+    finally:
+        worker.kill()
+        proxy.cut()
+
+
 def test_parkway_migrate__is_idempotent_at_head(stack: Stack) -> None:
     result = stack.parkway("migrate")
     assert result.returncode == 0, result.stderr
