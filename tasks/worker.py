@@ -85,6 +85,9 @@ def _drive(continuation_id: str, delivery: Delivery) -> str:
 
 Delivery = Literal["first", "again", "other"]
 
+# The worker's line for an execution that stopped without committing (tasks.holding.Abandoned).
+ABANDONED = "execution abandoned, nothing committed: %s; if still due, the sweep re-drives it once its lease ran out"
+
 
 def _delivery(task: Task) -> Delivery:
     """Which delivery of which message this is: the first publish's (marked by ``FIRST_PUBLISH``) for the
@@ -143,8 +146,7 @@ def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
         try:
             outcome = _run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers)
         except Abandoned as why:
-            why_line = f"execution abandoned, nothing committed: {why}; if still due, the sweep re-drives it"
-            log.warning("%s once its lease has run out", why_line, extra={**extra, "action": "abandon"})
+            log.warning(ABANDONED, why, extra={**extra, "action": "abandon"})
             return "abandoned"
     crash_point("resume.before_commit")
     committed = hold.commit(_for_store(outcome), reviews_started=bool(ctx.started_reviews), in_commit=ctx.commit_hooks)
