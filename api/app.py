@@ -19,11 +19,9 @@ from api.metrics import MetricsMiddleware
 from api.pages import decisions
 from api.pages import runs as run_pages
 from api.routes import events, grants, health, interactions, principals, runs
-from parkway.db import get_engine
-from parkway.errors import ConfigError
 from parkway.logs import setup_logging
-from parkway.migrate import schema_problem
 from parkway.settings import get_settings
+from parkway.startup import start_problem
 
 DESCRIPTION = """Durable human-in-the-loop waits for agent workflows.
 
@@ -33,18 +31,10 @@ Every `/v1` route needs `Authorization: Bearer <token>`. Errors are JSON
 
 
 def startup_problem() -> str | None:
-    """Why this process must not serve, or ``None`` (invariant 10 and the secret key)."""
-    settings = get_settings()
-    try:
-        settings.resolved_secret_key()
-    except ConfigError as exc:
-        return str(exc)
-    if (missing := settings.imports_problem()) is not None:
-        return missing
-    try:
-        return schema_problem(get_engine())
-    except Exception as exc:
-        return f"cannot read the database schema: {type(exc).__name__}: {exc}"
+    """Why this process must not serve, or ``None``: a ``PARKWAY_IMPORTS`` module that is not there, then
+    what ``parkway.startup.start_problem`` finds (a bad key, a schema it does not match; it waits for a
+    database that cannot be reached yet, as the worker and beat do)."""
+    return get_settings().imports_problem() or start_problem("api")
 
 
 def import_workflows() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from typing import Any
 
 from celery import Celery, signals
@@ -100,35 +99,14 @@ app = Celery("parkway")
 configure(app, _settings_or_refuse())
 
 
-# How long a worker or beat started while the database cannot be reached (a restart, a stack coming up)
-# waits for it before it refuses to start.
-DATABASE_WAIT_S = 60.0
-
-
 def _guard_schema(process: str) -> None:
-    """Refuse to start (exit 3, one line) on a bad key or a schema this code does not match; wait, saying
-    so, up to ``DATABASE_WAIT_S`` for a database that cannot be reached yet."""
-    from parkway.db import database_unavailable, failure_line, get_engine
-    from parkway.errors import ParkwayError
-    from parkway.migrate import require_current_schema
+    """Refuse to start (exit 3, one line) when ``parkway.startup.start_problem`` says why."""
+    from parkway.startup import start_problem
 
-    deadline = time.monotonic() + DATABASE_WAIT_S
-    waiting = False
-    while True:
-        try:
-            get_settings().resolved_secret_key()
-            require_current_schema(get_engine())
-            return
-        except Exception as exc:
-            if not database_unavailable(exc) or time.monotonic() > deadline:
-                why = str(exc) if isinstance(exc, ParkwayError) else failure_line(exc)
-                sys.stderr.write(f"parkway {process}: refusing to start: {why}\n")
-                raise SystemExit(3) from exc
-            if not waiting:
-                sys.stderr.write(f"parkway {process}: the database cannot be reached yet; waiting up to "
-                                 f"{DATABASE_WAIT_S:.0f} s ({type(exc).__name__})\n")  # fmt: skip
-                waiting = True
-            time.sleep(1.0)
+    problem = start_problem(process)
+    if problem is not None:
+        sys.stderr.write(f"parkway {process}: refusing to start: {problem}\n")
+        raise SystemExit(3)
 
 
 @signals.import_modules.connect(sender=app)  # this app's worker or beat only

@@ -129,10 +129,10 @@ class ApiServer:
                 start_new_session=True,
             )
         if wait:
-            wait_for(self._ready, timeout=40, what=f"uvicorn on {self.url}")
+            wait_for(self.ready, timeout=40, what=f"uvicorn on {self.url}")
         return self
 
-    def _ready(self) -> bool:
+    def ready(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(f"uvicorn exited with {self.proc.returncode}:\n{self.text()[-3000:]}")

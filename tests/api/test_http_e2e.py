@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from parkway.db import get_engine
 from tests.api.conftest import ADMIN, AGENT, HUMAN, STRANGER, Actors, ApiServer, make_actors
+from tests.proxy import through_proxy
 from tests.support import TARGET, Stack, Worker, effects, wait_for
 
 
@@ -304,3 +305,26 @@ def test_api_process__refuses_to_start_with_a_clear_message(
     assert code == 3, api.text()[-2000:]
     assert re.search(says, api.text()), api.text()[-2000:]
     assert "Traceback" not in api.text(), api.text()[-2000:]  # one line says why: no traceback around it
+
+
+def test_api_process__started_while_the_database_cannot_be_reached__waits_for_it_then_serves(
+    stack: Stack, fresh_db: str
+) -> None:
+    # Given the database unreachable (a proxy in front of it that refuses connections, as in a restart)
+    proxy, through = through_proxy(fresh_db)
+    api = ApiServer(database_url=through, log=stack.logs / "api-waiting.log")
+    api.start(wait=False)
+    try:
+        # When the API starts, then it says it waits (and does not exit)
+        assert api.proc is not None
+        wait_for(lambda: "the database cannot be reached yet; waiting" in api.text() or api.proc.poll() is not None,
+                 timeout=40, what="the API waiting for the database")  # fmt: skip
+        assert api.proc.poll() is None, api.text()[-2000:]
+        # And once the database can be reached, it serves, ready
+        proxy.start()
+        wait_for(api.ready, timeout=40, what="the API serving")
+        assert httpx.get(f"{api.url}/readyz", timeout=5).status_code == 200
+        assert "refusing to start" not in api.text(), api.text()[-2000:]
+    finally:
+        api.stop()
+        proxy.cut()
