@@ -106,6 +106,9 @@ def test_on_rabbitmq__an_answered_run_completes_once(stack: Stack, vhost: str, l
         assert live.answer(run_id, "yes").status_code == 200
         assert live.wait_status(run_id, "completed")["result"] == {"go": "yes"}
         assert effects(run_id, "one_done") == 1
+        # And the API is ready on it, and its metrics are served (queue depths are RabbitMQ's own to export)
+        assert live.http.get("/readyz").status_code == 200
+        assert live.http.get("/metrics").status_code == 200
     finally:
         resumer.kill()
 
@@ -147,6 +150,8 @@ def test_on_rabbitmq__the_api_loses_its_broker_connection__the_answer_commits_an
         answered = live.answer(run_id, "later")
         assert answered.status_code == 200, answered.text
         wait_for(lambda: "publish failed" in live.api.text(), timeout=30, what="the API's publish-failed line")
+        not_ready = live.http.get("/readyz")
+        assert not_ready.status_code == 503 and "broker is unreachable" in not_ready.json()["detail"], not_ready.text
         # Then beat's sweep publishes the continuation, and the run completes once
         assert live.wait_status(run_id, "completed", timeout=60)["result"] == {"go": "later"}
         assert effects(run_id, "one_done") == 1
@@ -155,5 +160,6 @@ def test_on_rabbitmq__the_api_loses_its_broker_connection__the_answer_commits_an
         again = live.start("t.ask_one", {})
         assert live.answer(again, "again").status_code == 200
         live.wait_status(again, "completed")
+        assert live.http.get("/readyz").status_code == 200
     finally:
         resumer.kill()
