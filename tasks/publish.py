@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from kombu.exceptions import OperationalError
+
 from parkway.crash import crash_point
 from tasks.celery_app import CONTINUATIONS_QUEUE, RESUME_STEP, RUN_STEP, STEPS_QUEUE, app
 
@@ -24,7 +26,10 @@ def publish(
     WARNING (ids only), never raised, and ends the batch: the rows are committed and the sweep sends
     them again. ``retry=False`` (the answer, start and worker paths) makes one attempt: one connect,
     bounded by the broker's connect timeout, and no publish retry policy, so a broker outage costs a
-    caller no more than that; the sweep keeps the app's bounded retry policy. Returns how many were sent.
+    caller no more than that; the sweep keeps the app's bounded retry policy. A pooled connection the
+    broker dropped since its last use (a broker restart, a connection closed by its operator) is found
+    dead only by the send: the rest of the batch then goes once more on a new connection, so a live
+    broker never leaves a continuation to the sweep. Returns how many were sent.
     Those sends are a continuation's first publish, and say so in a message header (``FIRST_PUBLISH``):
     only that message may run under its row lock (``tasks.holding``).
     """
@@ -32,26 +37,34 @@ def publish(
     if not batch:
         return 0
     sent = 0
-    try:
-        with app.producer_or_acquire() as producer:
-            if not retry:
-                # Without this, the first send would reconnect for up to ``broker_connection_timeout``.
-                producer.connection.ensure_connection(max_retries=0)
-            for index, (continuation_id, kind) in enumerate(batch):
-                crash_point("publish.before_send")
-                name, queue = (RUN_STEP, STEPS_QUEUE) if kind == "start" else (RESUME_STEP, CONTINUATIONS_QUEUE)
-                app.send_task(name, args=[continuation_id], queue=queue, producer=producer, retry=retry,
-                              headers=None if retry else FIRST)  # fmt: skip
-                sent += 1
-                if index == 0 and after_first is not None:
-                    after_first()
-    except Exception as exc:
-        # The rest of the batch would fail the same way (ids are the only arguments): leave it all to the sweep.
-        log.warning(
-            "publish failed (%s: %s); the sweep will send %d continuation(s) again",
-            type(exc).__name__,
-            exc,
-            len(batch) - sent,
-            extra={"action": "publish", "continuation_ids": [c for c, _ in batch[sent:]]},
-        )
+    for last_try in (False, True):
+        reused, dropped = False, (OperationalError,)
+        try:
+            with app.producer_or_acquire() as producer:
+                connection = producer.connection
+                reused, dropped = connection.connected, (OperationalError, *connection.recoverable_connection_errors)
+                if not retry:
+                    # Without this, the first send would reconnect for up to ``broker_connection_timeout``.
+                    connection.ensure_connection(max_retries=0)
+                for continuation_id, kind in batch[sent:]:
+                    crash_point("publish.before_send")
+                    name, queue = (RUN_STEP, STEPS_QUEUE) if kind == "start" else (RESUME_STEP, CONTINUATIONS_QUEUE)
+                    app.send_task(name, args=[continuation_id], queue=queue, producer=producer, retry=retry,
+                                  headers=None if retry else FIRST)  # fmt: skip
+                    sent += 1
+                    if sent == 1 and after_first is not None:
+                        after_first()
+            return sent
+        except Exception as exc:
+            if not last_try and reused and isinstance(exc, dropped):
+                continue  # that pooled connection was dead: the next acquire connects anew
+            # The rest of the batch would fail the same way (ids are the only arguments): leave it to the sweep.
+            log.warning(
+                "publish failed (%s: %s); the sweep will send %d continuation(s) again",
+                type(exc).__name__,
+                exc,
+                len(batch) - sent,
+                extra={"action": "publish", "continuation_ids": [c for c, _ in batch[sent:]]},
+            )
+            return sent
     return sent

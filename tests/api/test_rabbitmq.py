@@ -135,6 +135,54 @@ def test_on_rabbitmq__a_worker_killed_in_the_body__its_redelivered_message_and_t
         second.kill()
 
 
+def test_on_rabbitmq__a_worker_loses_its_connection_mid_body__the_body_runs_on_and_commits_once(
+    stack: Stack, vhost: str, live: Live, tmp_path: Path
+) -> None:
+    # Given a continuation body running on a worker that reaches RabbitMQ through a proxy
+    flag = tmp_path / "go"
+    proxy = Proxy(RABBITMQ).start()
+    behind = stack.start_worker(concurrency=1, PARKWAY_BROKER_URL=amqp_url(vhost, proxy.port))
+    try:
+        run_id = live.start("t.ask_one", {"continuation": "t.slow_done@1", "flag": str(flag)})
+        assert live.answer(run_id, "yes").status_code == 200
+        wait_for(lambda: Path(f"{flag}.running").exists(), timeout=30, what="the continuation body to start")
+        # When its broker connection drops (RabbitMQ gives the unacked message back) and comes back
+        proxy.cut()
+        proxy.restore()
+        flag.touch()
+        # Then the body was not cancelled: the first execution commits, once, on attempt 1
+        done = live.wait_status(run_id, "completed", timeout=60)
+        assert done["result"]["attempt"] == 1, done
+        assert effects(run_id, "slow_done") == 1
+    finally:
+        behind.kill()
+        proxy.cut()
+
+
+def test_on_rabbitmq__a_connection_the_broker_dropped__the_next_answer_is_published_at_once(
+    stack: Stack, vhost: str, live: Live, broker_proxy: Proxy
+) -> None:
+    # Given the API's pooled connection to RabbitMQ made (an answer published through it), then dropped by
+    # the broker's side while RabbitMQ stays up (as when an operator closes connections, or a node restarts)
+    resumer = worker(stack, vhost)
+    try:
+        warm = live.start("t.ask_one", {})
+        assert live.answer(warm, "yes").status_code == 200
+        live.wait_status(warm, "completed")
+        broker_proxy.cut()
+        broker_proxy.restore()
+        failures = live.api.text().count("publish failed")
+        # When a person answers
+        run_id = live.start("t.ask_one", {})
+        assert live.answer(run_id, "now").status_code == 200
+        # Then the API found the connection dead, sent it on a new one, and left nothing to the sweep
+        assert live.wait_status(run_id, "completed")["result"] == {"go": "now"}
+        assert live.api.text().count("publish failed") == failures, [ln for ln in live.api.text().splitlines() if "publish" in ln]
+        assert effects(run_id, "one_done") == 1
+    finally:
+        resumer.kill()
+
+
 def test_on_rabbitmq__the_api_loses_its_broker_connection__the_answer_commits_and_the_sweep_publishes_it(
     stack: Stack, vhost: str, live: Live, broker_proxy: Proxy
 ) -> None:
