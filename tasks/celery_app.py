@@ -75,6 +75,10 @@ def configure(app: Celery, settings: Settings) -> None:
             SWEEP: {"queue": SWEEP_QUEUE},
         },
         task_publish_retry_policy={"max_retries": 3, "interval_start": 0.1, "interval_step": 0.5},
+        # A lost broker connection leaves running bodies alone (Celery 6 turns this on by default): the
+        # execution keeps its lease and commits; the broker's redelivery finds the claim held and is
+        # dropped. Cancelling would cut short every body in flight, a tool's effect then "possibly ran".
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         # Task events off by default (a broker publish per task state, and one per publish in every producer):
         # Flower turns a worker's on at run time (``celery control enable_events``), ``worker -E`` at start.
         worker_send_task_events=False,

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from models import store
 from models.store import Claim
-from parkway.db import database_unavailable, single_statement, transaction
+from parkway.db import database_unavailable, failure_line, single_statement, transaction
 
 if TYPE_CHECKING:
     from tasks.sdk import Context
@@ -153,8 +153,10 @@ class _Renewer:
         cid = hold.claim.continuation.id
         try:
             held = hold.renew()
-        except Exception:
-            log.warning("lease renewal failed", exc_info=True, extra={"continuation_id": cid})
+        except Exception as exc:
+            unavailable = database_unavailable(exc)  # an outage, or a session the database ended: one line
+            log.warning("lease renewal failed%s", f": {failure_line(exc)}" if unavailable else "",
+                        exc_info=not unavailable, extra={"continuation_id": cid})  # fmt: skip
             held = not hold.lost
         if not held:
             with self.lock:
