@@ -9,8 +9,8 @@ else), and a missing Redis fails it too instead of skipping.
 
 Broker: ``PARKWAY_TEST_BROKER=redis`` (default: ``PARKWAY_TEST_REDIS_URL``, or a Redis database index held by
 this session alone) or ``filesystem`` (the embedded broker). ``make test`` runs the whole suite on Redis and,
-side by side, the modules where broker behaviour matters (marked ``broker``, see ``BROKER_MODULES``) on the
-filesystem broker.
+side by side, the tests where broker behaviour matters (marked ``broker``: the modules of ``BROKER_MODULES``,
+and single tests) on the filesystem broker.
 
 A migrated template database is made once per session (``alembic upgrade head`` + ``alembic check``) and
 cloned per module (``stack``) or per test (``fresh_db``).
@@ -41,13 +41,13 @@ PG_URL_SETTING = os.environ.get("PARKWAY_TEST_PG_URL", "")
 REQUIRE_SERVICES = os.environ.get("PARKWAY_REQUIRE_SERVICES") == "1"
 
 # The modules where the broker's behaviour matters: delivery, redelivery, workers killed, the broker down or
-# flushed, what travels in messages, Flower, broker metrics. The rest runs once, on Redis.
+# flushed, what travels in messages, Flower, broker metrics. In a module where it matters to some tests only
+# (tests/acceptance/test_recovery.py, test_terminal_truth.py) those carry ``@pytest.mark.broker`` themselves.
+# The rest runs once, on Redis.
 BROKER_MODULES = {
     "tests/acceptance/test_broker_down.py",
     "tests/acceptance/test_crash_points.py",
-    "tests/acceptance/test_recovery.py",
     "tests/acceptance/test_resume.py",
-    "tests/acceptance/test_terminal_truth.py",
     "tests/api/test_metrics.py",
     "tests/api/test_sensitive.py",
     "tests/deploy/test_flower.py",

@@ -44,6 +44,7 @@ pytestmark = pytest.mark.usefixtures("own_workers")
 RENEWAL = "UPDATE continuations SET lease_expires_at%"
 
 
+@pytest.mark.broker
 def test_worker_stopped_in_a_lease_renewal__holds_no_row_lock_and_its_run_is_re_driven(
     stack: Stack, tmp_path: Path
 ) -> None:
@@ -76,6 +77,7 @@ def test_worker_stopped_in_a_lease_renewal__holds_no_row_lock_and_its_run_is_re_
     assert start_continuation.attempts == 2
 
 
+@pytest.mark.broker
 def test_broker_flushed__twenty_answered_runs_complete_exactly_once(stack: Stack) -> None:
     # Given 20 parked runs, then the worker stopped and every run answered
     worker = stack.start_worker()
@@ -94,6 +96,7 @@ def test_broker_flushed__twenty_answered_runs_complete_exactly_once(stack: Stack
     assert [effects(run_id, "one_done") for run_id in run_ids] == [1] * 20
 
 
+@pytest.mark.broker
 def test_broker_flushed__one_sweep_task_chains_passes_until_every_run_completes(stack: Stack) -> None:
     # Given 10 answered runs whose messages the broker lost, all already due for a re-send
     worker = stack.start_worker()
@@ -125,6 +128,7 @@ def _all_older_than_reenqueue_delay(run_ids: list[str]) -> bool:
         ).first()
 
 
+@pytest.mark.broker
 def test_sweep_chaining__a_full_pass_chains_only_while_the_queue_holds_no_more_than_it_sent(stack: Stack) -> None:
     # Given no worker, an empty continuations queue and a pass that stopped at its bound after sending 2
     stack.flush_broker()
@@ -147,6 +151,7 @@ def test_sweep_chaining__a_full_pass_chains_only_while_the_queue_holds_no_more_t
     stack.flush_broker()
 
 
+@pytest.mark.broker
 def test_sigterm_while_runs_wait__records_no_cancellation(stack: Stack) -> None:
     worker = stack.start_worker()
     run_ids = [start("t.ask_one") for _ in range(3)]
@@ -185,6 +190,7 @@ def test_continuation_version_removed_while_parked__fails_closed(stack: Stack) -
     assert "run.interrupted" in event_types(run_id)
 
 
+@pytest.mark.broker
 def test_crash_loop__continuation_dead_after_max_attempts(stack: Stack) -> None:
     # Given a worker that always dies before committing, with two attempts allowed
     [parker] = [stack.start_worker()]
@@ -255,6 +261,7 @@ def test_started_while_the_database_cannot_be_reached__waits_for_it_then_runs(st
         proxy.cut()
 
 
+@pytest.mark.broker
 def test_database_down_when_a_continuation_is_delivered__one_line_and_the_sweep_drives_it_later(stack: Stack) -> None:
     # Given a worker that reaches the database through a proxy, which is then cut (as in a restart)
     proxy, through = through_proxy(stack.database_url)

@@ -80,6 +80,7 @@ def _agree(path: Path, run_id: str) -> None:
     _history_agrees(run_id, run)
 
 
+@pytest.mark.broker
 def test_expiry__continuation_runs_once_with_the_expired_outcome(stack: Stack) -> None:
     stack.start_worker()
     stack.start_beat()
@@ -100,6 +101,7 @@ def test_expiry__continuation_runs_once_with_the_expired_outcome(stack: Stack) -
     assert event_types(run_id).count("interaction.expired") == 1
 
 
+@pytest.mark.broker
 def test_stranded_review__interrupted_by_the_sweep_with_counts_kept(stack: Stack, tmp_path: Path) -> None:
     # Given a step that started a review and recorded progress, killed while it runs
     flag = tmp_path / "go-on"
@@ -175,6 +177,7 @@ def _projection_due(run_id: str) -> bool:
         return run_id in projections.pending_projections(session, batch=1000)
 
 
+@pytest.mark.broker
 def test_completed_run__survives_sigkill_of_everything_and_two_sweeps(stack: Stack, workspace: Path) -> None:
     worker = stack.start_worker()
     beat = stack.start_beat()
@@ -204,6 +207,7 @@ def test_completed_run__survives_sigkill_of_everything_and_two_sweeps(stack: Sta
     assert "run.interrupted" not in event_types(run_id)
 
 
+@pytest.mark.broker
 def test_two_sweeps_at_once__each_due_row_republished_exactly_once(stack: Stack) -> None:
     # Given 1,000 ready continuations whose messages were lost (no worker runs)
     run_ids = [start("t.ask_one") for _ in range(1000)]

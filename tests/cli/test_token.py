@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 
 from sqlalchemy import select
@@ -12,18 +10,7 @@ from models import access, store
 from models.tables import Grant, Principal
 from parkway.db import read_statement, transaction
 from parkway.tokens import hash_token
-from tests.support import ROOT, TARGET, Stack, child_env
-
-
-def parkway(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "parkway.cli", *args],
-        env=child_env(stack.database_url),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.support import TARGET, Stack
 
 
 def holder(token: str) -> str | None:
@@ -35,7 +22,7 @@ def holder(token: str) -> str | None:
 
 def created(stack: Stack, kind: str = "human") -> tuple[str, str]:
     name = f"cli-{kind}-{uuid.uuid4().hex[:8]}"
-    made = parkway(stack, "token", "create", "--kind", kind, "--name", name)
+    made = stack.parkway("token", "create", "--kind", kind, "--name", name)
     assert made.returncode == 0, made.stderr
     token = made.stdout.strip()
     with transaction() as session:
@@ -48,20 +35,20 @@ def created(stack: Stack, kind: str = "human") -> tuple[str, str]:
 def test_token_rotate__prints_the_new_token_once_on_stdout_alone_and_the_old_one_ends(stack: Stack) -> None:
     name, old = created(stack)
     assert holder(old) == name
-    rotated = parkway(stack, "token", "rotate", name)
+    rotated = stack.parkway("token", "rotate", name)
     assert rotated.returncode == 0, rotated.stderr
     lines = rotated.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("pk_") and lines[0] != old
     assert old not in rotated.stderr and lines[0] not in rotated.stderr
     assert holder(old) is None
     assert holder(lines[0]) == name
-    unknown = parkway(stack, "token", "rotate", "nobody-" + uuid.uuid4().hex)
+    unknown = stack.parkway("token", "rotate", "nobody-" + uuid.uuid4().hex)
     assert unknown.returncode == 1 and unknown.stdout == "" and "does not exist" in unknown.stderr
 
 
 def test_token_revoke__disables_the_principal_its_token_and_grants(stack: Stack) -> None:
     name, token = created(stack, "agent")
-    revoked = parkway(stack, "token", "revoke", name)
+    revoked = stack.parkway("token", "revoke", name)
     assert revoked.returncode == 0, revoked.stderr
     assert revoked.stdout == "" and token not in revoked.stderr
     assert holder(token) is None
@@ -71,10 +58,10 @@ def test_token_revoke__disables_the_principal_its_token_and_grants(stack: Stack)
         grants = session.scalars(select(Grant.revoked_at).where(Grant.principal_id == principal.id)).all()
     assert grants and all(at is not None for at in grants)
     # Its name stays taken; a disabled principal's token is not rotated; revoking again is a no-op
-    again = parkway(stack, "token", "create", "--kind", "agent", "--name", name)
+    again = stack.parkway("token", "create", "--kind", "agent", "--name", name)
     assert again.returncode == 1 and "taken" in again.stderr
-    rotate = parkway(stack, "token", "rotate", name)
+    rotate = stack.parkway("token", "rotate", name)
     assert rotate.returncode == 1 and rotate.stdout == "" and "disabled" in rotate.stderr
-    assert parkway(stack, "token", "revoke", name).returncode == 0
-    unknown = parkway(stack, "token", "revoke", "nobody-" + uuid.uuid4().hex)
+    assert stack.parkway("token", "revoke", name).returncode == 0
+    unknown = stack.parkway("token", "revoke", "nobody-" + uuid.uuid4().hex)
     assert unknown.returncode == 1 and "no principal" in unknown.stderr
