@@ -267,6 +267,7 @@ def stack(template_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield stack
     finally:
         stack.stop_all()
+        drain_projections()  # a run this module ended is projected on a thread a moment later: not once dropped
         reset_engine()
         drop_database(url)
 
