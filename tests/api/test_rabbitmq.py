@@ -70,6 +70,13 @@ class Live:
         body = {"response_id": uuid.uuid4().hex, "value": value}
         return self.http.post(f"/v1/interactions/{iid}/answer", json=body, headers=self.actors.auth(HUMAN))
 
+    def answered(self, value: str) -> str:
+        """A ``t.ask_one`` run started and its question answered with ``value`` (a 200 receipt)."""
+        run_id = self.start("t.ask_one", {})
+        receipt = self.answer(run_id, value)
+        assert receipt.status_code == 200, receipt.text
+        return run_id
+
 
 @pytest.fixture(scope="module")
 def broker_proxy() -> Iterator[Proxy]:
@@ -102,8 +109,7 @@ def worker(stack: Stack, vhost: str) -> Worker:
 def test_on_rabbitmq__an_answered_run_completes_once(stack: Stack, vhost: str, live: Live) -> None:
     resumer = worker(stack, vhost)
     try:
-        run_id = live.start("t.ask_one", {})
-        assert live.answer(run_id, "yes").status_code == 200
+        run_id = live.answered("yes")
         assert live.wait_status(run_id, "completed")["result"] == {"go": "yes"}
         assert effects(run_id, "one_done") == 1
         # And the API is ready on it, and its metrics are served (queue depths are RabbitMQ's own to export)
@@ -166,15 +172,12 @@ def test_on_rabbitmq__a_connection_the_broker_dropped__the_next_answer_is_publis
     # the broker's side while RabbitMQ stays up (as when an operator closes connections, or a node restarts)
     resumer = worker(stack, vhost)
     try:
-        warm = live.start("t.ask_one", {})
-        assert live.answer(warm, "yes").status_code == 200
-        live.wait_status(warm, "completed")
+        live.wait_status(live.answered("yes"), "completed")
         broker_proxy.cut()
         broker_proxy.restore()
         failures = live.api.text().count("publish failed")
         # When a person answers
-        run_id = live.start("t.ask_one", {})
-        assert live.answer(run_id, "now").status_code == 200
+        run_id = live.answered("now")
         # Then the API found the connection dead, sent it on a new one, and left nothing to the sweep
         assert live.wait_status(run_id, "completed")["result"] == {"go": "now"}
         lines = live.api.text().splitlines()
@@ -190,14 +193,10 @@ def test_on_rabbitmq__the_api_loses_its_broker_connection__the_answer_commits_an
     # Given the API's connection to RabbitMQ made (a first answer published through it), then dropped
     resumer = worker(stack, vhost)
     try:
-        warm = live.start("t.ask_one", {})
-        assert live.answer(warm, "yes").status_code == 200
-        live.wait_status(warm, "completed")
+        live.wait_status(live.answered("yes"), "completed")
         broker_proxy.cut()
         # When a person answers: the receipt comes back and the answer is committed
-        run_id = live.start("t.ask_one", {})
-        answered = live.answer(run_id, "later")
-        assert answered.status_code == 200, answered.text
+        run_id = live.answered("later")
         wait_for(lambda: "publish failed" in live.api.text(), timeout=30, what="the API's publish-failed line")
         not_ready = live.http.get("/readyz")
         assert not_ready.status_code == 503 and "broker is unreachable" in not_ready.json()["detail"], not_ready.text
@@ -206,9 +205,7 @@ def test_on_rabbitmq__the_api_loses_its_broker_connection__the_answer_commits_an
         assert effects(run_id, "one_done") == 1
         # And once the broker can be reached again, the API publishes as before
         broker_proxy.restore()
-        again = live.start("t.ask_one", {})
-        assert live.answer(again, "again").status_code == 200
-        live.wait_status(again, "completed")
+        live.wait_status(live.answered("again"), "completed")
         assert live.http.get("/readyz").status_code == 200
     finally:
         resumer.kill()
