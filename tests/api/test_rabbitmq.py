@@ -106,17 +106,23 @@ def worker(stack: Stack, vhost: str) -> Worker:
     return started
 
 
-def test_on_rabbitmq__an_answered_run_completes_once(stack: Stack, vhost: str, live: Live) -> None:
-    resumer = worker(stack, vhost)
+@pytest.fixture
+def resumer(stack: Stack, vhost: str) -> Iterator[Worker]:
+    """A worker on the module's vhost for one test."""
+    started = worker(stack, vhost)
     try:
-        run_id = live.answered("yes")
-        assert live.wait_status(run_id, "completed")["result"] == {"go": "yes"}
-        assert effects(run_id, "one_done") == 1
-        # And the API is ready on it, and its metrics are served (queue depths are RabbitMQ's own to export)
-        assert live.http.get("/readyz").status_code == 200
-        assert live.http.get("/metrics").status_code == 200
+        yield started
     finally:
-        resumer.kill()
+        started.kill()
+
+
+def test_on_rabbitmq__an_answered_run_completes_once(resumer: Worker, live: Live) -> None:
+    run_id = live.answered("yes")
+    assert live.wait_status(run_id, "completed")["result"] == {"go": "yes"}
+    assert effects(run_id, "one_done") == 1
+    # And the API is ready on it, and its metrics are served (queue depths are RabbitMQ's own to export)
+    assert live.http.get("/readyz").status_code == 200
+    assert live.http.get("/metrics").status_code == 200
 
 
 def test_on_rabbitmq__a_worker_killed_in_the_body__its_redelivered_message_and_the_sweep_complete_it_once(
@@ -166,46 +172,38 @@ def test_on_rabbitmq__a_worker_loses_its_connection_mid_body__the_body_runs_on_a
 
 
 def test_on_rabbitmq__a_connection_the_broker_dropped__the_next_answer_is_published_at_once(
-    stack: Stack, vhost: str, live: Live, broker_proxy: Proxy
+    resumer: Worker, live: Live, broker_proxy: Proxy
 ) -> None:
     # Given the API's pooled connection to RabbitMQ made (an answer published through it), then dropped by
     # the broker's side while RabbitMQ stays up (as when an operator closes connections, or a node restarts)
-    resumer = worker(stack, vhost)
-    try:
-        live.wait_status(live.answered("yes"), "completed")
-        broker_proxy.cut()
-        broker_proxy.restore()
-        failures = live.api.text().count("publish failed")
-        # When a person answers
-        run_id = live.answered("now")
-        # Then the API found the connection dead, sent it on a new one, and left nothing to the sweep
-        assert live.wait_status(run_id, "completed")["result"] == {"go": "now"}
-        lines = live.api.text().splitlines()
-        assert sum("publish failed" in line for line in lines) == failures, [ln for ln in lines if "publish" in ln]
-        assert effects(run_id, "one_done") == 1
-    finally:
-        resumer.kill()
+    live.wait_status(live.answered("yes"), "completed")
+    broker_proxy.cut()
+    broker_proxy.restore()
+    failures = live.api.text().count("publish failed")
+    # When a person answers
+    run_id = live.answered("now")
+    # Then the API found the connection dead, sent it on a new one, and left nothing to the sweep
+    assert live.wait_status(run_id, "completed")["result"] == {"go": "now"}
+    lines = live.api.text().splitlines()
+    assert sum("publish failed" in line for line in lines) == failures, [ln for ln in lines if "publish" in ln]
+    assert effects(run_id, "one_done") == 1
 
 
 def test_on_rabbitmq__the_api_loses_its_broker_connection__the_answer_commits_and_the_sweep_publishes_it(
-    stack: Stack, vhost: str, live: Live, broker_proxy: Proxy
+    resumer: Worker, live: Live, broker_proxy: Proxy
 ) -> None:
     # Given the API's connection to RabbitMQ made (a first answer published through it), then dropped
-    resumer = worker(stack, vhost)
-    try:
-        live.wait_status(live.answered("yes"), "completed")
-        broker_proxy.cut()
-        # When a person answers: the receipt comes back and the answer is committed
-        run_id = live.answered("later")
-        wait_for(lambda: "publish failed" in live.api.text(), timeout=30, what="the API's publish-failed line")
-        not_ready = live.http.get("/readyz")
-        assert not_ready.status_code == 503 and "broker is unreachable" in not_ready.json()["detail"], not_ready.text
-        # Then beat's sweep publishes the continuation, and the run completes once
-        assert live.wait_status(run_id, "completed", timeout=60)["result"] == {"go": "later"}
-        assert effects(run_id, "one_done") == 1
-        # And once the broker can be reached again, the API publishes as before
-        broker_proxy.restore()
-        live.wait_status(live.answered("again"), "completed")
-        assert live.http.get("/readyz").status_code == 200
-    finally:
-        resumer.kill()
+    live.wait_status(live.answered("yes"), "completed")
+    broker_proxy.cut()
+    # When a person answers: the receipt comes back and the answer is committed
+    run_id = live.answered("later")
+    wait_for(lambda: "publish failed" in live.api.text(), timeout=30, what="the API's publish-failed line")
+    not_ready = live.http.get("/readyz")
+    assert not_ready.status_code == 503 and "broker is unreachable" in not_ready.json()["detail"], not_ready.text
+    # Then beat's sweep publishes the continuation, and the run completes once
+    assert live.wait_status(run_id, "completed", timeout=60)["result"] == {"go": "later"}
+    assert effects(run_id, "one_done") == 1
+    # And once the broker can be reached again, the API publishes as before
+    broker_proxy.restore()
+    live.wait_status(live.answered("again"), "completed")
+    assert live.http.get("/readyz").status_code == 200
