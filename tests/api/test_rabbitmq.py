@@ -28,7 +28,8 @@ def _rabbitmqctl(*args: str) -> None:
 
 @pytest.fixture(scope="module")
 def vhost(stack: Stack) -> Iterator[str]:
-    """A vhost of this module's own (no other session's queues), removed at the end."""
+    """A vhost of this module's own (no other session's queues), removed at the end, once nothing of the
+    module uses it."""
     name = f"parkway-test-{uuid.uuid4().hex[:8]}"
     try:
         _rabbitmqctl("add_vhost", name)
@@ -40,6 +41,7 @@ def vhost(stack: Stack) -> Iterator[str]:
     try:
         yield name
     finally:
+        stack.stop_all()  # this module's workers and beat, before their vhost goes
         _rabbitmqctl("delete_vhost", name)
 
 
