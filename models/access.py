@@ -12,10 +12,7 @@ grant hides rows at the next request. The rules:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hmac
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,17 +32,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from models.cursors import position_cursor, read_position
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, SweepTotal, ToolCall
-from parkway.errors import ParkwayError
 
 T = TypeVar("T")
 
 REDACTED = "***"
-
-
-class InvalidCursor(ParkwayError):
-    """Raised when a paging cursor was not produced by this API (or was altered)."""
 
 
 @dataclass
@@ -225,7 +218,7 @@ def list_interactions(
     if run_id is not None:
         stmt = stmt.where(Interaction.run_id == run_id)
     if cursor is not None:
-        after_at, after_id = _decode_cursor(cursor)
+        after_at, after_id = read_position(cursor)
         stmt = stmt.where(
             or_(
                 Interaction.created_at > after_at,
@@ -236,24 +229,7 @@ def list_interactions(
     items = [InteractionView(r[0], r[1]) for r in rows[:limit]]
     more = len(rows) > limit
     last = items[-1].interaction if items else None
-    return Page(items, _encode_cursor(last.created_at, last.id) if more and last is not None else None)
-
-
-def _encode_cursor(at: datetime, id_: str) -> str:
-    raw = json.dumps([at.isoformat(), id_], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, id_ = json.loads(raw)
-        parsed = datetime.fromisoformat(at)
-        if not isinstance(id_, str) or parsed.tzinfo is None:
-            raise ValueError(cursor)
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
-        raise InvalidCursor(f"cursor {cursor[:40]!r} is not one this API handed out") from exc
-    return parsed, id_
+    return Page(items, position_cursor(last.created_at, last.id) if more and last is not None else None)
 
 
 # --------------------------------------------------------------------------- metrics

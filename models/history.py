@@ -8,11 +8,7 @@ payloads, snapshots and tool-call arguments or outcomes are not read at all.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select
@@ -20,6 +16,7 @@ from sqlalchemy.orm import Session, aliased
 
 from models import access, event_log
 from models.access import InteractionView, Page
+from models.cursors import position_cursor, read_position
 from models.status import InteractionStatus
 from models.tables import Event, Grant, Interaction, Principal, Review, Run, Step, ToolCall
 
@@ -79,7 +76,7 @@ def list_runs(
     limit: int,
 ) -> Page[RunLine]:
     """Runs the caller may read, newest first, ``limit`` at a time; ``status`` and ``workflow`` filter
-    exactly. A cursor is one ``next`` of an earlier page (``access.InvalidCursor`` otherwise)."""
+    exactly. A cursor is one ``next`` of an earlier page (``cursors.InvalidCursor`` otherwise)."""
     pending = (
         select(func.count())
         .where(Interaction.run_id == Run.id, Interaction.status == InteractionStatus.PENDING)
@@ -96,12 +93,12 @@ def list_runs(
     if workflow:
         stmt = stmt.where(Run.workflow == workflow)
     if cursor is not None:
-        at, run_id = _decode(cursor)
+        at, run_id = read_position(cursor)
         stmt = stmt.where(or_(Run.created_at < at, and_(Run.created_at == at, Run.id < run_id)))
     rows = session.execute(stmt.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit + 1)).all()
     items = [RunLine(row[0], row[1], int(row[2])) for row in rows[:limit]]
     last = items[-1].run if len(rows) > limit and items else None
-    return Page(items, _encode(last.created_at, last.id) if last is not None else None)
+    return Page(items, position_cursor(last.created_at, last.id) if last is not None else None)
 
 
 def run_history(session: Session, principal: Principal, run_id: str) -> History:
@@ -181,14 +178,14 @@ def pending(
     if run_id is not None:
         stmt = stmt.where(Interaction.run_id == run_id)
     if cursor is not None:
-        at, after_id = _decode(cursor)
+        at, after_id = read_position(cursor)
         stmt = stmt.where(
             or_(Interaction.created_at > at, and_(Interaction.created_at == at, Interaction.id > after_id))
         )
     rows = list(session.scalars(stmt.order_by(Interaction.created_at, Interaction.id).limit(limit + 1)))
     items = [InteractionView(row, None) for row in rows[:limit]]
     last = items[-1].interaction if len(rows) > limit and items else None
-    return Page(items, _encode(last.created_at, last.id) if last is not None else None)
+    return Page(items, position_cursor(last.created_at, last.id) if last is not None else None)
 
 
 def cancel_via(session: Session, principal: Principal, run_id: str) -> str | None:
@@ -202,22 +199,3 @@ def cancel_via(session: Session, principal: Principal, run_id: str) -> str | Non
         .order_by((Interaction.status == InteractionStatus.PENDING).desc(), Interaction.created_at.desc())
         .limit(1)
     )
-
-
-# --------------------------------------------------------------------------- cursors
-
-
-def _encode(at: datetime, run_id: str) -> str:
-    raw = json.dumps([at.isoformat(), run_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode(cursor: str) -> tuple[datetime, str]:
-    try:
-        at, run_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        parsed = datetime.fromisoformat(at)
-        if not isinstance(run_id, str) or parsed.tzinfo is None:
-            raise ValueError(cursor)
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
-        raise access.InvalidCursor(f"cursor {cursor[:40]!r} is not one this page handed out") from exc
-    return parsed, run_id

@@ -9,8 +9,6 @@ is bound to the generation it was made with and has ended once the principal's m
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +18,7 @@ from sqlalchemy import and_, bindparam, insert, literal, select, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
+from models.cursors import read_text, text_cursor
 from models.tables import Grant, PageSession, Principal
 
 _P = Principal.__table__.c
@@ -52,30 +51,15 @@ def principal_info(session: Session, principal_id: str) -> PrincipalInfo | None:
     return None if row is None else _info(row)
 
 
-class InvalidCursor(ValueError):
-    """Raised when a list's ``cursor`` is not one this module handed out."""
-
-
-def _cursor(name: str) -> str:
-    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
-
-
-def _after(cursor: str) -> str:
-    try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise InvalidCursor("the cursor is not one this API handed out") from None
-
-
 def list_principals(session: Session, *, cursor: str | None, limit: int) -> tuple[list[PrincipalInfo], str | None]:
     """Principals by name (disabled ones too, saying so); the cursor of the next page or ``None``."""
     stmt = select(*_INFO).order_by(_P.name).limit(limit + 1)
     if cursor is not None:
-        stmt = stmt.where(_P.name > _after(cursor))
+        stmt = stmt.where(_P.name > read_text(cursor))
     rows = [_info(row) for row in session.execute(stmt)]
     more = len(rows) > limit
     rows = rows[:limit]
-    return rows, (_cursor(rows[-1].name) if more and rows else None)
+    return rows, (text_cursor(rows[-1].name) if more and rows else None)
 
 
 def list_grants(session: Session, *, principal: str | None = None, revoked_too: bool = False) -> list[Any]:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from api.pages import forms
 from api.pages.render import render, run_status
 from api.pages.session import CSRF_FIELD, NONCE_COOKIE, csrf_token, session_id
-from models import access, event_log, history
+from models import access, cursors, event_log, history
 from models.access import InteractionView
 from models.base import utcnow
 from models.status import RUN_TERMINAL, InteractionKind, InteractionStatus
@@ -109,7 +109,7 @@ def _pending(session: Session, principal: Principal, view: View, cursor: str | N
     """The pending prompts of the view, oldest first (a cursor the page did not hand out starts over)."""
     try:
         return history.pending(session, principal, mine=view == "mine", cursor=cursor, limit=PENDING_LIMIT)
-    except access.InvalidCursor:
+    except cursors.InvalidCursor:
         return history.pending(session, principal, mine=view == "mine", limit=PENDING_LIMIT)
 
 

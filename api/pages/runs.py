@@ -18,7 +18,7 @@ from api.pages import texts
 from api.pages.render import login_page, render, run_status
 from api.pages.session import CSRF_FIELD, NONCE_COOKIE, csrf_token, session_id, signed_in
 from api.pages.timeline import lines
-from models import access, event_log, history
+from models import access, cursors, event_log, history
 from models.status import RUN_TERMINAL, RunStatus
 from models.tables import Principal, Run
 from parkway.db import transaction
@@ -80,7 +80,7 @@ def list_runs(
         listed = functools.partial(history.list_runs, session, principal, status=status, workflow=workflow)
         try:
             page = listed(cursor=cursor, limit=LIST_LIMIT)
-        except access.InvalidCursor:  # not a cursor this page handed out: the first page
+        except cursors.InvalidCursor:  # not a cursor this page handed out: the first page
             page = listed(cursor=None, limit=LIST_LIMIT)
     return _page(
         request,

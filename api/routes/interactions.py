@@ -21,7 +21,7 @@ from api.schemas import (
     InteractionOut,
     InteractionPage,
 )
-from models import access
+from models import access, cursors
 from models.store import ANSWERERS
 from parkway.db import transaction
 from parkway.errors import Conflict, Gone, OutcomeError
@@ -53,7 +53,7 @@ def list_interactions(
         page = access.list_interactions(
             session, principal, status=status, target=target, run_id=run_id, cursor=cursor, limit=limit
         )
-    except access.InvalidCursor as exc:
+    except cursors.InvalidCursor as exc:
         raise ApiError(422, str(exc), code="invalid_cursor") from None
     return InteractionPage(items=[InteractionOut.of(v) for v in page.items], next=page.next)
 

@@ -14,7 +14,7 @@ from api.deps import AdminDep, SessionDep
 from api.errors import ApiError, documented
 from api.input import checked_router
 from api.schemas import ID, PrincipalCreate, PrincipalCreated
-from models import principals, store
+from models import cursors, principals, store
 from models.principals import PrincipalInfo
 from parkway.db import transaction
 from parkway.tokens import hash_token, new_token
@@ -79,7 +79,7 @@ def list_principals(
 ) -> PrincipalPage:
     try:
         items, after = principals.list_principals(session, cursor=cursor, limit=limit)
-    except principals.InvalidCursor as exc:
+    except cursors.InvalidCursor as exc:
         raise ApiError(422, str(exc), code="invalid_cursor") from None
     return PrincipalPage(items=[PrincipalOut.of(i) for i in items], next=after)
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from sqlalchemy import select
 
-from models import access, event_log, store
+from models import access, cursors, event_log, store
 from models.base import utcnow
 from models.tables import Event, Interaction
 from parkway.db import transaction
@@ -69,9 +71,26 @@ def test_public_value__redacts_sensitive_fields_always() -> None:
     assert access.public_value(row("rejected", {"approved": False}, [])) == {"approved": False}
 
 
+def _forged(text: str) -> str:
+    """A cursor shaped like ours around ``text`` (what a caller can make without being handed it)."""
+    return base64.urlsafe_b64encode(text.encode("utf-8", "surrogatepass")).decode().rstrip("=")
+
+
+# Decodable cursors whose text no row can hold: they must be refused, never sent to the database.
+UNSTORABLE_POSITIONS = [
+    _forged('["2026-01-01T00:00:00+00:00","a\\u0000b"]'),
+    _forged('["2026-01-01T00:00:00+00:00","\\ud800"]'),
+]
+UNSTORABLE_TEXTS = ["AA", _forged("\ud800"), _forged("a\x00")]
+
+
 def test_cursor__round_trips_and_refuses_forgeries() -> None:
     at = utcnow()
-    assert access._decode_cursor(access._encode_cursor(at, "abc")) == (at, "abc")
-    for forged in ("", "x", "bm90IGpzb24", "WzEsMl0"):
-        with pytest.raises(access.InvalidCursor):
-            access._decode_cursor(forged)
+    assert cursors.read_position(cursors.position_cursor(at, "abc")) == (at, "abc")
+    assert cursors.read_text(cursors.text_cursor("ana")) == "ana"
+    for forged in ("", "x", "bm90IGpzb24", "WzEsMl0", "é", *UNSTORABLE_POSITIONS):
+        with pytest.raises(cursors.InvalidCursor):
+            cursors.read_position(forged)
+    for forged in ("", "x", "é", *UNSTORABLE_TEXTS):
+        with pytest.raises(cursors.InvalidCursor):
+            cursors.read_text(forged)

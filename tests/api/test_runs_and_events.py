@@ -5,9 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.conftest import AGENT, AGENT2, HUMAN, Actors, drive
+from tests.api.conftest import ADMIN, AGENT, AGENT2, HUMAN, Actors, drive
+from tests.api.test_access import UNSTORABLE_POSITIONS, UNSTORABLE_TEXTS
 from tests.support import TARGET, wait_for
 
 RUN_FIELDS = {
@@ -148,3 +150,19 @@ def test_interactions__filters_and_cursor_paging(client: TestClient, actors: Act
     assert client.get("/v1/interactions", params={"status": "weird"}, headers=auth).status_code == 422
     bad = client.get("/v1/interactions", params={"cursor": "not-a-cursor"}, headers=auth)
     assert bad.status_code == 422 and bad.json()["error"] == "invalid_cursor"
+
+
+@pytest.mark.parametrize("cursor", [*UNSTORABLE_POSITIONS, "bm90IGpzb24"])
+def test_lists__a_cursor_carrying_text_no_row_can_hold__422_invalid_cursor(
+    client: TestClient, actors: Actors, cursor: str
+) -> None:
+    bad = client.get("/v1/interactions", params={"cursor": cursor}, headers=actors.auth(HUMAN))
+    assert bad.status_code == 422 and bad.json()["error"] == "invalid_cursor", bad.text
+
+
+@pytest.mark.parametrize("cursor", UNSTORABLE_TEXTS)
+def test_principals_list__a_cursor_carrying_text_no_name_can_hold__422_invalid_cursor(
+    client: TestClient, actors: Actors, cursor: str
+) -> None:
+    bad = client.get("/v1/principals", params={"cursor": cursor}, headers=actors.auth(ADMIN))
+    assert bad.status_code == 422 and bad.json()["error"] == "invalid_cursor", bad.text

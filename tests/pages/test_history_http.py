@@ -10,6 +10,7 @@ import re
 from fastapi.testclient import TestClient
 
 from tests.api.conftest import ADMIN, HUMAN, STRANGER, Actors, drive
+from tests.api.test_access import UNSTORABLE_POSITIONS
 from tests.pages.conftest import Forms, start_driven
 from tests.support import wait_for
 
@@ -76,6 +77,9 @@ def test_runs__lists_what_the_api_would_show_filtered_by_status_and_workflow(
     only_release = client.get("/runs", params={"workflow": "pages.release"}).text
     assert done in only_release and waiting not in only_release
     assert client.get("/runs", params={"status": "nonsense"}).status_code == 200  # an unknown status: no filter
+    for forged in UNSTORABLE_POSITIONS:  # not a cursor these pages handed out: their first page
+        assert done in client.get("/runs", params={"cursor": forged}).text
+        assert client.get("/decisions", params={"cursor": forged}).status_code == 200
     # A person without a grant on the runs' target sees none of them, and is refused each run's history
     sign_in(client, actors.tokens[STRANGER])
     assert done not in client.get("/runs").text
