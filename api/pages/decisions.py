@@ -10,12 +10,10 @@ read is fetched as its run's card (``/decisions/runs/{id}/card``); one that clos
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Path, Query, Request, Response
-from fastapi.responses import RedirectResponse, StreamingResponse
+from fastapi.responses import RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.input import checked_router
@@ -30,15 +28,15 @@ from api.pages.session import (
     principal_for,
     read_form,
     session_id,
+    session_person,
     session_principal,
     signed_in,
     start_session,
 )
-from api.routes.events import sse_events
+from api.routes.events import LAST_SEQ, event_stream, resume_from
 
 router = checked_router(prefix="/decisions", include_in_schema=False)
 
-SESSION_RECHECK_S = 5.0  # how soon an open stream notices that its session has ended
 RUN_ID = r"^[A-Za-z0-9_-]{1,64}$"
 NEXT = r"^/(decisions|runs)(/[A-Za-z0-9_-]{1,64})?$"
 
@@ -120,38 +118,15 @@ def cancel_run(request: Request, run_id: Annotated[str, Path(pattern=RUN_ID)], f
 @router.get("/stream")
 async def stream(
     request: Request,
-    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    after: Annotated[int, Query(ge=0, le=LAST_SEQ)] = 0,
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
 ) -> Response:
-    """``GET /v1/events/stream`` for the signed-in person, authenticated by the session cookie."""
+    """``GET /v1/events/stream`` for the signed-in person, authenticated by the session cookie on every
+    poll: the stream ends once the session has (signed out, token rotated, principal disabled)."""
     sid = session_id(request)
-    principal = await run_in_threadpool(session_principal, sid)
-    if principal is None or sid is None:
+    if sid is None or await run_in_threadpool(session_principal, sid) is None:
         return Response(status_code=401, headers={"Cache-Control": "no-store"})
-    start = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else after
-    return StreamingResponse(
-        _while_open(sid, sse_events(request, principal, start)),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
-
-
-async def _while_open(sid: str, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The stream's chunks while its session is open: the session is read again at a chunk (an event or
-    the keep-alive) at most every ``SESSION_RECHECK_S``, and the stream ends once the session has ended
-    (signed out, token rotated, principal disabled)."""
-    checked = time.monotonic()
-    try:
-        async for chunk in chunks:
-            if time.monotonic() - checked >= SESSION_RECHECK_S:
-                if await run_in_threadpool(session_principal, sid) is None:
-                    return
-                checked = time.monotonic()
-            yield chunk
-    finally:
-        close = getattr(chunks, "aclose", None)
-        if close is not None:
-            await close()
+    return event_stream(request, lambda session: session_person(session, sid), resume_from(last_event_id, after))
 
 
 @router.get("/static/{name}")

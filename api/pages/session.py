@@ -19,6 +19,7 @@ import secrets
 from urllib.parse import parse_qsl
 
 from fastapi import Request, Response
+from sqlalchemy.orm import Session
 
 from models import access, principals
 from models.status import PrincipalKind
@@ -75,7 +76,12 @@ def session_principal(sid: str | None) -> Principal | None:
     if not sid:
         return None
     with transaction() as session:
-        principal = principals.page_session_principal(session, sid)
+        return session_person(session, sid)
+
+
+def session_person(session: Session, sid: str) -> Principal | None:
+    """``session_principal`` read in ``session``."""
+    principal = principals.page_session_principal(session, sid)
     return principal if principal is not None and principal.kind in PEOPLE else None
 
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
 import anyio
 from fastapi import Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api import errors
-from api.deps import PrincipalDep, SessionDep
+from api.deps import PrincipalDep, SessionDep, TokenDep, authenticate, presented
 from api.errors import ApiError, documented
 from api.event_schemas import EventPage, event_out
 from api.input import checked_router
@@ -20,6 +21,7 @@ from api.schemas import ID
 from models import access, event_log
 from models.tables import Principal
 from parkway.db import database_unavailable, transaction
+from parkway.tokens import hash_token
 
 router = checked_router(tags=["events"])
 
@@ -33,6 +35,11 @@ STREAM_FORMAT = (
 POLL_S = 0.5
 KEEPALIVE_S = 15.0
 STREAM_BATCH = 100
+LAST_SEQ = 2**62  # the largest cursor a stream or a page takes (``after``'s bound)
+
+# Who an open stream is for, read again on every poll in the poll's own transaction: ``None`` once the
+# caller may no longer read (its token rotated, its principal disabled, its page session ended).
+Reader = Callable[[Session], Principal | None]
 
 
 def _cursor(after: int, cursor: str | None) -> int:
@@ -50,7 +57,7 @@ def run_events(
     run_id: Annotated[str, Path(pattern=ID, description="the run's id")],
     principal: PrincipalDep,
     session: SessionDep,
-    after: Annotated[int, Query(ge=0, le=2**62, description="return events with seq > after")] = 0,
+    after: Annotated[int, Query(ge=0, le=LAST_SEQ, description="return events with seq > after")] = 0,
     cursor: Annotated[
         str | None, Query(pattern=r"^[0-9]{1,18}$", description="a page's `next` (same as after)")
     ] = None,
@@ -80,41 +87,65 @@ def run_events(
 )
 async def stream(
     request: Request,
-    principal: PrincipalDep,
-    after: Annotated[int, Query(ge=0, le=2**62, description="start after this seq")] = 0,
+    credentials: TokenDep,
+    after: Annotated[int, Query(ge=0, le=LAST_SEQ, description="start after this seq")] = 0,
     last_event_id: Annotated[
         str | None, Header(max_length=20, description="set by reconnecting clients; wins over `after`")
     ] = None,
 ) -> StreamingResponse:
-    start = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else after
+    token = presented(credentials)
+    await run_in_threadpool(authenticate, token)  # a 401 before the stream opens
+    token_hash = hash_token(token or "")
+    return event_stream(request, lambda session: access.principal_by_token(session, token_hash),
+                        resume_from(last_event_id, after))  # fmt: skip
+
+
+def resume_from(last_event_id: str | None, after: int) -> int:
+    """Where a stream starts: a reconnecting client's ``Last-Event-ID`` (a seq), else ``after``; a header
+    that is not a seq a stream could have sent is ignored."""
+    if last_event_id and last_event_id.isascii() and last_event_id.isdigit() and int(last_event_id) <= LAST_SEQ:
+        return int(last_event_id)
+    return after
+
+
+def event_stream(request: Request, reader: Reader, after: int) -> StreamingResponse:
+    """The ``text/event-stream`` response of ``sse_events``."""
     return StreamingResponse(
-        sse_events(request, principal, start),
+        sse_events(request, reader, after),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
-def _poll(principal: Principal, after: int) -> tuple[list[tuple[int, str]], int]:
-    """One short read: the visible events after the cursor, as (seq, JSON), and the next cursor."""
+def _poll(reader: Reader, after: int) -> tuple[list[tuple[int, str]], int] | None:
+    """One short read: who the stream is for (``None``: no one may read it any more), then the events it
+    may see after the cursor, as (seq, JSON), and the next cursor."""
     with transaction() as session:
+        principal = reader(session)
+        if principal is None:
+            return None
         events, cursor = event_log.visible_events(session, principal, after=after, limit=STREAM_BATCH)
         return [(e.seq, event_out(e).model_dump_json()) for e in events], cursor
 
 
-async def sse_events(request: Request, principal: Principal, after: int) -> AsyncIterator[str]:
-    """Poll the database every ``POLL_S``; grants are read on every poll; ends when the client leaves."""
+async def sse_events(request: Request, reader: Reader, after: int) -> AsyncIterator[str]:
+    """Poll the database every ``POLL_S``; the caller and its grants are read on every poll. Ends when the
+    client leaves, or once ``reader`` finds no one who may read it."""
     OPEN_STREAMS.inc()
     try:
         yield "retry: 2000\n\n"
         cursor, quiet = after, 0.0
         while not await request.is_disconnected():
             try:
-                events, cursor = await run_in_threadpool(_poll, principal, cursor)
+                polled = await run_in_threadpool(_poll, reader, cursor)
             except Exception as exc:  # the database went away: end the stream (the client resumes from its id)
                 if not database_unavailable(exc):
                     raise
                 errors.log.warning("event stream ended: the database cannot be reached (%s)", type(exc).__name__)
                 return
+            if polled is None:
+                return
+            events, cursor = polled
             for seq, data in events:
                 yield f"id: {seq}\ndata: {data}\n\n"
             if events:

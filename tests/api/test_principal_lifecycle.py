@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -179,3 +180,40 @@ def test_rotate__old_token_401_at_once_new_one_works_page_session_ends(
     assert http.delete(f"/v1/principals/{made['id']}", headers=actors.auth(ADMIN)).status_code == 204
     assert http.post(f"/v1/principals/{made['id']}/token", headers=actors.auth(ADMIN)).status_code == 409
     assert http.get("/v1/interactions", headers=bearer(new)).status_code == 401
+
+
+@pytest.mark.parametrize("change", ["disabled", "rotated"])
+def test_open_event_stream__ends_once_its_token_stops_working(
+    server: ApiServer, http: httpx.Client, actors: Actors, change: str
+) -> None:
+    made = new_principal(http, actors, kind="admin", grant=False)  # an admin sees every event: no grant to lose
+    opened, lines = threading.Event(), []
+
+    def follow() -> None:
+        with server.client() as reader, reader.stream("GET", "/v1/events/stream", headers=bearer(made["token"])) as r:
+            lines.append(str(r.status_code))
+            opened.set()
+            lines.extend(r.iter_lines())  # until the server ends the stream
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    assert opened.wait(timeout=20) and lines[0] == "200"
+    if change == "disabled":
+        assert http.delete(f"/v1/principals/{made['id']}", headers=actors.auth(ADMIN)).status_code == 204
+    else:
+        assert http.post(f"/v1/principals/{made['id']}/token", headers=actors.auth(ADMIN)).status_code == 201
+    iid = parked_question(http, actors)  # events its old token must not be shown
+    thread.join(timeout=20)
+    assert not thread.is_alive(), f"the stream outlived its {change} token: {lines[-3:]}"
+    assert not any(iid in line for line in lines)
+
+
+def test_event_stream__a_last_event_id_no_stream_sent_starts_from_after(http: httpx.Client, actors: Actors) -> None:
+    parked_question(http, actors)  # an event after 0
+    for header in ("99999999999999999999", str(2**63), "-1", "12a"):
+        with http.stream("GET", "/v1/events/stream", params={"after": 0}, headers={
+            **actors.auth(ADMIN), "Last-Event-ID": header}) as response:  # fmt: skip
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            assert next(lines).startswith("retry:")
+            assert any(line.startswith("id: ") for line in lines), header  # the events after 0, not an error

@@ -98,14 +98,7 @@ def test_rotating_or_disabling__ends_every_session_of_the_principal(
     assert client.post(f"{PAGE}/login", data={**login, "token": who["token"]}).status_code == 401
 
 
-def test_open_stream__ends_when_the_principal_is_disabled(
-    client: TestClient, actors: Actors, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import api.pages.decisions
-    import api.routes.events
-
-    monkeypatch.setattr(api.routes.events, "KEEPALIVE_S", 0.2)  # a chunk soon, at which the session is read
-    monkeypatch.setattr(api.pages.decisions, "SESSION_RECHECK_S", 0.0, raising=False)
+def test_open_stream__ends_when_the_principal_is_disabled(client: TestClient, actors: Actors) -> None:
     who = person(client, actors)
     sign_in(client, who["token"])
     streams = OPEN_STREAMS._value.get()
