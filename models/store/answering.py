@@ -192,7 +192,7 @@ def answer(
     still look pending, and neither answer would make the step due.
     """
     interaction, principal = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "answer")
-    settled = _settled_answer(interaction, response_id, response_digest)
+    settled = _settled_answer(interaction, response_id, response_digest, principal)
     if settled is not None:
         return settled
     answers.validate_value(interaction, value)
@@ -219,21 +219,29 @@ def answer(
         # The read's snapshot predates its wait for the step's lock: another answer, a cancel or an expiry
         # may have committed meanwhile, or the run ended. Read again, the lock held, and say which.
         interaction, _ = read_interaction(session, INTERACTION, interaction_id_, principal, "answer")
-        settled = _settled_answer(interaction, response_id, response_digest)
+        settled = _settled_answer(interaction, response_id, response_digest, principal)
         if settled is not None:
             return settled
         raise Conflict(f"interaction {interaction.id} was answered concurrently")  # pragma: no cover
     return AnswerReceipt(new_status.value, response_id, now, made_due(combined, due))
 
 
-def _settled_answer(interaction: Row[Any], response_id: str, response_digest: str) -> AnswerReceipt | None:
-    """``None`` while the interaction can still be answered; the first receipt for an exact retry;
-    otherwise raises ``Conflict`` (another response won) or ``Gone`` (the wait ended unanswered)."""
+def _settled_answer(
+    interaction: Row[Any], response_id: str, response_digest: str, principal: Actor
+) -> AnswerReceipt | None:
+    """``None`` while the interaction can still be answered; the first receipt for an exact retry (the same
+    principal's same ``response_id`` and value); otherwise raises ``Conflict`` (another response won, or this
+    one was recorded with another value) or ``Gone`` (the wait ended unanswered)."""
     status = interaction.status
     if status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
-        if interaction.response_id == response_id and interaction.response_digest == response_digest:
-            assert interaction.answered_at is not None
-            return AnswerReceipt(status, response_id, interaction.answered_at)
+        if interaction.response_id == response_id and interaction.answered_by_id == principal.id:
+            if interaction.response_digest == response_digest:
+                assert interaction.answered_at is not None
+                return AnswerReceipt(status, response_id, interaction.answered_at)
+            raise Conflict(
+                f"interaction {interaction.id} was already {status} by response {response_id} with another value",
+                interaction_state(interaction),
+            )
         raise Conflict(
             f"interaction {interaction.id} was already {status} by another response", interaction_state(interaction)
         )

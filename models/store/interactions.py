@@ -270,7 +270,7 @@ def cancel(
     """
     digest = cancel_digest(reason)
     interaction, principal = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "cancel")
-    settled = _settled_cancel(interaction, response_id, digest)
+    settled = _settled_cancel(interaction, response_id, digest, principal)
     if settled is not None:
         return settled
     now = utcnow()
@@ -282,18 +282,23 @@ def cancel(
                 "det": None}  # fmt: skip
     if session.execute(_CANCEL, {**params, **terminal}).first() is None:
         interaction, _ = read_interaction(session, INTERACTION, interaction_id_, principal, "cancel")
-        settled = _settled_cancel(interaction, response_id, digest)
+        settled = _settled_cancel(interaction, response_id, digest, principal)
         if settled is not None:
             return settled
         raise Conflict(f"interaction {interaction.id} was closed concurrently")  # pragma: no cover
     return CancelReceipt(response_id, now, interaction.run_id)
 
 
-def _settled_cancel(interaction: Row[Any], response_id: str, digest: str) -> CancelReceipt | None:
-    """``None`` while the interaction can still be canceled; the first receipt for an exact retry; otherwise
-    raises ``Conflict`` (it was answered, or canceled by this response with another reason) or ``Gone``."""
+def _settled_cancel(interaction: Row[Any], response_id: str, digest: str, principal: Actor) -> CancelReceipt | None:
+    """``None`` while the interaction can still be canceled; the first receipt for an exact retry (the same
+    principal's same ``response_id`` and reason); otherwise raises ``Conflict`` (it was answered, or canceled
+    by this response with another reason) or ``Gone`` (canceled by another response, or ended otherwise)."""
     status = interaction.status
-    if status == InteractionStatus.CANCELED and interaction.response_id == response_id:
+    if (
+        status == InteractionStatus.CANCELED
+        and interaction.response_id == response_id
+        and interaction.closed_by_id == principal.id
+    ):
         if interaction.response_digest not in (None, digest):
             raise Conflict(
                 f"interaction {interaction.id} was canceled by response {response_id} with another reason",

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from beat.sweep import run_sweep
-from tests.api.conftest import AGENT, HUMAN, Actors, drive
+from tests.api.conftest import ADMIN, AGENT, HUMAN, Actors, drive
 from tests.support import TARGET, event_types, interactions, pass_time
 
 
@@ -20,20 +20,44 @@ def start_parked(client: TestClient, actors: Actors, workflow: str, payload: Any
     return str(made.json()["id"])
 
 
-def answer(client: TestClient, actors: Actors, iid: str, value: Any, response_id: str) -> Any:
+def answer(client: TestClient, actors: Actors, iid: str, value: Any, response_id: str, by: str = HUMAN) -> Any:
     return client.post(
         f"/v1/interactions/{iid}/answer",
         json={"response_id": response_id, "value": value},
-        headers=actors.auth(HUMAN),
+        headers=actors.auth(by),
     )
 
 
-def cancel(client: TestClient, actors: Actors, iid: str, response_id: str, reason: str | None = None) -> Any:
+def cancel(
+    client: TestClient, actors: Actors, iid: str, response_id: str, reason: str | None = None, by: str = HUMAN
+) -> Any:
     return client.post(
         f"/v1/interactions/{iid}/cancel",
         json={"response_id": response_id, "reason": reason},
-        headers=actors.auth(HUMAN),
+        headers=actors.auth(by),
     )
+
+
+def test_exact_retry__is_the_same_principals_another_one_sending_it_gets_409(
+    client: TestClient, actors: Actors
+) -> None:
+    admin = actors.auth(ADMIN)
+    grant = client.post("/v1/grants", json={"principal": ADMIN, "target": TARGET}, headers=admin).json()
+    try:
+        asked = interactions(start_parked(client, actors, "t.ask_two"))
+        assert answer(client, actors, asked["window"].id, "now", "mine").status_code == 200
+        # Another principal granted on the target, sending the same response id and value: not a retry
+        copied = answer(client, actors, asked["window"].id, "now", "mine", by=ADMIN)
+        assert copied.status_code == 409, copied.text
+        assert copied.json()["detail"].endswith("by another response")
+        # The same principal's response id with another value: a conflict that says so
+        changed = answer(client, actors, asked["window"].id, "later", "mine")
+        assert changed.status_code == 409 and "by response mine with another value" in changed.json()["detail"]
+        assert cancel(client, actors, asked["reason"].id, "stop").status_code == 200
+        assert cancel(client, actors, asked["reason"].id, "stop", by=ADMIN).status_code == 410
+        assert cancel(client, actors, asked["reason"].id, "stop").status_code == 200  # the canceller's retry
+    finally:
+        assert client.delete(f"/v1/grants/{grant['id']}", headers=admin).status_code == 204
 
 
 def test_answer__200_then_exact_retry_same_receipt_then_others_409(client: TestClient, actors: Actors) -> None:
