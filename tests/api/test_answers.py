@@ -137,6 +137,8 @@ def test_answer_after_expiry__410(client: TestClient, actors: Actors) -> None:
     iid = interactions(run_id)["window"].id
     assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(HUMAN)).json()["expires_at"].endswith("Z")
     pass_time(120)
+    early = answer(client, actors, iid, "now", "before-the-sweep")  # past its deadline, not yet recorded
+    assert early.status_code == 410 and early.json()["state"]["status"] == "expired", early.text
     run_sweep()
     gone = answer(client, actors, iid, "now", "too-late")
     assert gone.status_code == 410
