@@ -71,8 +71,18 @@ def unknown_principal(name: str) -> Forbidden:
     return Forbidden(f"principal {name} does not exist or is disabled")
 
 
+_LIVE_GRANT = select(Grant).where(
+    Grant.principal_id == bindparam("pid"), Grant.target == bindparam("target"), Grant.revoked_at.is_(None)
+)
+
+
 def create_grant(session: Session, *, principal_id: str, target: str) -> Grant:
-    """none -> live: a grant of a target to a principal (a new row each time; revoking one revokes it only)."""
+    """none -> live: the principal's live grant of the target, made now, or the one it already holds (so one
+    revoke always ends its access). Callers hold the principal's row lock (``live_principal_for_update``),
+    so two grants of one target cannot be made side by side."""
+    held = session.scalar(_LIVE_GRANT, {"pid": principal_id, "target": target})
+    if held is not None:
+        return held
     grant = Grant(id=new_id(), principal_id=principal_id, target=target, created_at=utcnow())
     session.add(grant)
     session.flush()

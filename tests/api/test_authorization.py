@@ -425,3 +425,18 @@ def test_owner_disabled_while_parked__run_fails_closed(client: TestClient, actor
 def interactions_run(iid: str) -> str:
     with transaction() as session:
         return str(session.scalar(select(Interaction.run_id).where(Interaction.id == iid)))
+
+
+def test_granting_twice__one_live_grant_so_one_revoke_ends_the_access(client: TestClient, actors: Actors) -> None:
+    admin = actors.auth(ADMIN)
+    iid = park(client, actors)
+    body = {"principal": STRANGER, "target": TARGET}
+    first, second = (client.post("/v1/grants", json=body, headers=admin) for _ in range(2))
+    assert first.status_code == second.status_code == 201, second.text
+    assert second.json()["id"] == first.json()["id"]
+    assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(STRANGER)).status_code == 200
+    assert client.delete(f"/v1/grants/{first.json()['id']}", headers=admin).status_code == 204
+    assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(STRANGER)).status_code == 403
+    again = client.post("/v1/grants", json=body, headers=admin)  # a revoked grant is not handed back
+    assert again.status_code == 201 and again.json()["id"] != first.json()["id"]
+    assert client.delete(f"/v1/grants/{again.json()['id']}", headers=admin).status_code == 204
