@@ -29,6 +29,13 @@ from tests.support import AGENT, TARGET, wait_for
 HOLD_S = 3.0
 
 
+def sse_poll(principal: Principal, after: int) -> tuple[list[tuple[int, str]], int]:
+    """One poll of the SSE stream for ``principal`` (its events as (seq, JSON), and the next cursor)."""
+    polled = _poll(lambda _session: principal, after)
+    assert polled is not None
+    return polled
+
+
 @dataclass
 class Followers:
     """Three clients following one run's log from a cursor, each as a client would."""
@@ -51,7 +58,7 @@ class Followers:
         )
         assert response.status_code == 200, response.text
         self._take("http", [e["seq"] for e in response.json()["items"]])
-        events, cursor = _poll(self.admin, self.cursors["sse"])
+        events, cursor = sse_poll(self.admin, self.cursors["sse"])
         self.got["sse"] += [seq for seq, data in events if f'"run_id":"{self.run_id}"' in data]
         self.cursors["sse"] = cursor
 
@@ -170,7 +177,7 @@ def test_event_log__a_long_open_writer_holds_delivery_back_and_then_everything_a
     everything = _seqs(run_id)
     assert everything == [*before, seq_a, *later]
     wait_for(lambda: followers.have(everything), what="every event on every reader")
-    events, _ = _poll(followers.admin, 0)
+    events, _ = sse_poll(followers.admin, 0)
     streamed = [seq for seq, _ in events]
     assert streamed == sorted(set(streamed))
     assert set(_seqs(other_run)) <= set(streamed)
