@@ -120,7 +120,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from beat.sweep import run_sweep
     from parkway.db import get_engine
     from parkway.migrate import require_current_schema
+    from parkway.settings import get_settings
 
+    get_settings().require_imports()  # without them the sweep could not judge continuation versions
     require_current_schema(get_engine())
     report = run_sweep(batch=args.batch)
     print(json.dumps(report.as_dict()) if args.json else report.line())
@@ -170,6 +172,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from parkway.settings import get_settings
 
     settings = get_settings()
+    settings.require_imports()  # now, not after migrating and starting the children that would refuse
     home = Path(settings.home).resolve()
     _only_up_in(home)
     settings.resolved_secret_key()  # refuse now, not in four children; makes the embedded key file once
