@@ -176,6 +176,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     home = Path(settings.home).resolve()
     _only_up_in(home)
     settings.resolved_secret_key()  # refuse now, not in four children; makes the embedded key file once
+    flower_login = cli_bootstrap.flower_login(home) if args.flower else None  # refused before anything starts
     embedded.start_for_process(settings.embedded_dir)  # shared by the children; stopped on exit if `up` started it
     cmd_migrate(args)
     for line in cli_bootstrap.welcome(settings):  # before any child can fail: tokens are shown only now
@@ -200,10 +201,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         "beat": f"beat ready: recovery sweep every {settings.sweep_interval_s:g}s",
     }
     flower_where = ""
-    if args.flower:
+    if flower_login is not None:
         # Never an open Flower, and its login never on a command line (ps shows those): Flower reads it
         # from FLOWER_BASIC_AUTH in its environment.
-        flower_auth, login, flower_where = cli_bootstrap.flower_login(home)
+        flower_auth, login, flower_where = flower_login
         commands["flower"] = (
             [
                 *celery,
