@@ -120,7 +120,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from beat.sweep import run_sweep
     from parkway.db import get_engine
     from parkway.migrate import require_current_schema
+    from parkway.settings import get_settings
 
+    get_settings().require_imports()  # without them the sweep could not judge continuation versions
     require_current_schema(get_engine())
     report = run_sweep(batch=args.batch)
     print(json.dumps(report.as_dict()) if args.json else report.line())
@@ -170,9 +172,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     from parkway.settings import get_settings
 
     settings = get_settings()
+    settings.require_imports()  # now, not after migrating and starting the children that would refuse
     home = Path(settings.home).resolve()
     _only_up_in(home)
     settings.resolved_secret_key()  # refuse now, not in four children; makes the embedded key file once
+    flower_login = cli_bootstrap.flower_login(home) if args.flower else None  # refused before anything starts
     embedded.start_for_process(settings.embedded_dir)  # shared by the children; stopped on exit if `up` started it
     cmd_migrate(args)
     for line in cli_bootstrap.welcome(settings):  # before any child can fail: tokens are shown only now
@@ -197,10 +201,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         "beat": f"beat ready: recovery sweep every {settings.sweep_interval_s:g}s",
     }
     flower_where = ""
-    if args.flower:
+    if flower_login is not None:
         # Never an open Flower, and its login never on a command line (ps shows those): Flower reads it
         # from FLOWER_BASIC_AUTH in its environment.
-        flower_auth, login, flower_where = cli_bootstrap.flower_login(home)
+        flower_auth, login, flower_where = flower_login
         commands["flower"] = (
             [
                 *celery,

@@ -108,6 +108,7 @@ def flower_login(home: Path) -> tuple[str, str, str]:
     start that made it)."""
     given = os.environ.get("FLOWER_BASIC_AUTH", "")
     if given:
+        _require_logins(given)
         return given, "basic auth from FLOWER_BASIC_AUTH", "login from FLOWER_BASIC_AUTH"
     path = home / FLOWER_FILE
     made = not path.exists() and _create_once(path, f"{FLOWER_USER}:{secrets.token_urlsafe(18)}\n")
@@ -122,6 +123,17 @@ def flower_login(home: Path) -> tuple[str, str, str]:
     if made:
         return login, f"user:password {login}", where
     return login, f"user {user}, password in {path}", where
+
+
+def _require_logins(value: str) -> None:
+    """Refuse a ``FLOWER_BASIC_AUTH`` nobody could log in with: Flower compares each comma-separated entry
+    with the browser's ``user:password`` as it is."""
+    for entry in value.split(","):
+        user, _, password = entry.partition(":")
+        if not user or not password:
+            raise ConfigError(
+                "FLOWER_BASIC_AUTH must be user:password (neither empty), or a comma-separated list of them"
+            )
 
 
 def _create_once(path: Path, content: str) -> bool:

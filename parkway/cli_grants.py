@@ -105,6 +105,7 @@ def cmd_run_start(args: argparse.Namespace) -> int:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
         return _fail("run start", f"--payload is not JSON ({exc}): {args.payload[:80]!r}", 2)
+    get_settings().require_imports()
     _ready()
     from models.jsonsafe import InvalidInput
     from tasks import sdk

@@ -22,10 +22,11 @@ _state: dict[str, Any] = {"pid": None, "engine": None, "factory": None, "relaxed
 
 
 def normalize_url(url: str) -> str:
-    """Use psycopg 3 for PostgreSQL whatever driver the URL names (or none)."""
-    for prefix in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
+    """Use psycopg 3 for PostgreSQL whatever driver the URL names (or none): ``postgres[ql][+driver]://``,
+    in any case, becomes ``postgresql+psycopg://``, the rest of the URL kept as it is."""
+    scheme, found, rest = url.partition("://")
+    if found and scheme.split("+", 1)[0].lower() in ("postgresql", "postgres"):
+        return "postgresql+psycopg://" + rest
     return url
 
 

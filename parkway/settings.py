@@ -114,6 +114,13 @@ class Settings(BaseSettings):
                 return f"PARKWAY_IMPORTS names {module!r}, and no such module can be imported from here"
         return None
 
+    def require_imports(self) -> None:
+        """Raise ``ConfigError`` with ``imports_problem``: a command needing the workflow modules refuses as
+        the worker, beat and API do, in one line, before it starts anything."""
+        problem = self.imports_problem()
+        if problem is not None:
+            raise ConfigError(f"refusing to start: {problem}")
+
     def resolved_secret_key(self) -> str:
         """The secret key, or a clear refusal; on the embedded default a key is made once into a 0600 file."""
         key = self.secret_key

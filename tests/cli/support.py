@@ -101,10 +101,18 @@ class Up:
         stop(self.proc, [*self.groups, *child_pids(self.stdout()).values()])
 
 
-def start_up(tmp_path: Path, home: Path, *args: str, name: str = "up", imports: str | None = "tests.workflows") -> Up:
+def start_up(
+    tmp_path: Path,
+    home: Path,
+    *args: str,
+    name: str = "up",
+    imports: str | None = "tests.workflows",
+    extra_env: dict[str, str] | None = None,
+) -> Up:
     """``parkway up`` on the embedded defaults in ``home``, with the test workflows (``imports=None``: the
-    default, the shipped examples), on free ports."""
+    default, the shipped examples) and ``extra_env``, on free ports."""
     env = embedded_env(PARKWAY_HOME=str(home), **({} if imports is None else {"PARKWAY_IMPORTS": imports}))
+    env.update(extra_env or {})
     api_port, flower_port = free_port(), free_port()
     out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
     cmd = [sys.executable, "-m", "parkway.cli", "up", "--port", str(api_port), "--flower-port", str(flower_port),

@@ -52,3 +52,11 @@ def test_flower_login__flower_basic_auth_wins_and_a_broken_file_is_refused(
     (tmp_path / "flower.auth").write_text("no-colon-here\n")
     with pytest.raises(ConfigError, match="does not hold user:password"):
         flower_login(tmp_path)
+
+
+def test_flower_login__a_comma_separated_list_of_logins_is_passed_on_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWER_BASIC_AUTH", "ops:s3cret,dev:pa:ss")
+    login, _, _ = flower_login(tmp_path)
+    assert login == "ops:s3cret,dev:pa:ss"

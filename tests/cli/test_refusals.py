@@ -100,3 +100,25 @@ def test_a_workflow_module_that_is_not_there__each_process_refuses_naming_it(
     refusal = "refusing to start: PARKWAY_IMPORTS names 'tests.no_such_workflows', and no such module can be imported"
     assert refusal in done.stderr, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("run", "start", "deploy.plan", "--as", "agent", "--target", "example"),
+        ("sweep", "--once"),
+        ("up", "--port", "0", "--no-flower"),
+    ],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_a_workflow_module_that_is_not_there__each_command_refuses_naming_it(
+    home: Path, command: tuple[str, ...]
+) -> None:
+    # Given a migrated database, so nothing else stops the command first
+    assert parkway("migrate", env=embedded_env(PARKWAY_HOME=str(home)), cwd=home).returncode == 0
+    env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows, tests.no_such_workflows")
+    done = parkway(*command, env=env, cwd=home)
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr[-3000:])
+    [line] = done.stderr.strip().splitlines()
+    assert line == (f"parkway {command[0]}: refusing to start: PARKWAY_IMPORTS names 'tests.no_such_workflows', "
+                    "and no such module can be imported from here"), line  # fmt: skip

@@ -240,3 +240,22 @@ def test_up__a_broker_nobody_answers__the_api_is_not_called_ready_and_up_says_wh
     why = r"api not ready: http://\S+/readyz answers 503: not ready: the broker is unreachable"
     assert re.search(why, stdout), stdout
     assert not any(group_alive(pid) for pid in child_pids(stdout).values())
+
+
+@pytest.mark.parametrize("login", ["nocolon", ":password", "user:", "ops:s3cret,nocolon"])
+def test_up__a_flower_login_nobody_could_use_is_refused_before_anything_starts(
+    tmp_path: Path, home: Path, login: str
+) -> None:
+    # Given FLOWER_BASIC_AUTH that is not user:password (or a comma-separated list of them)
+    up = start_up(tmp_path, home, extra_env={"FLOWER_BASIC_AUTH": login})
+    try:
+        wait_for(lambda: up.proc.poll() is not None, timeout=30, what="parkway up to refuse")
+    finally:
+        up.stop()
+    # Then it refuses in one line naming the variable, never its value, exit 2, having started nothing
+    assert up.proc.returncode == 2, up.logs()
+    [line] = up.err.read_text().strip().splitlines()
+    assert line == ("parkway up: FLOWER_BASIC_AUTH must be user:password (neither empty), or a comma-separated "
+                    "list of them"), line  # fmt: skip
+    assert "nocolon" not in line and "s3cret" not in line
+    assert up.stdout() == ""
