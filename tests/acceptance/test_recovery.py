@@ -175,7 +175,9 @@ def test_continuation_version_removed_while_parked__fails_closed(stack: Stack) -
     # Given a step parked on t.one_done@2 by code that has it
     old = stack.start_worker(PARKWAY_TEST_WITH_V2="1")
     run_id = start("t.ask_one", {"continuation": "t.one_done@2"})
-    asked = wait_parked(run_id)
+    # (no sweep while waiting: this process does not have t.one_done@2, so its sweep would interrupt the step
+    # the moment it parked, before the wait saw it waiting)
+    asked = wait_parked(run_id, sweep=False)
     assert old.terminate() == 0
     # When it is answered, then a deploy without that version resumes it (answered first: a sweep of the new
     # deploy would otherwise interrupt the parked step before the answer, which then gets 410)
