@@ -352,3 +352,15 @@ def drop_foreign_keys(engine: Any) -> None:
         for table, name in rows:
             conn.execute(text(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"'))
     log(f"what-if no-foreign-keys: dropped {len(rows)} foreign keys")
+
+
+def discard_event_rows(engine: Any) -> None:
+    """``--what-if no-event-rows``: every insert into ``events`` of the bench database is dropped by a row
+    trigger (the statements still build and send their events: what the rows cost PostgreSQL, heap, indexes
+    and WAL, less the trigger's own call)."""
+    from sqlalchemy import text
+
+    with engine.begin() as conn:
+        conn.execute(text("CREATE FUNCTION discard() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END'"))
+        conn.execute(text("CREATE TRIGGER discard BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION discard()"))
+    log("what-if no-event-rows: inserts into events are discarded")

@@ -80,7 +80,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--what-if",
         default="",
         help="experiments on Parkway in the bench's processes only (comma-separated): no-pre-ping, "
-        "no-inline-projection, no-erase-secrets, no-projection-fsync, no-projection-flag, no-foreign-keys",
+        "no-inline-projection, no-erase-secrets, no-projection-fsync, no-projection-flag, no-foreign-keys, "
+        "no-event-rows, answer-autocommit",
     )
     p.add_argument("--py-spy", action="store_true", help="sample the workers with py-spy during throughput")
     p.add_argument(
@@ -235,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"database migrated to {revision}")
         if "no-foreign-keys" in args.what_if.split(","):
             harness.drop_foreign_keys(get_engine())
+        if "no-event-rows" in args.what_if.split(","):
+            harness.discard_event_rows(get_engine())
         # Only now: these import the Celery app, which reads the settings at import.
         from bench import cases, seed
 

@@ -151,6 +151,7 @@ KNOWN_WHAT_IF = {
     "no-projection-fsync": "the projector writes run_metadata.json without its two fsync calls",
     "no-projection-flag": "the projector writes run_metadata.json but leaves projection_pending set",
     "no-foreign-keys": "the bench database without its foreign keys (each insert's referential checks)",
+    "no-event-rows": "the bench database discards every event row (a trigger): what the rows cost PostgreSQL",
     "answer-autocommit": "the answer's two statements each in autocommit, without BEGIN and COMMIT (what a "
     "pending-interactions counter on the step would allow; safe here only because every bench step waits on one "
     "question)",
