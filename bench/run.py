@@ -79,9 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--what-if",
         default="",
-        help="experiments on Parkway in the bench's processes only (comma-separated): no-pre-ping, "
-        "no-inline-projection, no-erase-secrets, no-projection-fsync, no-projection-flag, no-foreign-keys, "
-        "no-event-rows, answer-autocommit",
+        help="experiments on Parkway in the bench's processes only (comma-separated names of KNOWN_WHAT_IF in "
+        "bench/workflows.py, each described there)",
     )
     p.add_argument("--py-spy", action="store_true", help="sample the workers with py-spy during throughput")
     p.add_argument(
