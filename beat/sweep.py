@@ -7,7 +7,6 @@ row is logged and skipped without stopping the pass.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -18,7 +17,6 @@ from models import fail_closed, projections, store
 from parkway.crash import crash_point
 from parkway.db import database_unavailable, failure_line, single_statement, transaction
 from parkway.settings import get_settings
-from tasks import registry
 from tasks.celery_app import CONTINUATIONS_QUEUE, SWEEP, SWEEP_QUEUE, app
 from tasks.projection import project, project_quietly
 from tasks.publish import publish
@@ -26,8 +24,8 @@ from tasks.publish import publish
 log = logging.getLogger("parkway.sweep")
 
 # In the sweep's order: 1 republished + lease_expired, 2 expired, 3 dead + unregistered + revoked (waits whose
-# continuation version is not registered, or whose run's owner lost its grant), 4 reviews_interrupted,
-# 5 projections; errors counts rows skipped after an exception.
+# continuation version no live worker has advertised for the grace, or whose run's owner lost its grant),
+# 4 reviews_interrupted, 5 projections; errors counts rows skipped after an exception.
 CATEGORIES = (
     "republished",
     "lease_expired",
@@ -176,29 +174,16 @@ def _give_up_exhausted(report: SweepReport, continuation_id: str, max_attempts: 
     return dead.run_id
 
 
-def _registered() -> frozenset[str] | None:
-    """The continuation versions this process can run, or ``None`` when it cannot judge: its workflow
-    modules (``PARKWAY_IMPORTS``, and ``tasks.worker`` for the SDK's own) fail to import, or nothing is
-    registered at all (a sweep started without them must not interrupt every wait)."""
-    try:
-        for module in ("tasks.worker", *get_settings().import_modules):
-            importlib.import_module(module)
-    except Exception:
-        log.warning("workflow modules failed to import; not checking continuation versions", exc_info=True)
-        return None
-    return registry.continuation_keys() or None
-
-
 def _failed_closed(report: SweepReport, *, batch: int) -> None:
-    """Category 3 for waits: a parked step whose continuation version is not registered here, or whose
-    run's owner lost its grant → its run, step and pending interactions interrupted with the reason."""
-    registered = _registered()
+    """Category 3 for waits: a parked step whose continuation version no live worker has advertised for
+    the grace, or whose run's owner lost its grant → its run, step and pending interactions interrupted
+    with the reason. Judged by what the fleet advertises, never by this process's own registry."""
     ended: list[str] = []
     with transaction() as session:
-        found: dict[str, list[fail_closed.Wait]] = {"unregistered": []}
-        if registered is not None:
-            found["unregistered"] = fail_closed.unregistered_waits(session, registered=registered, batch=batch)
-        found["revoked"] = fail_closed.revoked_waits(session, batch=batch)
+        found = {
+            "unregistered": fail_closed.unserved_waits(session, grace_s=get_settings().version_grace_s, batch=batch),
+            "revoked": fail_closed.revoked_waits(session, batch=batch),
+        }
         for category, waits in found.items():
             for wait in waits:
                 try:

@@ -1,23 +1,25 @@
 """Sweep category 3, for waits: parked steps that can no longer make progress.
 
-A parked step whose continuation ``name@version`` is not registered, or whose run's owner lost its grant
-on the run's target, would take an answer (200) and then throw it away at claim. The sweep finds them
-from the pending interactions (``ix_interactions_pending``: its cost follows the waits, not the tables)
-and ends them through the one interruption transition, ``store.interrupt_run``: the run, the step and
-its pending interactions ``interrupted`` with the reason, any continuation of the run ``dead``.
+A parked step whose continuation ``name@version`` no live worker has advertised for the grace
+(``models.store.workers``), or whose run's owner lost its grant on the run's target, would take an answer
+(200) and then throw it away. The sweep finds them from the pending interactions (by the continuation they
+resume, ``ix_interactions_pending_continuation``, or all of them, ``ix_interactions_pending``) and ends them
+through the one interruption transition, ``store.interrupt_run``: the run, the step and its pending
+interactions ``interrupted`` with the reason, any continuation of the run ``dead``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, exists, or_, select
+from sqlalchemy import Table, bindparam, case, exists, literal_column, or_, select, true
 from sqlalchemy.orm import Session
 
 from models import store
-from models.status import InteractionStatus, PrincipalKind, StepStatus
+from models.clock import db_now
+from models.status import ContinuationKind, InteractionStatus, PrincipalKind, StepStatus
+from models.store.workers import ADVERTISED, advertises, live, unserved_reason
 from models.tables import Grant, Interaction, Principal, Run, Step
 
 _I = cast(Table, Interaction.__table__)
@@ -36,6 +38,7 @@ class Wait:
     run_id: str
     step_id: str
     reason: str
+    version: str | None = None  # the continuation no live worker serves (re-checked under the step's lock)
 
 
 def _owner_granted() -> Any:
@@ -47,15 +50,10 @@ def _owner_granted() -> Any:
     )
 
 
-# Both selections walk the pending interactions (``ix_interactions_pending``) and look up each one's step
-# or run in a scalar subquery: PostgreSQL runs that per row through the primary key, never as a join that
-# the planner may turn into a scan of the whole steps or runs table (it did, at 10^5 terminal runs).
+# The revoked selection walks the pending interactions and looks up each one's run in a scalar subquery:
+# PostgreSQL runs that per row through the primary key, never as a join that the planner may turn into a
+# scan of the whole runs table (it did, at 10^5 terminal runs).
 _PENDING = _I.c.status == store.word(InteractionStatus.PENDING)
-_PARKED_ON = (
-    select(_S.c.continuation)
-    .where(_S.c.id == _I.c.step_id, _S.c.status == store.word(StepStatus.PARKED))
-    .scalar_subquery()
-)
 _OWNER_GRANTED = (
     select(_owner_granted()).select_from(_R.join(_P, _P.c.id == _R.c.owner_id)).where(_R.c.id == _I.c.run_id)
 ).scalar_subquery()
@@ -64,35 +62,85 @@ _OWNER_GRANTED = (
 def _distinct(rows: Any, reason: Any) -> list[Wait]:
     seen: dict[str, Wait] = {}
     for row in rows:
-        seen.setdefault(row[1], Wait(run_id=row[0], step_id=row[1], reason=reason(row)))
+        seen.setdefault(row[1], reason(row))
     return list(seen.values())
 
 
-def unregistered_waits(session: Session, *, registered: Collection[str], batch: int) -> list[Wait]:
-    """Parked steps whose continuation ``name@version`` is not among ``registered`` (unlocked)."""
-    continuation = _PARKED_ON.label("continuation")
-    stmt = (
-        select(_I.c.run_id, _I.c.step_id, continuation)
-        .where(_PENDING, _PARKED_ON.not_in(sorted(registered)))
-        .limit(batch)
+def _parked_keys() -> Any:
+    """Every continuation key a pending interaction resumes, once each: a skip scan of
+    ``ix_interactions_pending_continuation`` (one index probe per distinct key, whatever the number of waits)."""
+    later = _I.alias("later")
+    first = select(_I.c.continuation.label("key")).where(_PENDING, _I.c.continuation.is_not(None))
+    keys = first.order_by(_I.c.continuation).limit(1).cte("parked_keys", recursive=True)
+    following = (
+        select(later.c.continuation)
+        .where(later.c.status == store.word(InteractionStatus.PENDING), later.c.continuation > keys.c.key)
+        .order_by(later.c.continuation)
+        .limit(1)
+        .scalar_subquery()
     )
-    return _distinct(session.execute(stmt), lambda row: f"continuation version {row[2]} is not registered")
+    return keys.union_all(select(following).where(keys.c.key.is_not(None)))
+
+
+def _unserved_waits() -> Any:
+    """Up to ``:n`` waits on keys no live worker advertises, last advertised before ``:grace`` seconds ago
+    (never: the wait's own park counts), while some worker is alive; each key's waits oldest first by a
+    range of the index (its cutoff bound per key, so the scan stops at the batch or the cutoff)."""
+    keys = _parked_keys()
+    resume = ContinuationKind.RESUME.value
+    seen = ADVERTISED.c.last_seen_at
+    unserved = (
+        select(
+            keys.c.key,
+            seen,
+            case((seen.is_(None), db_now("grace")), else_=literal_column("'infinity'::timestamptz")).label("cutoff"),
+        )
+        .select_from(keys.outerjoin(ADVERTISED, (ADVERTISED.c.kind == resume) & (ADVERTISED.c.key == keys.c.key)))
+        .where(keys.c.key.is_not(None), or_(seen.is_(None), seen < db_now("grace")))
+        .where(~exists().where(live(), advertises(resume, keys.c.key)))
+        .cte("unserved")
+    )
+    waits = (
+        select(_I.c.run_id, _I.c.step_id)
+        .where(_PENDING, _I.c.continuation == unserved.c.key, _I.c.created_at < unserved.c.cutoff)
+        .order_by(_I.c.created_at)
+        .limit(bindparam("n"))
+        .lateral("waits")
+    )
+    return (
+        select(waits.c.run_id, waits.c.step_id, unserved.c.key, unserved.c.last_seen_at)
+        .select_from(unserved.join(waits, true()))
+        .where(exists().where(live()))
+        .limit(bindparam("n"))
+    )
+
+
+_UNSERVED_WAITS = _unserved_waits()
+
+
+def unserved_waits(session: Session, *, grace_s: float, batch: int) -> list[Wait]:
+    """Parked steps on a continuation version no live worker has advertised for ``grace_s`` (unlocked)."""
+    rows = session.execute(_UNSERVED_WAITS, {"grace": -grace_s, "n": batch})
+    resume = ContinuationKind.RESUME.value
+    return _distinct(rows, lambda row: Wait(row[0], row[1], unserved_reason(resume, row[2], row[3]), version=row[2]))
 
 
 def revoked_waits(session: Session, *, batch: int) -> list[Wait]:
     """Parked steps (a pending interaction is only ever a parked step's) of runs whose owner no longer
     holds a live grant on the run's target (unlocked)."""
     stmt = select(_I.c.run_id, _I.c.step_id).where(_PENDING, _OWNER_GRANTED.is_(False)).limit(batch)
-    return _distinct(session.execute(stmt), lambda _row: AUTHORITY_REVOKED)
+    return _distinct(session.execute(stmt), lambda row: Wait(row[0], row[1], AUTHORITY_REVOKED))
 
 
 def _locking() -> Any:
     """The parked step ``:sid``, locked unless another transaction holds it, with whether its run ``:rid``'s
-    owner still lacks a live grant (grants are not guarded by the step's lock: read with it, not after)."""
+    owner still lacks a live grant, and whether a live worker now serves ``:version`` (neither is guarded
+    by the step's lock: read with it, not after)."""
     revoked = (
         select(_R.c.id).join(_P, _P.c.id == _R.c.owner_id).where(_R.c.id == bindparam("rid"), ~_owner_granted())
     ).exists()
-    parked = select(_S.c.id, revoked.label("revoked")).where(
+    served = exists().where(live(), advertises(ContinuationKind.RESUME, bindparam("version")))
+    parked = select(_S.c.id, revoked.label("revoked"), served.label("served")).where(
         _S.c.id == bindparam("sid"), _S.c.status == store.word(StepStatus.PARKED)
     )
     return store.skip_locked(parked)
@@ -105,13 +153,13 @@ def interrupt_wait(session: Session, wait: Wait) -> store.RunRecord | None:
     """parked (with pending interactions) -> interrupted, through ``store.interrupt_run``.
 
     Locks the step first, like answer, cancel and expiry (one lock order); a step locked by one of them
-    is skipped this pass. ``None`` when the step is no longer parked, its owner holds a grant again, or
-    the run already ended (the CAS lost). Two statements: the interrupt must read after the lock (a
-    statement's snapshot predates the locks it takes).
+    is skipped this pass. ``None`` when the step is no longer parked, its owner holds a grant again, a
+    live worker serves its version again, or the run already ended (the CAS lost). Two statements: the
+    interrupt must read after the lock (a statement's snapshot predates the locks it takes).
     """
-    locked = session.execute(_LOCKING, {"sid": wait.step_id, "rid": wait.run_id}).first()
+    locked = session.execute(_LOCKING, {"sid": wait.step_id, "rid": wait.run_id, "version": wait.version}).first()
     if locked is None:
         return None
-    if wait.reason == AUTHORITY_REVOKED and not locked.revoked:
+    if (wait.reason == AUTHORITY_REVOKED and not locked.revoked) or locked.served:
         return None
     return store.interrupt_run(session, wait.run_id, reason=wait.reason, execution_id=f"sweep:{wait.step_id}")

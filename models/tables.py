@@ -22,6 +22,7 @@ from sqlalchemy import (
     func,
     text,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, UTCDateTime, utcnow
@@ -188,6 +189,7 @@ class Interaction(Base):
     closed_by_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    continuation: Mapped[str | None] = mapped_column(String(200))  # the name@version its step resumes (0010)
 
     __table_args__ = (
         UniqueConstraint("step_id", "key"),
@@ -198,11 +200,19 @@ class Interaction(Base):
             "expires_at",
             postgresql_where=text("status = 'pending' AND expires_at IS NOT NULL"),
         ),
-        # The waits the sweep checks for a lost authority or an unregistered continuation (models/fail_closed.py).
+        # A step's pending interactions (an answer's closing; the waits the sweep checks for a lost authority).
         Index(
             "ix_interactions_pending",
             "step_id",
             postgresql_where=text("status = 'pending'"),
+        ),
+        # The waits by the continuation they resume: those on a version no live worker runs (models/fail_closed.py).
+        Index(
+            "ix_interactions_pending_continuation",
+            "continuation",
+            "created_at",
+            # Not implied by a query without the continuation: an answer's closing never scans this one.
+            postgresql_where=text("status = 'pending' AND continuation IS NOT NULL"),
         ),
     )
 
@@ -247,6 +257,35 @@ class Continuation(Base):
             postgresql_where=text("status = 'claimed'"),
         ),
     )
+
+
+class Worker(Base):
+    """A worker process's advertisement: the step names and continuation keys it runs, live while its
+    heartbeat keeps ``expires_at`` ahead of the database's clock (models/store/workers.py)."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    node: Mapped[str] = mapped_column(String(200))  # its Celery node name: where a delivery is handed on to
+    pid: Mapped[int] = mapped_column(Integer)
+    steps: Mapped[list[str]] = mapped_column(ARRAY(String(200)))
+    continuations: Mapped[list[str]] = mapped_column(ARRAY(String(200)))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class AdvertisedVersion(Base):
+    """When a live worker last advertised a key (``start``: a step name; ``resume``: a continuation's
+    ``name@version``), kept once its last worker is gone: what ``PARKWAY_VERSION_GRACE_S`` counts from."""
+
+    __tablename__ = "advertised_versions"
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (one_of("kind", ContinuationKind),)
 
 
 class Event(Base):

@@ -122,7 +122,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from parkway.migrate import require_current_schema
     from parkway.settings import get_settings
 
-    get_settings().require_imports()  # without them the sweep could not judge continuation versions
+    get_settings().require_imports()  # a configuration naming a missing module is refused here too
     require_current_schema(get_engine())
     report = run_sweep(batch=args.batch)
     print(json.dumps(report.as_dict()) if args.json else report.line())

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     reenqueue_after_s: float = Field(default=10.0, ge=0)
     locked_body_s: float = Field(default=0.0, ge=0)  # > 0: a first delivery's body may run so long under its row lock
     max_attempts: int = Field(default=5, ge=1)
+    # How long no live worker may advertise a version before the work on it fails closed (a rolling deploy).
+    version_grace_s: float = Field(default=600.0, ge=0)
+    worker_heartbeat_s: float = Field(default=10.0, gt=0)  # a worker is live for 3 heartbeats after each
     db_pool_size: int = Field(default=10, ge=1, le=500)
     workspace_dir: str = ""  # empty: ``workspaces`` under ``home``
     home: str = str(DEFAULT_HOME)

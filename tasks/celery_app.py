@@ -85,6 +85,9 @@ def configure(app: Celery, settings: Settings) -> None:
         task_send_sent_event=False,
         worker_hijack_root_logger=False,
         imports=["tasks.worker", "beat.sweep", *settings.import_modules],
+        # Each worker also consumes a queue of its own: where a worker that does not run a version hands a
+        # delivery on to one that does (tasks.worker).
+        worker_direct=True,
         # The schedule itself is beat's (beat.schedule); its file is named here: beat reads it before loading modules.
         beat_schedule_filename=str(settings.broker_folder.parent / "celerybeat-schedule"),
     )
@@ -101,6 +104,7 @@ def _settings_or_refuse() -> Settings:
 
 app = Celery("parkway")
 configure(app, _settings_or_refuse())
+app.steps["worker"].add("tasks.fleet:Heartbeat")
 
 
 def _guard_schema(process: str) -> None:
@@ -132,8 +136,12 @@ def _on_setup_logging(loglevel: Any = None, **_: Any) -> None:
 
 
 @signals.worker_init.connect
-def _on_worker_init(**_: Any) -> None:
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    """Refuse a schema this code does not match; then say what this worker runs, before it takes a task."""
+    from tasks import fleet
+
     _guard_schema("worker")
+    fleet.start(sender.hostname)
 
 
 @signals.beat_init.connect

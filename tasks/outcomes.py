@@ -11,19 +11,10 @@ from models.answers import PERMISSION_SCHEMA
 from models.jsonsafe import json_problem
 from models.status import InteractionKind
 from models.store import InteractionSpec
-from parkway.errors import NotRegistered, WorkflowError
+from parkway.errors import WorkflowError
 from tasks import registry
 from tasks.checks import expires_in_ok, schema_ok, text_ok
 from tasks.tooltypes import Permission
-
-
-class ContinuationNotRegistered(NotRegistered):
-    """Raised by ``check_outcome`` when a body parks on a ``name@version`` this process has not registered:
-    the system cannot drive that wait, so the step is interrupted (nothing guesses), not failed."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(f"continuation version {key} is not registered")
-        self.key = key
 
 
 @dataclass(frozen=True)
@@ -124,16 +115,13 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
 
 
 def check_outcome(outcome: Any, where: str) -> Outcome:
-    """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable, and
-    ``ContinuationNotRegistered`` for a well-formed Park on a version this process has not registered."""
+    """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable."""
     if isinstance(outcome, Park):
         if not isinstance(outcome.continuation, str) or "@" not in outcome.continuation:
             raise WorkflowError(f"Park from {where} must name a continuation as name@version")
         text_ok(outcome.continuation, f"the continuation named by Park from {where}")
         json_ok(outcome.snapshot, "the Park snapshot")
-        interaction_specs(outcome.interactions)
-        if not registry.has_continuation(outcome.continuation):  # not the workflow's verdict: interrupted
-            raise ContinuationNotRegistered(outcome.continuation)
+        interaction_specs(outcome.interactions)  # its version is judged by the fleet (tasks.worker), not here
     elif isinstance(outcome, Next):
         if not isinstance(outcome.step, str) or not registry.has_step(outcome.step):
             raise WorkflowError(f"step {outcome.step} named by Next from {where} is not registered")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from celery.utils.nodenames import worker_direct
 from kombu.exceptions import OperationalError
 
 from parkway.crash import crash_point
@@ -15,10 +16,16 @@ log = logging.getLogger("parkway.publish")
 # The message header that marks a continuation's first publish (the one after the commit that made it due).
 FIRST_PUBLISH = "parkway_first_publish"
 FIRST = {FIRST_PUBLISH: True}
+# The message header of a delivery handed on by a worker that does not run its version (tasks.worker).
+HANDED_ON = "parkway_handed_on"
 
 
 def publish(
-    items: Iterable[tuple[str, str]], *, after_first: Callable[[], None] | None = None, retry: bool = True
+    items: Iterable[tuple[str, str]],
+    *,
+    after_first: Callable[[], None] | None = None,
+    retry: bool = True,
+    node: str | None = None,
 ) -> int:
     """Send one task per ``(continuation_id, kind)``; call only after the commit that created them.
 
@@ -31,7 +38,8 @@ def publish(
     dead only by the send: the rest of the batch then goes once more on a new connection, so a live
     broker never leaves a continuation to the sweep. Returns how many were sent.
     Those sends are a continuation's first publish, and say so in a message header (``FIRST_PUBLISH``):
-    only that message may run under its row lock (``tasks.holding``).
+    only that message may run under its row lock (``tasks.holding``). ``node``: each to that worker's own
+    queue instead, marked as handed on (``HANDED_ON``).
     """
     batch = list(items)
     if not batch:
@@ -49,8 +57,9 @@ def publish(
                 for continuation_id, kind in batch[sent:]:
                     crash_point("publish.before_send")
                     name, queue = (RUN_STEP, STEPS_QUEUE) if kind == "start" else (RESUME_STEP, CONTINUATIONS_QUEUE)
-                    app.send_task(name, args=[continuation_id], queue=queue, producer=producer, retry=retry,
-                                  headers=None if retry else FIRST)  # fmt: skip
+                    headers = {HANDED_ON: True} if node else None if retry else FIRST
+                    app.send_task(name, args=[continuation_id], queue=worker_direct(node) if node else queue,
+                                  producer=producer, retry=retry, headers=headers)  # fmt: skip
                     sent += 1
                     if sent == 1 and after_first is not None:
                         after_first()

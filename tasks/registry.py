@@ -76,6 +76,12 @@ def import_workflows() -> None:
             _imported.add(module)
 
 
-def continuation_keys() -> frozenset[str]:
-    """Every registered ``name@version`` (what the sweep compares parked steps against)."""
-    return frozenset(_continuations)
+def keys(kind: str) -> frozenset[str]:
+    """What this process runs and its worker advertises: the step names (``start``), or every registered
+    continuation ``name@version`` (``resume``)."""
+    return frozenset(_steps if kind == "start" else _continuations)
+
+
+def has(kind: str, key: str) -> bool:
+    """Whether this process runs ``key`` (a continuation row's ``kind`` and ``name``)."""
+    return (has_step if kind == "start" else has_continuation)(key)

@@ -30,7 +30,6 @@ from tasks.celery_app import RESUME_STEP, RUN_STEP, app
 from tasks.holding import Abandoned, Hold, Keeper
 from tasks.outcomes import (
     Complete,
-    ContinuationNotRegistered,
     Fail,
     Next,
     Outcome,
@@ -39,7 +38,7 @@ from tasks.outcomes import (
     interaction_specs,
 )
 from tasks.projection import project_quietly, project_soon
-from tasks.publish import FIRST_PUBLISH, publish
+from tasks.publish import FIRST_PUBLISH, HANDED_ON, publish
 from tasks.sdk import Context
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 from tasks.tooltypes import PossiblyRan
@@ -50,9 +49,14 @@ log = logging.getLogger("parkway.worker")
 @dataclass(frozen=True)
 class Interrupted:
     """Not the workflow's verdict: the system cannot drive what the body asked for (a Park on a
-    continuation version this process has not registered), so the step and run end ``interrupted``."""
+    continuation version no live worker has advertised for the grace), so the step and run end ``interrupted``."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """A claimed continuation this worker does not run (its step or version is not registered here)."""
 
 
 Result = Outcome | Interrupted
@@ -61,20 +65,20 @@ Result = Outcome | Interrupted
 @app.task(name=RUN_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_step(task: Task, continuation_id: str) -> str:
     """Run a step body for its start continuation (exactly one commit)."""
-    return _drive(continuation_id, _delivery(task))
+    return _drive(continuation_id, _delivery(task), handed_on=bool(task.request.get(HANDED_ON)))
 
 
 @app.task(name=RESUME_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def resume_step(task: Task, continuation_id: str) -> str:
     """Resume a parked step through its versioned continuation (exactly one commit)."""
-    return _drive(continuation_id, _delivery(task))
+    return _drive(continuation_id, _delivery(task), handed_on=bool(task.request.get(HANDED_ON)))
 
 
-def _drive(continuation_id: str, delivery: Delivery) -> str:
+def _drive(continuation_id: str, delivery: Delivery, *, handed_on: bool) -> str:
     """``execute``; a database that failed under it (an outage, a restart) is one warning line, not a
     traceback: nothing was committed, and the sweep publishes the continuation again once it is reachable."""
     try:
-        return execute(continuation_id, delivery=delivery)
+        return execute(continuation_id, delivery=delivery, handed_on=handed_on)
     except Exception as exc:
         if not database_unavailable(exc):
             raise
@@ -108,12 +112,13 @@ class Prepared:
     answers: dict[str, Any]
 
 
-def execute(continuation_id: str, *, delivery: Delivery = "other") -> str:
+def execute(continuation_id: str, *, delivery: Delivery = "other", handed_on: bool = False) -> str:
     """Claim, run and commit one continuation; returns what happened (for logs and tests).
 
     ``delivery`` (``_delivery``): ``"first"``, the first publish's message delivered for the first time,
     may be held by its row lock (``tasks.holding``); ``"again"``, that message delivered again, first
-    counts the execution the lock may have hidden; any other claims under a lease.
+    counts the execution the lock may have hidden; any other claims under a lease. ``handed_on``: another
+    worker that does not run this version sent it here (``_hand_on``).
 
     In a Celery task the ids go into the task's log context, which lasts until Celery has written its own
     line about the task: that one line (``Task … succeeded in …s: 'committed'``) then carries the run,
@@ -133,7 +138,7 @@ def execute(continuation_id: str, *, delivery: Delivery = "other") -> str:
         elif locking and delivery == "again":
             with single_statement() as conn:
                 store.count_lost_execution(conn, continuation_id)
-        prepared = _claim(continuation_id, execution_id, extra)
+        prepared = _claim(continuation_id, execution_id, extra, handed_on=handed_on)
         return prepared if isinstance(prepared, str) else _run(prepared, extra)
 
 
@@ -202,13 +207,13 @@ def _lock(conn: Connection, continuation_id: str, execution_id: str, extra: dict
     settings = get_settings()
     hold = Hold(claim, execution_id, settings.claim_lease_s, settings.max_attempts, conn=conn)
     prepared = _prepare(hold, extra)
-    if isinstance(prepared, str):
+    if not isinstance(prepared, Prepared):
         return None
     prepared.ctx.lease_claim = hold.lease  # before the body's first journal write of its own
     return prepared
 
 
-def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Prepared | str:
+def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any], *, handed_on: bool) -> Prepared | str:
     """Claim the continuation under a lease (or give up a row out of attempts or one that cannot be driven).
 
     A claim lost in a database crash is recovered by design (see ``transaction``): no WAL-flush wait. The
@@ -225,6 +230,8 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
         prepared = _prepare(Hold(claim, execution_id, lease_s, max_attempts), extra)
         if isinstance(prepared, Prepared):
             return prepared
+        if isinstance(prepared, Elsewhere):
+            return _hand_on(claim, execution_id, extra, handed_on=handed_on)
         with single_statement() as conn:  # each give-up is one statement: a whole unit of work
             store.give_up(conn, continuation_id, reason=prepared, execution_id=execution_id)
         return _given_up(prepared, claim.run_id, extra)
@@ -236,8 +243,9 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
     return _given_up(dead.reason, dead.run_id, extra)
 
 
-def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str:
-    """What the body of a claimed continuation needs, or why it can no longer be driven."""
+def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str | Elsewhere:
+    """What the body of a claimed continuation needs, why it can no longer be driven, or that it is for
+    a worker that runs its version."""
     claim = hold.claim
     extra.update(run_id=claim.run_id, step_id=claim.step.id)
     bind(run_id=claim.run_id, step_id=claim.step.id)
@@ -245,6 +253,8 @@ def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str:
     if reason is not None:
         return reason
     row = claim.continuation
+    if not registry.has(row.kind, row.name):
+        return Elsewhere()
     resume = row.kind == ContinuationKind.RESUME
     ctx = Context(
         run_id=claim.run_id,
@@ -281,16 +291,50 @@ def _unsealed(answers: dict[str, Any]) -> dict[str, Any]:
 
 def _refusal(claim: Claim) -> str | None:
     """Why this continuation can no longer be driven, or ``None`` (checked right after the claim)."""
-    row = claim.continuation
     if claim.run_status in RUN_TERMINAL:
         return f"run {claim.run_id} is already {claim.run_status}"
     if not claim.granted:
         return "authority revoked"
-    exists = registry.has_step if row.kind == ContinuationKind.START else registry.has_continuation
-    if not exists(row.name):
-        what = "step" if row.kind == ContinuationKind.START else "continuation version"
-        return f"{what} {row.name} is not registered"
     return None
+
+
+def _hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_on: bool) -> str:
+    """A claimed continuation whose step or version this worker does not run: nothing runs and no attempt
+    is spent. The fleet decides (``store.serving``): a live worker that runs it gets it on its own queue
+    (once: one handed on already is left to the sweep, so two workers never pass it back and forth); none
+    within the grace, it waits for the sweep to publish it again; none for longer, it is given up."""
+    row = claim.continuation
+    with single_statement() as conn:
+        fleet = store.serving(conn, row.kind, row.name, continuation_id=row.id)
+    reason = fleet.fails_closed(get_settings().version_grace_s)
+    if reason is not None:
+        with single_statement() as conn:
+            store.give_up(conn, row.id, reason=reason, execution_id=execution_id)
+        return _given_up(reason, claim.run_id, extra)
+    with single_statement() as conn:
+        if not store.hand_back(conn, row.id, execution_id=execution_id):
+            return "lost"
+    to = None if handed_on else fleet.node
+    log.info("%s %s is not run here: %s", row.kind, row.name, f"handed on to {to}" if to else "left for the sweep",
+             extra={**extra, "action": "hand_on"})  # fmt: skip
+    if to is not None:
+        publish([(row.id, row.kind)], node=to, retry=False)
+    return "handed on"
+
+
+def _served(outcome: Outcome, ctx: Context) -> Result:
+    """A Park on a version this worker does not run parks all the same while the fleet serves it, or
+    advertised it within the grace (a rolling deploy); otherwise the step is interrupted, naming it."""
+    if not isinstance(outcome, Park) or registry.has_continuation(outcome.continuation):
+        return outcome
+    with single_statement() as conn:
+        fleet = store.serving(conn, ContinuationKind.RESUME, outcome.continuation)
+    reason = fleet.fails_closed(get_settings().version_grace_s)
+    if reason is None:
+        return outcome
+    log.warning("step parked on %s, which no live worker runs", outcome.continuation,
+                extra={"run_id": ctx.run_id, "step_id": ctx.step_id})  # fmt: skip
+    return Interrupted(f"{reason} (step {ctx.step_name} parked on it)")
 
 
 def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict[str, Any]) -> Result:
@@ -301,7 +345,7 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
             result = registry.step_body(name)(ctx, body_input)
         else:
             result = registry.continuation_body(name)(ctx, body_input, answers)
-        return check_outcome(result, f"{kind} {name}")
+        return _served(check_outcome(result, f"{kind} {name}"), ctx)
     except ParkForPermission as wait:
         # The body stops before its effect; it runs again on the same journal once answered.
         snapshot = {"step": ctx.step_name, "payload": ctx.payload, "journal": ctx.journal_step_id or ctx.step_id}
@@ -310,10 +354,6 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
         except WorkflowError as exc:
             return Fail(storable_text(str(exc)))
         return Park(continuation=f"{RERUN}@{RERUN_VERSION}", snapshot=snapshot, interactions=wait.requests)
-    except ContinuationNotRegistered as exc:
-        log.warning("step parked on %s, which is not registered", exc.key,
-                    extra={"run_id": ctx.run_id, "step_id": ctx.step_id})  # fmt: skip
-        return Interrupted(f"{exc} (step {ctx.step_name} parked on it)")
     except WorkflowError as exc:
         return Fail(storable_text(str(exc)))
     except PossiblyRan as exc:

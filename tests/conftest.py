@@ -111,6 +111,10 @@ BASE_ENV = {
     "PARKWAY_REENQUEUE_AFTER_S": "1",
     "PARKWAY_SWEEP_INTERVAL_S": "1",
     "PARKWAY_MAX_ATTEMPTS": "5",
+    # A version no live worker runs fails closed this long after it was last advertised (or its wait began),
+    # and a worker is live for 3 heartbeats after each: short enough for tests to see both.
+    "PARKWAY_VERSION_GRACE_S": "5",
+    "PARKWAY_WORKER_HEARTBEAT_S": "1",
     "PARKWAY_WORKSPACE_DIR": str(SESSION_HOME / "workspaces"),
 }
 for _name, _value in BASE_ENV.items():

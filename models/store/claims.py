@@ -292,3 +292,25 @@ class Answer:
             and isinstance(self.value, dict)
             and self.value.get("approved") is True
         )
+
+
+_HAND_BACK = (
+    update(CONT)
+    .where(CONT.c.id == bindparam("cid"), live_claim(bindparam("eid")))
+    .values(
+        status=ContinuationStatus.READY.value,
+        attempts=CONT.c.attempts - 1,
+        claimed_by=None,
+        lease_expires_at=None,
+        enqueued_at=db_now(),
+        publishes=CONT.c.publishes + 1,
+    )
+    .returning(CONT.c.id)
+)
+
+
+def hand_back(session: Executor, continuation_id: str, *, execution_id: str) -> bool:
+    """claimed (by ``execution_id``, live) -> ready, its attempt given back, stamped as enqueued now: an
+    execution that ran nothing (this worker does not run its version) returns it for a worker that does.
+    ``False`` when this execution no longer holds it (nothing is written)."""
+    return session.execute(_HAND_BACK, {"cid": continuation_id, "eid": execution_id}).first() is not None

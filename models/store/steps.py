@@ -129,11 +129,12 @@ def _asked(parked: Any, k: int) -> Any:
         literal(InteractionStatus.PENDING.value, INTER.c.status.type),
         db_now(f"i{k}_expires_in"),  # NULL seconds: no expiry; the database's clock
         db_now(),
+        bp("cont", INTER.c.continuation),
     ).select_from(parked)
 
 
 _SPEC_COLUMNS = ("id", "key", "kind", "prompt", "schema", "action", "resources", "sensitive", "target")
-_INTERACTION_COLUMNS = [*_SPEC_COLUMNS, "run_id", "step_id", "status", "expires_at", "created_at"]
+_INTERACTION_COLUMNS = [*_SPEC_COLUMNS, "run_id", "step_id", "status", "expires_at", "created_at", "continuation"]
 
 
 def park_ctes(interactions: int, resumed: bool, gate: Any, *first: Any) -> tuple[Any, list[Any]]:

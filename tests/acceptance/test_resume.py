@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import text
 
+from parkway.db import transaction
 from tasks.publish import publish
 from tasks.sdk import answer
 from tests.integration.helpers import events, step
@@ -127,8 +129,15 @@ def test_next_to_unregistered_step__fails_with_a_clear_reason(stack: Stack, work
     assert run.error is not None and "t.does_not_exist" in run.error and "not registered" in run.error
 
 
-def test_park_on_unregistered_continuation__interrupted_with_a_clear_reason(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
-    # Not the workflow's verdict: the system cannot drive the wait, so it is interrupted, not failed
+def test_park_on_a_retired_version__interrupted_at_once_with_a_clear_reason(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
+    # Given t.nowhere@1, last advertised by a worker an hour ago (a version a deploy retired)
+    with transaction() as session:
+        session.execute(text("INSERT INTO advertised_versions (kind, key, last_seen_at) "
+                             "VALUES ('resume', 't.nowhere@1', now() - interval '1 hour')"))  # fmt: skip
+    # When a step parks on it: not the workflow's verdict, the system cannot drive the wait, so the step is
+    # interrupted, not failed, and never parks
     run_id = start("t.ask_one", {"continuation": "t.nowhere@1"})
     run = wait_status(run_id, "interrupted")
-    assert run.reason == "continuation version t.nowhere@1 is not registered (step t.ask_one parked on it)"
+    assert (run.reason or "").startswith("continuation version t.nowhere@1: no live worker has advertised it since")
+    assert (run.reason or "").endswith(" (step t.ask_one parked on it)")
+    assert "step.parked" not in event_types(run_id)

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import pytest
 from fastapi.testclient import TestClient
 
 from beat.sweep import run_sweep
-from tasks import registry
+from parkway.settings import get_settings
 from tests.api.conftest import ADMIN, HUMAN, Actors, drive
-from tests.support import TARGET, interactions
+from tests.integration.helpers import advertise
+from tests.support import TARGET, interactions, pass_time
 
 
 def _agent(client: TestClient, actors: Actors, name: str) -> tuple[dict[str, str], str]:
@@ -57,16 +57,21 @@ def test_answer_after_the_owner_lost_its_grant_and_a_sweep__410_with_run_status(
     _answer_is_gone(client, actors, run_id, iid, "authority revoked")
 
 
-def test_answer_after_its_continuation_version_was_unregistered_and_a_sweep__410_with_run_status(
-    client: TestClient, actors: Actors, monkeypatch: pytest.MonkeyPatch
+def test_answer_after_no_live_worker_ran_its_version_for_the_grace_and_a_sweep__410_with_run_status(
+    client: TestClient, actors: Actors
 ) -> None:
-    # Given a run parked on t.one_done@1, a version a deploy then dropped
+    # Given a run parked on t.one_done@1, a version a deploy then dropped: its last worker is gone for longer
+    # than the grace, and the live worker does not run it
     auth, _ = _agent(client, actors, "fc-unregistered")
+    old = advertise("old@host", continuations=("t.one_done@1",), ttl_s=1)
     run_id, iid = _parked(client, auth)
-    monkeypatch.delitem(registry._continuations, "t.one_done@1")
+    pass_time(get_settings().version_grace_s + 1)
+    advertise("new@host", continuations=("t.finish@1",))
 
     # When the sweep passes
     run_sweep()
 
     # Then the question is gone: 410, with the run's status
-    _answer_is_gone(client, actors, run_id, iid, "continuation version t.one_done@1 is not registered")
+    reason = interactions(run_id)["go"].reason or ""
+    assert reason.startswith("continuation version t.one_done@1: no live worker has advertised it since"), old
+    _answer_is_gone(client, actors, run_id, iid, reason)

@@ -148,11 +148,10 @@ def test_flower__queue_length_on_redis_agrees_with_parkways_own(stack: Stack, fl
 
 def test_flower__lists_the_worker_and_its_named_queues(flower: Flower, worker: Worker) -> None:
     info = wait_for(lambda: listed_worker(flower, worker), timeout=60, what="flower to list the worker")
-    assert {queue["name"] for queue in info["active_queues"]} == {
-        STEPS_QUEUE,
-        CONTINUATIONS_QUEUE,
-        SWEEP_QUEUE,
-    }
+    names = {queue["name"] for queue in info["active_queues"]}
+    direct = {name for name in names if name.endswith(".dq2")}
+    assert names - direct == {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE}
+    assert len(direct) == 1  # its own queue, where a worker that lacks a version hands a delivery on to it
     assert {RUN_STEP, RESUME_STEP, SWEEP} <= set(info["registered"])
 
 

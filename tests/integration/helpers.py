@@ -33,6 +33,18 @@ T = TypeVar("T")
 EFFECTS_DDL = "CREATE TABLE IF NOT EXISTS test_effects (run_id VARCHAR(64) NOT NULL, tag VARCHAR(64) NOT NULL)"
 
 
+def advertise(
+    node: str, *, continuations: tuple[str, ...] = (), steps: tuple[str, ...] = (), ttl_s: float = 600
+) -> str:
+    """A live worker ``node`` in the fleet's SQL registry, running what it names (as its heartbeat writes
+    it); returns its id. Passing time (``pass_time``) past its ttl makes it dead."""
+    advert = store.Advert(id=store.new_id(), node=node, pid=0, steps=tuple(sorted(steps)),
+                          continuations=tuple(sorted(continuations)), ttl_s=ttl_s)  # fmt: skip
+    with transaction() as session:
+        store.advertise(session, advert)
+    return advert.id
+
+
 def make_actors() -> None:
     """The same principals and grants as ``Stack.setup_actors``, in whatever database is current."""
     with transaction() as session:

@@ -17,6 +17,7 @@ from models import event_log, store
 from models import status as st
 from models.base import Base, utcnow
 from models.tables import (
+    AdvertisedVersion,
     Continuation,
     Event,
     Interaction,
@@ -173,6 +174,7 @@ DATABASE_ENUMS: dict[tuple[str, str], Iterable[str]] = {
     ("interactions", "status"): st.InteractionStatus,
     ("continuations", "kind"): st.ContinuationKind,
     ("continuations", "status"): st.ContinuationStatus,
+    ("advertised_versions", "kind"): st.ContinuationKind,
     ("reviews", "status"): st.ReviewStatus,
     ("tool_calls", "phase"): st.ToolPhase,
     ("tool_calls", "replay"): st.ToolReplay,
@@ -243,6 +245,7 @@ def test_status_columns__refuse_a_word_the_enums_do_not_name(fresh_db: str) -> N
                     phase="executing",
                 ),
                 ScheduleHistory(run_id="r", workflow="w", status="completed", completed_at=utcnow(), execution_id="e"),
+                AdvertisedVersion(kind="resume", key="n@1", last_seen_at=utcnow()),
             ]
         )
 

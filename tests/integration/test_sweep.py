@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -24,6 +23,7 @@ from tasks.worker import execute
 from tests.integration.helpers import (
     Sent,
     add_principal,
+    advertise,
     continuation,
     events,
     execute_ready,
@@ -283,21 +283,29 @@ def test_sweep__expired_claim_out_of_attempts_becomes_dead_and_interrupts_its_ru
 # --------------------------------------------------------------------------- category 3: waits that fail closed
 
 
+GRACE_S = 600.0  # the default PARKWAY_VERSION_GRACE_S, which these tests run with
+EVERYTHING = ("t.one_done@1", "t.finish@1")  # what the tests' "new" worker runs, unless told otherwise
+
+
 @pytest.fixture
-def unregister(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
-    """Take a continuation version out of this process's registry, as a deploy that dropped it would."""
-    from tasks import registry
+def grace(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setenv("PARKWAY_VERSION_GRACE_S", str(GRACE_S))
+    reset_settings()
+    yield GRACE_S
+    monkeypatch.undo()
+    reset_settings()
 
-    def drop(key: str) -> None:
-        monkeypatch.delitem(registry._continuations, key)
 
-    return drop
+def _unserved(key: str) -> str:
+    """The reason a wait on ``key`` is interrupted with (its last advertisement's time elided)."""
+    return f"continuation version {key}: no live worker has advertised it since "
 
 
 def _assert_interrupted(run_id: str, go: str, reason: str) -> None:
+    """Interrupted with a reason that starts with ``reason``."""
     run = run_row(run_id)
-    assert (run.status, run.reason) == ("interrupted", reason) and run.completed_at is not None
-    assert interaction(go).status == "interrupted" and interaction(go).reason == reason
+    assert run.status == "interrupted" and (run.reason or "").startswith(reason) and run.completed_at is not None
+    assert interaction(go).status == "interrupted" and interaction(go).reason == run.reason
     assert {s.status for s in _steps(run_id)} == {"interrupted"}
     types = event_types(run_id)
     assert types.count("run.interrupted") == 1 and types.count("interaction.interrupted") == 1
@@ -313,20 +321,25 @@ def _steps(run_id: str) -> list[Step]:
         return list(session.scalars(select(Step).where(Step.run_id == run_id)))
 
 
-def test_sweep__a_wait_on_an_unregistered_continuation_version_is_interrupted(
-    actors_db: str, sent: Sent, unregister: Callable[[str], None]
+def test_sweep__a_wait_on_a_version_no_live_worker_advertised_for_the_grace_is_interrupted(
+    actors_db: str, sent: Sent, grace: float
 ) -> None:
-    # Given a run parked on t.one_done@1, and another parked on t.finish@1
+    # Given a run parked on t.one_done@1 and another on t.finish@1, both served by an old worker
+    old = advertise("old@host", continuations=EVERYTHING)
     run_id, asked = parked("t.ask_one")
     other, other_asked = parked("t.ask_two")
 
-    # When t.one_done@1 is no longer registered and a sweep runs
-    unregister("t.one_done@1")
+    # When the old worker stops, a new one runs only t.finish@1, and the grace passes
+    with transaction() as session:
+        assert store.withdraw(session, old)
+    pass_time(grace + 1)
+    advertise("new@host", continuations=("t.finish@1",))
     sent.clear()
     report = run_sweep()
 
-    # Then its wait is interrupted with a reason naming the version; the other wait is left alone
-    _assert_interrupted(run_id, asked["go"].id, "continuation version t.one_done@1 is not registered")
+    # Then the wait on t.one_done@1 is interrupted with a reason naming the version and since when; the other
+    # wait, which a live worker serves, is left alone
+    _assert_interrupted(run_id, asked["go"].id, _unserved("t.one_done@1"))
     assert report.counts["unregistered"] == 1 and report.counts["errors"] == 0
     assert run_row(other).status == "waiting"
     assert {i.status for i in other_asked.values()} == {"pending"}
@@ -334,6 +347,84 @@ def test_sweep__a_wait_on_an_unregistered_continuation_version_is_interrupted(
 
     # And a later pass does nothing more
     assert run_sweep().counts["unregistered"] == 0
+
+
+def test_sweep__within_the_grace_a_wait_nobody_serves_stays_pending(actors_db: str, grace: float) -> None:
+    # Given a wait whose only worker stopped, and a new worker that does not run its version
+    old = advertise("old@host", continuations=EVERYTHING)
+    run_id, asked = parked("t.ask_one")
+    with transaction() as session:
+        assert store.withdraw(session, old)
+    advertise("new@host", continuations=("t.finish@1",))
+
+    # When sweeps run before the grace has passed
+    pass_time(grace - 30)
+    advertise("new@host-2", continuations=("t.finish@1",))
+    report = run_sweep()
+
+    # Then the wait is still pending: a rolling deploy may bring a worker that runs it
+    assert report.counts["unregistered"] == 0
+    assert run_row(run_id).status == "waiting" and interaction(asked["go"].id).status == "pending"
+
+
+def test_sweep__with_no_live_worker_at_all_nothing_is_interrupted(actors_db: str, grace: float) -> None:
+    # Given a wait whose version was last advertised long ago, and no worker alive at all
+    advertise("old@host", continuations=EVERYTHING, ttl_s=5)
+    run_id, asked = parked("t.ask_one")
+    pass_time(grace * 10)
+
+    # When a sweep runs (an operator's shell, say)
+    report = run_sweep()
+
+    # Then nothing is interrupted: the work waits for a worker
+    assert report.counts["unregistered"] == 0
+    assert run_row(run_id).status == "waiting" and interaction(asked["go"].id).status == "pending"
+
+
+def test_sweep__a_version_never_advertised_fails_closed_a_grace_after_its_wait_parked(
+    actors_db: str, grace: float
+) -> None:
+    # Given a live worker that does not run t.nowhere@1, and a wait parked on it (by a worker that thought
+    # someone would), and a second such wait parked later
+    advertise("new@host", continuations=EVERYTHING)
+    early, early_asked = parked("t.ask_one", {"continuation": "t.nowhere@1"})
+    pass_time(grace + 1)
+    advertise("new@host", continuations=EVERYTHING)
+    late, _ = parked("t.ask_one", {"continuation": "t.nowhere@1"})
+
+    # When a sweep runs
+    report = run_sweep()
+
+    # Then only the wait parked more than a grace ago is interrupted, and the reason says nobody ever ran it
+    _assert_interrupted(early, early_asked["go"].id, "continuation version t.nowhere@1: no live worker has ever")
+    assert report.counts["unregistered"] == 1
+    assert run_row(late).status == "waiting"
+
+
+def test_sweep__the_sweeping_process_s_own_registry_decides_nothing(
+    actors_db: str, grace: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tasks import registry
+
+    # Given a wait on t.one_done@1, which a live worker runs
+    serving = advertise("worker@host", continuations=EVERYTHING)
+    served, _ = parked("t.ask_one")
+    # When a sweep runs in a process that has no workflow registered at all (an operator's shell)
+    monkeypatch.setattr(registry, "_continuations", {})
+    monkeypatch.setattr(registry, "_steps", {})
+    # Then the wait stays pending
+    assert run_sweep().counts["unregistered"] == 0
+    assert run_row(served).status == "waiting"
+
+    # And, the other way round, a process that has t.one_done@1 does not keep alive a wait no worker serves
+    monkeypatch.undo()
+    with transaction() as session:
+        assert store.withdraw(session, serving)
+    pass_time(grace + 1)
+    advertise("other@host", continuations=("t.finish@1",))
+    assert registry.has_continuation("t.one_done@1")
+    assert run_sweep().counts["unregistered"] == 1
+    assert run_row(served).status == "interrupted"
 
 
 def test_sweep__a_wait_whose_owner_lost_its_grant_is_interrupted(actors_db: str, sent: Sent) -> None:
@@ -358,12 +449,12 @@ def test_sweep__a_wait_whose_owner_lost_its_grant_is_interrupted(actors_db: str,
     assert run_sweep().counts["revoked"] == 0
 
 
-def test_sweep__failing_closed_is_bounded_by_batch_and_safe_beside_itself(
-    actors_db: str, unregister: Callable[[str], None]
-) -> None:
-    # Given 12 waits on a version that is then unregistered
+def test_sweep__failing_closed_is_bounded_by_batch_and_safe_beside_itself(actors_db: str, grace: float) -> None:
+    # Given 12 waits on a version whose last worker stopped more than a grace ago, and a live worker without it
     runs = [parked("t.ask_one")[0] for _ in range(12)]
-    unregister("t.one_done@1")
+    advertise("old@host", continuations=EVERYTHING, ttl_s=5)
+    pass_time(grace + 1)
+    advertise("new@host", continuations=("t.finish@1",))
 
     # When a pass with batch=5 runs, then two passes run concurrently until none finds anything
     assert run_sweep(batch=5).counts["unregistered"] == 5
@@ -383,18 +474,6 @@ def test_sweep__failing_closed_is_bounded_by_batch_and_safe_beside_itself(
     assert sum(totals) == 7
     assert {run_row(r).status for r in runs} == {"interrupted"}
     assert [event_types(r).count("run.interrupted") for r in runs] == [1] * 12
-
-
-def test_sweep__a_process_with_nothing_registered_interrupts_nothing(
-    actors_db: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from tasks import registry
-
-    run_id, _ = parked("t.ask_one")
-    monkeypatch.setattr(registry, "_continuations", {})
-
-    assert run_sweep().counts["unregistered"] == 0
-    assert run_row(run_id).status == "waiting"
 
 
 def test_sweep__the_database_failing_under_a_batch_release__ends_the_pass_without_a_row_by_row_retry(
