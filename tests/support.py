@@ -9,12 +9,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from sqlalchemy import TextClause, select, text
 
 from models import store
@@ -82,6 +84,21 @@ WAITING_ON_A_LOCK = text(
     " AND query LIKE :like"
 )
 BACKEND_STATE = text("SELECT state FROM pg_stat_activity WHERE pid = :pid")
+
+
+@contextmanager
+def settings_env(monkeypatch: pytest.MonkeyPatch, **env: str) -> Iterator[None]:
+    """This process's settings read with ``env`` set, for the block; as they were after it."""
+    from parkway.settings import reset_settings
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    reset_settings()
+    try:
+        yield
+    finally:
+        monkeypatch.undo()
+        reset_settings()
 
 
 def child_env(database_url: str, **overrides: str | None) -> dict[str, str]:

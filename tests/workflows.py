@@ -291,6 +291,17 @@ def malformed(ctx: Context, payload: dict[str, Any]) -> Any:
     return MALFORMED[payload["kind"]]()
 
 
+@step("t.outcome")
+def outcome(ctx: Context, payload: dict[str, Any]) -> Complete | Next | Park:
+    """Returns the outcome its payload names, with no ``in_commit`` callback: its commit takes the statement
+    production takes (autocommit for ``Complete`` and ``Next``)."""
+    if payload["outcome"] == "Complete":
+        return Complete(result={"done": True})
+    if payload["outcome"] == "Next":
+        return Next("t.after", payload={})
+    return _malformed_question()  # unchanged, a well-formed Park on t.one_done@1
+
+
 @step("t.fail_details")
 def fail_details(ctx: Context, payload: dict[str, Any]) -> Fail:
     return Fail("the check broke", details={"code": 3, "checked": payload.get("checked", [])})

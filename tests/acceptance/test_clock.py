@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from beat.sweep import run_sweep
 from models.tables import Continuation, Event, Review
 from parkway.db import transaction
-from parkway.settings import get_settings, reset_settings
+from parkway.settings import get_settings
 from tests.acceptance.clock_workflows import HANG
 from tests.integration.helpers import parked
 from tests.support import (
@@ -28,6 +28,7 @@ from tests.support import (
     Worker,
     continuations,
     pass_time,
+    settings_env,
     start,
     wait_for,
     wait_status,
@@ -215,11 +216,8 @@ print(start_run("t.after", {{}}, principal={agent!r}, target={target!r}))
 @pytest.fixture
 def slow_reenqueue(monkeypatch: pytest.MonkeyPatch) -> Iterator[float]:
     """This process's sweep republishes after 60 s (not the suite's 1 s): "at once" is then well before it."""
-    monkeypatch.setenv("PARKWAY_REENQUEUE_AFTER_S", "60")
-    reset_settings()
-    yield 60.0
-    monkeypatch.undo()
-    reset_settings()
+    with settings_env(monkeypatch, PARKWAY_REENQUEUE_AFTER_S="60"):
+        yield 60.0
 
 
 def _publishes(continuation_id: str) -> int:

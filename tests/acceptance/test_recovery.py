@@ -290,19 +290,26 @@ def test_parkway_migrate__is_idempotent_at_head(stack: Stack) -> None:
 
 
 def test_completed_run_keeps_its_terminal_record_across_restart_and_sweeps(stack: Stack) -> None:
+    # Given a run that completed on a worker, which is then killed
     worker = stack.start_worker()
     run_id = start("t.ask_one")
     asked = wait_parked(run_id)
     answer(asked["go"].id, "go", response_id=new_response_id(), principal=HUMAN)
     done = wait_status(run_id, "completed")
+    history = event_types(run_id)
     worker.kill()
-    stack.start_worker()
+    # When a worker starts again and its startup sweep has passed, and then an operator's sweep passes
+    restarted = stack.start_worker()
+    wait_for(lambda: "sweep pass:" in restarted.text(), timeout=30, what="the restarted worker's startup sweep")
     result = stack.parkway("sweep", "--once")
     assert result.returncode == 0 and "sweep pass:" in result.stdout
+    # Then the run's terminal record, its answer and its event log are as the completion left them
     again = run_row(run_id)
-    assert (again.status, again.completed_at, again.finished_by) == (
+    assert (again.status, again.completed_at, again.finished_by, again.reason) == (
         "completed",
         done.completed_at,
         done.finished_by,
+        None,
     )
-    wait_for(lambda: True)
+    assert interactions(run_id)["go"].status == "answered"
+    assert event_types(run_id) == history

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from parkway.db import transaction
 from parkway.errors import Conflict, Forbidden, WrongKind
 from tasks import sdk
 from tests.api.conftest import ADMIN, AGENT, AGENT2, HUMAN, STRANGER, Actors, drive
-from tests.support import TARGET, interactions
+from tests.support import TARGET, effects, interactions
 
 
 @pytest.fixture(scope="module")
@@ -243,13 +244,20 @@ def test_admin_sees_everything_and_agents_list_their_own_runs(
     assert other.json()["items"] == []
 
 
-def test_owner_losing_its_grant_while_parked__run_fails_closed(client: TestClient, actors: Actors) -> None:
-    # Given an agent of its own whose run is parked
+def test_owner_losing_its_grant_while_parked__run_fails_closed(
+    client: TestClient, actors: Actors, tmp_path: Path
+) -> None:
+    # Given an agent of its own whose run is parked on a continuation whose body leaves a mark when it runs
+    # (t.slow_done touches <flag>.running first; the flag already there, it does not wait)
+    flag = tmp_path / "go"
+    flag.touch()
+    ran = Path(f"{flag}.running")
     admin = actors.auth(ADMIN)
     name = f"agent-{uuid.uuid4().hex[:6]}"
     token = client.post("/v1/principals", json={"kind": "agent", "name": name}, headers=admin).json()["token"]
     grant = client.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=admin).json()
-    body = {"workflow": "t.ask_one", "payload": {}, "target": TARGET}
+    payload = {"continuation": "t.slow_done@1", "flag": str(flag)}
+    body = {"workflow": "t.ask_one", "payload": payload, "target": TARGET}
     run_id = client.post("/v1/runs", json=body, headers={"Authorization": f"Bearer {token}"}).json()["id"]
     drive(run_id)
     iid = interactions(run_id)["go"].id
@@ -262,11 +270,11 @@ def test_owner_losing_its_grant_while_parked__run_fails_closed(client: TestClien
     )
     assert answered.status_code == 200
     drive(run_id)
-    # Then the continuation fails closed, and its body never ran
+    # Then its body never ran, and the run fails closed
+    assert not ran.exists()
+    assert effects(run_id) == 0
     run = client.get(f"/v1/runs/{run_id}", headers=actors.auth(HUMAN)).json()
-    assert run["status"] == "interrupted"
-    assert run["reason"] == "authority revoked"
-    assert run["result"] is None
+    assert (run["status"], run["reason"]) == ("interrupted", "authority revoked")
     # And the agent itself can no longer read its run
     assert client.get(f"/v1/runs/{run_id}", headers={"Authorization": f"Bearer {token}"}).status_code == 403
 

@@ -3,21 +3,34 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from datetime import datetime
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 
 from models import store
 from models.base import utcnow
-from parkway.db import single_statement, transaction
-from tasks.holding import Hold, Keeper, renewer
+from parkway.db import database_unavailable, open_transaction, transaction
 from tasks.sdk import Gone, answer
-from tests.integration.helpers import continuation, events, execute_ready, interaction, parked, step
-from tests.support import HUMAN, Stack, continuations, event_types, new_response_id, run_row, start, wait_for
+from tasks.worker import execute
+from tests.integration.helpers import continuation, events, execute_ready, interaction, parked, ready, step
+from tests.support import (
+    HUMAN,
+    WAITING_ON_A_LOCK,
+    Stack,
+    continuations,
+    event_types,
+    new_response_id,
+    read_now,
+    run_row,
+    settings_env,
+    start,
+    wait_for,
+)
 
 
 def _claim(continuation_id: str, execution_id: str, lease_s: float = 30.0) -> bool:
@@ -259,44 +272,77 @@ def test_interrupt_run__closes_pending_interactions_so_answers_are_gone(stack: S
     assert event_types(run_id).count("interaction.interrupted") == 2
 
 
-def _leased(continuation_id: str, execution_id: str, lease_s: float) -> Hold:
-    """A lease claimed as the worker claims it, held as the worker holds it."""
-    with single_statement() as conn:
-        claimed = store.claim_in_one_statement(conn, continuation_id, execution_id=execution_id, lease_s=lease_s,
-                                               max_attempts=5)  # fmt: skip
-    assert claimed is not None
-    return Hold(claimed, execution_id, lease_s, 5)
+@pytest.fixture
+def lease_4s(monkeypatch: pytest.MonkeyPatch) -> Iterator[float]:
+    """A lease of seconds for executions in this process: a busy machine's scheduling delays stay far inside
+    the renewals (every third of it) that it leaves spare."""
+    with settings_env(monkeypatch, PARKWAY_CLAIM_LEASE_S="4"):
+        yield 4.0
 
 
-def test_lease_keeper__renews_a_long_body_s_lease_and_short_bodies_do_not_wake_it(stack: Stack) -> None:
-    # A body that outlives its lease keeps it: the renewer extends it every third of the lease (a lease
-    # of seconds, so a busy machine's scheduling delays are far inside the two renewals it leaves spare)
-    lease_s = 4.0
-    cid = _start_continuation(start("t.after"))
-    hold = _leased(cid, "exec-a", lease_s)
-    first = continuation(cid).lease_expires_at
-    assert first is not None
-    with Keeper(hold, locked_s=0.5):
+@contextmanager
+def _slow_body_running(tmp_path: Path) -> Iterator[tuple[str, Path, Future[str]]]:
+    """A run parked on t.slow_done@1 and answered; its continuation executed as a worker executes it, in a
+    thread, until its body runs (it says so, then waits for the flag file, which the block's end touches):
+    the continuation, the flag and the execution."""
+    flag = tmp_path / "go"
+    run_id, asked = parked("t.ask_one", {"continuation": "t.slow_done@1", "flag": str(flag)})
+    answer(asked["go"].id, "go", response_id=new_response_id(), principal=HUMAN)
+    (due,) = ready(run_id)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(execute, due.id)
+        try:
+            wait_for(Path(f"{flag}.running").exists, timeout=30, what="the body running")
+            yield due.id, flag, running
+        finally:
+            flag.touch()
 
-        def renewed() -> datetime | None:
-            lease = continuation(cid).lease_expires_at
-            return lease if lease is not None and lease > first else None
 
-        wait_for(renewed, timeout=20, what="the lease renewed")
-        wait_for(lambda: utcnow() > first, timeout=20, what="the first lease to pass")
-        assert not _claim(cid, "exec-b", lease_s=lease_s)  # still held: renewed past its first expiry
-    # Short executions, one after another, do not wake the thread: once it waits a third of the last lease
-    # it saw (here 20 minutes), a hold whose renewal falls due later than that wait ends leaves it asleep
-    long = Hold(hold.claim, "exec-a", 3600, 5)
-    with Keeper(long, locked_s=0.5):
-        pass
-    wait_for(lambda: not renewer.held, timeout=5, what="nothing held")
-    wait_for(lambda: renewer.sleeps_until - time.monotonic() > 600, timeout=10, what="the thread in its long wait")
-    before = renewer.sleeps_until  # each pass of the thread's loop sets it anew
-    for i in range(50):
-        other = replace(hold.claim, continuation=replace(hold.claim.continuation, id=f"{cid}-{i}"))
-        with Keeper(Hold(other, "exec-a", 3600, 5), locked_s=0.5):
-            pass
-        time.sleep(0.002)  # the next message's few milliseconds of Celery work: the thread could run in them
-    assert renewer.sleeps_until == before
-    assert _consume(cid, "exec-a")
+# Whether the database's clock has passed ``at``; and whether a continuation's lease has run out by it.
+CLOCK_PASSED = text("SELECT now() > :at")
+LEASE_RAN_OUT = text("SELECT lease_expires_at < now() FROM continuations WHERE id = :cid")
+
+
+def test_lease__renewed_while_a_body_outlives_it__others_stay_out(
+    stack: Stack, tmp_path: Path, lease_4s: float
+) -> None:
+    # Given a continuation whose body runs until a flag file exists, executed as a worker executes it
+    with _slow_body_running(tmp_path) as (cid, _, running):
+        first = continuation(cid)
+        # When the body runs past the end of the lease it was claimed with (the database's clock)
+        wait_for(lambda: read_now(CLOCK_PASSED, at=first.lease_expires_at), timeout=30, what="the first lease")
+        # Then the lease was renewed: it ends later and is still this execution's; another cannot claim it
+        renewed = continuation(cid)
+        assert (renewed.status, renewed.claimed_by, renewed.attempts) == ("claimed", first.claimed_by, 1)
+        assert renewed.lease_expires_at is not None and first.lease_expires_at is not None
+        assert renewed.lease_expires_at > first.lease_expires_at
+        assert not _claim(cid, "exec-b")
+    # And that execution commits, the only one that ran
+    assert running.result(timeout=30) == "committed"
+    done = continuation(cid)
+    assert (done.status, done.claimed_by, done.attempts) == ("consumed", first.claimed_by, 1)
+
+
+def test_lease__a_hold_released_without_a_commit_is_not_renewed__it_runs_out(
+    stack: Stack, tmp_path: Path, lease_4s: float
+) -> None:
+    # Given an execution whose body has run and whose commit waits for the continuation's row (held here)
+    with _slow_body_running(tmp_path) as (cid, flag, running):
+        holder = continuation(cid).claimed_by
+        with open_transaction() as conn:
+            conn.execute(text("SELECT 1 FROM continuations WHERE id = :cid FOR UPDATE"), {"cid": cid})
+            flag.touch()
+            like = "%consumed_at%"  # the consume's statement, not a renewal's
+            committing = wait_for(lambda: read_now(WAITING_ON_A_LOCK, like=like), timeout=30, what="the commit")
+            # When the database ends that session (a restart, a failover), so the commit fails
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": committing})
+            wait_for(running.done, timeout=30, what="the execution to end")
+        failure = running.exception()
+        assert failure is not None and database_unavailable(failure), repr(failure)
+    # Then nothing was committed, and the hold the execution released is renewed no more: its lease runs out
+    # by the database's clock, so another execution (the sweep's re-drive) can claim the continuation
+    assert (continuation(cid).status, continuation(cid).claimed_by) == ("claimed", holder)
+    wait_for(
+        lambda: read_now(LEASE_RAN_OUT, cid=cid), timeout=4 * lease_4s, what="the released hold's lease to run out"
+    )
+    assert _claim(cid, "exec-b")
