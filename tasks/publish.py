@@ -12,10 +12,6 @@ from tasks.celery_app import CONTINUATIONS_QUEUE, RESUME_STEP, RUN_STEP, STEPS_Q
 
 log = logging.getLogger("parkway.publish")
 
-# The message header that marks a continuation's first publish (the one after the commit that made it due).
-FIRST_PUBLISH = "parkway_first_publish"
-FIRST = {FIRST_PUBLISH: True}
-
 
 def publish(
     items: Iterable[tuple[str, str]], *, after_first: Callable[[], None] | None = None, retry: bool = True
@@ -30,8 +26,6 @@ def publish(
     broker dropped since its last use (a broker restart, a connection closed by its operator) is found
     dead only by the send: the rest of the batch then goes once more on a new connection, so a live
     broker never leaves a continuation to the sweep. Returns how many were sent.
-    Those sends are a continuation's first publish, and say so in a message header (``FIRST_PUBLISH``):
-    only that message may run under its row lock (``tasks.holding``).
     """
     batch = list(items)
     if not batch:
@@ -49,8 +43,7 @@ def publish(
                 for continuation_id, kind in batch[sent:]:
                     crash_point("publish.before_send")
                     name, queue = (RUN_STEP, STEPS_QUEUE) if kind == "start" else (RESUME_STEP, CONTINUATIONS_QUEUE)
-                    app.send_task(name, args=[continuation_id], queue=queue, producer=producer, retry=retry,
-                                  headers=None if retry else FIRST)  # fmt: skip
+                    app.send_task(name, args=[continuation_id], queue=queue, producer=producer, retry=retry)
                     sent += 1
                     if sent == 1 and after_first is not None:
                         after_first()

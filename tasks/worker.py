@@ -1,8 +1,7 @@
 """Worker tasks: claim a continuation, run its body, commit its outcome once.
 
 Tasks are thin: a continuation id in, ``execute`` does claim → body → consume, and a duplicate delivery
-(consumed, dead, or held by another execution) is a no-op. The claim is a lease, or for a first delivery
-the row lock of the transaction that commits the outcome (``tasks.holding``).
+(consumed, dead, or held by another execution) is a no-op. The claim is a lease (``tasks.holding``).
 """
 
 from __future__ import annotations
@@ -10,10 +9,7 @@ from __future__ import annotations
 import logging
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from celery import Task
-from sqlalchemy import Connection
+from typing import Any
 
 from models import store
 from models.jsonsafe import storable_text
@@ -21,7 +17,7 @@ from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
 from models.store import Claim
 from parkway.crash import crash_point
 from parkway.crypto import join_sensitive
-from parkway.db import database_unavailable, failure_line, open_transaction, single_statement
+from parkway.db import database_unavailable, failure_line, single_statement
 from parkway.errors import NotRegistered, WorkflowError
 from parkway.logs import bind, bound, in_context
 from parkway.settings import get_settings
@@ -39,7 +35,7 @@ from tasks.outcomes import (
     interaction_specs,
 )
 from tasks.projection import project_quietly, project_soon
-from tasks.publish import FIRST_PUBLISH, publish
+from tasks.publish import publish
 from tasks.sdk import Context
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 from tasks.tooltypes import PossiblyRan
@@ -58,23 +54,23 @@ class Interrupted:
 Result = Outcome | Interrupted
 
 
-@app.task(name=RUN_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def run_step(task: Task, continuation_id: str) -> str:
+@app.task(name=RUN_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def run_step(continuation_id: str) -> str:
     """Run a step body for its start continuation (exactly one commit)."""
-    return _drive(continuation_id, _delivery(task))
+    return _drive(continuation_id)
 
 
-@app.task(name=RESUME_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def resume_step(task: Task, continuation_id: str) -> str:
+@app.task(name=RESUME_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def resume_step(continuation_id: str) -> str:
     """Resume a parked step through its versioned continuation (exactly one commit)."""
-    return _drive(continuation_id, _delivery(task))
+    return _drive(continuation_id)
 
 
-def _drive(continuation_id: str, delivery: Delivery) -> str:
+def _drive(continuation_id: str) -> str:
     """``execute``; a database that failed under it (an outage, a restart) is one warning line, not a
     traceback: nothing was committed, and the sweep publishes the continuation again once it is reachable."""
     try:
-        return execute(continuation_id, delivery=delivery)
+        return execute(continuation_id)
     except Exception as exc:
         if not database_unavailable(exc):
             raise
@@ -83,19 +79,8 @@ def _drive(continuation_id: str, delivery: Delivery) -> str:
         return "database unavailable"
 
 
-Delivery = Literal["first", "again", "other"]
-
 # The worker's line for an execution that stopped without committing (tasks.holding.Abandoned).
 ABANDONED = "execution abandoned, nothing committed: %s; if still due, the sweep re-drives it once its lease ran out"
-
-
-def _delivery(task: Task) -> Delivery:
-    """Which delivery of which message this is: the first publish's (marked by ``FIRST_PUBLISH``) for the
-    first time or again (Redis and AMQP flag a redelivery), or another (the sweep's). On the filesystem
-    broker, which never gives back what a dead worker took, always ``"other"``: every claim a lease."""
-    if not task.request.get(FIRST_PUBLISH) or str(task.app.conf.broker_url).startswith("filesystem:"):
-        return "other"
-    return "again" if (task.request.delivery_info or {}).get("redelivered") else "first"
 
 
 @dataclass
@@ -108,12 +93,8 @@ class Prepared:
     answers: dict[str, Any]
 
 
-def execute(continuation_id: str, *, delivery: Delivery = "other") -> str:
+def execute(continuation_id: str) -> str:
     """Claim, run and commit one continuation; returns what happened (for logs and tests).
-
-    ``delivery`` (``_delivery``): ``"first"``, the first publish's message delivered for the first time,
-    may be held by its row lock (``tasks.holding``); ``"again"``, that message delivered again, first
-    counts the execution the lock may have hidden; any other claims under a lease.
 
     In a Celery task the ids go into the task's log context, which lasts until Celery has written its own
     line about the task: that one line (``Task … succeeded in …s: 'committed'``) then carries the run,
@@ -121,27 +102,17 @@ def execute(continuation_id: str, *, delivery: Delivery = "other") -> str:
     showed in the worker's profile; bench/RESULTS.md).
     """
     execution_id = store.new_id()
-    locking = get_settings().locked_body_s > 0
     with nullcontext() if in_context() else bound():
         bind(continuation_id=continuation_id, execution_id=execution_id)
         extra: dict[str, Any] = {"continuation_id": continuation_id, "execution_id": execution_id}
-        if locking and delivery == "first":
-            with open_transaction() as conn:
-                locked = _lock(conn, continuation_id, execution_id, extra)
-                if locked is not None:
-                    return _run(locked, extra)
-        elif locking and delivery == "again":
-            with single_statement() as conn:
-                store.count_lost_execution(conn, continuation_id)
         prepared = _claim(continuation_id, execution_id, extra)
         return prepared if isinstance(prepared, str) else _run(prepared, extra)
 
 
 def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
-    settings = get_settings()
     hold, ctx = prepared.hold, prepared.ctx
     crash_point("resume.after_claim")
-    with Keeper(hold, settings.locked_body_s):
+    with Keeper(hold):
         row = hold.claim.continuation
         try:
             outcome = _run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers)
@@ -193,21 +164,6 @@ def _named(outcome: store.StepOutcome) -> str:
     return "Park" if isinstance(outcome, store.Parking) else "Interrupted"
 
 
-def _lock(conn: Connection, continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Prepared | None:
-    """A first delivery held by its row lock in ``conn``'s transaction, ready to run; ``None`` for any
-    other (the lease path claims it, or gives it up with its own statements, which the lock would block)."""
-    claim = store.lock_first_delivery(conn, continuation_id)
-    if claim is None:
-        return None
-    settings = get_settings()
-    hold = Hold(claim, execution_id, settings.claim_lease_s, settings.max_attempts, conn=conn)
-    prepared = _prepare(hold, extra)
-    if isinstance(prepared, str):
-        return None
-    prepared.ctx.lease_claim = hold.lease  # before the body's first journal write of its own
-    return prepared
-
-
 def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Prepared | str:
     """Claim the continuation under a lease (or give up a row out of attempts or one that cannot be driven).
 
@@ -222,7 +178,7 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Pr
             conn, continuation_id, execution_id=execution_id, lease_s=lease_s, max_attempts=max_attempts
         )
     if claim is not None:
-        prepared = _prepare(Hold(claim, execution_id, lease_s, max_attempts), extra)
+        prepared = _prepare(Hold(claim, execution_id, lease_s), extra)
         if isinstance(prepared, Prepared):
             return prepared
         with single_statement() as conn:  # each give-up is one statement: a whole unit of work

@@ -110,12 +110,12 @@ _CONSUME_AND_INTERRUPT_RUN = DriverStatement(_consume_and_interrupt_run())
 
 
 def consume_and_interrupt_run(
-    session: Executor, continuation_id: str, step: StepLike, *, reason: str, execution_id: str, locked: bool = False
+    session: Executor, continuation_id: str, step: StepLike, *, reason: str, execution_id: str
 ) -> tuple[bool, RunRecord | None]:
     """claimed -> consumed (as ``consume``), then live -> interrupted for its run as ``interrupt_run``, in
     one statement: whether the consume won, and the run's record (``None`` when the claim was lost or the
     run had already ended; nothing is written when it was lost). A whole unit of work, fit for autocommit."""
-    params = {**_params(reason, execution_id, continuation_id), "rid": step.run_id, "sid": step.id, "locked": locked}
+    params = {**_params(reason, execution_id, continuation_id), "rid": step.run_id, "sid": step.id}
     row = _CONSUME_AND_INTERRUPT_RUN.first(session, params)
     if row is None:
         return False, None

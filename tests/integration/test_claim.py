@@ -265,7 +265,7 @@ def _leased(continuation_id: str, execution_id: str, lease_s: float) -> Hold:
         claimed = store.claim_in_one_statement(conn, continuation_id, execution_id=execution_id, lease_s=lease_s,
                                                max_attempts=5)  # fmt: skip
     assert claimed is not None
-    return Hold(claimed, execution_id, lease_s, 5)
+    return Hold(claimed, execution_id, lease_s)
 
 
 def test_lease_keeper__renews_a_long_body_s_lease_and_short_bodies_do_not_wake_it(stack: Stack) -> None:
@@ -276,7 +276,7 @@ def test_lease_keeper__renews_a_long_body_s_lease_and_short_bodies_do_not_wake_i
     hold = _leased(cid, "exec-a", lease_s)
     first = continuation(cid).lease_expires_at
     assert first is not None
-    with Keeper(hold, locked_s=0.5):
+    with Keeper(hold):
 
         def renewed() -> datetime | None:
             lease = continuation(cid).lease_expires_at
@@ -287,15 +287,15 @@ def test_lease_keeper__renews_a_long_body_s_lease_and_short_bodies_do_not_wake_i
         assert not _claim(cid, "exec-b", lease_s=lease_s)  # still held: renewed past its first expiry
     # Short executions, one after another, do not wake the thread: once it waits a third of the last lease
     # it saw (here 20 minutes), a hold whose renewal falls due later than that wait ends leaves it asleep
-    long = Hold(hold.claim, "exec-a", 3600, 5)
-    with Keeper(long, locked_s=0.5):
+    long = Hold(hold.claim, "exec-a", 3600)
+    with Keeper(long):
         pass
     wait_for(lambda: not renewer.held, timeout=5, what="nothing held")
     wait_for(lambda: renewer.sleeps_until - time.monotonic() > 600, timeout=10, what="the thread in its long wait")
     before = renewer.sleeps_until  # each pass of the thread's loop sets it anew
     for i in range(50):
         other = replace(hold.claim, continuation=replace(hold.claim.continuation, id=f"{cid}-{i}"))
-        with Keeper(Hold(other, "exec-a", 3600, 5), locked_s=0.5):
+        with Keeper(Hold(other, "exec-a", 3600)):
             pass
         time.sleep(0.002)  # the next message's few milliseconds of Celery work: the thread could run in them
     assert renewer.sleeps_until == before
