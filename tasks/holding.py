@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from models import store
@@ -39,6 +41,20 @@ class Hold:
             return store.renew_lease(
                 conn, self.claim.continuation.id, execution_id=self.execution_id, lease_s=self.lease_s
             )
+
+    def release(self, reason: str) -> bool:
+        """Give the claim back at once (``store.release_claim``) so the continuation is driven again without
+        waiting for its lease; ``False`` when it was not released (held no more, or the database failed
+        too: the lease then runs out as after a crash)."""
+        try:
+            with single_statement() as conn:
+                return store.release_claim(
+                    conn, self.claim.continuation.id, execution_id=self.execution_id, reason=reason
+                )
+        except DATABASE_ERRORS as exc:
+            log.info("claim not released (%s); its lease runs out", fault_line(exc),
+                     extra={"continuation_id": self.claim.continuation.id})  # fmt: skip
+            return False
 
     def commit(
         self, outcome: store.StepOutcome, *, reviews_started: bool, in_commit: Sequence[Callable[[Any], None]]
@@ -131,22 +147,40 @@ class Keeper:
 
 class Abandoned(BaseException):  # control flow: a body's ``except Exception`` must not eat it
     """This execution stops here and commits nothing: it no longer holds a live claim, or the database
-    failed under one of the SDK's own writes. Its lease runs out and the sweep re-drives the continuation,
-    as after a crash (a tool call it journaled is then replayed by its kind's rule)."""
+    failed under one of its own writes (the SDK's inside the body, or the outcome's commit). The system's
+    fault, never the workflow's verdict: the continuation is driven again, as after a crash (a tool call
+    it journaled is then replayed by its kind's rule), and out of attempts its run is ``interrupted``."""
+
+
+# What the database and its driver raise (SQLAlchemy wraps psycopg's errors; a raw one is a driver call).
+DATABASE_ERRORS = (SQLAlchemyError, psycopg.Error)
+
+
+def fault_line(exc: BaseException) -> str:
+    """A database error by its classes and SQLSTATE, never its text (which may quote the parameters)."""
+    orig = getattr(exc, "orig", None)
+    if not isinstance(orig, psycopg.Error):
+        return type(exc).__name__
+    state = f", SQLSTATE {orig.sqlstate}" if orig.sqlstate else ""
+    return f"{type(exc).__name__} ({type(orig).__name__}{state})"
+
+
+def database_fault(exc: BaseException, what: str) -> Abandoned:
+    """The ``Abandoned`` for a database error raised under ``what``."""
+    return Abandoned(f"the database failed under {what}: {fault_line(exc)}")
 
 
 @contextmanager
 def own_write(ctx: Context, *, fenced: bool = True) -> Iterator[Session]:
     """The transaction of one of the SDK's own writes for the body of ``ctx`` (a tool call's journal, a
-    review). ``fenced``: it commits only while this execution holds a live
-    claim (``store.holds_live_claim``), so an execution that lost it starts no tool call and records no
-    review. A lost claim or a failed database raises ``Abandoned``, never the body's ``Fail``."""
+    review). ``fenced``: it commits only while this execution holds a live claim
+    (``store.holds_live_claim``), so an execution that lost it starts no tool call and records no review.
+    A lost claim or any database error (an outage, a deadlock, a constraint) raises ``Abandoned``, never
+    the body's ``Fail``."""
     try:
         with transaction() as session:
             if fenced and not store.holds_live_claim(session, ctx.execution_id):
                 raise Abandoned("its claim's lease ran out (or another execution took it over)")
             yield session
-    except Exception as exc:
-        if database_unavailable(exc):
-            raise Abandoned(f"the database failed under the SDK's own write: {type(exc).__name__}") from exc
-        raise
+    except DATABASE_ERRORS as exc:
+        raise database_fault(exc, "the SDK's own write") from exc

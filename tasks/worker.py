@@ -23,7 +23,7 @@ from parkway.logs import bind, bound, in_context
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
-from tasks.holding import Abandoned, Hold, Keeper
+from tasks.holding import DATABASE_ERRORS, Abandoned, Hold, Keeper, database_fault
 from tasks.outcomes import (
     Complete,
     ContinuationNotRegistered,
@@ -80,7 +80,7 @@ def _drive(continuation_id: str) -> str:
 
 
 # The worker's line for an execution that stopped without committing (tasks.holding.Abandoned).
-ABANDONED = "execution abandoned, nothing committed: %s; if still due, the sweep re-drives it once its lease ran out"
+ABANDONED = "execution abandoned, nothing committed: %s; %s"
 
 
 @dataclass
@@ -117,15 +117,31 @@ def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
         try:
             outcome = _run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers)
         except Abandoned as why:
-            log.warning(ABANDONED, why, extra={**extra, "action": "abandon"})
-            return "abandoned"
+            return _abandoned(hold, str(why), extra)
     crash_point("resume.before_commit")
-    committed = hold.commit(_for_store(outcome), reviews_started=bool(ctx.started_reviews), in_commit=ctx.commit_hooks)
+    try:
+        committed = hold.commit(_for_store(outcome), reviews_started=bool(ctx.started_reviews),
+                                in_commit=ctx.commit_hooks)  # fmt: skip
+    except DATABASE_ERRORS as exc:  # rolled back: the outcome is decided again by the next execution
+        return _abandoned(hold, str(database_fault(exc, "the outcome's commit")), extra)
     if committed is None:
         log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
         return "lost"
     to_publish = [(c.id, c.kind) for c in committed.due]
     return _committed(_named(committed.outcome), to_publish, committed.ended, extra)
+
+
+def _abandoned(hold: Hold, why: str, extra: dict[str, Any]) -> str:
+    """An execution that stopped without committing (``Abandoned``): its claim, if still its own, released
+    and the continuation published again at once (its attempt counted); else its lease runs out and the
+    sweep re-drives it."""
+    released = hold.release(why)
+    then = "published again at once" if released else "if still due, the sweep re-drives it once its lease ran out"
+    log.warning(ABANDONED, why, then, extra={**extra, "action": "abandon"})
+    if released:
+        row = hold.claim.continuation
+        publish([(row.id, row.kind)], retry=False)  # once: the sweep relays a lost publish
+    return "abandoned"
 
 
 def _committed(

@@ -19,6 +19,7 @@ from models.store.claims import (
     claim_in_one_statement,
     holds_live_claim,
     load_claim,
+    release_claim,
     renew_lease,
 )
 from models.store.continuations import consume, consume_and_finish_run
@@ -141,6 +142,7 @@ __all__ = [
     "record_review",
     "record_schedule_history",
     "record_sweep",
+    "release_claim",
     "release_expired_claim",
     "release_expired_claims",
     "renew_lease",

@@ -211,6 +211,23 @@ def renew_lease(session: Executor, continuation_id: str, *, execution_id: str, l
     return row is not None
 
 
+_RELEASE_CLAIM = (
+    update(CONT)
+    .where(CONT.c.id == bindparam("cid"), live_claim(bindparam("eid")))
+    .values(status=ContinuationStatus.READY.value, claimed_by=None, lease_expires_at=None, enqueued_at=db_now(),
+            publishes=CONT.c.publishes + 1, reason=bindparam("why"))
+    .returning(CONT.c.id)
+)  # fmt: skip
+
+
+def release_claim(session: Executor, continuation_id: str, *, execution_id: str, reason: str) -> bool:
+    """claimed -> ready, only by the execution holding the live claim, as the sweep releases an expired one
+    (its attempt kept, stamped as published now) but at once, noting ``reason`` (why it stopped: what a
+    give-up out of attempts reports); ``False`` when it holds it no more (nothing is written)."""
+    params = {"cid": continuation_id, "eid": execution_id, "why": reason}
+    return session.execute(_RELEASE_CLAIM, params).first() is not None
+
+
 _HOLDS_LIVE_CLAIM = select(CONT.c.id).where(live_claim(bindparam("eid"))).with_for_update(read=True)
 
 
