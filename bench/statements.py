@@ -1,11 +1,10 @@
 """What each statement of an answer and a resume costs inside PostgreSQL: counts, not a stopwatch.
 
-``python -m bench.statements ADMIN_URL [N] [--locked]`` makes a scratch database on the server of
+``python -m bench.statements ADMIN_URL [N]`` makes a scratch database on the server of
 ``ADMIN_URL`` (which must load ``pg_stat_statements``), parks N steps, answers them (``tasks.sdk.answer``)
 and runs their continuations (``tasks.worker.execute``) in this process, after a warm-up of 20 of each that
 is not counted, and prints per completion, for each statement PostgreSQL ran: how many times, its execution
-time, the shared blocks it touched per call and the WAL it wrote. ``--locked`` runs each continuation as a
-first delivery on the one-transaction path (``PARKWAY_LOCKED_BODY_S``).
+time, the shared blocks it touched per call and the WAL it wrote.
 
 Blocks and WAL bytes do not depend on how busy the machine is: on a shared machine they are the figures to
 compare; the times only beside each other, in one run. A server with the extension, as its owner::
@@ -45,7 +44,6 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("admin_url", help="a database URL of the server, as a superuser (libpq form)")
     parser.add_argument("n", nargs="?", type=int, default=1000, help="parked steps (default 1000)")
-    parser.add_argument("--locked", action="store_true", help="continuations as first deliveries under the row lock")
     args = parser.parse_args()
     try:
         _admin(args.admin_url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
@@ -71,7 +69,6 @@ def _measure(args: argparse.Namespace, name: str) -> int:
         PARKWAY_SECRET_KEY=uuid.uuid4().hex * 2,
         PARKWAY_BROKER_URL=os.environ.get("BENCH_STATEMENTS_BROKER_URL", "redis://127.0.0.1:6379/12"),
         PARKWAY_WORKSPACE_DIR=os.path.join("var", "bench-statements", name),
-        PARKWAY_LOCKED_BODY_S="5" if args.locked else "0",
     )
     subprocess.run([sys.executable, "-m", "parkway.cli", "migrate"], check=True, capture_output=True)
     from sqlalchemy import text
@@ -91,7 +88,7 @@ def _measure(args: argparse.Namespace, name: str) -> int:
             ).scalars()
             ids = list(ready)
         for cid in ids:
-            outcome = execute(cid, delivery="first" if args.locked else "other")
+            outcome = execute(cid)
             assert outcome == "committed", outcome
         drain_projections()
 
@@ -102,7 +99,7 @@ def _measure(args: argparse.Namespace, name: str) -> int:
     complete(parked[WARM_UP:])
     rows = _admin(args.admin_url, _BY_STATEMENT, name)
     n = args.n
-    print(f"{n} answers and resumes ({'row lock' if args.locked else 'lease'} path), per completion:")
+    print(f"{n} answers and resumes, per completion:")
     print(f"  all statements: {sum(r[1] for r in rows) / n * 1000:.0f} µs, "
           f"{sum(r[2] for r in rows) / n:.0f} blocks, {sum(int(r[3]) for r in rows) / n:.0f} B of WAL")  # fmt: skip
     print("  calls    exec µs  blocks/call  WAL B  statement")

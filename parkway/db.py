@@ -41,12 +41,11 @@ def make_engine(url: str, *, durable: bool = True) -> Engine:
 def connect_args(*, durable: bool = True) -> dict[str, str]:
     """The session settings of every connection: ``durable=False``, ``synchronous_commit=off`` (for
     ``transaction(durable=False)``); and always an ``idle_in_transaction_session_timeout`` of two claim
-    leases past the longest idle the design allows (a body under its row lock, ``PARKWAY_LOCKED_BODY_S``).
-    A process that hangs inside a transaction (stopped, paused, deadlocked) then holds its row locks for
-    no more than about what it could hold a claim: PostgreSQL ends the session, the rows are released, the
-    sweep re-drives what it left. (Two leases: a live process on a busy host is not cut off mid-work.)"""
-    settings = get_settings()
-    idle_ms = round((2 * settings.claim_lease_s + settings.locked_body_s) * 1000)
+    leases (no transaction of Parkway's stays open across a body). A process that hangs inside a
+    transaction (stopped, paused, deadlocked) then holds its row locks for no more than about what it
+    could hold a claim: PostgreSQL ends the session, the rows are released, the sweep re-drives what it
+    left. (Two leases: a live process on a busy host is not cut off mid-work.)"""
+    idle_ms = round(2 * get_settings().claim_lease_s * 1000)
     options = f"-c idle_in_transaction_session_timeout={idle_ms}"
     return {"options": options if durable else f"{options} -c synchronous_commit=off"}
 

@@ -32,7 +32,6 @@ class Settings(BaseSettings):
     sweep_batch: int = Field(default=500, gt=0)
     claim_lease_s: float = Field(default=30.0, gt=0)
     reenqueue_after_s: float = Field(default=10.0, ge=0)
-    locked_body_s: float = Field(default=0.0, ge=0)  # > 0: a first delivery's body may run so long under its row lock
     max_attempts: int = Field(default=5, ge=1)
     # How long no live worker may advertise a version before the work on it fails closed (a rolling deploy).
     version_grace_s: float = Field(default=600.0, ge=0)

@@ -1,12 +1,6 @@
-"""How an execution holds its continuation while the body runs: a lease, or (a first delivery) the row
-lock of the open transaction that will commit the outcome.
-
-The row lock costs no write: a crash rolls the execution back without a trace, and the broker's
-redelivery or the sweep re-drives it on the lease path (``models.store.lock_first_delivery``). A lock is
-turned into a lease, committed, before the body journals a tool call or starts a review, and once the body
-has run for ``PARKWAY_LOCKED_BODY_S`` (0, the default: no lock, every claim a lease): an open transaction
-holds back what other readers may be shown of the event log, so only short bodies keep it.
-"""
+"""How an execution holds its continuation while the body runs: a lease, renewed by one thread per
+process, and checked by each of the SDK's own writes (``own_write``). No transaction stays open across a
+body: an open one would hold back what other readers may be shown of the event log."""
 
 from __future__ import annotations
 
@@ -18,7 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection
+import psycopg
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from models import store
@@ -32,81 +27,50 @@ log = logging.getLogger("parkway.worker")
 
 
 class Hold:
-    """One execution's hold on its continuation. ``conn`` is the open transaction whose row lock holds a
-    first delivery; ``None`` once the hold is a lease (or always, for a claim made under a lease)."""
+    """One execution's claim on its continuation, under a lease of ``lease_s``."""
 
-    def __init__(self, claim: Claim, execution_id: str, lease_s: float, max_attempts: int,
-                 conn: Connection | None = None) -> None:  # fmt: skip
-        self.claim, self.execution_id, self.lease_s, self.max_attempts = claim, execution_id, lease_s, max_attempts
-        self.conn = conn
-        self.lost = False  # a lock whose lease could not be committed: this execution must not commit
-        self.lock = threading.Lock()  # the body's thread and the renewer's take turns on ``conn``
-
-    def lease(self) -> None:
-        """Lock -> lease, committed (nothing to do for a lease). Raises what the database raised."""
-        with self.lock:
-            self._lease()
-
-    def _lease(self) -> None:
-        conn = self.conn
-        if conn is None:
-            return
-        self.conn = None
-        try:
-            self.claim = store.lease_first_delivery(conn, self.claim, execution_id=self.execution_id,
-                                                    lease_s=self.lease_s, max_attempts=self.max_attempts)  # fmt: skip
-            conn.commit()
-        except BaseException:
-            self.lost = True
-            raise
-        finally:
-            conn.close()
+    def __init__(self, claim: Claim, execution_id: str, lease_s: float) -> None:
+        self.claim, self.execution_id, self.lease_s = claim, execution_id, lease_s
 
     def renew(self) -> bool:
-        """The renewer's turn: a lock becomes a lease, a lease is extended; ``False`` once it is not held."""
-        with self.lock:
-            if self.conn is not None:
-                self._lease()
-                return True
-        if self.lost:
-            return False
-        # One statement in autocommit: a process stopped mid-renewal (hung, paused) leaves no open
-        # transaction holding the row, so the sweep can release the claim once the lease runs out.
+        """The lease extended; ``False`` once this execution holds it no more.
+
+        One statement in autocommit: a process stopped mid-renewal (hung, paused) leaves no open
+        transaction holding the row, so the sweep can release the claim once the lease runs out."""
         with single_statement(durable=False) as conn:
             return store.renew_lease(
                 conn, self.claim.continuation.id, execution_id=self.execution_id, lease_s=self.lease_s
             )
 
+    def release(self, reason: str) -> bool:
+        """Give the claim back at once (``store.release_claim``) so the continuation is driven again without
+        waiting for its lease; ``False`` when it was not released (held no more, or the database failed
+        too: the lease then runs out as after a crash)."""
+        try:
+            with single_statement() as conn:
+                return store.release_claim(
+                    conn, self.claim.continuation.id, execution_id=self.execution_id, reason=reason
+                )
+        except DATABASE_ERRORS as exc:
+            log.info("claim not released (%s); its lease runs out", fault_line(exc),
+                     extra={"continuation_id": self.claim.continuation.id})  # fmt: skip
+            return False
+
     def commit(
         self, outcome: store.StepOutcome, *, reviews_started: bool, in_commit: Sequence[Callable[[Any], None]]
     ) -> store.Committed | None:
-        """The outcome committed with the consume, in the lock's transaction or on the lease path;
-        ``None`` when the hold was lost."""
-        with self.lock:
-            if self.lost:
-                return None
-            conn, self.conn = self.conn, None
-            if conn is None:
-                return store.commit_outcome(self.claim, outcome, execution_id=self.execution_id,
-                                            reviews_started=reviews_started, in_commit=in_commit)  # fmt: skip
-            try:
-                committed = store.commit_outcome(self.claim, outcome, execution_id=self.execution_id,
-                                                 reviews_started=reviews_started, in_commit=in_commit,
-                                                 held=conn)  # fmt: skip
-                conn.commit()
-            finally:
-                conn.close()
-            return committed
+        """The outcome committed with the consume; ``None`` when the claim was lost."""
+        return store.commit_outcome(self.claim, outcome, execution_id=self.execution_id,
+                                    reviews_started=reviews_started, in_commit=in_commit)  # fmt: skip
 
 
 class _Renewer:
     """One thread per process keeps the holds of the executions running in it: each lease renewed every
-    third of its lease, each row lock turned into a lease once its body has run ``locked_s``. A thread
-    per execution would cost a start and a join.
+    third of its lease. A thread per execution would cost a start and a join.
 
     A hold wakes the thread only when it falls due before the thread's current wait ends. With nothing
-    held the thread waits as long as the last hold's first turn (a third of its lease, or ``locked_s``),
-    not longer: a body that ends in milliseconds (the common case) then never wakes it.
+    held the thread waits as long as the last hold's first turn (a third of its lease), not longer: a
+    body that ends in milliseconds (the common case) then never wakes it.
     """
 
     def __init__(self) -> None:
@@ -157,7 +121,7 @@ class _Renewer:
             unavailable = database_unavailable(exc)  # an outage, or a session the database ended: one line
             log.warning("lease renewal failed%s", f": {failure_line(exc)}" if unavailable else "",
                         exc_info=not unavailable, extra={"continuation_id": cid})  # fmt: skip
-            held = not hold.lost
+            return  # tried again at its next turn, while the lease is live
         if not held:
             with self.lock:
                 if self.held.get(cid, (None,))[0] is hold:
@@ -168,14 +132,13 @@ renewer = _Renewer()
 
 
 class Keeper:
-    """Keeps ``hold`` while the body runs (see ``_Renewer``): a lock is first due after ``locked_s``, a
-    lease after a third of the lease."""
+    """Keeps ``hold`` while the body runs (see ``_Renewer``): its lease renewed every third of it."""
 
-    def __init__(self, hold: Hold, locked_s: float) -> None:
-        self.hold, self.due_in_s = hold, (locked_s if hold.conn is not None else hold.lease_s / 3)
+    def __init__(self, hold: Hold) -> None:
+        self.hold = hold
 
     def __enter__(self) -> Keeper:
-        renewer.hold(self.hold, self.due_in_s)
+        renewer.hold(self.hold, self.hold.lease_s / 3)
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -184,23 +147,40 @@ class Keeper:
 
 class Abandoned(BaseException):  # control flow: a body's ``except Exception`` must not eat it
     """This execution stops here and commits nothing: it no longer holds a live claim, or the database
-    failed under one of the SDK's own writes. Its lease runs out and the sweep re-drives the continuation,
-    as after a crash (a tool call it journaled is then replayed by its kind's rule)."""
+    failed under one of its own writes (the SDK's inside the body, or the outcome's commit). The system's
+    fault, never the workflow's verdict: the continuation is driven again, as after a crash (a tool call
+    it journaled is then replayed by its kind's rule), and out of attempts its run is ``interrupted``."""
+
+
+# What the database and its driver raise (SQLAlchemy wraps psycopg's errors; a raw one is a driver call).
+DATABASE_ERRORS = (SQLAlchemyError, psycopg.Error)
+
+
+def fault_line(exc: BaseException) -> str:
+    """A database error by its classes and SQLSTATE, never its text (which may quote the parameters)."""
+    orig = getattr(exc, "orig", None)
+    if not isinstance(orig, psycopg.Error):
+        return type(exc).__name__
+    state = f", SQLSTATE {orig.sqlstate}" if orig.sqlstate else ""
+    return f"{type(exc).__name__} ({type(orig).__name__}{state})"
+
+
+def database_fault(exc: BaseException, what: str) -> Abandoned:
+    """The ``Abandoned`` for a database error raised under ``what``."""
+    return Abandoned(f"the database failed under {what}: {fault_line(exc)}")
 
 
 @contextmanager
 def own_write(ctx: Context, *, fenced: bool = True) -> Iterator[Session]:
     """The transaction of one of the SDK's own writes for the body of ``ctx`` (a tool call's journal, a
-    review), after its claim became a lease. ``fenced``: it commits only while this execution holds a live
-    claim (``store.holds_live_claim``), so an execution that lost it starts no tool call and records no
-    review. A lost claim or a failed database raises ``Abandoned``, never the body's ``Fail``."""
+    review). ``fenced``: it commits only while this execution holds a live claim
+    (``store.holds_live_claim``), so an execution that lost it starts no tool call and records no review.
+    A lost claim or any database error (an outage, a deadlock, a constraint) raises ``Abandoned``, never
+    the body's ``Fail``."""
     try:
-        ctx.lease_claim()
         with transaction() as session:
             if fenced and not store.holds_live_claim(session, ctx.execution_id):
                 raise Abandoned("its claim's lease ran out (or another execution took it over)")
             yield session
-    except Exception as exc:
-        if database_unavailable(exc):
-            raise Abandoned(f"the database failed under the SDK's own write: {type(exc).__name__}") from exc
-        raise
+    except DATABASE_ERRORS as exc:
+        raise database_fault(exc, "the SDK's own write") from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from functools import cache
 
 from celery.utils.nodenames import worker_direct
 from kombu.exceptions import OperationalError
@@ -13,9 +14,6 @@ from tasks.celery_app import CONTINUATIONS_QUEUE, RESUME_STEP, RUN_STEP, STEPS_Q
 
 log = logging.getLogger("parkway.publish")
 
-# The message header that marks a continuation's first publish (the one after the commit that made it due).
-FIRST_PUBLISH = "parkway_first_publish"
-FIRST = {FIRST_PUBLISH: True}
 # The message header of a delivery handed on by a worker that does not run its version (tasks.worker).
 HANDED_ON = "parkway_handed_on"
 
@@ -29,22 +27,23 @@ def publish(
 ) -> int:
     """Send one task per ``(continuation_id, kind)``; call only after the commit that created them.
 
-    All sends share one producer (one broker connection for the batch). A failed send is logged at
-    WARNING (ids only), never raised, and ends the batch: the rows are committed and the sweep sends
-    them again. ``retry=False`` (the answer, start and worker paths) makes one attempt: one connect,
-    bounded by the broker's connect timeout, and no publish retry policy, so a broker outage costs a
-    caller no more than that; the sweep keeps the app's bounded retry policy. A pooled connection the
+    All sends share one producer (one broker connection for the batch). A send that the broker or the
+    transport failed (``_broker_errors``) is logged at WARNING (ids only), never raised, and ends the
+    batch: the rows are committed and the sweep sends them again; any other error is a bug, raised.
+    ``retry=False`` (the answer, start and worker paths) makes one attempt: one connect, bounded by the
+    broker's connect timeout, and no publish retry policy, so a broker outage costs a caller no more than
+    that; the sweep keeps the app's bounded retry policy. A pooled connection the
     broker dropped since its last use (a broker restart, a connection closed by its operator) is found
     dead only by the send: the rest of the batch then goes once more on a new connection, so a live
     broker never leaves a continuation to the sweep. Returns how many were sent.
-    Those sends are a continuation's first publish, and say so in a message header (``FIRST_PUBLISH``):
-    only that message may run under its row lock (``tasks.holding``). ``node``: each to that worker's own
-    queue instead, marked as handed on (``HANDED_ON``).
+    ``node``: each to that worker's own queue instead, marked as handed on (``HANDED_ON``).
     """
     batch = list(items)
     if not batch:
         return 0
     sent = 0
+    broker_errors = _broker_errors()
+    to, headers = (worker_direct(node), {HANDED_ON: True}) if node else (None, None)
     for last_try in (False, True):
         reused, dropped = False, (OperationalError,)
         try:
@@ -57,14 +56,13 @@ def publish(
                 for continuation_id, kind in batch[sent:]:
                     crash_point("publish.before_send")
                     name, queue = (RUN_STEP, STEPS_QUEUE) if kind == "start" else (RESUME_STEP, CONTINUATIONS_QUEUE)
-                    headers = {HANDED_ON: True} if node else None if retry else FIRST
-                    app.send_task(name, args=[continuation_id], queue=worker_direct(node) if node else queue,
-                                  producer=producer, retry=retry, headers=headers)  # fmt: skip
+                    app.send_task(name, args=[continuation_id], queue=to or queue, producer=producer, retry=retry,
+                                  headers=headers)  # fmt: skip
                     sent += 1
                     if sent == 1 and after_first is not None:
                         after_first()
             return sent
-        except Exception as exc:
+        except broker_errors as exc:  # anything else is a bug, and surfaces as one
             if not last_try and reused and isinstance(exc, dropped):
                 continue  # that pooled connection was dead: the next acquire connects anew
             # The rest of the batch would fail the same way (ids are the only arguments): leave it to the sweep.
@@ -77,3 +75,11 @@ def publish(
             )
             return sent
     return sent
+
+
+@cache
+def _broker_errors() -> tuple[type[BaseException], ...]:
+    """What a send raises when the broker or the way to it fails (kombu's, its transport's, the socket's):
+    the only errors ``publish`` logs and leaves to the sweep."""
+    connection = app.connection_for_write()  # not connected: its transport's error classes only
+    return (OperationalError, OSError, *connection.connection_errors, *connection.channel_errors)

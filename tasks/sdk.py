@@ -96,9 +96,6 @@ class Context:
     commit_hooks: list[Callable[[Any], None]] = field(default_factory=list, repr=False)  # from ``in_commit``
     started_reviews: list[str] = field(default_factory=list, repr=False)  # ids of reviews this execution began
     tool_keys: set[str] = field(default_factory=set, repr=False)  # keys used by this execution
-    # Called before the body's first journal write of its own (a tool call, a review): a first delivery held
-    # by its row lock is then claimed under a lease (tasks.holding), so the journal outlives a crash.
-    lease_claim: Callable[[], None] = field(default=lambda: None, repr=False)
 
     def tool(
         self,

@@ -1,8 +1,7 @@
 """Worker tasks: claim a continuation, run its body, commit its outcome once.
 
 Tasks are thin: a continuation id in, ``execute`` does claim → body → consume, and a duplicate delivery
-(consumed, dead, or held by another execution) is a no-op. The claim is a lease, or for a first delivery
-the row lock of the transaction that commits the outcome (``tasks.holding``).
+(consumed, dead, or held by another execution) is a no-op. The claim is a lease (``tasks.holding``).
 """
 
 from __future__ import annotations
@@ -10,10 +9,7 @@ from __future__ import annotations
 import logging
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from celery import Task
-from sqlalchemy import Connection
+from typing import Any
 
 from models import store
 from models.jsonsafe import storable_text
@@ -21,13 +17,13 @@ from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
 from models.store import Claim
 from parkway.crash import crash_point
 from parkway.crypto import join_sensitive
-from parkway.db import database_unavailable, failure_line, open_transaction, single_statement
+from parkway.db import database_unavailable, failure_line, single_statement
 from parkway.errors import NotRegistered, WorkflowError
 from parkway.logs import bind, bound, in_context
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
-from tasks.holding import Abandoned, Hold, Keeper
+from tasks.holding import DATABASE_ERRORS, Abandoned, Hold, Keeper, database_fault
 from tasks.outcomes import (
     Complete,
     Fail,
@@ -38,7 +34,7 @@ from tasks.outcomes import (
     interaction_specs,
 )
 from tasks.projection import project_quietly, project_soon
-from tasks.publish import FIRST_PUBLISH, HANDED_ON, publish
+from tasks.publish import HANDED_ON, publish
 from tasks.sdk import Context
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 from tasks.tooltypes import PossiblyRan
@@ -62,23 +58,23 @@ class Elsewhere:
 Result = Outcome | Interrupted
 
 
-@app.task(name=RUN_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def run_step(task: Task, continuation_id: str) -> str:
+@app.task(name=RUN_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def run_step(continuation_id: str) -> str:
     """Run a step body for its start continuation (exactly one commit)."""
-    return _drive(continuation_id, _delivery(task), handed_on=bool(task.request.get(HANDED_ON)))
+    return _drive(continuation_id, handed_on=bool(run_step.request.get(HANDED_ON)))
 
 
-@app.task(name=RESUME_STEP, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def resume_step(task: Task, continuation_id: str) -> str:
+@app.task(name=RESUME_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def resume_step(continuation_id: str) -> str:
     """Resume a parked step through its versioned continuation (exactly one commit)."""
-    return _drive(continuation_id, _delivery(task), handed_on=bool(task.request.get(HANDED_ON)))
+    return _drive(continuation_id, handed_on=bool(resume_step.request.get(HANDED_ON)))
 
 
-def _drive(continuation_id: str, delivery: Delivery, *, handed_on: bool) -> str:
+def _drive(continuation_id: str, *, handed_on: bool) -> str:
     """``execute``; a database that failed under it (an outage, a restart) is one warning line, not a
     traceback: nothing was committed, and the sweep publishes the continuation again once it is reachable."""
     try:
-        return execute(continuation_id, delivery=delivery, handed_on=handed_on)
+        return execute(continuation_id, handed_on=handed_on)
     except Exception as exc:
         if not database_unavailable(exc):
             raise
@@ -87,19 +83,8 @@ def _drive(continuation_id: str, delivery: Delivery, *, handed_on: bool) -> str:
         return "database unavailable"
 
 
-Delivery = Literal["first", "again", "other"]
-
 # The worker's line for an execution that stopped without committing (tasks.holding.Abandoned).
-ABANDONED = "execution abandoned, nothing committed: %s; if still due, the sweep re-drives it once its lease ran out"
-
-
-def _delivery(task: Task) -> Delivery:
-    """Which delivery of which message this is: the first publish's (marked by ``FIRST_PUBLISH``) for the
-    first time or again (Redis and AMQP flag a redelivery), or another (the sweep's). On the filesystem
-    broker, which never gives back what a dead worker took, always ``"other"``: every claim a lease."""
-    if not task.request.get(FIRST_PUBLISH) or str(task.app.conf.broker_url).startswith("filesystem:"):
-        return "other"
-    return "again" if (task.request.delivery_info or {}).get("redelivered") else "first"
+ABANDONED = "execution abandoned, nothing committed: %s; %s"
 
 
 @dataclass
@@ -112,13 +97,9 @@ class Prepared:
     answers: dict[str, Any]
 
 
-def execute(continuation_id: str, *, delivery: Delivery = "other", handed_on: bool = False) -> str:
-    """Claim, run and commit one continuation; returns what happened (for logs and tests).
-
-    ``delivery`` (``_delivery``): ``"first"``, the first publish's message delivered for the first time,
-    may be held by its row lock (``tasks.holding``); ``"again"``, that message delivered again, first
-    counts the execution the lock may have hidden; any other claims under a lease. ``handed_on``: another
-    worker that does not run this version sent it here (``_hand_on``).
+def execute(continuation_id: str, *, handed_on: bool = False) -> str:
+    """Claim, run and commit one continuation; returns what happened (for logs and tests). ``handed_on``:
+    a worker that does not run this version sent it here (``_hand_on``).
 
     In a Celery task the ids go into the task's log context, which lasts until Celery has written its own
     line about the task: that one line (``Task … succeeded in …s: 'committed'``) then carries the run,
@@ -126,40 +107,48 @@ def execute(continuation_id: str, *, delivery: Delivery = "other", handed_on: bo
     showed in the worker's profile; bench/RESULTS.md).
     """
     execution_id = store.new_id()
-    locking = get_settings().locked_body_s > 0
     with nullcontext() if in_context() else bound():
         bind(continuation_id=continuation_id, execution_id=execution_id)
         extra: dict[str, Any] = {"continuation_id": continuation_id, "execution_id": execution_id}
-        if locking and delivery == "first":
-            with open_transaction() as conn:
-                locked = _lock(conn, continuation_id, execution_id, extra)
-                if locked is not None:
-                    return _run(locked, extra)
-        elif locking and delivery == "again":
-            with single_statement() as conn:
-                store.count_lost_execution(conn, continuation_id)
         prepared = _claim(continuation_id, execution_id, extra, handed_on=handed_on)
         return prepared if isinstance(prepared, str) else _run(prepared, extra)
 
 
 def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
-    settings = get_settings()
     hold, ctx = prepared.hold, prepared.ctx
     crash_point("resume.after_claim")
-    with Keeper(hold, settings.locked_body_s):
+    with Keeper(hold):
         row = hold.claim.continuation
         try:
-            outcome = _run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers)
+            outcome = _served(_run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers), ctx)
         except Abandoned as why:
-            log.warning(ABANDONED, why, extra={**extra, "action": "abandon"})
-            return "abandoned"
+            return _abandoned(hold, str(why), extra)
+        except DATABASE_ERRORS as exc:
+            return _abandoned(hold, str(database_fault(exc, "the read of who runs its version")), extra)
     crash_point("resume.before_commit")
-    committed = hold.commit(_for_store(outcome), reviews_started=bool(ctx.started_reviews), in_commit=ctx.commit_hooks)
+    try:
+        committed = hold.commit(_for_store(outcome), reviews_started=bool(ctx.started_reviews),
+                                in_commit=ctx.commit_hooks)  # fmt: skip
+    except DATABASE_ERRORS as exc:  # rolled back: the outcome is decided again by the next execution
+        return _abandoned(hold, str(database_fault(exc, "the outcome's commit")), extra)
     if committed is None:
         log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
         return "lost"
     to_publish = [(c.id, c.kind) for c in committed.due]
     return _committed(_named(committed.outcome), to_publish, committed.ended, extra)
+
+
+def _abandoned(hold: Hold, why: str, extra: dict[str, Any]) -> str:
+    """An execution that stopped without committing (``Abandoned``): its claim, if still its own, released
+    and the continuation published again at once (its attempt counted); else its lease runs out and the
+    sweep re-drives it."""
+    released = hold.release(why)
+    then = "published again at once" if released else "if still due, the sweep re-drives it once its lease ran out"
+    log.warning(ABANDONED, why, then, extra={**extra, "action": "abandon"})
+    if released:
+        row = hold.claim.continuation
+        publish([(row.id, row.kind)], retry=False)  # once: the sweep relays a lost publish
+    return "abandoned"
 
 
 def _committed(
@@ -198,21 +187,6 @@ def _named(outcome: store.StepOutcome) -> str:
     return "Park" if isinstance(outcome, store.Parking) else "Interrupted"
 
 
-def _lock(conn: Connection, continuation_id: str, execution_id: str, extra: dict[str, Any]) -> Prepared | None:
-    """A first delivery held by its row lock in ``conn``'s transaction, ready to run; ``None`` for any
-    other (the lease path claims it, or gives it up with its own statements, which the lock would block)."""
-    claim = store.lock_first_delivery(conn, continuation_id)
-    if claim is None:
-        return None
-    settings = get_settings()
-    hold = Hold(claim, execution_id, settings.claim_lease_s, settings.max_attempts, conn=conn)
-    prepared = _prepare(hold, extra)
-    if not isinstance(prepared, Prepared):
-        return None
-    prepared.ctx.lease_claim = hold.lease  # before the body's first journal write of its own
-    return prepared
-
-
 def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any], *, handed_on: bool) -> Prepared | str:
     """Claim the continuation under a lease (or give up a row out of attempts or one that cannot be driven).
 
@@ -227,7 +201,7 @@ def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any], *, ha
             conn, continuation_id, execution_id=execution_id, lease_s=lease_s, max_attempts=max_attempts
         )
     if claim is not None:
-        prepared = _prepare(Hold(claim, execution_id, lease_s, max_attempts), extra)
+        prepared = _prepare(Hold(claim, execution_id, lease_s), extra)
         if isinstance(prepared, Prepared):
             return prepared
         if isinstance(prepared, Elsewhere):
@@ -312,7 +286,7 @@ def _hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_o
             store.give_up(conn, row.id, reason=reason, execution_id=execution_id)
         return _given_up(reason, claim.run_id, extra)
     with single_statement() as conn:
-        if not store.hand_back(conn, row.id, execution_id=execution_id):
+        if not store.release_claim(conn, row.id, execution_id=execution_id, reason=None, spent=False):
             return "lost"
     to = None if handed_on else fleet.node
     log.info("%s %s is not run here: %s", row.kind, row.name, f"handed on to {to}" if to else "left for the sweep",
@@ -322,7 +296,7 @@ def _hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_o
     return "handed on"
 
 
-def _served(outcome: Outcome, ctx: Context) -> Result:
+def _served(outcome: Result, ctx: Context) -> Result:
     """A Park on a version this worker does not run parks all the same while the fleet serves it, or
     advertised it within the grace (a rolling deploy); otherwise the step is interrupted, naming it."""
     if not isinstance(outcome, Park) or registry.has_continuation(outcome.continuation):
@@ -345,7 +319,7 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
             result = registry.step_body(name)(ctx, body_input)
         else:
             result = registry.continuation_body(name)(ctx, body_input, answers)
-        return _served(check_outcome(result, f"{kind} {name}"), ctx)
+        return check_outcome(result, f"{kind} {name}")
     except ParkForPermission as wait:
         # The body stops before its effect; it runs again on the same journal once answered.
         snapshot = {"step": ctx.step_name, "payload": ctx.payload, "journal": ctx.journal_step_id or ctx.step_id}

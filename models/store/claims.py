@@ -1,19 +1,18 @@
-"""Claiming a continuation, and everything its body reads, in one statement: under a lease, or (a first
-delivery) under the row lock of the transaction that will also commit its outcome."""
+"""Claiming a continuation under a lease, and everything its body reads, in one statement."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, bindparam, exists, or_, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
 from models.status import ContinuationStatus, InteractionKind, InteractionStatus, PrincipalKind, ReviewStatus
 from models.store.driver import DriverStatement
-from models.store.sql import CONT, GRANT, INTER, PRIN, REV, RUN, STEP, Executor, skip_locked, word
+from models.store.sql import CONT, GRANT, INTER, PRIN, REV, RUN, STEP, Executor, word
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,6 @@ class Claim:
     granted: bool  # the owner holds a live grant on the run's target now (admins hold every target)
     review_running: bool  # a review of the step was running when it was claimed (an earlier execution's)
     answers: dict[str, Answer]  # the step's interactions by key (sealed values still sealed)
-    locked: bool = False  # held by the row lock of the caller's open transaction (``lock_first_delivery``)
 
 
 def claimable() -> Any:
@@ -70,21 +68,6 @@ _CLAIM = (
         lease_expires_at=db_now("lease_s"),
     )
     .returning(CONT.c.id, CONT.c.run_id, CONT.c.step_id, CONT.c.kind, CONT.c.name, CONT.c.attempts)
-)
-
-# A first delivery: ready, never claimed, not sent again by the sweep (``publishes`` counts the send after
-# the commit that made it due). Only such a row is held by a row lock instead of a lease.
-_FIRST_DELIVERY_ROW = and_(CONT.c.status == word(ContinuationStatus.READY), CONT.c.attempts == 0, CONT.c.publishes == 1)
-_FIRST_DELIVERY = skip_locked(
-    select(CONT.c.id, CONT.c.run_id, CONT.c.step_id, CONT.c.kind, CONT.c.name, CONT.c.attempts).where(
-        CONT.c.id == bindparam("cid"), _FIRST_DELIVERY_ROW
-    )
-)
-_COUNT_LOST_EXECUTION = (
-    update(CONT)
-    .where(CONT.c.id == bindparam("cid"), CONT.c.status == word(ContinuationStatus.READY), CONT.c.attempts == 0)
-    .values(attempts=1)
-    .returning(CONT.c.id)
 )
 
 _ANSWERER = PRIN.alias("answerer")
@@ -135,7 +118,6 @@ _CLAIM_CONTEXT = _claim_context()
 # PostgreSQL: the claim's compare-and-set and the joined read in one statement (one round trip, and no
 # transaction to open and commit around them).
 _CLAIM_WITH_CONTEXT = DriverStatement(_claim_context(_CLAIM.cte("claimed")))
-_LOCK_WITH_CONTEXT = DriverStatement(_claim_context(_FIRST_DELIVERY.cte("claimed")))
 
 
 @dataclass(frozen=True)
@@ -162,40 +144,6 @@ def claim_in_one_statement(
     if not rows:
         return None
     return _claim_from_rows(_claimed(rows[0]), rows)
-
-
-def lock_first_delivery(conn: Connection, continuation_id: str) -> Claim | None:
-    """A first delivery (see ``_FIRST_DELIVERY``) locked in the caller's open transaction, with what its
-    body needs, in one statement; ``None`` for any other row, or one another transaction holds.
-
-    Nothing is written: the transaction commits the outcome with ``commit_outcome(..., held=conn)``, or
-    turns the lock into a lease with ``lease_first_delivery`` and commits (a body that journals a tool
-    call or runs long); a crash or a rollback leaves the row as it was."""
-    rows = _LOCK_WITH_CONTEXT.rows(conn, {"cid": continuation_id})
-    if not rows:
-        return None
-    return replace(_claim_from_rows(_claimed(rows[0]), rows), locked=True)
-
-
-def lease_first_delivery(
-    conn: Connection, held: Claim, *, execution_id: str, lease_s: float, max_attempts: int
-) -> Claim:
-    """A locked first delivery claimed under a lease (as ``claim``) in the same transaction, which the
-    caller commits: from then on the execution is on the lease path."""
-    assert held.locked, "only a first delivery held by its row lock is leased this way"
-    row = claim(conn, held.continuation.id, execution_id=execution_id, lease_s=lease_s, max_attempts=max_attempts)
-    if row is None:  # pragma: no cover - the row lock keeps it ready and unclaimed
-        raise RuntimeError(f"continuation {held.continuation.id}: held by its row lock, yet not claimable")
-    return replace(held, continuation=row, locked=False)
-
-
-def count_lost_execution(conn: Connection, continuation_id: str) -> bool:
-    """The first publish's message delivered again by the broker, its continuation still ready and never
-    claimed: attempts 0 -> 1. That message's first delivery ran under the row lock and died, rolled back
-    without a trace (or, rarely, the broker gave the message back before it ran): it counts as an attempt,
-    so a body that kills its process each time is given up after ``max_attempts`` executions. Once any
-    claim has counted (the sweep's re-send may come first), nothing is written: a count is never doubled."""
-    return conn.execute(_COUNT_LOST_EXECUTION, {"cid": continuation_id}).first() is not None
 
 
 def _claimed(row: Any) -> Claimed:
@@ -263,6 +211,28 @@ def renew_lease(session: Executor, continuation_id: str, *, execution_id: str, l
     return row is not None
 
 
+_RELEASE_CLAIM = (
+    update(CONT)
+    .where(CONT.c.id == bindparam("cid"), live_claim(bindparam("eid")))
+    .values(status=ContinuationStatus.READY.value, claimed_by=None, lease_expires_at=None, enqueued_at=db_now(),
+            publishes=CONT.c.publishes + 1, attempts=CONT.c.attempts - bindparam("unspent"),
+            reason=func.coalesce(bindparam("why", type_=CONT.c.reason.type), CONT.c.reason))
+    .returning(CONT.c.id)
+)  # fmt: skip
+
+
+def release_claim(
+    session: Executor, continuation_id: str, *, execution_id: str, reason: str | None, spent: bool = True
+) -> bool:
+    """claimed -> ready, only by the execution holding the live claim, as the sweep releases an expired one
+    (stamped as published now) but at once, noting ``reason`` (why it stopped: what a give-up out of
+    attempts reports). ``spent``: the attempt counts (a body ran); else it is given back (nothing ran: a
+    worker that does not run the version hands it on). ``False`` when it holds it no more (nothing is
+    written)."""
+    params = {"cid": continuation_id, "eid": execution_id, "why": reason, "unspent": 0 if spent else 1}
+    return session.execute(_RELEASE_CLAIM, params).first() is not None
+
+
 _HOLDS_LIVE_CLAIM = select(CONT.c.id).where(live_claim(bindparam("eid"))).with_for_update(read=True)
 
 
@@ -292,25 +262,3 @@ class Answer:
             and isinstance(self.value, dict)
             and self.value.get("approved") is True
         )
-
-
-_HAND_BACK = (
-    update(CONT)
-    .where(CONT.c.id == bindparam("cid"), live_claim(bindparam("eid")))
-    .values(
-        status=ContinuationStatus.READY.value,
-        attempts=CONT.c.attempts - 1,
-        claimed_by=None,
-        lease_expires_at=None,
-        enqueued_at=db_now(),
-        publishes=CONT.c.publishes + 1,
-    )
-    .returning(CONT.c.id)
-)
-
-
-def hand_back(session: Executor, continuation_id: str, *, execution_id: str) -> bool:
-    """claimed (by ``execution_id``, live) -> ready, its attempt given back, stamped as enqueued now: an
-    execution that ran nothing (this worker does not run its version) returns it for a worker that does.
-    ``False`` when this execution no longer holds it (nothing is written)."""
-    return session.execute(_HAND_BACK, {"cid": continuation_id, "eid": execution_id}).first() is not None

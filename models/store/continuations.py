@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Boolean, Connection, and_, bindparam, exists, func, or_, select, true, update
+from sqlalchemy import Connection, bindparam, exists, select, true, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
@@ -28,24 +28,11 @@ from models.store.runs import (
 from models.store.sql import CONT, INTER, STEP, bp, word
 from models.store.steps import InteractionSpec, next_step_ctes, next_step_params, park_ctes, park_params
 
-# claimed -> consumed by the execution holding a live lease (``:eid``, ``live_claim``), or ready -> consumed
-# by the one holding the row's lock in this very transaction (``:locked``, a first delivery: ``lock_first_delivery``).
+# claimed -> consumed, only by the execution holding a live lease (``:eid``, ``live_claim``).
 CONSUME = (
     update(CONT)
-    .where(
-        CONT.c.id == bindparam("cid"),
-        or_(
-            live_claim(bindparam("eid")),
-            and_(CONT.c.status == word(ContinuationStatus.READY), bindparam("locked", False, type_=Boolean)),
-        ),
-    )
-    .values(
-        status=ContinuationStatus.CONSUMED.value,
-        consumed_at=bp("at", CONT.c.consumed_at),
-        lease_expires_at=None,
-        claimed_by=bindparam("eid"),
-        attempts=func.greatest(CONT.c.attempts, 1),
-    )
+    .where(CONT.c.id == bindparam("cid"), live_claim(bindparam("eid")))
+    .values(status=ContinuationStatus.CONSUMED.value, consumed_at=bp("at", CONT.c.consumed_at), lease_expires_at=None)
 )
 
 
@@ -68,12 +55,12 @@ def _consume() -> Any:
 _CONSUME = DriverStatement(_consume())
 
 
-def consume(session: Session, continuation_id: str, *, execution_id: str, locked: bool = False) -> str | None:
+def consume(session: Session, continuation_id: str, *, execution_id: str) -> str | None:
     """claimed -> consumed, only by the execution holding the claim; its id, or ``None`` when it lost it.
 
     A parked step's continuation writes ``step.resumed`` in the same statement, first in the transaction
     that commits it."""
-    row = _CONSUME.first(session, {"cid": continuation_id, "eid": execution_id, "at": utcnow(), "locked": locked})
+    row = _CONSUME.first(session, {"cid": continuation_id, "eid": execution_id, "at": utcnow()})
     return None if row is None else continuation_id
 
 
@@ -120,7 +107,6 @@ def consume_and_finish_run(
     result: Any = None,
     error: str | None = None,
     error_details: Any = None,
-    locked: bool = False,
 ) -> tuple[bool, RunRecord | None]:
     """``consume`` then ``finish_run`` in one statement (PostgreSQL), its events included: whether the
     consume won, and the run's terminal record (``None`` when the claim was lost or the run had already
@@ -130,7 +116,6 @@ def consume_and_finish_run(
         **{"cid": continuation_id, "eid": execution_id, "at": now, "sid": step.id, "rid": step.run_id},
         **{"step_to": STEP_OF_RUN[status].value, "to": status.value, "res": result, "err": error, "why": None},
         "det": error_details,
-        "locked": locked,
     }
     events = [
         resumed_event(step.run_id, step.id, step.name, continuation_id),
@@ -170,14 +155,13 @@ def consume_and_next_step(
     execution_id: str,
     name: str,
     payload: Any,
-    locked: bool = False,
 ) -> Due | None:
     """claimed -> consumed (as ``consume``), the step's sealed values erased and ``next_step``, in one
     statement: the continuation made due, or ``None`` when the claim was lost (nothing was written). Every
     write after the consume is conditional on it alone: a whole unit of work, fit for autocommit."""
     params, events, due = next_step_params(step, name=name, payload=payload)
     events.insert(0, resumed_event(step.run_id, step.id, step.name, continuation_id))
-    params.update(cid=continuation_id, eid=execution_id, locked=locked, **event_params(events))
+    params.update(cid=continuation_id, eid=execution_id, **event_params(events))
     row = _CONSUME_AND_NEXT_STEP.first(session, params)
     if row is None:
         return None
@@ -207,7 +191,6 @@ def consume_and_park(
     snapshot: Any,
     interactions: Sequence[InteractionSpec],
     from_continuation: bool,
-    locked: bool = False,
 ) -> bool:
     """claimed -> consumed (as ``consume``), the step's sealed values erased and ``park`` (a resumed step's
     wait made on a new step), in one statement; ``False`` when the claim was lost (nothing was written).
@@ -215,7 +198,7 @@ def consume_and_park(
     params, events = park_params(step, continuation=continuation, snapshot=snapshot, interactions=interactions,
                                  resumed=from_continuation)  # fmt: skip
     events.insert(0, resumed_event(step.run_id, step.id, step.name, continuation_id))
-    params.update(cid=continuation_id, eid=execution_id, locked=locked, **event_params(events))
+    params.update(cid=continuation_id, eid=execution_id, **event_params(events))
     row = _consume_and_park(len(interactions), from_continuation).first(session, params)
     if row is None:
         return False

@@ -110,12 +110,12 @@ _CONSUME_AND_INTERRUPT_RUN = DriverStatement(_consume_and_interrupt_run())
 
 
 def consume_and_interrupt_run(
-    session: Executor, continuation_id: str, step: StepLike, *, reason: str, execution_id: str, locked: bool = False
+    session: Executor, continuation_id: str, step: StepLike, *, reason: str, execution_id: str
 ) -> tuple[bool, RunRecord | None]:
     """claimed -> consumed (as ``consume``), then live -> interrupted for its run as ``interrupt_run``, in
     one statement: whether the consume won, and the run's record (``None`` when the claim was lost or the
     run had already ended; nothing is written when it was lost). A whole unit of work, fit for autocommit."""
-    params = {**_params(reason, execution_id, continuation_id), "rid": step.run_id, "sid": step.id, "locked": locked}
+    params = {**_params(reason, execution_id, continuation_id), "rid": step.run_id, "sid": step.id}
     row = _CONSUME_AND_INTERRUPT_RUN.first(session, params)
     if row is None:
         return False, None
@@ -162,9 +162,12 @@ def _give_up(exhausted: bool) -> Any:
     reason: Any = _WHY
     if exhausted:
         gate = and_(claimable(), CONT.c.attempts >= bindparam("max_attempts"))
+        # Why an execution released it, when one did (``release_claim``): what the attempts were spent on.
+        last = func.coalesce(literal_column("'; an execution was abandoned: '", String).concat(CONT.c.reason),
+                             literal_column("''"))  # fmt: skip
         reason = func.concat(literal_column("'continuation '"), CONT.c.name, literal_column("' for step '"),
                              CONT.c.step_id, literal_column("' gave up after '"), CONT.c.attempts,
-                             literal_column("' attempts'"), type_=String)  # fmt: skip
+                             literal_column("' attempts'"), last, type_=String)  # fmt: skip
     dead = (
         update(CONT)
         .where(CONT.c.id == bindparam("cid"), gate)
@@ -194,8 +197,9 @@ def give_up(session: Executor, continuation_id: str, *, reason: str, execution_i
 
 def give_up_exhausted(session: Executor, continuation_id: str, *, max_attempts: int) -> Dead | None:
     """A claimable continuation already executed ``max_attempts`` times -> dead, its run interrupted, as
-    ``give_up`` with the reason "continuation <name> for step <step> gave up after <n> attempts" (one
-    statement). ``None`` when it is not claimable or still has attempts left (nothing is written)."""
+    ``give_up`` with the reason "continuation <name> for step <step> gave up after <n> attempts" (then
+    "; an execution was abandoned: <why>" when one released it with a reason), in one statement. ``None``
+    when it is not claimable or still has attempts left (nothing is written)."""
     params = {**_params("", f"give-up:{continuation_id}", continuation_id), "max_attempts": max_attempts}
     row = session.execute(_GIVE_UP_EXHAUSTED, params).first()
     return None if row is None else Dead(row.id, row.run_id, row.step_id, row.reason)

@@ -1,11 +1,10 @@
 """A claimed continuation's outcome, committed with its consume: one call, the store picks the statement.
 
-The worker runs the body (outside any transaction, or inside the one whose row lock holds a first
-delivery), then hands the outcome here. Where no review of the step can be running, the consume and every
-write of the outcome, its events included, are one statement: in autocommit when nothing else must happen
-in the commit (no ``in_commit`` callback to run); in a transaction for a park (a step that did not park
-rolls the consume back) or with callbacks; in the held transaction of a first delivery. Otherwise one
-transaction holds the consume, the review guard and the writes.
+The worker runs the body outside any transaction, then hands the outcome here. Where no review of the step
+can be running, the consume and every write of the outcome, its events included, are one statement: in
+autocommit when nothing else must happen in the commit (no ``in_commit`` callback to run); in a transaction
+for a park (a step that did not park rolls the consume back) or with callbacks. Otherwise one transaction
+holds the consume, the review guard and the writes.
 """
 
 from __future__ import annotations
@@ -81,20 +80,12 @@ def commit_outcome(
     execution_id: str,
     reviews_started: bool = False,
     in_commit: Sequence[Callable[[Session], None]] = (),
-    held: Connection | None = None,
 ) -> Committed | None:
     """claimed -> consumed with the step's outcome, committed; ``None`` when the claim was lost (another
     execution owns it now, and nothing was written). ``in_commit`` callbacks run inside the commit unless
-    the run failed or was interrupted. ``held``: the open transaction whose row lock holds a first
-    delivery (``lock_first_delivery``): the writes join it, and the caller commits it."""
+    the run failed or was interrupted."""
     reviews = claim.review_running or reviews_started  # otherwise no review of the step can be running
     quiet = not in_commit or _fails(outcome)  # no callback runs in the commit
-    if held is not None and not reviews and quiet:
-        written = _consume_and_commit(held, claim, outcome, execution_id)
-        return None if written is None else Committed(*written)
-    if held is not None:
-        with Session(bind=held) as session:  # joins the held transaction, which it leaves to the caller
-            return _commit_in(session, claim, outcome, execution_id, reviews, in_commit)
     if not reviews and quiet and not isinstance(outcome, Parking):  # a park that did not happen rolls back
         with single_statement() as conn:
             written = _consume_and_commit(conn, claim, outcome, execution_id)
@@ -135,31 +126,29 @@ def _consume_and_commit(
     session: Session | Connection, claim: Claim, outcome: StepOutcome, execution_id: str
 ) -> Written | None:
     """The consume and the outcome's writes (the step's sealed values erased with it): one statement."""
-    cid, step, locked = claim.continuation.id, claim.step, claim.locked
+    cid, step = claim.continuation.id, claim.step
     if isinstance(outcome, Ending):
         won, ended = consume_and_finish_run(session, cid, step, execution_id=execution_id, status=outcome.status,
                                             result=outcome.result, error=outcome.error,
-                                            error_details=outcome.details, locked=locked)  # fmt: skip
+                                            error_details=outcome.details)  # fmt: skip
         return (outcome, [], ended) if won else None
     if isinstance(outcome, Interruption):
-        won, ended = consume_and_interrupt_run(session, cid, step, reason=outcome.reason, execution_id=execution_id,
-                                               locked=locked)  # fmt: skip
+        won, ended = consume_and_interrupt_run(session, cid, step, reason=outcome.reason, execution_id=execution_id)
         return (outcome, [], ended) if won else None
     if isinstance(outcome, Handover):
         made = consume_and_next_step(session, cid, step, execution_id=execution_id, name=outcome.step,
-                                     payload=outcome.payload, locked=locked)  # fmt: skip
+                                     payload=outcome.payload)  # fmt: skip
         return None if made is None else (outcome, [made], None)
     won = consume_and_park(session, cid, step, execution_id=execution_id, continuation=outcome.continuation,
                            snapshot=outcome.snapshot, interactions=outcome.interactions,
-                           from_continuation=claim.continuation.kind == ContinuationKind.RESUME,
-                           locked=locked)  # fmt: skip
+                           from_continuation=claim.continuation.kind == ContinuationKind.RESUME)  # fmt: skip
     return (outcome, [], None) if won else None
 
 
 def _consume_and_write(session: Session, claim: Claim, outcome: StepOutcome, execution_id: str) -> Written | None:
     """Where a review may be running: the consume, the review guard, then the outcome's writes (the guard
     reads what the consume's claim vouches for, and may turn the outcome into a failure)."""
-    if consume(session, claim.continuation.id, execution_id=execution_id, locked=claim.locked) is None:
+    if consume(session, claim.continuation.id, execution_id=execution_id) is None:
         return None
     outcome = _review_guard(session, claim, outcome, execution_id)
     if not isinstance(outcome, Ending):

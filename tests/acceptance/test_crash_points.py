@@ -23,7 +23,6 @@ pytestmark = pytest.mark.usefixtures("own_workers")
 
 
 WORKER_POINTS = ["resume.after_claim", "resume.before_commit", "resume.after_commit", "publish.before_send"]
-LOCKED_BODY_S = {"lease": "0", "row-lock": "60"}
 
 
 def _parked(stack: Stack, workflow: str, payload: dict[str, object], n: int = 1) -> list[tuple[str, dict[str, object]]]:
@@ -36,23 +35,20 @@ def _parked(stack: Stack, workflow: str, payload: dict[str, object], n: int = 1)
 
 
 @pytest.fixture(scope="module")
-def parked_runs(stack: Stack) -> dict[tuple[str, str], tuple[str, dict[str, object]]]:
+def parked_runs(stack: Stack) -> dict[str, tuple[str, dict[str, object]]]:
     """A parked run for each worker crash test, all parked by one clean worker: a parked run has nothing in
     flight (its question has no expiry), so it waits untouched until its test answers it."""
-    cases = [(point, mode) for point in WORKER_POINTS for mode in LOCKED_BODY_S]
-    return dict(zip(cases, _parked(stack, "t.ask_one", {"then": "t.after"}, n=len(cases)), strict=True))
+    return dict(zip(WORKER_POINTS, _parked(stack, "t.ask_one", {"then": "t.after"}, n=len(WORKER_POINTS)), strict=True))
 
 
-@pytest.mark.parametrize("mode", LOCKED_BODY_S)
 @pytest.mark.parametrize("point", WORKER_POINTS)
 def test_worker_crash_point__restart_drives_work_to_one_commit(
-    stack: Stack, parked_runs: dict[tuple[str, str], tuple[str, dict[str, object]]], point: str, mode: str
+    stack: Stack, parked_runs: dict[str, tuple[str, dict[str, object]]], point: str
 ) -> None:
     # Given a run parked whose continuation hands over to a next step (so publishing matters too)
-    run_id, asked = parked_runs[point, mode]
-    locked_body_s = LOCKED_BODY_S[mode]
-    # When a worker that dies at the point resumes it, its claim a lease or (a first delivery) its row lock
-    crashing = stack.start_worker(PARKWAY_CRASH_AT=point, PARKWAY_LOCKED_BODY_S=locked_body_s)
+    run_id, asked = parked_runs[point]
+    # When a worker that dies at the point resumes it
+    crashing = stack.start_worker(PARKWAY_CRASH_AT=point)
     answer(asked["go"].id, "ship", response_id=new_response_id(), principal=HUMAN)  # type: ignore[attr-defined]
     wait_for(lambda: f"crash point {point} reached" in crashing.text(), timeout=30, what=f"crash at {point}")
     crashing.kill()

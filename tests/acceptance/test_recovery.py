@@ -198,8 +198,8 @@ def test_crash_loop__continuation_dead_after_max_attempts(stack: Stack) -> None:
     run_id = start("t.ask_one")
     asked = wait_parked(run_id)
     parker.kill()
-    # (the broker's redelivery, not the sweep's re-send, re-drives the first execution, which ran under its
-    # row lock and rolled back: the redelivery counts it; a re-send first would leave it uncounted)
+    # (each execution is counted by its claim, whether the sweep re-drives it once its lease ran out or the
+    # broker's redelivery does)
     slow_resend = {"PARKWAY_MAX_ATTEMPTS": "2", "PARKWAY_REENQUEUE_AFTER_S": "60"}
     crashing = stack.start_worker(PARKWAY_CRASH_AT="resume.before_commit", **slow_resend)
     stack.start_beat(**slow_resend)
