@@ -187,7 +187,9 @@ def _named(outcome: store.StepOutcome) -> str:
     return "Park" if isinstance(outcome, store.Parking) else "Interrupted"
 
 
-def _claim(continuation_id: str, execution_id: str, extra: dict[str, Any], *, handed_on: bool) -> Prepared | str:
+def _claim(
+    continuation_id: str, execution_id: str, extra: dict[str, Any], *, handed_on: bool = False
+) -> Prepared | str:
     """Claim the continuation under a lease (or give up a row out of attempts or one that cannot be driven).
 
     A claim lost in a database crash is recovered by design (see ``transaction``): no WAL-flush wait. The
