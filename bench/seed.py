@@ -506,6 +506,7 @@ def bulk_parked(count: int, *, snapshot: dict[str, Any] | None = None) -> list[P
                 "id": iid, "run_id": run_id, "step_id": step_id, "key": spec.key, "kind": spec.kind,
                 "prompt": spec.prompt, "schema": json.dumps(spec.schema), "target": spec.target,
                 "status": "pending", "sensitive": json.dumps(list(spec.sensitive)), "created_at": now,
+                "continuation": "bench.done@1",
             }
         )  # fmt: skip
         continuations.append(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, exists, literal_column, or_, select, true
+from sqlalchemy import Integer, Table, bindparam, case, exists, literal_column, or_, select, true
 from sqlalchemy.orm import Session
 
 from models import store
@@ -104,14 +104,14 @@ def _unserved_waits() -> Any:
         select(_I.c.run_id, _I.c.step_id)
         .where(_PENDING, _I.c.continuation == unserved.c.key, _I.c.created_at < unserved.c.cutoff)
         .order_by(_I.c.created_at)
-        .limit(bindparam("n"))
+        .limit(bindparam("n", type_=Integer))
         .lateral("waits")
     )
     return (
         select(waits.c.run_id, waits.c.step_id, unserved.c.key, unserved.c.last_seen_at)
         .select_from(unserved.join(waits, true()))
         .where(exists().where(live()))
-        .limit(bindparam("n"))
+        .limit(bindparam("n", type_=Integer))
     )
 
 

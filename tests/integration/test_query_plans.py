@@ -1,0 +1,66 @@
+"""The sweep's fail-closed selection of waits on versions no live worker runs is served by its index on a
+table big enough for the planner to care: EXPLAIN on a seeded database, not a timing (issue 31 §4 asks
+the same of every category, list and page; this guards the one issue 30 added)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.dialects import postgresql
+
+from models import fail_closed
+from parkway.db import transaction
+from tests.integration.helpers import advertise
+from tests.support import AGENT
+
+WAITS = 20_000
+KEYS = 4  # distinct continuation versions the waits are parked on
+
+
+def _seed() -> None:
+    """``WAITS`` parked runs, each a step and a pending question, spread over ``KEYS`` versions."""
+    series = "FROM generate_series(1, :n) AS g"
+    with transaction() as session:
+        owner = session.execute(text("SELECT id FROM principals WHERE name = :a"), {"a": AGENT}).scalar_one()
+        session.execute(
+            text("INSERT INTO runs (id, workflow, status, owner_id, target, payload, created_at, updated_at, "
+                 "projection_pending) SELECT 'r' || g, 'w', 'waiting', :o, 'team:ops', '{}', now(), now(), false "
+                 + series),
+            {"n": WAITS, "o": owner},
+        )  # fmt: skip
+        session.execute(
+            text("INSERT INTO steps (id, run_id, seq, name, status, continuation, created_at, updated_at) "
+                 f"SELECT 's' || g, 'r' || g, 1, 'w', 'parked', 'k' || (g % :k) || '@1', now(), now() {series}"),
+            {"n": WAITS, "k": KEYS},
+        )  # fmt: skip
+        session.execute(
+            text("INSERT INTO interactions (id, run_id, step_id, key, kind, target, status, continuation, created_at) "
+                 "SELECT 'i' || g, 'r' || g, 's' || g, 'go', 'question', 'team:ops', 'pending', "
+                 f"'k' || (g % :k) || '@1', now() - make_interval(secs => g) {series}"),
+            {"n": WAITS, "k": KEYS},
+        )  # fmt: skip
+    with transaction() as session:
+        session.execute(text("ANALYZE runs, steps, interactions"))
+
+
+def _plan(statement: Any, params: dict[str, Any]) -> str:
+    """PostgreSQL's plan of ``statement`` with ``params`` (rendered into its text)."""
+    sql = statement.params(params).compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
+    with transaction() as session:
+        return "\n".join(session.execute(text(f"EXPLAIN {sql}")).scalars())
+
+
+def test_plan__waits_on_unserved_versions_are_found_through_the_index_never_a_scan_of_every_wait(
+    actors_db: str,
+) -> None:
+    # Given many waits over a few versions, one of which no live worker runs
+    _seed()
+    advertise("worker@host", continuations=tuple(f"k{k}@1" for k in range(1, KEYS)))
+
+    # When the sweep's selection is planned
+    plan = _plan(fail_closed._UNSERVED_WAITS, {"grace": -600.0, "n": 500})
+
+    # Then it reads the pending waits by continuation through their index, and never scans them all
+    assert "ix_interactions_pending_continuation" in plan, plan
+    assert "Seq Scan on interactions" not in plan, plan
