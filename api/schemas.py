@@ -178,6 +178,11 @@ class RunOut(BaseModel):
     reviews: list[ReviewOut]
     steps: list[StepOut]
     warnings: list[str] = Field(default_factory=list, description="e.g. a legacy status word normalized on read")
+    unserved: list[str] = Field(
+        default_factory=list,
+        description="the continuation versions (`name@version`) its open interactions resume that no live worker "
+        "runs now: unless one starts, the run is interrupted once PARKWAY_VERSION_GRACE_S has passed",
+    )
 
     @classmethod
     def of(cls, view: RunView) -> RunOut:
@@ -201,6 +206,7 @@ class RunOut(BaseModel):
             reviews=[ReviewOut.of(r) for r in view.reviews],
             steps=[StepOut.of(s) for s in view.steps],
             warnings=[*(run.warnings or []), *([warning] if warning else [])],
+            unserved=view.unserved,
         )
 
 

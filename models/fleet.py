@@ -101,7 +101,8 @@ def versions(session: Session) -> list[VersionLoad]:
 def unserved_versions(session: Session, run_id: str) -> list[str]:
     """The continuation versions the run's pending interactions resume that no live worker advertises now."""
     stmt = (
-        select(distinct(_I.c.continuation))
+        select(_I.c.continuation)
+        .distinct()
         .where(_I.c.run_id == run_id, _PENDING, _I.c.continuation.is_not(None), ~_served(_I.c.continuation))
         .order_by(_I.c.continuation)
     )

@@ -27,6 +27,13 @@ def listed(client: TestClient, actors: Actors) -> dict[str, dict[str, Any]]:
     return {str(item["node"]): item for item in fleet(client, actors)["items"]}
 
 
+def run(client: TestClient, actors: Actors, run_id: str) -> dict[str, Any]:
+    response = client.get(f"/v1/runs/{run_id}", headers=actors.auth(HUMAN))
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
 def versions(client: TestClient, actors: Actors) -> dict[str, dict[str, Any]]:
     return {str(v["version"]): v for v in fleet(client, actors)["versions"]}
 
@@ -63,22 +70,25 @@ def test_workers__only_admins__403_for_others_401_without_a_token(client: TestCl
 
 
 def test_workers__list_the_versions_work_still_needs_until_it_drains(client: TestClient, actors: Actors) -> None:
-    # Given a run parked on t.one_done@1, which no live worker runs
+    # Given a run parked on t.one_done@1, which no live worker runs: the run says so too
     run_id = start("t.ask_one")
     drive(run_id)
     [interaction] = wait_parked(run_id, sweep=False).values()
     assert versions(client, actors)["t.one_done@1"] == {
         "version": "t.one_done@1", "parked": 1, "due": 0, "served": False,
     }  # fmt: skip
+    assert run(client, actors, run_id)["unserved"] == ["t.one_done@1"]
 
-    # When it is answered, its continuation is due and not yet run; a worker that runs it comes back
-    answered = client.post(
-        f"/v1/interactions/{interaction.id}/answer", json={"response_id": "w-1", "value": "yes"},
-        headers=actors.auth(HUMAN),
-    )  # fmt: skip
-    assert answered.status_code == 200, answered.text
+    # When a worker that runs it comes back, and the wait is answered: its continuation is due, not yet run
     worker = advertise("back@host", continuations=("t.one_done@1",))
     try:
+        assert versions(client, actors)["t.one_done@1"]["served"] is True
+        assert run(client, actors, run_id)["unserved"] == []
+        answered = client.post(
+            f"/v1/interactions/{interaction.id}/answer", json={"response_id": "w-1", "value": "yes"},
+            headers=actors.auth(HUMAN),
+        )  # fmt: skip
+        assert answered.status_code == 200, answered.text
         assert versions(client, actors)["t.one_done@1"] == {
             "version": "t.one_done@1", "parked": 0, "due": 1, "served": True,
         }  # fmt: skip
