@@ -2,11 +2,13 @@
 
 Nothing is cached between scrapes. The reads follow what is in flight, not the size of the tables: the
 oldest ``ready`` continuation (two reads of the partial index ``ix_continuations_ready``), the runs whose
-projections are pending (the partial index ``ix_runs_projection_pending``), the sweep totals (one row per
-category), and per named queue its length (Redis ``LLEN`` of kombu's priority lists, or the filesystem
-broker's message files) and, on Redis, its unacknowledged deliveries (kombu's ``unacked`` hash). The one
-exception is ``parkway_continuations{status}``, a ``GROUP BY`` over the whole continuations table.
-docs/operations.md says what each metric means and what to do when it grows."""
+projections are pending (the partial index ``ix_runs_projection_pending``), the waits on versions no live
+worker runs (one probe of ``ix_interactions_pending_continuation`` per distinct parked version, then the
+waits on unserved ones: ``models.fleet``), the sweep totals (one row per category), and per named queue its
+length (Redis ``LLEN`` of kombu's priority lists, or the filesystem broker's message files) and, on Redis,
+its unacknowledged deliveries (kombu's ``unacked`` hash). The one exception is
+``parkway_continuations{status}``, a ``GROUP BY`` over the whole continuations table. docs/operations.md
+says what each metric means and what to do when it grows."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from prometheus_client.registry import Collector
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from models import access
+from models import access, fleet
 from models.base import utcnow
 from models.status import ContinuationStatus
 from parkway.db import transaction
@@ -76,6 +78,16 @@ def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
             "parkway_runs_projection_pending",
             "Terminal runs whose projections (run_metadata.json, schedule history) do not agree yet",
         ),
+        "unserved": GaugeMetricFamily(
+            "parkway_waits_unserved",
+            "Parked steps waiting on a continuation version no live worker advertises now; past "
+            "PARKWAY_VERSION_GRACE_S they fail closed (interrupted) at the next sweep, unless no worker is alive",
+        ),
+        "unserved_by_version": GaugeMetricFamily(
+            "parkway_waits_unserved_by_version",
+            "parkway_waits_unserved by the continuation version (name@version) they wait on",
+            labels=["version"],
+        ),
         "sweep_rows": CounterMetricFamily(
             "parkway_sweep_rows", "Rows the recovery sweep acted on since the database was made", labels=["category"]
         ),
@@ -92,8 +104,8 @@ def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
 
 
 class DatabaseMetrics(Collector):
-    """Continuations by status, the oldest ready one, pending projections and the sweep totals, read in one
-    short transaction."""
+    """Continuations by status, the oldest ready one, pending projections, unserved waits and the sweep
+    totals, read in one short transaction."""
 
     def describe(self) -> Iterator[Metric]:
         yield from _families().values()
@@ -105,6 +117,7 @@ class DatabaseMetrics(Collector):
                 counts = access.continuation_counts(session)
                 oldest_created, oldest_enqueued = access.oldest_ready(session)
                 projection_pending = access.projection_pending_count(session)
+                unserved = fleet.unserved_counts(session)
                 totals = access.sweep_totals(session)
         except Exception:
             log.warning("could not read the database for /metrics", exc_info=True)
@@ -115,6 +128,9 @@ class DatabaseMetrics(Collector):
         families["oldest_ready"].add_metric([], _age(now, oldest_created))
         families["publish_age"].add_metric([], _age(now, oldest_enqueued))
         families["projection_pending"].add_metric([], projection_pending)
+        families["unserved"].add_metric([], sum(unserved.values()))
+        for version, waits in unserved.items():
+            families["unserved_by_version"].add_metric([version], waits)
         for row in totals:
             families["sweep_rows"].add_metric([row.category], row.total)
             families["sweep_last_rows"].add_metric([row.category], row.last_count)

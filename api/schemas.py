@@ -178,6 +178,11 @@ class RunOut(BaseModel):
     reviews: list[ReviewOut]
     steps: list[StepOut]
     warnings: list[str] = Field(default_factory=list, description="e.g. a legacy status word normalized on read")
+    unserved: list[str] = Field(
+        default_factory=list,
+        description="the continuation versions (`name@version`) its open interactions resume that no live worker "
+        "runs now: unless one starts, the run is interrupted once PARKWAY_VERSION_GRACE_S has passed",
+    )
 
     @classmethod
     def of(cls, view: RunView) -> RunOut:
@@ -201,6 +206,7 @@ class RunOut(BaseModel):
             reviews=[ReviewOut.of(r) for r in view.reviews],
             steps=[StepOut.of(s) for s in view.steps],
             warnings=[*(run.warnings or []), *([warning] if warning else [])],
+            unserved=view.unserved,
         )
 
 
@@ -318,6 +324,42 @@ class GrantOut(BaseModel):
             created_at=grant.created_at,
             revoked_at=grant.revoked_at,
         )
+
+
+# --------------------------------------------------------------------------- workers
+
+
+class WorkerOut(BaseModel):
+    """A live worker, read from ``models.store.workers.WorkerView`` (``model_validate``)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    node: str = Field(description="the worker's Celery node name (`name@host`)")
+    pid: int
+    steps: list[str] = Field(description="the step names it runs")
+    continuations: list[str] = Field(description="the continuation versions it runs, `name@version`")
+    started_at: datetime
+    heartbeat_at: datetime = Field(description="its last heartbeat, on the database's clock")
+
+
+class VersionOut(BaseModel):
+    """A version work still needs, read from ``models.fleet.VersionLoad`` (``model_validate``)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    version: str = Field(description="a continuation version, `name@version`")
+    parked: int = Field(description="parked steps waiting on it")
+    due: int = Field(description="its continuations made due (answered or expired) and not yet run")
+    served: bool = Field(description="a live worker runs it now")
+
+
+class WorkerPage(BaseModel):
+    items: list[WorkerOut]
+    next: str | None = Field(None, description="always null: every live worker is on the one page")
+    versions: list[VersionOut] = Field(
+        description="every continuation version that parked steps or due continuations still need, served or "
+        "not: retire a version (stop every worker that runs it) only once it is not listed"
+    )
 
 
 # --------------------------------------------------------------------------- health

@@ -32,6 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from models import fleet
 from models.cursors import position_cursor, read_position
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, SweepTotal, ToolCall
@@ -61,6 +62,7 @@ class RunView:
     open_interactions: list[InteractionView]
     tool_calls: list[ToolCall] = field(default_factory=list)
     reviews: list[Review] = field(default_factory=list)
+    unserved: list[str] = field(default_factory=list)  # versions its waits resume that no live worker runs
 
 
 # --------------------------------------------------------------------------- principals
@@ -164,20 +166,24 @@ def run_view(session: Session, run: Run) -> RunView:
     """A run with its owner's name, its steps in order and its open (pending) interactions."""
     owner = session.scalar(select(Principal.name).where(Principal.id == run.owner_id)) or ""
     steps = list(session.scalars(select(Step).where(Step.run_id == run.id).order_by(Step.seq)))
-    open_rows = session.scalars(
-        select(Interaction)
-        .where(Interaction.run_id == run.id, Interaction.status == InteractionStatus.PENDING)
-        .order_by(Interaction.created_at, Interaction.id)
-    )
+    open_interactions = [
+        InteractionView(i, None)
+        for i in session.scalars(
+            select(Interaction)
+            .where(Interaction.run_id == run.id, Interaction.status == InteractionStatus.PENDING)
+            .order_by(Interaction.created_at, Interaction.id)
+        )
+    ]
     return RunView(
         run=run,
         owner=owner,
         steps=steps,
-        open_interactions=[InteractionView(i, None) for i in open_rows],
+        open_interactions=open_interactions,
         tool_calls=list(
             session.scalars(select(ToolCall).where(ToolCall.run_id == run.id).order_by(ToolCall.created_at))
         ),
         reviews=list(session.scalars(select(Review).where(Review.run_id == run.id).order_by(Review.created_at))),
+        unserved=fleet.unserved_versions(session, run.id) if open_interactions else [],
     )
 
 

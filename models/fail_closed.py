@@ -66,7 +66,7 @@ def _distinct(rows: Any, reason: Any) -> list[Wait]:
     return list(seen.values())
 
 
-def _parked_keys() -> Any:
+def parked_keys() -> Any:
     """Every continuation key a pending interaction resumes, once each: a skip scan of
     ``ix_interactions_pending_continuation`` (one index probe per distinct key, whatever the number of waits)."""
     later = _I.alias("later")
@@ -86,7 +86,7 @@ def _unserved_waits() -> Any:
     """Up to ``:n`` waits on keys no live worker advertises, last advertised before ``:grace`` seconds ago
     (never: the wait's own park counts), while some worker is alive; each key's waits oldest first by a
     range of the index (its cutoff bound per key, so the scan stops at the batch or the cutoff)."""
-    keys = _parked_keys()
+    keys = parked_keys()
     resume = ContinuationKind.RESUME.value
     seen = ADVERTISED.c.last_seen_at
     unserved = (

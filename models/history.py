@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from models import access, event_log
+from models import access, event_log, fleet
 from models.access import InteractionView, Page
 from models.cursors import position_cursor, read_position
 from models.status import InteractionStatus
@@ -64,6 +64,7 @@ class History:
     events: list[Event]
     cursor: int
     more_events: bool
+    unserved: list[str]  # the versions its waits resume that no live worker runs now
 
 
 def list_runs(
@@ -124,6 +125,7 @@ def run_history(session: Session, principal: Principal, run_id: str) -> History:
         events=events[:EVENT_LIMIT],
         cursor=cursor,
         more_events=len(events) > EVENT_LIMIT,
+        unserved=fleet.unserved_versions(session, run.id),
     )
 
 

@@ -11,11 +11,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
 from beat.sweep import CATEGORIES, run_sweep
+from models import store
 from models.tables import Review
 from parkway.db import transaction
 from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP, SWEEP_QUEUE
 from tasks.celery_app import app as celery_app
-from tests.api.conftest import AGENT, Actors
+from tests.api.conftest import AGENT, Actors, drive
+from tests.integration.helpers import advertise
 from tests.support import Stack, pass_time, start, wait_for, wait_parked, wait_status
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -177,3 +179,29 @@ def test_metrics__an_agents_answer_refused_for_its_kind_is_counted_as_forbidden(
     # Then it gets its 403, and the answer is counted with the outcome a 403 has
     assert refused.status_code == 403, refused.text
     assert (value(scrape(client), "parkway_answers_total", outcome="forbidden") or 0) == before + 1
+
+
+def test_metrics__waits_on_a_version_no_live_worker_runs_are_counted_until_one_advertises_it(
+    client: TestClient,
+) -> None:
+    # Given a run parked on a version no worker advertises (a key of its own: the module's workers run t.*@1)
+    unserved = "t.metrics_done@1"
+    before = value(scrape(client), "parkway_waits_unserved") or 0
+    run_id = start("t.ask_one", {"continuation": unserved})
+    drive(run_id)
+    wait_parked(run_id)
+
+    # Then the wait is counted, in total and under its version
+    samples = scrape(client)
+    assert value(samples, "parkway_waits_unserved_by_version", version=unserved) == 1
+    assert value(samples, "parkway_waits_unserved") == before + 1
+
+    # When a live worker advertises that version, the wait is no longer counted
+    worker = advertise("metrics@host", continuations=(unserved,))
+    try:
+        samples = scrape(client)
+        assert value(samples, "parkway_waits_unserved_by_version", version=unserved) is None
+        assert value(samples, "parkway_waits_unserved") == before
+    finally:
+        with transaction() as session:
+            store.withdraw(session, worker)

@@ -31,6 +31,7 @@ def test_migrate__says_what_it_did_on_stdout(home: Path) -> None:
         ("token", "create", "--kind", "admin", "--name", "root"),
         ("grant", "list"),
         ("sweep", "--once"),
+        ("workers",),
         ("run", "start", "deploy.plan", "--payload", "{}", "--as", "agent", "--target", "example"),
     ],
     ids=lambda command: " ".join(command[:2]),

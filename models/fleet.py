@@ -1,0 +1,109 @@
+"""What operators see of the fleet during a rolling deploy: the continuation versions work is waiting on, and
+whether a live worker runs each (``models.store.workers``), at once and without the grace.
+
+- ``unserved_counts`` (``/metrics``, read at every scrape): the parked steps per version no live worker
+  advertises, from the skip scan of ``ix_interactions_pending_continuation`` (``fail_closed.parked_keys``) and
+  a range of it per unserved version: the cost follows the distinct parked versions and the waits on
+  unserved ones, never every wait.
+- ``versions`` (``GET /v1/workers``, ``parkway workers``, on demand): every version that parked steps or due
+  continuations still need, served or not. A version is safe to retire once it is not listed.
+- ``unserved_versions`` (a run's page): the versions one run waits on that no live worker runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, distinct, exists, func, literal, select, union_all
+from sqlalchemy.orm import Session
+
+from models import store
+from models.fail_closed import parked_keys
+from models.status import ContinuationKind, ContinuationStatus, InteractionStatus
+from models.store.sql import CONT
+from models.store.workers import advertises, live
+from models.tables import Interaction
+
+_I = cast(Table, Interaction.__table__)
+_PENDING = _I.c.status == store.word(InteractionStatus.PENDING)
+_RESUME = ContinuationKind.RESUME.value
+
+
+@dataclass(frozen=True)
+class VersionLoad:
+    """A continuation version that work still needs."""
+
+    version: str  # name@version
+    parked: int  # parked steps waiting on it (pending interactions)
+    due: int  # its continuations made due (answered, expired) and not yet run: ready or claimed
+    served: bool  # a live worker advertises it now
+
+
+def _served(version: Any) -> Any:
+    return exists().where(live(), advertises(_RESUME, version))
+
+
+def _parked_steps(version: Any) -> Any:
+    """The parked steps waiting on ``version``: a range of ``ix_interactions_pending_continuation``."""
+    return select(func.count(distinct(_I.c.step_id))).where(_PENDING, _I.c.continuation == version).scalar_subquery()
+
+
+def _unserved_counts() -> Any:
+    keys = parked_keys()
+    return (
+        select(keys.c.key, _parked_steps(keys.c.key))
+        .where(keys.c.key.is_not(None), ~_served(keys.c.key))
+        .order_by(keys.c.key)
+    )
+
+
+_UNSERVED_COUNTS = _unserved_counts()
+
+
+def unserved_counts(session: Session) -> dict[str, int]:
+    """The parked steps waiting on each continuation version no live worker advertises now, by
+    ``name@version`` (those past the grace fail closed at the next sweep, unless no worker is alive)."""
+    return {str(key): int(count) for key, count in session.execute(_UNSERVED_COUNTS)}
+
+
+def _versions() -> Any:
+    keys = parked_keys()
+    parked = select(keys.c.key.label("version"), _parked_steps(keys.c.key).label("parked"), literal(0).label("due"))
+    due = (
+        select(CONT.c.name, literal(0), func.count())
+        .where(
+            CONT.c.status.in_(store.words((ContinuationStatus.READY, ContinuationStatus.CLAIMED))),
+            CONT.c.kind == store.word(_RESUME),
+        )
+        .group_by(CONT.c.name)
+    )
+    rows = union_all(parked.where(keys.c.key.is_not(None)), due).subquery("loads")
+    return (
+        select(rows.c.version, func.sum(rows.c.parked), func.sum(rows.c.due), _served(rows.c.version))
+        .group_by(rows.c.version)
+        .order_by(rows.c.version)
+    )
+
+
+_VERSIONS = _versions()
+
+
+def versions(session: Session) -> list[VersionLoad]:
+    """Every continuation version that parked steps or due continuations need, by name, and whether a live
+    worker runs it. Counts every pending wait: for an operator's request, not for every scrape."""
+    return [
+        VersionLoad(str(v), int(parked), int(due), bool(served))
+        for v, parked, due, served in session.execute(_VERSIONS)
+    ]
+
+
+def unserved_versions(session: Session, run_id: str) -> list[str]:
+    """The continuation versions the run's pending interactions resume that no live worker advertises now."""
+    stmt = (
+        select(_I.c.continuation)
+        .distinct()
+        .where(_I.c.run_id == run_id, _PENDING, _I.c.continuation.is_not(None), ~_served(_I.c.continuation))
+        .order_by(_I.c.continuation)
+    )
+    return [str(key) for key in session.scalars(stmt)]
