@@ -2,9 +2,10 @@
 
 A parked step whose continuation ``name@version`` no live worker has advertised for the grace
 (``models.store.workers``), or whose run's owner lost its grant on the run's target, would take an answer
-(200) and then throw it away. The sweep finds them from the pending interactions (by the continuation they
-resume, ``ix_interactions_pending_continuation``, or all of them, ``ix_interactions_pending``) and ends them
-through the one interruption transition, ``store.interrupt_run``: the run, the step and its pending
+(200) and then throw it away. The sweep finds the first from the pending interactions by the continuation
+they resume (``ix_interactions_pending_continuation``), the second from the revoked grants it has not swept
+yet (``ix_grants_unswept``) and their owners' live runs (``ix_runs_live_owner``), and ends them through the
+one interruption transition, ``store.interrupt_run``: the run, the step and its pending
 interactions ``interrupted`` with the reason, any continuation of the run ``dead``.
 """
 
@@ -18,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from models import store
 from models.clock import db_now
-from models.status import ContinuationKind, InteractionStatus, PrincipalKind, StepStatus
+from models.status import ContinuationKind, InteractionStatus, PrincipalKind, RunStatus, StepStatus
 from models.store.workers import ADVERTISED, advertises, live, unserved_reason
 from models.tables import Grant, Interaction, Principal, Run, Step
 
@@ -50,13 +51,7 @@ def _owner_granted() -> Any:
     )
 
 
-# The revoked selection walks the pending interactions and looks up each one's run in a scalar subquery:
-# PostgreSQL runs that per row through the primary key, never as a join that the planner may turn into a
-# scan of the whole runs table (it did, at 10^5 terminal runs).
 _PENDING = _I.c.status == store.word(InteractionStatus.PENDING)
-_OWNER_GRANTED = (
-    select(_owner_granted()).select_from(_R.join(_P, _P.c.id == _R.c.owner_id)).where(_R.c.id == _I.c.run_id)
-).scalar_subquery()
 
 
 def _distinct(rows: Any, reason: Any) -> list[Wait]:
@@ -125,11 +120,72 @@ def unserved_waits(session: Session, *, grace_s: float, batch: int) -> list[Wait
     return _distinct(rows, lambda row: Wait(row[0], row[1], unserved_reason(resume, row[2], row[3]), version=row[2]))
 
 
+@dataclass(frozen=True)
+class Revocation:
+    """A revoked grant whose waits the sweep has not finished ending."""
+
+    grant_id: str
+    principal_id: str
+    target: str
+    granted: bool  # its principal holds the target again (another live grant, or an admin): nothing to end
+
+
+def _revocations() -> Any:
+    """Up to ``:n`` revoked grants not yet swept, oldest first (``ix_grants_unswept``), skipping those a
+    concurrent sweep holds."""
+    again = _G.alias("again")
+    granted = or_(
+        _P.c.kind == store.word(PrincipalKind.ADMIN),
+        exists().where(again.c.principal_id == _G.c.principal_id, again.c.target == _G.c.target,
+                       again.c.revoked_at.is_(None)),
+    )  # fmt: skip
+    return (
+        select(_G.c.id, _G.c.principal_id, _G.c.target, granted)
+        .join(_P, _P.c.id == _G.c.principal_id)
+        .where(_G.c.revoked_at.is_not(None), _G.c.swept_at.is_(None))
+        .order_by(_G.c.revoked_at)
+        .limit(bindparam("n", type_=Integer))
+        .with_for_update(skip_locked=True, of=_G)
+    )
+
+
+def _live_runs() -> Any:
+    """Up to ``:n`` runs of owner ``:pid`` on ``:target`` that have not ended (``ix_runs_live_owner``), each
+    with the step it waits on when it has a pending interaction (else NULL: running, or its wait answered)."""
+    waiting_on = select(_I.c.step_id).where(_I.c.run_id == _R.c.id, _PENDING).limit(1).scalar_subquery()
+    live_status = _R.c.status.in_(store.words((RunStatus.RUNNING, RunStatus.WAITING)))
+    return (
+        select(_R.c.id, waiting_on)
+        .where(_R.c.owner_id == bindparam("pid"), _R.c.target == bindparam("target"), _R.c.completed_at.is_(None))
+        .where(live_status)
+        .limit(bindparam("n", type_=Integer))
+    )
+
+
+_REVOCATIONS = _revocations()
+_LIVE_RUNS = _live_runs()
+
+
+def revocations(session: Session, *, batch: int) -> list[Revocation]:
+    """The oldest revocations whose waits are still to end, locked for this pass."""
+    return [Revocation(*row) for row in session.execute(_REVOCATIONS, {"n": batch})]
+
+
 def revoked_waits(session: Session, *, batch: int) -> list[Wait]:
-    """Parked steps (a pending interaction is only ever a parked step's) of runs whose owner no longer
-    holds a live grant on the run's target (unlocked)."""
-    stmt = select(_I.c.run_id, _I.c.step_id).where(_PENDING, _OWNER_GRANTED.is_(False)).limit(batch)
-    return _distinct(session.execute(stmt), lambda row: Wait(row[0], row[1], AUTHORITY_REVOKED))
+    """Up to ``batch`` parked steps of runs whose owner lost its grant on the run's target, found from the
+    revocations still to sweep (their queue, not every wait: a pass with none reads an empty index). A
+    revocation whose owner has no live run left on the target, or holds it again, is marked swept; one
+    with runs still running stays queued until they end or park (unlocked waits: ``interrupt_wait`` locks)."""
+    waits: list[Wait] = []
+    for revocation in revocations(session, batch=batch):
+        params = {"pid": revocation.principal_id, "target": revocation.target, "n": batch - len(waits)}
+        runs = [] if revocation.granted else session.execute(_LIVE_RUNS, params).all()
+        if not runs:
+            store.mark_revocation_swept(session, revocation.grant_id)
+        waits += [Wait(run_id, step_id, AUTHORITY_REVOKED) for run_id, step_id in runs if step_id is not None]
+        if len(waits) >= batch:
+            break
+    return waits
 
 
 def _locking() -> Any:

@@ -93,6 +93,8 @@ class Grant(Base):
     target: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When the sweep had ended every wait this revocation took the authority of (models/fail_closed.py).
+    swept_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         Index(
@@ -100,6 +102,12 @@ class Grant(Base):
             "principal_id",
             "target",
             postgresql_where=text("revoked_at IS NULL"),
+        ),
+        # The revocations whose waits the sweep has still to end: its queue, oldest first (0011).
+        Index(
+            "ix_grants_unswept",
+            "revoked_at",
+            postgresql_where=text("revoked_at IS NOT NULL AND swept_at IS NULL"),
         ),
     )
 
@@ -133,6 +141,9 @@ class Run(Base):
     __table_args__ = (
         UniqueConstraint("owner_id", "idempotency_key"),
         one_of("status", RunStatus),
+        # An owner's live runs on a target, for a revocation of its grant (0011): ``completed_at`` is set by
+        # the terminal update, which is never HOT anyway (``projection_pending`` is in an index's predicate).
+        Index("ix_runs_live_owner", "owner_id", "target", postgresql_where=text("completed_at IS NULL")),
         # Ordered by when each pending projection is due: a run that keeps failing moves back (0006).
         Index(
             "ix_runs_projection_pending",

@@ -99,6 +99,18 @@ def revoke_grant(session: Session, grant_id: str) -> Grant | None:
     )
 
 
+def mark_revocation_swept(session: Session, grant_id: str) -> bool:
+    """revoked -> revoked and swept: the sweep has ended every wait this revocation took the authority of
+    (or none was left). ``False`` when it is not revoked or already swept."""
+    swept = session.execute(
+        update(Grant)
+        .where(Grant.id == grant_id, Grant.revoked_at.is_not(None), Grant.swept_at.is_(None))
+        .values(swept_at=utcnow())
+        .returning(Grant.id)
+    ).first()
+    return swept is not None
+
+
 def is_granted(session: Session, principal: Principal, target: str) -> bool:
     """Whether the principal holds a live grant on the target, read now (admins hold every target)."""
     if principal.kind == PrincipalKind.ADMIN:

@@ -1,6 +1,5 @@
-"""The sweep's fail-closed selection of waits on versions no live worker runs is served by its index on a
-table big enough for the planner to care: EXPLAIN on a seeded database, not a timing (issue 31 §4 asks
-the same of every category, list and page; this guards the one issue 30 added)."""
+"""The sweep's fail-closed selections are served by their indexes on tables big enough for the planner to
+care: EXPLAIN on a seeded database, not a timing (issue 31 §4)."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from tests.integration.helpers import advertise
 from tests.support import AGENT
 
 WAITS = 20_000
+ENDED = 200_000  # ended runs: most of a real runs table
 KEYS = 4  # distinct continuation versions the waits are parked on
 
 
@@ -25,7 +25,7 @@ def _seed() -> None:
         owner = session.execute(text("SELECT id FROM principals WHERE name = :a"), {"a": AGENT}).scalar_one()
         session.execute(
             text("INSERT INTO runs (id, workflow, status, owner_id, target, payload, created_at, updated_at, "
-                 "projection_pending) SELECT 'r' || g, 'w', 'waiting', :o, 'team:ops', '{}', now(), now(), false "
+                 "projection_pending) SELECT 'r' || g, 'w', 'waiting', :o, 'team:waits', '{}', now(), now(), false "
                  + series),
             {"n": WAITS, "o": owner},
         )  # fmt: skip
@@ -40,8 +40,20 @@ def _seed() -> None:
                  f"'k' || (g % :k) || '@1', now() - make_interval(secs => g) {series}"),
             {"n": WAITS, "k": KEYS},
         )  # fmt: skip
+        # As many ended runs of the same owner, and revocations the sweep has long swept
+        session.execute(
+            text("INSERT INTO runs (id, workflow, status, owner_id, target, payload, created_at, updated_at, "
+                 "completed_at, projection_pending) SELECT 'x' || g, 'w', 'completed', :o, 'team:ops', '{}', now(), "
+                 "now(), now(), false " + series),
+            {"n": ENDED, "o": owner},
+        )  # fmt: skip
+        session.execute(
+            text("INSERT INTO grants (id, principal_id, target, created_at, revoked_at, swept_at) "
+                 "SELECT 'g' || g, :o, 'team:' || g, now(), now(), now() " + series),
+            {"n": WAITS, "o": owner},
+        )  # fmt: skip
     with transaction() as session:
-        session.execute(text("ANALYZE runs, steps, interactions"))
+        session.execute(text("ANALYZE runs, steps, interactions, grants"))
 
 
 def _plan(statement: Any, params: dict[str, Any]) -> str:
@@ -64,3 +76,21 @@ def test_plan__waits_on_unserved_versions_are_found_through_the_index_never_a_sc
     # Then it reads the pending waits by continuation through their index, and never scans them all
     assert "ix_interactions_pending_continuation" in plan, plan
     assert "Seq Scan on interactions" not in plan, plan
+
+
+def test_plan__revocations_to_sweep_are_read_from_their_queue_and_an_owner_s_live_runs_by_index(
+    actors_db: str,
+) -> None:
+    # Given many waits and as many ended runs of one owner (those on team:ops), and many revocations swept
+    _seed()
+    with transaction() as session:
+        owner = session.execute(text("SELECT id FROM principals WHERE name = :a"), {"a": AGENT}).scalar_one()
+
+    # When the revoked category's two reads are planned
+    queue = _plan(fail_closed._REVOCATIONS, {"n": 500})
+    runs = _plan(fail_closed._LIVE_RUNS, {"pid": owner, "target": "team:ops", "n": 500})
+
+    # Then the queue is its partial index (empty when nothing was revoked since), and the owner's live runs
+    # on team:ops a range of theirs, not a walk of its ended ones: never a walk of every wait, run or grant
+    assert "ix_grants_unswept" in queue and "Seq Scan on grants" not in queue, queue
+    assert "ix_runs_live_owner" in runs and "Seq Scan on runs" not in runs, runs

@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from beat.sweep import SweepReport, run_sweep
 from models import store
 from models.base import utcnow
-from models.tables import Continuation, Step
+from models.tables import Continuation, Grant, Step
 from parkway.db import transaction
 from parkway.settings import get_settings, reset_settings
 from tasks.celery_app import RESUME_STEP, RUN_STEP
@@ -447,6 +447,62 @@ def test_sweep__a_wait_whose_owner_lost_its_grant_is_interrupted(actors_db: str,
     assert report.counts["revoked"] == 1 and report.counts["errors"] == 0
     assert run_row(kept).status == "waiting"
     assert run_sweep().counts["revoked"] == 0
+
+
+def _swept(grant_id: str) -> bool:
+    with transaction() as session:
+        return session.get_one(Grant, grant_id).swept_at is not None
+
+
+def _revoke_all(name: str) -> list[str]:
+    grants = live_grant_ids(name)
+    with transaction() as session:
+        for grant_id in grants:
+            assert store.revoke_grant(session, grant_id) is not None
+    return grants
+
+
+def test_sweep__a_revocation_stays_queued_while_its_owner_has_a_run_still_running(actors_db: str) -> None:
+    # Given a run of bot whose step has not run yet (its body might park after the revocation)
+    run_id = start("t.ask_one")
+    # When bot's grant is revoked and a sweep runs
+    [grant] = _revoke_all(AGENT)
+    assert run_sweep().counts["revoked"] == 0
+    # Then the revocation stays queued: the run has not ended
+    assert not _swept(grant)
+    # And once the run ends (its continuation refuses to run without the authority), the next pass marks it
+    (due,) = continuations(run_id)
+    assert execute(due.id) == "dead"
+    assert run_row(run_id).status == "interrupted" and run_row(run_id).reason == "authority revoked"
+    run_sweep()
+    assert _swept(grant)
+
+
+def test_sweep__a_revocation_whose_owner_is_granted_again_interrupts_nothing(actors_db: str) -> None:
+    # Given a wait of bot, whose grant is revoked and then granted again
+    run_id, asked = parked("t.ask_one")
+    [grant] = _revoke_all(AGENT)
+    with transaction() as session:
+        principal = store.principal_by_name(session, AGENT)
+        assert principal is not None
+        store.create_grant(session, principal_id=principal.id, target=TARGET)
+    # When a sweep runs
+    assert run_sweep().counts["revoked"] == 0
+    # Then the wait is still pending, and the revocation is swept
+    assert run_row(run_id).status == "waiting" and interaction(asked["go"].id).status == "pending"
+    assert _swept(grant)
+
+
+def test_sweep__revoked_waits_are_ended_a_batch_a_pass(actors_db: str) -> None:
+    # Given 7 waits of bot, whose grant is then revoked
+    runs = [parked("t.ask_one")[0] for _ in range(7)]
+    [grant] = _revoke_all(AGENT)
+    # When passes of batch 3 run
+    counts = [run_sweep(batch=3).counts["revoked"] for _ in range(4)]
+    # Then each pass ended at most 3, all were ended once, and the revocation is swept after the last
+    assert counts == [3, 3, 1, 0]
+    assert {run_row(r).status for r in runs} == {"interrupted"}
+    assert _swept(grant)
 
 
 def test_sweep__failing_closed_is_bounded_by_batch_and_safe_beside_itself(actors_db: str, grace: float) -> None:
