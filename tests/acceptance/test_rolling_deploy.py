@@ -110,12 +110,14 @@ def test_a_mixed_fleet__every_wait_resumes_on_a_worker_that_has_its_version_none
 def test_a_version_no_live_worker_runs__waits_with_no_worker_and_within_the_grace__fails_closed_after(
     stack: Stack,
 ) -> None:
-    # Given a run of release A parked on a.done@1, and its only worker stopped warmly
-    a = _release(stack, "a")
+    # Given a run of release A parked on a.done@1, and its only worker (live for minutes after each heartbeat,
+    # so only its withdrawal ends it here) stopped warmly
+    a = _release(stack, "a", PARKWAY_WORKER_HEARTBEAT_S="60")
     run_id = start("a.ask")
     wait_parked(run_id, sweep=False)
     assert a.terminate() == 0
-    wait_for(lambda: not _live_nodes(), timeout=30, what="no live worker")
+    assert not [node for node in _live_nodes() if node.startswith(f"{a.name}@")]  # withdrawn on a warm stop
+    wait_for(lambda: not _live_nodes(), timeout=30, what="no live worker")  # (others killed before: their ttl)
 
     # When a sweep runs with no worker alive at all, even with no grace: the work waits
     assert stack.parkway("sweep", "--once", PARKWAY_VERSION_GRACE_S="0").returncode == 0
