@@ -133,6 +133,9 @@ class Run(Base):
     __table_args__ = (
         UniqueConstraint("owner_id", "idempotency_key"),
         one_of("status", RunStatus),
+        # The runs a caller may read, newest first: per granted target, or all (models/paging.py, 0011).
+        Index("ix_runs_target_listed", "target", "created_at", "id"),
+        Index("ix_runs_listed", "created_at", "id"),
         # Ordered by when each pending projection is due: a run that keeps failing moves back (0006).
         Index(
             "ix_runs_projection_pending",
@@ -214,6 +217,9 @@ class Interaction(Base):
             # Not implied by a query without the continuation: an answer's closing never scans this one.
             postgresql_where=text("status = 'pending' AND continuation IS NOT NULL"),
         ),
+        # Lists oldest first: per granted target and status, or per status (models/paging.py, 0011).
+        Index("ix_interactions_target_listed", "target", "status", "created_at", "id"),
+        Index("ix_interactions_listed", "status", "created_at", "id"),
     )
 
 
