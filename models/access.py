@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from models import fleet
+from models import fleet, paging
 from models.cursors import position_cursor, read_position
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, SweepTotal, ToolCall
@@ -210,32 +210,36 @@ def list_interactions(
     cursor: str | None,
     limit: int,
 ) -> Page[InteractionView]:
-    """Interactions the caller may see, oldest first, ``limit`` at a time."""
-    stmt = (
-        select(Interaction, Principal.name)
-        .join(Run, Run.id == Interaction.run_id)
-        .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
-        .where(_listed_interactions(principal))
+    """Interactions the caller may see, oldest first, ``limit`` at a time: a page per granted target (a
+    person), of the caller's own runs (an agent) or of all (an admin), merged (``models.paging``)."""
+    after = read_position(cursor) if cursor is not None else None
+    where: list[ColumnElement[bool]] = [Interaction.run_id == run_id] if run_id is not None else []
+    targets = None
+    if principal.kind == PrincipalKind.HUMAN:
+        targets = live_targets(principal) if target is None else live_targets(principal).where(Grant.target == target)
+    elif target is not None:
+        where.append(Interaction.target == target)
+    if principal.kind == PrincipalKind.AGENT:
+        where.append(_listed_interactions(principal))
+    agent = principal.kind == PrincipalKind.AGENT
+    keys = paging.interaction_keys(
+        where, targets=targets, status=status, after=after, n=limit + 1, of_runs=agent, one_run=run_id is not None
     )
-    if status is not None:
-        stmt = stmt.where(Interaction.status == status)
-    if target is not None:
-        stmt = stmt.where(Interaction.target == target)
-    if run_id is not None:
-        stmt = stmt.where(Interaction.run_id == run_id)
-    if cursor is not None:
-        after_at, after_id = read_position(cursor)
-        stmt = stmt.where(
-            or_(
-                Interaction.created_at > after_at,
-                and_(Interaction.created_at == after_at, Interaction.id > after_id),
-            )
-        )
-    rows = session.execute(stmt.order_by(Interaction.created_at, Interaction.id).limit(limit + 1)).all()
+    return interaction_page(session, keys, limit)
+
+
+def interaction_page(session: Session, keys: Any, limit: int) -> Page[InteractionView]:
+    """The interactions of ``keys`` (``paging.interaction_keys`` of ``limit + 1``) with who answered each,
+    oldest first; ``next`` when there are more."""
+    rows = session.execute(
+        select(Interaction, Principal.name)
+        .join(keys, keys.c.id == Interaction.id)
+        .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
+        .order_by(Interaction.created_at, Interaction.id)
+    ).all()
     items = [InteractionView(r[0], r[1]) for r in rows[:limit]]
-    more = len(rows) > limit
-    last = items[-1].interaction if items else None
-    return Page(items, position_cursor(last.created_at, last.id) if more and last is not None else None)
+    last = items[-1].interaction if len(rows) > limit and items else None
+    return Page(items, position_cursor(last.created_at, last.id) if last is not None else None)
 
 
 # --------------------------------------------------------------------------- metrics

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import func, select, union
 from sqlalchemy.orm import Session, aliased
 
-from models import access, event_log, fleet
+from models import access, event_log, fleet, paging
 from models.access import InteractionView, Page
 from models.cursors import position_cursor, read_position
-from models.status import InteractionStatus
+from models.status import InteractionStatus, PrincipalKind
 from models.tables import Event, Grant, Interaction, Principal, Review, Run, Step, ToolCall
 
 EVENT_LIMIT = 1000  # a run's page shows at most this many events; the rest is a link to the API
@@ -84,19 +84,16 @@ def list_runs(
         .correlate(Run)
         .scalar_subquery()
     )
-    stmt = (
+    where = [*([Run.status == status] if status else []), *([Run.workflow == workflow] if workflow else [])]
+    targets = None if principal.kind == PrincipalKind.ADMIN else access.live_targets(principal)
+    before = read_position(cursor) if cursor is not None else None
+    keys = paging.run_keys(where, targets=targets, before=before, n=limit + 1)
+    rows = session.execute(
         select(Run, Principal.name, pending)
+        .join(keys, keys.c.id == Run.id)
         .join(Principal, Principal.id == Run.owner_id)
-        .where(access.run_visible(principal))
-    )
-    if status:
-        stmt = stmt.where(Run.status == status)
-    if workflow:
-        stmt = stmt.where(Run.workflow == workflow)
-    if cursor is not None:
-        at, run_id = read_position(cursor)
-        stmt = stmt.where(or_(Run.created_at < at, and_(Run.created_at == at, Run.id < run_id)))
-    rows = session.execute(stmt.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit + 1)).all()
+        .order_by(Run.created_at.desc(), Run.id.desc())
+    ).all()
     items = [RunLine(row[0], row[1], int(row[2])) for row in rows[:limit]]
     last = items[-1].run if len(rows) > limit and items else None
     return Page(items, position_cursor(last.created_at, last.id) if last is not None else None)
@@ -168,26 +165,25 @@ def pending(
     limit: int,
 ) -> Page[InteractionView]:
     """Pending interactions the caller may read, oldest first; ``mine``: only those for a target the
-    caller holds a live grant on (an admin sees every other one only when asking for all)."""
-    stmt = (
-        select(Interaction)
-        .join(Run, Run.id == Interaction.run_id)
-        .where(Interaction.status == InteractionStatus.PENDING, access.interaction_visible(principal))
-    )
-    if mine:
-        live = select(Grant.target).where(Grant.principal_id == principal.id, Grant.revoked_at.is_(None))
-        stmt = stmt.where(Interaction.target.in_(live))
-    if run_id is not None:
-        stmt = stmt.where(Interaction.run_id == run_id)
-    if cursor is not None:
-        at, after_id = read_position(cursor)
-        stmt = stmt.where(
-            or_(Interaction.created_at > at, and_(Interaction.created_at == at, Interaction.id > after_id))
-        )
-    rows = list(session.scalars(stmt.order_by(Interaction.created_at, Interaction.id).limit(limit + 1)))
-    items = [InteractionView(row, None) for row in rows[:limit]]
-    last = items[-1].interaction if len(rows) > limit and items else None
-    return Page(items, position_cursor(last.created_at, last.id) if last is not None else None)
+    caller holds a live grant on (an admin sees every other one only when asking for all). Read as
+    ``access.list_interactions`` reads them: a page per granted target, or of all, merged."""
+    live = access.live_targets(principal)
+    where = [Interaction.run_id == run_id] if run_id is not None else []
+    after = read_position(cursor) if cursor is not None else None
+
+    def keys(where: list[Any], targets: Any, of_runs: bool = False) -> Any:
+        return paging.interaction_keys(where, targets=targets, status=InteractionStatus.PENDING, after=after,
+                                       n=limit + 1, of_runs=of_runs, one_run=run_id is not None)  # fmt: skip
+
+    if principal.kind == PrincipalKind.ADMIN and not mine:
+        page = keys(where, None)
+    elif principal.kind != PrincipalKind.AGENT or mine:
+        page = keys(where, live)  # what a person may read, and what is for the caller: its granted targets
+    else:  # an agent: its granted targets, and its own runs' while granted on the run's target
+        owned = keys([*where, Run.owner_id == principal.id, Run.target.in_(live)], None, of_runs=True)
+        both = union(select(keys(where, live)), select(owned)).subquery("both")
+        page = select(both).order_by(both.c.created_at, both.c.id).limit(limit + 1).subquery("page")
+    return access.interaction_page(session, page, limit)
 
 
 def cancel_via(session: Session, principal: Principal, run_id: str) -> str | None:

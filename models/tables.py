@@ -144,6 +144,9 @@ class Run(Base):
         # An owner's live runs on a target, for a revocation of its grant (0011): ``completed_at`` is set by
         # the terminal update, which is never HOT anyway (``projection_pending`` is in an index's predicate).
         Index("ix_runs_live_owner", "owner_id", "target", postgresql_where=text("completed_at IS NULL")),
+        # The runs a caller may read, newest first: per granted target, or all (models/paging.py, 0012).
+        Index("ix_runs_target_listed", "target", "created_at", "id"),
+        Index("ix_runs_listed", "created_at", "id"),
         # Ordered by when each pending projection is due: a run that keeps failing moves back (0006).
         Index(
             "ix_runs_projection_pending",
@@ -225,6 +228,9 @@ class Interaction(Base):
             # Not implied by a query without the continuation: an answer's closing never scans this one.
             postgresql_where=text("status = 'pending' AND continuation IS NOT NULL"),
         ),
+        # Lists oldest first: per granted target and status, or per status (models/paging.py, 0012).
+        Index("ix_interactions_target_listed", "target", "status", "created_at", "id"),
+        Index("ix_interactions_listed", "status", "created_at", "id"),
     )
 
 

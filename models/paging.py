@@ -1,0 +1,96 @@
+"""Pages in the order an index returns them: the keys ``(created_at, id)`` of one page of interactions
+(oldest first) or runs (newest first), whatever the size of the tables.
+
+A caller granted on many targets cannot be served by one index range: its rows are spread over one range
+per target. So a page is taken per key (each granted target, and each status when a list shows them all)
+from its range of an index ordered like the page, ``LIMIT n`` each (a ``LATERAL`` subquery), and the ranges'
+pages are merged and cut to ``n``: the cost follows the keys and the page, never the table. A read with
+one key is that one range (an admin's list, a target filter); a read of one run's rows sorts that run's.
+
+The indexes (migration 0011): interactions by (target, status, created_at, id) and (status, created_at,
+id), runs by (target, created_at, id) and (created_at, id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, FromClause, Select, String, Subquery, column, select, true, tuple_, values
+
+from models.status import InteractionStatus
+from models.tables import Interaction, Run
+
+Position = tuple[datetime, str]  # (created_at, id) of the last row of the previous page
+
+_STATUSES = values(column("status", String), name="statuses").data([(s.value,) for s in InteractionStatus])
+
+
+def interaction_keys(
+    where: Sequence[ColumnElement[bool]],
+    *,
+    targets: Select[Any] | None,
+    status: str | None,
+    after: Position | None,
+    n: int,
+    of_runs: bool = False,
+    one_run: bool = False,
+) -> Subquery:
+    """The first ``n`` keys, oldest first, of the interactions after ``after`` that match ``where`` and
+    ``status`` (``None``: any) with a target among ``targets`` (a select of one column; ``None``: any).
+    ``of_runs``: ``where`` reads the interaction's run too. ``one_run``: ``where`` names one run, whose
+    interactions are few: they are sorted, no range is read per target or status (each would be read whole
+    to find them)."""
+    keys: list[FromClause] = []
+    page = select(Interaction.created_at, Interaction.id).where(*where)
+    if of_runs:
+        page = page.join(Run, Run.id == Interaction.run_id)
+    if targets is not None and one_run:
+        page = page.where(Interaction.target.in_(targets))
+    elif targets is not None:
+        granted = targets.distinct().subquery("granted")
+        keys.append(granted)
+        page = page.where(Interaction.target == granted.c[0])
+    if status is not None:
+        page = page.where(Interaction.status == status)
+    elif not one_run:
+        keys.append(_STATUSES)
+        page = page.where(Interaction.status == _STATUSES.c.status)
+    if after is not None:
+        page = page.where(tuple_(Interaction.created_at, Interaction.id) > tuple_(*after))
+    return _merged(page, keys, n, descending=False)
+
+
+def run_keys(
+    where: Sequence[ColumnElement[bool]], *, targets: Select[Any] | None, before: Position | None, n: int
+) -> Subquery:
+    """The first ``n`` keys, newest first, of the runs before ``before`` that match ``where`` with a target
+    among ``targets`` (``None``: any)."""
+    keys: list[FromClause] = []
+    page = select(Run.created_at, Run.id).where(*where)
+    if targets is not None:
+        granted = targets.distinct().subquery("granted")
+        keys.append(granted)
+        page = page.where(Run.target == granted.c[0])
+    if before is not None:
+        page = page.where(tuple_(Run.created_at, Run.id) < tuple_(*before))
+    return _merged(page, keys, n, descending=True)
+
+
+def _merged(page: Select[datetime, str], keys: list[FromClause], n: int, *, descending: bool) -> Subquery:
+    """``page`` (two columns: time, id) ordered and cut to ``n`` once per row of the ``keys`` (their
+    product), merged and cut to ``n``."""
+
+    def ordered(stmt: Select[datetime, str], at: Any, id_: Any) -> Select[datetime, str]:
+        return stmt.order_by(*((at.desc(), id_.desc()) if descending else (at, id_))).limit(n)
+
+    at, id_ = page.selected_columns
+    if not keys:
+        return ordered(page, at, id_).subquery("page")
+    each = ordered(page, at, id_).lateral("each")
+    joined: Any = keys[0]
+    for key in keys[1:]:
+        joined = joined.join(key, true())
+    merged = select(each.c[0], each.c[1]).select_from(joined.join(each, true()))
+    return ordered(merged, each.c[0], each.c[1]).subquery("page")
