@@ -32,7 +32,9 @@ from bench.harness import ROOT, Services, log
 OUT = ROOT / "bench" / "out"
 # One lock for every checkout on the machine (a run of another worktree shares the cores and the services).
 MACHINE_LOCK = Path(tempfile.gettempdir()) / "parkway-bench.lock"
-CASES = ("anatomy", "throughput", "latency", "recovery", "broker_down", "sweep", "bare")
+CASES = ("anatomy", "throughput", "latency", "recovery", "broker_down", "sweep", "bare", "scale")
+# Run only when asked for (``--cases scale``): it seeds 10^5 (or 10^6) waits of its own.
+DEFAULT_CASES = CASES[:-1]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,6 +58,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sweep-due", type=int, help="due rows of each kind in a sweep pass (default 500)")
     p.add_argument("--sweep-reps", type=int, help="sweep passes per size (default 5)")
     p.add_argument(
+        "--scale-sizes",
+        type=lambda s: [int(float(x)) for x in s.split(",")],
+        help="scale: pending waits, comma-separated (default 1e3,1e5; --full 1e3,1e5,1e6)",
+    )
+    p.add_argument("--scale-reps", type=int, default=3, help="scale: repetitions at each size (default 3)")
+    p.add_argument("--scale-samples", type=int, default=20, help="scale: samples of a figure per rep (default 20)")
+    p.add_argument(
         "--seed",
         choices=("bulk", "store"),
         default="bulk",
@@ -67,7 +76,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help="A/B: this tree and TREE (a checkout with its own .venv) beside one bare baseline, reps alternating",
     )
-    p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
+    p.add_argument(
+        "--cases",
+        default=",".join(DEFAULT_CASES),
+        help=f"comma-separated subset of {','.join(CASES)} (default: all but scale)",
+    )
     p.add_argument("--redis-db", type=int, default=14, help="preferred Redis index (default 14)")
     p.add_argument(
         "--private-redis",
@@ -104,6 +117,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "sweep_sizes": {"quick": [1_000, 10_000], "default": [10_000, 100_000], "full": [10_000, 1_000_000]}[mode],
         "sweep_due": {"quick": 100, "default": 500, "full": 500}[mode],
         "sweep_reps": {"quick": 3, "default": 5, "full": 5}[mode],
+        "scale_sizes": {"quick": [1_000, 10_000], "default": [1_000, 100_000], "full": [1_000, 100_000, 1_000_000]}[
+            mode
+        ],
     }
     args.mode = mode
     for key, value in defaults.items():
@@ -197,6 +213,19 @@ def hold_the_machine() -> str | None:
     return f"another bench run holds {MACHINE_LOCK} ({holder}); wait for it or stop it"
 
 
+def migrate(url: str) -> None:
+    """Bring a second bench database (the sweep's, the scale case's) to the current schema."""
+    from sqlalchemy import create_engine
+
+    from parkway.migrate import upgrade
+
+    engine = create_engine(url)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     busy = hold_the_machine()
@@ -216,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         redis_url, redis_index = harness.REDIS_HOST_URL, harness.claim_redis_db(args.redis_db)
     services = prepare_environment(args, f"{redis_url}/{redis_index}", out_dir)
-    sweep_db = f"{args.db_name}_sweep"
+    sweep_db, scale_db = f"{args.db_name}_sweep", f"{args.db_name}_scale"
     if args.what_if:
         log(f"WHAT-IF run ({args.what_if}): Parkway is modified in the bench's processes; not Parkway's figures")
     log(
@@ -285,15 +314,16 @@ def main(argv: list[str] | None = None) -> int:
             case_broker_down(bench)
         if "sweep" in args.cases:
             harness.create_database(sweep_db)
-            from sqlalchemy import create_engine
-
             sweep_url = harness.database_url(sweep_db)
-            engine = create_engine(sweep_url)
-            try:
-                upgrade(engine)
-            finally:
-                engine.dispose()
+            migrate(sweep_url)
             cases.case_sweep(bench, sweep_url)
+        if "scale" in args.cases:
+            from bench.cases.scale import case_scale
+
+            harness.create_database(scale_db)
+            scale_url = harness.database_url(scale_db)
+            migrate(scale_url)
+            case_scale(bench, scale_url)
         if "bare" in args.cases:
             from bench.ab import measure
 
@@ -322,13 +352,15 @@ def main(argv: list[str] | None = None) -> int:
 
         reset_engine()
         if not args.keep_db:
-            for name in (args.db_name, sweep_db):
+            for name in (args.db_name, sweep_db, scale_db):
                 try:
                     harness.drop_database(name)
                 except Exception as exc:
                     log(f"could not drop {name}: {exc}")
     if bench is not None:
-        rank = {"anatomy": 0, "throughput": 1, "cpu": 2, "memory": 3, "latency": 4, "recovery": 6, "sweep": 7}
+        rank = {
+            "anatomy": 0, "throughput": 1, "cpu": 2, "memory": 3, "latency": 4, "recovery": 6, "sweep": 7, "scale": 8,
+        }  # fmt: skip
         metrics = sorted(bench.metrics.values(), key=lambda m: rank.get(m.case, 5))  # stable within a case
         from bench.stats import table
 

@@ -169,10 +169,13 @@ def _required_columns(conn: Any, table: str) -> dict[str, str]:
     return {r[0]: r[1] for r in rows}
 
 
-def insert_series(conn: Any, table: str, values: dict[str, str], *, first: int, last: int) -> None:
+def insert_series(
+    conn: Any, table: str, values: dict[str, str], *, first: int, last: int, params: dict[str, Any] | None = None
+) -> None:
     """``INSERT INTO table (…) SELECT <expr per column> FROM generate_series(first, last) AS g``.
 
-    Expressions may use ``g``. Required columns the bench does not know get a neutral value of their type.
+    Expressions may use ``g`` and the bound ``params``. Required columns the bench does not know get a
+    neutral value of their type.
     """
     columns = dict(values)
     for column, data_type in _required_columns(conn, table).items():
@@ -182,7 +185,7 @@ def insert_series(conn: Any, table: str, values: dict[str, str], *, first: int, 
     exprs = ", ".join(columns.values())
     conn.execute(
         text(f"INSERT INTO {table} ({names}) SELECT {exprs} FROM {SERIES} AS g"),
-        {"a": first, "b": last},
+        {"a": first, "b": last, **(params or {})},
     )
 
 
