@@ -154,7 +154,9 @@ def _owner_evidence() -> Any:
         ),
         else_=func.concat("continuation ", CONT.c.id, " it ran is ", CONT.c.status),
     )
-    owned = select(said).where(CONT.c.claimed_by == REV.c.execution_id).correlate(REV).limit(1).scalar_subquery()
+    # Through the review's step (its continuations' unique key): never a walk of every continuation.
+    mine = and_(CONT.c.step_id == REV.c.step_id, CONT.c.claimed_by == REV.c.execution_id)
+    owned = select(said).where(mine).correlate(REV).limit(1).scalar_subquery()
     return func.coalesce(owned, "its claim was released after its lease expired")
 
 

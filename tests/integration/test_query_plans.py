@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.dialects import postgresql
 
+from beat.sweep import run_sweep
 from models import fail_closed
-from parkway.db import transaction
+from parkway.db import get_engine, transaction
 from tests.integration.helpers import advertise
 from tests.support import AGENT
 
@@ -40,7 +41,8 @@ def _seed() -> None:
                  f"'k' || (g % :k) || '@1', now() - make_interval(secs => g) {series}"),
             {"n": WAITS, "k": KEYS},
         )  # fmt: skip
-        # As many ended runs of the same owner, and revocations the sweep has long swept
+        # Ten times as many ended runs of the same owner (each a step and a consumed continuation), and
+        # revocations the sweep has long swept
         session.execute(
             text("INSERT INTO runs (id, workflow, status, owner_id, target, payload, created_at, updated_at, "
                  "completed_at, projection_pending) SELECT 'x' || g, 'w', 'completed', :o, 'team:ops', '{}', now(), "
@@ -48,12 +50,23 @@ def _seed() -> None:
             {"n": ENDED, "o": owner},
         )  # fmt: skip
         session.execute(
+            text("INSERT INTO steps (id, run_id, seq, name, status, result, created_at, updated_at) "
+                 "SELECT 'xs' || g, 'x' || g, 1, 'w', 'completed', '{}', now(), now() " + series),
+            {"n": ENDED},
+        )  # fmt: skip
+        session.execute(
+            text("INSERT INTO continuations (id, run_id, step_id, kind, name, status, attempts, publishes, "
+                 "enqueued_at, claimed_by, created_at, consumed_at) SELECT 'xc' || g, 'x' || g, 'xs' || g, "
+                 "'start', 'w', 'consumed', 1, 1, now(), 'e', now(), now() " + series),
+            {"n": ENDED},
+        )  # fmt: skip
+        session.execute(
             text("INSERT INTO grants (id, principal_id, target, created_at, revoked_at, swept_at) "
                  "SELECT 'g' || g, :o, 'team:' || g, now(), now(), now() " + series),
             {"n": WAITS, "o": owner},
         )  # fmt: skip
     with transaction() as session:
-        session.execute(text("ANALYZE runs, steps, interactions, grants"))
+        session.execute(text("ANALYZE runs, steps, interactions, continuations, grants"))
 
 
 def _plan(statement: Any, params: dict[str, Any]) -> str:
@@ -94,3 +107,43 @@ def test_plan__revocations_to_sweep_are_read_from_their_queue_and_an_owner_s_liv
     # on team:ops a range of theirs, not a walk of its ended ones: never a walk of every wait, run or grant
     assert "ix_grants_unswept" in queue and "Seq Scan on grants" not in queue, queue
     assert "ix_runs_live_owner" in runs and "Seq Scan on runs" not in runs, runs
+
+
+BIG = ("interactions", "runs", "steps", "continuations", "events", "grants")
+
+
+def _sent_by(call: Any) -> list[tuple[str, Any]]:
+    """The statements ``call`` sends through SQLAlchemy, with their parameters."""
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        if statement.lstrip().upper().startswith(("SELECT", "UPDATE", "WITH", "INSERT", "DELETE")):
+            sent.append((statement, parameters))
+
+    engine = get_engine()
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        call()
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    return sent
+
+
+def test_plan__an_idle_sweep_pass_scans_no_big_table(actors_db: str) -> None:
+    # Given 20,000 waits, 200,000 ended runs with their steps and consumed continuations, 20,000 swept
+    # revocations, and a live worker serving every version: nothing is due
+    _seed()
+    advertise("worker@host", continuations=tuple(f"k{k}@1" for k in range(KEYS)))
+
+    # When every statement a sweep pass sends is planned
+    sent = _sent_by(run_sweep)
+    plans = []
+    for statement, parameters in sent:
+        with transaction() as session:
+            found = session.connection().exec_driver_sql(f"EXPLAIN {statement}", parameters).scalars()
+            plans.append("\n".join(found))
+
+    # Then none reads a whole big table: each category is an index range, bounded by its batch
+    scans = [plan for plan in plans if any(f"Seq Scan on {table}" in plan for table in BIG)]
+    assert len(plans) >= 7, sent  # every category's reads
+    assert not scans, "\n\n".join(scans)
