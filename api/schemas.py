@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.access import InteractionView, RunView, public_value
+from models.history import RunLine
 from models.status import normalize_run_status
 from models.tables import Grant, Review, Step, ToolCall
 
@@ -281,6 +282,36 @@ class CancelReceiptOut(BaseModel):
     status: Literal["canceled"]
     response_id: str
     canceled_at: datetime
+
+
+class RunLineOut(BaseModel):
+    """A run as a list shows it: a run's own fields, without its steps, interactions, tool calls and reviews
+    (read one run for those)."""
+
+    id: str
+    workflow: str
+    status: RunStatusLiteral
+    owner: str
+    target: str
+    created_at: datetime
+    completed_at: datetime | None
+    result: Any
+    error: str | None
+    reason: str | None
+    pending: int = Field(description="its interactions still waiting for someone")
+
+    @classmethod
+    def of(cls, line: RunLine) -> RunLineOut:
+        run = line.run
+        status, _ = normalize_run_status(run.status)
+        return cls(id=run.id, workflow=run.workflow, status=status.value, owner=line.owner, target=run.target,
+                   created_at=run.created_at, completed_at=run.completed_at, result=run.result, error=run.error,
+                   reason=run.reason, pending=line.pending)  # fmt: skip
+
+
+class RunPage(BaseModel):
+    items: list[RunLineOut]
+    next: str | None = Field(description="pass back as `?cursor=` for the next page; null on the last")
 
 
 class InteractionPage(BaseModel):

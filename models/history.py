@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, union
+from sqlalchemy import func, literal, select, union
 from sqlalchemy.orm import Session, aliased
 
 from models import access, event_log, fleet, paging
@@ -75,9 +75,10 @@ def list_runs(
     workflow: str | None,
     cursor: str | None,
     limit: int,
+    target: str | None = None,
 ) -> Page[RunLine]:
-    """Runs the caller may read, newest first, ``limit`` at a time; ``status`` and ``workflow`` filter
-    exactly. A cursor is one ``next`` of an earlier page (``cursors.InvalidCursor`` otherwise)."""
+    """Runs the caller may read, newest first, ``limit`` at a time; ``status``, ``workflow`` and ``target``
+    filter exactly. A cursor is one ``next`` of an earlier page (``cursors.InvalidCursor`` otherwise)."""
     pending = (
         select(func.count())
         .where(Interaction.run_id == Run.id, Interaction.status == InteractionStatus.PENDING)
@@ -86,6 +87,8 @@ def list_runs(
     )
     where = [*([Run.status == status] if status else []), *([Run.workflow == workflow] if workflow else [])]
     targets = None if principal.kind == PrincipalKind.ADMIN else access.live_targets(principal)
+    if target is not None:  # one range of the target's index, if the caller may read it
+        targets = select(literal(target)) if targets is None else targets.where(Grant.target == target)
     before = read_position(cursor) if cursor is not None else None
     keys = paging.run_keys(where, targets=targets, before=before, n=limit + 1)
     rows = session.execute(

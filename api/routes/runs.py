@@ -1,17 +1,17 @@
-"""Runs: start one (agents), read one (a live grant on its target, or admin)."""
+"""Runs: start one (agents), list and read those the caller may read (a live grant on the target, or admin)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Header, Path
+from fastapi import Header, Path, Query
 
 from api import errors
 from api.deps import AgentDep, PrincipalDep, SessionDep
 from api.errors import ApiError, documented
 from api.input import checked_router
-from api.schemas import ID, TEXT, RunCreate, RunOut
-from models import access
+from api.schemas import ID, TEXT, RunCreate, RunLineOut, RunOut, RunPage, RunStatusLiteral
+from models import access, cursors, history
 from parkway.db import transaction
 from parkway.errors import NotRegistered
 from tasks import sdk
@@ -54,6 +54,30 @@ def start_run(body: RunCreate, agent: AgentDep, idempotency_key: IdempotencyKey 
         run = access.get_run(session, run_id)
         assert run is not None
         return RunOut.of(access.run_view(session, run))
+
+
+@router.get(
+    "",
+    response_model=RunPage,
+    operation_id="list_runs",
+    summary="The runs the caller may read, newest first (granted targets; all for admins)",
+    responses=documented(401, 422),
+)
+def list_runs(
+    principal: PrincipalDep,
+    session: SessionDep,
+    status: RunStatusLiteral | None = None,
+    workflow: Annotated[str | None, Query(max_length=200, pattern=TEXT)] = None,
+    target: Annotated[str | None, Query(max_length=200, pattern=TEXT)] = None,
+    cursor: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,500}$", description="a list's `next`")] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> RunPage:
+    try:
+        page = history.list_runs(session, principal, status=status, workflow=workflow, target=target,
+                                 cursor=cursor, limit=limit)  # fmt: skip
+    except cursors.InvalidCursor as exc:
+        raise ApiError(422, str(exc), code="invalid_cursor") from None
+    return RunPage(items=[RunLineOut.of(line) for line in page.items], next=page.next)
 
 
 @router.get(

@@ -215,6 +215,7 @@ def test_openapi__operation_ids_are_stable_names(client: TestClient) -> None:
     ids = {(method, path): op["operationId"] for path, ops in spec["paths"].items() for method, op in ops.items()}
     assert ids == {
         ("post", "/v1/runs"): "start_run",
+        ("get", "/v1/runs"): "list_runs",
         ("get", "/v1/runs/{run_id}"): "get_run",
         ("get", "/v1/runs/{run_id}/events"): "list_run_events",
         ("get", "/v1/events/stream"): "stream_events",
