@@ -83,7 +83,7 @@ def event_body(session: Session, event: Event) -> dict[str, Any]:
                 "schema": interaction.schema,
                 "target": interaction.target,
                 "expires_at": interaction.expires_at.isoformat() if interaction.expires_at else None,
-                "link": f"/decisions?interaction={interaction.id}",
+                "link": "/decisions",  # the Decisions page, on the API's own address, lists it to answer
             }
     return body
 

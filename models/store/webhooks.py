@@ -8,12 +8,12 @@ own, so an attempt that outlived its lease changes nothing.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import case, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
+from models.clock import db_now
 from models.horizon import final_below
 from models.status import WebhookStatus
 from models.store.sql import new_id, skip_locked, word
@@ -45,7 +45,7 @@ def create_webhook(
             status=WebhookStatus.ACTIVE,
             attempt=0,
             cursor=select(final_below() - 1).scalar_subquery(),
-            due_at=func.now(),
+            due_at=db_now(),
         )
     )
     hook = session.get(Webhook, webhook_id)
@@ -66,7 +66,7 @@ def update_webhook(session: Session, webhook_id: str, changes: dict[str, Any], e
             status=WebhookStatus.ACTIVE,
             reason=case((stopped, None), else_=_W.reason),
             attempt=case((stopped, 0), else_=_W.attempt),
-            due_at=case((stopped, func.now()), else_=_W.due_at),
+            due_at=case((stopped, db_now()), else_=_W.due_at),
         )
     if values:
         session.execute(update(Webhook).where(_W.id == webhook_id).values(**values))
@@ -79,17 +79,20 @@ def delete_webhook(session: Session, webhook_id: str) -> bool:
 
 
 def claim_webhook(session: Session, webhook_id: str, token: str, lease_s: float) -> Webhook | None:
-    """active and due, unclaimed or its lease run out -> claimed by ``token`` for ``lease_s``. ``None``:
+    """active and due, unclaimed or its lease run out -> claimed by ``token`` for ``lease_s`` (its publish
+    consumed: once released, the sweep may publish it at once). ``None``:
     not active, not due yet, or another attempt holds it."""
     row = session.execute(
         update(Webhook)
         .where(
             _W.id == webhook_id,
             _W.status == word(WebhookStatus.ACTIVE),
-            _W.due_at <= func.now(),
-            or_(_W.claimed_by.is_(None), _W.lease_expires_at < func.now()),
+            _W.due_at <= db_now(),
+            or_(_W.claimed_by.is_(None), _W.lease_expires_at < db_now()),
         )
-        .values(claimed_by=token, lease_expires_at=func.now() + timedelta(seconds=lease_s))
+        .values(
+            claimed_by=token, lease_expires_at=db_now(lease_s), published_at=None
+        )  # the sweep may send it again once released
         .returning(_W.id)
     ).first()
     return None if row is None else session.get(Webhook, webhook_id, populate_existing=True)
@@ -100,14 +103,14 @@ def _changed(session: Session, stmt: Any) -> bool:
 
 
 def _held(webhook_id: str, token: str) -> Any:
-    return update(Webhook).where(_W.id == webhook_id, _W.claimed_by == token, _W.lease_expires_at >= func.now())
+    return update(Webhook).where(_W.id == webhook_id, _W.claimed_by == token, _W.lease_expires_at >= db_now())
 
 
 def advance(session: Session, webhook_id: str, token: str, *, cursor: int, to: int, lease_s: float) -> bool:
     """cursor -> to (after a 2xx, or past events it does not match), its failed attempts forgotten and the
     lease renewed. ``False``: the claim is no longer this attempt's, or the cursor moved meanwhile."""
     stmt = _held(webhook_id, token).where(_W.cursor == cursor)
-    values = {"cursor": to, "attempt": 0, "lease_expires_at": func.now() + timedelta(seconds=lease_s)}
+    values = {"cursor": to, "attempt": 0, "lease_expires_at": db_now(lease_s)}
     return _changed(session, stmt.values(**values))
 
 
@@ -124,7 +127,7 @@ def record_failure(
     ``False`` if the claim was no longer this attempt's."""
     values: dict[str, Any] = {"attempt": _W.attempt + 1, "claimed_by": None, "lease_expires_at": None}
     if retry_in_s is not None:
-        values["due_at"] = func.now() + timedelta(seconds=retry_in_s)
+        values["due_at"] = db_now(retry_in_s)
     else:
         values.update(status=status, reason=reason)
     return _changed(session, _held(webhook_id, token).values(**values))
@@ -139,7 +142,7 @@ def record_delivery(
     status_code: int | None,
     latency_ms: int,
     error: str | None,
-    next_attempt_at: datetime | None,
+    next_attempt_in_s: float | None,
 ) -> None:
     """One line of the delivery log."""
     session.execute(
@@ -150,7 +153,7 @@ def record_delivery(
             status_code=status_code,
             latency_ms=latency_ms,
             error=error,
-            next_attempt_at=next_attempt_at,
+            next_attempt_at=None if next_attempt_in_s is None else db_now(next_attempt_in_s),
         )
     )
 
@@ -164,9 +167,9 @@ def due_webhooks(session: Session, *, batch: int, republish_after_s: float) -> l
         select(_W.id)
         .where(
             _W.status == word(WebhookStatus.ACTIVE),
-            _W.due_at <= func.now(),
-            or_(_W.claimed_by.is_(None), _W.lease_expires_at < func.now()),
-            or_(_W.published_at.is_(None), _W.published_at < func.now() - timedelta(seconds=republish_after_s)),
+            _W.due_at <= db_now(),
+            or_(_W.claimed_by.is_(None), _W.lease_expires_at < db_now()),
+            or_(_W.published_at.is_(None), _W.published_at < db_now(-republish_after_s)),
             _W.cursor < newest,
         )
         .order_by(_W.due_at)
@@ -174,5 +177,5 @@ def due_webhooks(session: Session, *, batch: int, republish_after_s: float) -> l
     )
     ids = list(session.scalars(skip_locked(stmt)))
     if ids:
-        session.execute(update(Webhook).where(_W.id.in_(ids)).values(published_at=func.now()))
+        session.execute(update(Webhook).where(_W.id.in_(ids)).values(published_at=db_now()))
     return ids
