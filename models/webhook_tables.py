@@ -26,6 +26,9 @@ class Webhook(Base):
     targets: Mapped[list[str] | None] = mapped_column(ARRAY(String(200)))  # None: every target
     description: Mapped[str | None] = mapped_column(Text)
     secret_sealed: Mapped[str] = mapped_column(Text)  # parkway.crypto.seal of the whsec_ secret
+    # After a rotation, the secret before it, and until when requests are signed with it too.
+    previous_secret_sealed: Mapped[str | None] = mapped_column(Text)
+    previous_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     cursor: Mapped[int] = mapped_column(BigInteger)

@@ -45,8 +45,9 @@ def signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(digest).decode()
 
 
-def post(url: str, *, secret: str, msg_id: str, body: bytes) -> Sent:
-    """POST ``body`` to ``url``, signed; never raises for what the network or the receiver did."""
+def post(url: str, *, secrets: list[str], msg_id: str, body: bytes) -> Sent:
+    """POST ``body`` to ``url``, signed with each secret (a rotation's overlap: space-separated signatures,
+    any of which verifies); never raises for what the network or the receiver did."""
     settings = get_settings()
     started = time.monotonic()
     timestamp = int(time.time())
@@ -54,7 +55,7 @@ def post(url: str, *, secret: str, msg_id: str, body: bytes) -> Sent:
         "content-type": "application/json",
         "webhook-id": msg_id,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": signature(secret, msg_id, timestamp, body),
+        "webhook-signature": " ".join(signature(secret, msg_id, timestamp, body) for secret in secrets),
         "user-agent": "parkway-webhooks",
     }
     try:

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from models import store, webhooks
+from models.base import utcnow
 from models.status import WebhookStatus
 from models.store import new_id
 from models.webhook_tables import Webhook
@@ -56,7 +57,7 @@ def deliver(webhook_id: str, *, budget_s: float = BUDGET_S) -> str:
         if hook is None:
             log.debug("webhook %s is not due, or held by another attempt", webhook_id)
             return "not claimed"
-        secret = unseal(hook.secret_sealed)
+        secrets = _signing_secrets(hook)
     deadline = time.monotonic() + budget_s
     while time.monotonic() < deadline:
         with transaction() as session:
@@ -74,7 +75,7 @@ def deliver(webhook_id: str, *, budget_s: float = BUDGET_S) -> str:
                 store.release(session, webhook_id, token)
             return "caught up"
         for seq, body in bodies:
-            sent = post(url, secret=secret, msg_id=message_id(webhook_id, seq), body=body)
+            sent = post(url, secrets=secrets, msg_id=message_id(webhook_id, seq), body=body)
             if not sent.ok:
                 return _failed(webhook_id, token, seq=seq, attempt=attempt + 1, sent=sent)
             with transaction() as session:
@@ -88,17 +89,35 @@ def deliver(webhook_id: str, *, budget_s: float = BUDGET_S) -> str:
                     error=None,
                     next_attempt_in_s=None,
                 )
-                if not store.advance(session, webhook_id, token, cursor=cursor, to=seq, lease_s=lease_s):
-                    return "claim lost"
+                advanced = store.advance(session, webhook_id, token, cursor=cursor, to=seq, lease_s=lease_s)
+            if not advanced:
+                return _stop(webhook_id, token)
             cursor, attempt = seq, 0
         if upto > cursor:  # past the events it does not match
             with transaction() as session:
-                if not store.advance(session, webhook_id, token, cursor=cursor, to=upto, lease_s=lease_s):
-                    return "claim lost"
+                advanced = store.advance(session, webhook_id, token, cursor=cursor, to=upto, lease_s=lease_s)
+            if not advanced:
+                return _stop(webhook_id, token)
     with transaction(durable=False) as session:
         store.release(session, webhook_id, token)
     publish_webhooks([webhook_id])  # out of budget, not out of events: the next message carries on
     return "handed on"
+
+
+def _signing_secrets(hook: Webhook) -> list[str]:
+    """The secret, and the one before it while a rotation's overlap lasts."""
+    secrets = [unseal(hook.secret_sealed)]
+    if hook.previous_secret_sealed and hook.previous_until and hook.previous_until > utcnow():
+        secrets.append(unseal(hook.previous_secret_sealed))
+    return secrets
+
+
+def _stop(webhook_id: str, token: str) -> str:
+    """The cursor moved under this attempt (a replay) or its claim ran out: release it if it is still its
+    own, so the next attempt need not wait for the lease."""
+    with transaction(durable=False) as session:
+        released = store.release(session, webhook_id, token)
+    return "cursor moved" if released else "claim lost"
 
 
 def _encode(event_type: str, at: str, data: dict[str, Any]) -> bytes:

@@ -22,6 +22,7 @@ from parkway.crypto import seal
 from parkway.db import transaction
 from parkway.netguard import UnsafeUrl, check_url
 from parkway.settings import get_settings
+from tasks.publish import publish_webhooks
 
 router = checked_router(prefix="/v1/webhooks", tags=["webhooks"])
 
@@ -71,6 +72,16 @@ class WebhookCreated(WebhookOut):
     secret: str = Field(description="`whsec_` + base64: the signing key, in this response only")
 
 
+class SecretRotation(Body):
+    overlap_s: float = Field(
+        default=86400, ge=0, le=7 * 86400, description="how long requests carry the old secret's signature too"
+    )
+
+
+class Replay(Body):
+    after_seq: int = Field(ge=0, description="send again every event after this seq (back from the cursor only)")
+
+
 class WebhookPage(BaseModel):
     items: list[WebhookOut]
     next: str | None
@@ -105,6 +116,10 @@ def _checked(url: str | None, events: list[str] | None) -> None:
             raise ApiError(422, str(exc)) from None
 
 
+def _new_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
 def _found(hook: Webhook | None, webhook_id: str) -> Webhook:
     if hook is None:
         raise ApiError(404, errors.WEBHOOK_NOT_FOUND.format(id=webhook_id))
@@ -121,7 +136,7 @@ def _found(hook: Webhook | None, webhook_id: str) -> Webhook:
 )
 def create_webhook(body: WebhookCreate, admin: AdminDep) -> WebhookCreated:
     _checked(body.url, body.events)
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    secret = _new_secret()
     with transaction() as session:
         hook = store.create_webhook(
             session,
@@ -208,3 +223,37 @@ def list_deliveries(
     _found(webhooks.get_webhook(session, webhook_id), webhook_id)
     items, after = webhooks.list_deliveries(session, webhook_id, cursor=cursor, limit=limit)
     return DeliveryPage(items=[DeliveryOut.model_validate(d) for d in items], next=after)
+
+
+@router.post(
+    "/{webhook_id}/secret",
+    status_code=201,
+    response_model=WebhookCreated,
+    operation_id="rotate_webhook_secret",
+    summary="A new signing secret (in this response only); requests carry the old one's signature too for the overlap",
+    responses=documented(401, 403, 404, 413, 422),
+)
+def rotate_secret(webhook_id: WebhookId, body: SecretRotation, admin: AdminDep) -> WebhookCreated:
+    secret = _new_secret()
+    with transaction() as session:
+        hook = _found(store.rotate_secret(session, webhook_id, seal(secret), body.overlap_s), webhook_id)
+        return WebhookCreated(**WebhookOut.model_validate(hook).model_dump(), secret=secret)
+
+
+@router.post(
+    "/{webhook_id}/replay",
+    status_code=202,
+    response_model=WebhookOut,
+    operation_id="replay_webhook",
+    summary="Send the events after a seq again, with the webhook-ids they had the first time",
+    responses=documented(401, 403, 404, 413, 422),
+)
+def replay(webhook_id: WebhookId, body: Replay, admin: AdminDep) -> WebhookOut:
+    with transaction() as session:
+        hook = store.replay(session, webhook_id, body.after_seq)
+        if hook is None:
+            _found(webhooks.get_webhook(session, webhook_id), webhook_id)
+            raise ApiError(422, errors.REPLAY_FORWARD.format(seq=body.after_seq))
+        shown = WebhookOut.model_validate(hook)
+    publish_webhooks([webhook_id])  # after the commit; the sweep sends it should this be lost
+    return shown

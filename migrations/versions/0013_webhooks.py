@@ -26,6 +26,8 @@ def upgrade() -> None:
         sa.Column("targets", postgresql.ARRAY(sa.String(length=200)), nullable=True),
         sa.Column("description", sa.Text(), nullable=True),
         sa.Column("secret_sealed", sa.Text(), nullable=False),
+        sa.Column("previous_secret_sealed", sa.Text(), nullable=True),
+        sa.Column("previous_until", sa.DateTime(timezone=True), nullable=True),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("cursor", sa.BigInteger(), nullable=False),

@@ -83,6 +83,8 @@ from models.store.webhooks import (
     record_delivery,
     record_failure,
     release,
+    replay,
+    rotate_secret,
     update_webhook,
 )
 from models.store.workers import Advert, Serving, WorkerView, advertise, live_workers, serving, withdraw
@@ -173,8 +175,10 @@ __all__ = [
     "release_expired_claim",
     "release_expired_claims",
     "renew_lease",
+    "replay",
     "review_progress",
     "revoke_grant",
+    "rotate_secret",
     "running_reviews",
     "serving",
     "skip_locked",

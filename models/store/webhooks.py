@@ -78,6 +78,35 @@ def delete_webhook(session: Session, webhook_id: str) -> bool:
     return _changed(session, delete(Webhook).where(_W.id == webhook_id))
 
 
+def rotate_secret(session: Session, webhook_id: str, secret_sealed: str, overlap_s: float) -> Webhook | None:
+    """A new signing secret; the one it replaces still signs too for ``overlap_s`` (requests carry both
+    signatures), so receivers switch without a gap. ``None`` when no such subscription."""
+    stmt = (
+        update(Webhook)
+        .where(_W.id == webhook_id)
+        .values(secret_sealed=secret_sealed, previous_secret_sealed=_W.secret_sealed, previous_until=db_now(overlap_s))
+    )
+    return _changed_row(session, stmt, webhook_id)
+
+
+def replay(session: Session, webhook_id: str, after_seq: int) -> Webhook | None:
+    """cursor -> ``after_seq`` (back, never forward), due now: the events after it are sent again, each
+    with the ``webhook-id`` it had the first time. An attempt in flight finds the cursor moved and stops.
+    ``None`` when no such subscription, or its cursor is before ``after_seq``."""
+    stmt = (
+        update(Webhook)
+        .where(_W.id == webhook_id, _W.cursor >= after_seq)
+        .values(cursor=after_seq, attempt=0, due_at=db_now(), published_at=None)
+    )
+    return _changed_row(session, stmt, webhook_id)
+
+
+def _changed_row(session: Session, stmt: Any, webhook_id: str) -> Webhook | None:
+    if not _changed(session, stmt):
+        return None
+    return session.get(Webhook, webhook_id, populate_existing=True)
+
+
 def claim_webhook(session: Session, webhook_id: str, token: str, lease_s: float) -> Webhook | None:
     """active and due, unclaimed or its lease run out -> claimed by ``token`` for ``lease_s`` (its publish
     consumed: once released, the sweep may publish it at once). ``None``:

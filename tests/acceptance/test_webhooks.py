@@ -90,3 +90,33 @@ def test_deliveries__410_disables_and_the_last_retry_marks_failing(
     wait_for(lambda: failing_receiver.delivered(), sweep=True, timeout=60, what="delivered after re-enabling")
     assert failing_receiver.got[-1]["id"] == failing_receiver.got[0]["id"]
     failing_receiver.stop()
+
+
+def test_rotation_and_replay__both_secrets_sign_the_overlap_and_a_replay_repeats_the_same_ids(
+    stack: Stack, worker: Any, client: TestClient, receiver: Receiver
+) -> None:
+    # Given a subscription whose secret is rotated with an overlap: the receiver checks every request
+    # against the old secret and the new one
+    hook = subscribe(client, receiver, events=["run.*"], targets=["team:ops"])
+    old = receiver.secret
+    rotated = client.post(f"/v1/webhooks/{hook['id']}/secret", json={"overlap_s": 3600})
+    assert rotated.status_code == 201 and rotated.json()["secret"] not in (old, None)
+    receiver.secret, receiver.also = rotated.json()["secret"], [old]
+
+    # When a run completes, its run events arrive, each verifying with either secret
+    run_id = login_run()
+    expected = [(seq, kind) for seq, kind in run_events(run_id) if kind.startswith("run.")]
+    wait_for(lambda: receiver.of_run(run_id) == expected, sweep=True, timeout=60, what="the run's events")
+    assert receiver.unverified == 0
+    first_ids = [r["id"] for r in receiver.got]
+
+    # When they are replayed from before the first, they come again with the ids they had
+    replayed = client.post(f"/v1/webhooks/{hook['id']}/replay", json={"after_seq": expected[0][0] - 1})
+    assert replayed.status_code == 202 and replayed.json()["cursor"] == expected[0][0] - 1
+    wait_for(lambda: len(receiver.got) >= 2 * len(first_ids), sweep=True, timeout=60, what="the replay")
+    assert [r["id"] for r in receiver.got] == first_ids + first_ids
+    assert receiver.ids_name_one_event_each() and receiver.unverified == 0
+
+    # And a replay forward of the cursor is refused
+    ahead = client.post(f"/v1/webhooks/{hook['id']}/replay", json={"after_seq": 2**62})
+    assert ahead.status_code == 422

@@ -29,6 +29,7 @@ class Receiver:
 
     url: str = ""
     secret: str = ""
+    also: list[str] = field(default_factory=list)  # secrets every request must verify with too (a rotation)
     script: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     got: list[dict[str, Any]] = field(default_factory=list)  # verified requests: id, status answered, body
     unverified: int = 0
@@ -57,6 +58,8 @@ class Receiver:
         with self.lock:
             try:
                 payload = standardwebhooks.Webhook(self.secret).verify(body, headers)
+                for secret in self.also:
+                    standardwebhooks.Webhook(secret).verify(body, headers)
             except standardwebhooks.WebhookVerificationError:
                 self.unverified += 1
                 return 400, {}

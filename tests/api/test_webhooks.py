@@ -84,6 +84,10 @@ def test_webhooks__admins_only(client: TestClient, actors: Actors) -> None:
         assert client.get(f"/v1/webhooks/{hook['id']}/deliveries", headers=headers).status_code == 403
         assert client.patch(f"/v1/webhooks/{hook['id']}", json={"enabled": False}, headers=headers).status_code == 403
         assert client.delete(f"/v1/webhooks/{hook['id']}", headers=headers).status_code == 403
+        assert client.post(f"/v1/webhooks/{hook['id']}/secret", json={}, headers=headers).status_code == 403
+        assert (
+            client.post(f"/v1/webhooks/{hook['id']}/replay", json={"after_seq": 0}, headers=headers).status_code == 403
+        )
     assert client.get("/v1/webhooks").status_code == 401
     assert count() == before
     assert client.get(f"/v1/webhooks/{hook['id']}", headers=actors.auth(ADMIN)).json()["status"] == "active"
@@ -110,6 +114,8 @@ def test_change__disable_enable_and_delete(client: TestClient, actors: Actors) -
     assert client.get(path, headers=admin).status_code == 404
     assert client.delete(path, headers=admin).status_code == 404
     assert client.patch(path, json={"enabled": True}, headers=admin).status_code == 404
+    assert client.post(f"{path}/secret", json={}, headers=admin).status_code == 404
+    assert client.post(f"{path}/replay", json={"after_seq": 0}, headers=admin).status_code == 404
 
 
 def test_lists__page_and_refuse_a_cursor_they_did_not_hand_out(client: TestClient, actors: Actors) -> None:
