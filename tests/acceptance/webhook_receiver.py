@@ -38,6 +38,9 @@ class Receiver:
     held: threading.Event = field(default_factory=threading.Event)
     arrived: threading.Event = field(default_factory=threading.Event)
     server: ThreadingHTTPServer | None = None
+    delay_s: float = 0.0  # how long each request takes to answer
+    in_flight: int = 0
+    most_in_flight: int = 0  # the most requests it held open at once
 
     def start(self) -> Receiver:
         self.server = serve(self)
@@ -51,6 +54,17 @@ class Receiver:
             self.server.server_close()
 
     def handle(self, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str]]:
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            threading.Event().wait(self.delay_s)
+            return self._answer(headers, body)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def _answer(self, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str]]:
         if self.held.is_set():
             self.arrived.set()
             while self.held.is_set():
