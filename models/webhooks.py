@@ -3,6 +3,7 @@ due to it (only final ones: ``models.horizon.final_below``), and the lists the A
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, false, func, or_, select, true
@@ -10,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from models.cursors import read_text, text_cursor
 from models.horizon import final_below
-from models.status import InteractionStatus, RunStatus, StepStatus
+from models.status import InteractionStatus, RunStatus, StepStatus, WebhookStatus
 from models.tables import Event, Interaction, Run
 from models.webhook_tables import Webhook, WebhookDelivery
 
@@ -111,3 +112,25 @@ def list_deliveries(
         stmt = stmt.where(WebhookDelivery.id < int(text)) if text.isdigit() else stmt.where(false())
     rows = list(session.scalars(stmt.order_by(WebhookDelivery.id.desc()).limit(limit + 1)))
     return rows[:limit], (text_cursor(str(rows[limit - 1].id)) if len(rows) > limit else None)
+
+
+def states(session: Session) -> dict[str, list[str]]:
+    """Subscription ids by state."""
+    found: dict[str, list[str]] = {}
+    for webhook_id, status in session.execute(select(Webhook.id, Webhook.status).order_by(Webhook.id)):
+        found.setdefault(status, []).append(webhook_id)
+    return found
+
+
+def oldest_pending(session: Session) -> dict[str, datetime | None]:
+    """Per active subscription, when the oldest final event after its cursor was written (``None``: none);
+    one primary-key probe each."""
+    first_after = (
+        select(Event.at)
+        .where(Event.seq > Webhook.cursor, Event.seq < final_below())
+        .order_by(Event.seq)
+        .limit(1)
+        .scalar_subquery()
+    )
+    rows = session.execute(select(Webhook.id, first_after).where(Webhook.status == WebhookStatus.ACTIVE.value))
+    return {webhook_id: at for webhook_id, at in rows}

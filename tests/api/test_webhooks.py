@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from models.webhook_tables import Webhook
 from parkway.crypto import unseal
@@ -131,3 +131,21 @@ def test_lists__page_and_refuse_a_cursor_they_did_not_hand_out(client: TestClien
     assert made <= set(seen) and len(seen) == len(set(seen))
     refused = client.get("/v1/webhooks?cursor=bogus", headers=admin)
     assert refused.status_code == 422 and refused.json()["error"] == "invalid_cursor"
+
+
+def test_metrics__subscriptions_by_state_the_failing_ones_and_the_lag(client: TestClient, actors: Actors) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    active, failing = create(client, actors).json()["id"], create(client, actors).json()["id"]
+    with transaction() as session:
+        session.execute(update(Webhook).where(Webhook.id == failing).values(status="failing", reason="500"))
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for s in family.samples
+    }
+    assert samples[("parkway_webhooks", (("status", "failing"),))] >= 1
+    assert samples[("parkway_webhook_failing", (("webhook_id", failing),))] == 1
+    assert ("parkway_webhook_failing", (("webhook_id", active),)) not in samples
+    assert samples[("parkway_webhook_lag_seconds", (("webhook_id", active),))] >= 0
+    assert ("parkway_webhook_lag_seconds", (("webhook_id", failing),)) not in samples
