@@ -23,6 +23,7 @@ EVENT_TYPES = frozenset(
     | {"continuation.ready", "continuation.dead"}
     | {"toolcall.intent", "toolcall.authorized", "toolcall.settled", "toolcall.possibly_ran"}
     | {"review.started", "review.completed", "review.failed", "review.interrupted"}
+    | {"webhook.failing"}
 )
 FAMILIES = frozenset(t.split(".")[0] for t in EVENT_TYPES)
 

@@ -120,6 +120,13 @@ def _stop(webhook_id: str, token: str) -> str:
     return "cursor moved" if released else "claim lost"
 
 
+def _public(sent: Sent) -> str:
+    """Why an attempt failed, without the receiver's address or what it said: for the run's event log."""
+    if sent.status_code is not None:
+        return f"the receiver answered {sent.status_code}"
+    return "no answer from the receiver (the delivery log says why)"
+
+
 def _encode(event_type: str, at: str, data: dict[str, Any]) -> bytes:
     return json.dumps({"type": event_type, "timestamp": at, "data": data}, separators=(",", ":")).encode()
 
@@ -146,7 +153,16 @@ def _failed(webhook_id: str, token: str, *, seq: int, attempt: int, sent: Sent) 
             error=reason[:1000],
             next_attempt_in_s=retry_in,
         )
-        store.record_failure(session, webhook_id, token, retry_in_s=retry_in, status=status, reason=reason[:1000])
+        store.record_failure(
+            session,
+            webhook_id,
+            token,
+            seq=seq,
+            retry_in_s=retry_in,
+            status=status,
+            reason=reason[:1000],
+            public_reason=_public(sent),
+        )
     log.warning(
         "webhook %s: attempt %d at event %d failed (%s)",
         webhook_id,

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from models.clock import db_now
 from models.horizon import final_below
 from models.status import WebhookStatus
+from models.store.events import append_event
 from models.store.sql import new_id, skip_locked, word
 from models.tables import Event
 from models.webhook_tables import Webhook, WebhookDelivery
@@ -149,17 +150,32 @@ def release(session: Session, webhook_id: str, token: str) -> bool:
 
 
 def record_failure(
-    session: Session, webhook_id: str, token: str, *, retry_in_s: float | None, status: WebhookStatus, reason: str
+    session: Session,
+    webhook_id: str,
+    token: str,
+    *,
+    seq: int,
+    retry_in_s: float | None,
+    status: WebhookStatus,
+    reason: str,
+    public_reason: str,
 ) -> bool:
-    """A failed attempt: one more attempt counted and the claim released; ``retry_in_s``: due again then
-    (stays active); else -> ``status`` (failing after the last retry, disabled on a 410) with ``reason``.
-    ``False`` if the claim was no longer this attempt's."""
+    """A failed attempt at event ``seq``: one more attempt counted and the claim released; ``retry_in_s``:
+    due again then (stays active); else -> ``status`` (failing after the last retry, disabled on a 410) with
+    ``reason``. Turning failing also writes ``webhook.failing`` into the log of the run whose event could
+    not be delivered, with ``public_reason`` (no address: whoever reads that run reads it). ``False`` if
+    the claim was no longer this attempt's."""
     values: dict[str, Any] = {"attempt": _W.attempt + 1, "claimed_by": None, "lease_expires_at": None}
     if retry_in_s is not None:
         values["due_at"] = db_now(retry_in_s)
     else:
         values.update(status=status, reason=reason)
-    return _changed(session, _held(webhook_id, token).values(**values))
+    if not _changed(session, _held(webhook_id, token).values(**values)):
+        return False
+    run_id = session.scalar(select(Event.run_id).where(Event.seq == seq))
+    if status == WebhookStatus.FAILING and retry_in_s is None and run_id is not None:
+        append_event(session, run_id, "webhook.failing", webhook_id=webhook_id, seq=seq, reason=public_reason)
+    return True
 
 
 def record_delivery(

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
+from models.tables import Event
 from models.webhook_tables import Webhook
 from parkway.db import transaction
 from tests.acceptance.webhook_receiver import IMPORTS, OTP, Receiver, login_run, run_events, subscribe
@@ -65,7 +67,7 @@ def test_deliveries__410_disables_and_the_last_retry_marks_failing(
     failing = subscribe(client, failing_receiver, events=["run.completed"])
 
     # When a run completes
-    login_run()
+    run_id = login_run()
 
     # Then the first subscription is disabled after one attempt
     def status(hook_id: str) -> str:
@@ -83,6 +85,13 @@ def test_deliveries__410_disables_and_the_last_retry_marks_failing(
     wait_for(lambda: status(failing["id"]) == "failing", sweep=True, timeout=60, what="failing after the last retry")
     assert [r["status"] for r in failing_receiver.got] == [500] * 4
     assert "500" in client.get(f"/v1/webhooks/{failing['id']}").json()["reason"]
+    # And the run whose event could not be delivered says so in its log, once, for the failing one only
+    with transaction() as session:
+        written = session.scalars(select(Event).where(Event.run_id == run_id, Event.type == "webhook.failing")).all()
+        mine = [e for e in written if e.data["webhook_id"] in (gone["id"], failing["id"])]  # not earlier tests'
+        assert [(e.data["webhook_id"], e.data["reason"]) for e in mine] == [
+            (failing["id"], "the receiver answered 500")
+        ]
 
     # When it is re-enabled and its receiver recovers, it resumes from the event where it stopped
     failing_receiver.script = []
