@@ -25,8 +25,8 @@ log = logging.getLogger("parkway.sweep")
 
 # In the sweep's order: 1 republished + lease_expired, 2 expired, 3 dead + unregistered + revoked (waits whose
 # continuation version no live worker has advertised for the grace, or whose run's owner lost its grant),
-# 4 reviews_interrupted, 5 projections, 6 webhooks (subscriptions behind the event log, published);
-# errors counts rows skipped after an exception.
+# 4 reviews_interrupted, 5 projections, 6 webhooks (subscriptions behind the event log, published) and
+# webhook_log (delivery log lines past PARKWAY_WEBHOOK_LOG_DAYS, deleted); errors counts rows skipped.
 CATEGORIES = (
     "republished",
     "lease_expired",
@@ -37,6 +37,7 @@ CATEGORIES = (
     "reviews_interrupted",
     "projections",
     "webhooks",
+    "webhook_log",
     "errors",
 )
 
@@ -79,6 +80,10 @@ def run_sweep(batch: int | None = None) -> SweepReport:
     report.published = _publish_batch(to_publish)
     _projections(report, batch=batch)
     _webhooks(report, batch=batch, republish_after_s=settings.reenqueue_after_s)
+    with transaction() as session:
+        report.counts["webhook_log"] += store.prune_deliveries(
+            session, older_than_s=settings.webhook_log_days * 86400, batch=batch
+        )
     report.duration_s = time.monotonic() - started
     with transaction() as session:
         store.record_sweep(session, report.counts, duration_s=report.duration_s)

@@ -61,4 +61,7 @@ class WebhookDelivery(Base):
     error: Mapped[str | None] = mapped_column(Text)
     next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
-    __table_args__ = (Index("ix_webhook_deliveries_listed", "webhook_id", "id"),)
+    __table_args__ = (
+        Index("ix_webhook_deliveries_listed", "webhook_id", "id"),
+        Index("ix_webhook_deliveries_at", "at"),  # the sweep prunes the log by age (PARKWAY_WEBHOOK_LOG_DAYS)
+    )

@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     webhook_allowed_networks: str = ""
     webhook_retry_s: str = "5,300,1800,7200,18000,36000,36000"
     webhook_timeout_s: float = Field(default=15.0, gt=0)
+    webhook_log_days: float = Field(default=30.0, gt=0)  # how long the delivery log keeps an attempt
 
     @field_validator("imports")
     @classmethod

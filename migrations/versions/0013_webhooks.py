@@ -63,9 +63,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_webhook_deliveries")),
     )
     op.create_index("ix_webhook_deliveries_listed", "webhook_deliveries", ["webhook_id", "id"], unique=False)
+    op.create_index("ix_webhook_deliveries_at", "webhook_deliveries", ["at"], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_webhook_deliveries_at", table_name="webhook_deliveries")
     op.drop_index("ix_webhook_deliveries_listed", table_name="webhook_deliveries")
     op.drop_table("webhook_deliveries")
     op.drop_index("ix_webhooks_active_due", table_name="webhooks")

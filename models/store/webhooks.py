@@ -224,3 +224,13 @@ def due_webhooks(session: Session, *, batch: int, republish_after_s: float) -> l
     if ids:
         session.execute(update(Webhook).where(_W.id.in_(ids)).values(published_at=db_now()))
     return ids
+
+
+def prune_deliveries(session: Session, *, older_than_s: float, batch: int) -> int:
+    """Delete at most ``batch`` lines of the delivery log older than ``older_than_s``, oldest first (through
+    ``ix_webhook_deliveries_at``; a concurrent sweep skips the rows this one holds). Returns how many."""
+    old = skip_locked(
+        select(WebhookDelivery.id).where(WebhookDelivery.at < db_now(-older_than_s)).order_by(WebhookDelivery.at)
+    ).limit(batch)
+    deleted = session.execute(delete(WebhookDelivery).where(WebhookDelivery.id.in_(old)).returning(WebhookDelivery.id))
+    return len(deleted.all())

@@ -94,3 +94,18 @@ def test_sweep__publishes_a_subscription_behind_once_until_it_is_claimed(actors_
     with transaction() as session:
         session.execute(text("UPDATE webhooks SET published_at = now() - interval '1 hour'"))
     assert run_sweep().counts["webhooks"] == 0
+
+
+def test_sweep__prunes_the_delivery_log_past_its_age_a_batch_at_a_time(actors_db: str) -> None:
+    hook_id = subscribe()
+    with transaction() as session:
+        for days in (40, 39, 38, 37, 36, 1):
+            store.record_delivery(session, hook_id, seq=days, attempt=1, status_code=204, latency_ms=1, error=None,
+                                  next_attempt_in_s=None)  # fmt: skip
+        session.execute(text("UPDATE webhook_deliveries SET at = now() - make_interval(days => seq::int)"))
+
+    assert run_sweep(batch=3).counts["webhook_log"] == 3  # PARKWAY_WEBHOOK_LOG_DAYS: 30 by default
+    assert run_sweep(batch=3).counts["webhook_log"] == 2
+    assert run_sweep(batch=3).counts["webhook_log"] == 0
+    with transaction() as session:
+        assert [d.seq for d in webhooks.list_deliveries(session, hook_id, cursor=None, limit=10)[0]] == [1]
