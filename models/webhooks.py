@@ -3,6 +3,8 @@ due to it (only final ones: ``models.horizon.final_below``), and the lists the A
 
 from __future__ import annotations
 
+import base64
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +16,8 @@ from models.horizon import final_below
 from models.status import InteractionStatus, RunStatus, StepStatus, WebhookStatus
 from models.tables import Event, Interaction, Run
 from models.webhook_tables import Webhook, WebhookDelivery
+from parkway.netguard import UnsafeUrl, check_url
+from parkway.settings import get_settings
 
 EVENT_TYPES = frozenset(
     {"run.created", *(f"run.{s}" for s in RunStatus if s not in (RunStatus.RUNNING, RunStatus.WAITING))}
@@ -31,6 +35,27 @@ FAMILIES = frozenset(t.split(".")[0] for t in EVENT_TYPES)
 def unknown_event_types(patterns: list[str]) -> list[str]:
     """The patterns that name no event type: neither a type, nor ``family.*``, nor ``*``."""
     return [p for p in patterns if p != "*" and p not in EVENT_TYPES and not (p.endswith(".*") and p[:-2] in FAMILIES)]
+
+
+def input_problem(url: str | None, patterns: list[str] | None) -> str | None:
+    """Why a subscription's URL or event patterns are refused (nothing is stored then), or ``None``: an
+    event type that names nothing, or a URL that is not http(s) or may not be reached (``parkway.netguard``)."""
+    unknown = unknown_event_types(patterns or [])
+    if unknown:
+        return (
+            f"no event type is named {', '.join(unknown)} (docs/webhooks.md lists them; `family.*` and `*` match many)"
+        )
+    if url is not None:
+        try:
+            check_url(url, get_settings().webhook_networks)
+        except UnsafeUrl as exc:
+            return str(exc)
+    return None
+
+
+def new_secret() -> str:
+    """A signing secret: ``whsec_`` + base64 of 24 random bytes (Standard Webhooks' form)."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
 def matches(patterns: list[str], targets: list[str] | None) -> ColumnElement[bool]:

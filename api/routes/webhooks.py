@@ -3,8 +3,6 @@ delete, and the delivery log. docs/webhooks.md says what a receiver gets."""
 
 from __future__ import annotations
 
-import base64
-import secrets
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -20,8 +18,6 @@ from models import store, webhooks
 from models.webhook_tables import Webhook
 from parkway.crypto import seal
 from parkway.db import transaction
-from parkway.netguard import UnsafeUrl, check_url
-from parkway.settings import get_settings
 from tasks.publish import publish_webhooks
 
 router = checked_router(prefix="/v1/webhooks", tags=["webhooks"])
@@ -106,18 +102,9 @@ class DeliveryPage(BaseModel):
 
 def _checked(url: str | None, events: list[str] | None) -> None:
     """422 (nothing stored) for an event type that names nothing, or a URL that may not be reached."""
-    unknown = webhooks.unknown_event_types(events or [])
-    if unknown:
-        raise ApiError(422, errors.UNKNOWN_EVENT_TYPES.format(types=", ".join(unknown)))
-    if url is not None:
-        try:
-            check_url(url, get_settings().webhook_networks)
-        except UnsafeUrl as exc:
-            raise ApiError(422, str(exc)) from None
-
-
-def _new_secret() -> str:
-    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    problem = webhooks.input_problem(url, events)
+    if problem is not None:
+        raise ApiError(422, problem)
 
 
 def _found(hook: Webhook | None, webhook_id: str) -> Webhook:
@@ -136,7 +123,7 @@ def _found(hook: Webhook | None, webhook_id: str) -> Webhook:
 )
 def create_webhook(body: WebhookCreate, admin: AdminDep) -> WebhookCreated:
     _checked(body.url, body.events)
-    secret = _new_secret()
+    secret = webhooks.new_secret()
     with transaction() as session:
         hook = store.create_webhook(
             session,
@@ -234,7 +221,7 @@ def list_deliveries(
     responses=documented(401, 403, 404, 413, 422),
 )
 def rotate_secret(webhook_id: WebhookId, body: SecretRotation, admin: AdminDep) -> WebhookCreated:
-    secret = _new_secret()
+    secret = webhooks.new_secret()
     with transaction() as session:
         hook = _found(store.rotate_secret(session, webhook_id, seal(secret), body.overlap_s), webhook_id)
         return WebhookCreated(**WebhookOut.model_validate(hook).model_dump(), secret=secret)
