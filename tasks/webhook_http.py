@@ -17,6 +17,9 @@ from parkway.netguard import UnsafeUrl, checked_addresses, split_url
 from parkway.settings import get_settings
 
 MAX_RESPONSE_BYTES = 64 * 1024  # a receiver's answer is read this far, then the connection closed
+# httpx bounds each phase (connect, send, each read) by the timeout, not the request: with the body's reading
+# cut at the timeout too, one request lasts at most this many timeouts (the delivery claim's lease covers it).
+PHASES = 4
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,10 @@ def post(url: str, *, secrets: list[str], msg_id: str, body: bytes) -> Sent:
             httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False, trust_env=False) as client,
             client.stream("POST", pinned, content=body, headers=headers, extensions={"sni_hostname": host}) as answer,
         ):
-            read = 0
-            for chunk in answer.iter_bytes():
+            read, deadline = 0, started + settings.webhook_timeout_s
+            for chunk in answer.iter_bytes():  # a receiver trickling its answer is cut off, not waited for
                 read += len(chunk)
-                if read >= MAX_RESPONSE_BYTES:
+                if read >= MAX_RESPONSE_BYTES or time.monotonic() > deadline:
                     break
             retry_after = _retry_after(answer.headers.get("retry-after")) if answer.status_code == 429 else None
             return Sent(answer.status_code, _ms(started), retry_after_s=retry_after)

@@ -27,7 +27,7 @@ from parkway.db import database_unavailable, transaction
 from parkway.settings import get_settings
 from tasks.celery_app import DELIVER_WEBHOOK, app
 from tasks.publish import publish_webhooks
-from tasks.webhook_http import Sent, message_id, post
+from tasks.webhook_http import PHASES, Sent, message_id, post
 
 log = logging.getLogger("parkway.webhooks")
 
@@ -50,7 +50,7 @@ def deliver_webhook(webhook_id: str) -> str:
 def deliver(webhook_id: str, *, budget_s: float = BUDGET_S) -> str:
     """Claim, send what is due until done, failed or out of budget, release; returns what happened."""
     settings = get_settings()
-    lease_s = settings.claim_lease_s + settings.webhook_timeout_s  # outlasts any one request
+    lease_s = settings.claim_lease_s + PHASES * settings.webhook_timeout_s  # outlasts any one request
     token = new_id()
     with transaction(durable=False) as session:
         hook = store.claim_webhook(session, webhook_id, token, lease_s)

@@ -12,20 +12,22 @@ from sqlalchemy import select
 from models.tables import Event
 from models.webhook_tables import Webhook
 from parkway.db import transaction
-from tests.acceptance.webhook_receiver import IMPORTS, OTP, Receiver, login_run, run_events, subscribe
+from tests.acceptance.webhook_receiver import DROP, IMPORTS, OTP, SLEEP, Receiver, login_run, run_events, subscribe
 from tests.support import Stack, wait_for
 
 
 @pytest.fixture(scope="module")
 def worker(stack: Stack):  # type: ignore[no-untyped-def]
-    return stack.start_worker(PARKWAY_IMPORTS=IMPORTS)
+    # Seven attempts: enough for the first test's receiver to fail five times in five ways
+    return stack.start_worker(PARKWAY_IMPORTS=IMPORTS, PARKWAY_WEBHOOK_RETRY_S="0.2,0.2,0.5,0.5,1,1")
 
 
 def test_deliveries__a_run_in_seq_order_signed_retried_with_the_same_ids(
     stack: Stack, worker: Any, client: TestClient, receiver: Receiver
 ) -> None:
-    # Given a subscription whose receiver answers 500 twice, then 429 with Retry-After, then recovers
-    receiver.script = [(500, {}), (500, {}), (429, {"retry-after": "1"})]
+    # Given a subscription whose receiver is down (no answer), answers 500 twice, then 429 with Retry-After,
+    # then answers only after PARKWAY_WEBHOOK_TIMEOUT_S (2 s), then recovers
+    receiver.script = [(DROP, {}), (500, {}), (500, {}), (429, {"retry-after": "1"}), (204, {SLEEP: "3"})]
     hook = subscribe(client, receiver, targets=["team:ops"])
 
     # When a run asks a question with a sensitive field, is answered and completes
@@ -39,8 +41,8 @@ def test_deliveries__a_run_in_seq_order_signed_retried_with_the_same_ids(
 
     # And a retry carries the id of its first attempt: every webhook-id names one event, every event one id
     assert receiver.ids_name_one_event_each()
-    assert [r["status"] for r in receiver.got[:3]] == [500, 500, 429]
-    assert len({r["id"] for r in receiver.got[:4]}) == 1  # the same event until it got through
+    assert [r["status"] for r in receiver.got[:5]] == [DROP, 500, 500, 429, 204]
+    assert len({r["id"] for r in receiver.got[:6]}) == 1  # the same event until it got through
 
     # And the question carries what a chat message needs; no body carries the sensitive value
     bodies = [b for b in receiver.delivered() if b["data"]["run_id"] == run_id]
@@ -51,8 +53,9 @@ def test_deliveries__a_run_in_seq_order_signed_retried_with_the_same_ids(
 
     # And the delivery log shows the failed attempts and their retries
     log = client.get(f"/v1/webhooks/{hook['id']}/deliveries?limit=200").json()["items"]
-    failed = sorted((d for d in log if d["status_code"] in (500, 429)), key=lambda d: d["attempt"])
-    assert [(d["status_code"], d["attempt"]) for d in failed] == [(500, 1), (500, 2), (429, 3)]
+    failed = sorted((d for d in log if d["error"]), key=lambda d: d["attempt"])
+    assert [(d["status_code"], d["attempt"]) for d in failed] == [(None, 1), (500, 2), (500, 3), (429, 4), (None, 5)]
+    assert "timed out" in failed[-1]["error"]
     assert all(d["next_attempt_at"] is not None and d["error"] for d in failed)
     assert client.get(f"/v1/webhooks/{hook['id']}").json()["status"] == "active"
 
@@ -81,9 +84,9 @@ def test_deliveries__410_disables_and_the_last_retry_marks_failing(
     shown = client.get(f"/v1/webhooks/{gone['id']}").json()
     assert shown["status"] == "disabled" and "410" in shown["reason"]
 
-    # And the other is failing after the schedule's retries (PARKWAY_WEBHOOK_RETRY_S: 3 delays, 4 attempts)
+    # And the other is failing after the schedule's retries (PARKWAY_WEBHOOK_RETRY_S: 6 delays, 7 attempts)
     wait_for(lambda: status(failing["id"]) == "failing", sweep=True, timeout=60, what="failing after the last retry")
-    assert [r["status"] for r in failing_receiver.got] == [500] * 4
+    assert [r["status"] for r in failing_receiver.got] == [500] * 7
     assert "500" in client.get(f"/v1/webhooks/{failing['id']}").json()["reason"]
     # And the run whose event could not be delivered says so in its log, once, for the failing one only
     with transaction() as session:

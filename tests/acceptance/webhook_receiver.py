@@ -23,9 +23,14 @@ IMPORTS = "tests.workflows,tests.acceptance.webhook_workflows"  # what the worke
 OTP = "917364"  # the sensitive field's value: in no request body, ever
 
 
+DROP = 0  # a script entry's status: close the connection without answering
+SLEEP = "x-test-sleep"  # a script entry's header: seconds to wait before answering
+
+
 @dataclass
 class Receiver:
-    """An HTTP server on 127.0.0.1 answering ``script`` in turn (then 204), recording each request."""
+    """An HTTP server on 127.0.0.1 answering ``script`` in turn (then 204), recording each request: a
+    status and headers per entry (``DROP``: no answer at all; header ``SLEEP``: answer that much later)."""
 
     url: str = ""
     secret: str = ""
@@ -78,6 +83,7 @@ class Receiver:
                 self.unverified += 1
                 return 400, {}
             status, extra = self.script.pop(0) if self.script else (204, {})
+            extra = dict(extra)
             self.got.append({"id": headers["webhook-id"], "status": status, "body": payload, "raw": body})
             return status, extra
 
@@ -107,6 +113,10 @@ def serve(receiver: Receiver) -> ThreadingHTTPServer:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["content-length"]))
             status, extra = receiver.handle({k.lower(): v for k, v in self.headers.items()}, body)
+            if status == DROP:  # as a receiver going down mid-request: the connection closes, no answer
+                self.close_connection = True
+                return
+            threading.Event().wait(float(extra.pop(SLEEP, 0)))  # past PARKWAY_WEBHOOK_TIMEOUT_S: a timeout
             self.send_response(status)
             for name, value in extra.items():
                 self.send_header(name, value)
