@@ -17,6 +17,8 @@ import random
 import time
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from models import store, webhooks
 from models.base import utcnow
 from models.status import WebhookStatus
@@ -79,17 +81,9 @@ def deliver(webhook_id: str, *, budget_s: float = BUDGET_S) -> str:
             if not sent.ok:
                 return _failed(webhook_id, token, seq=seq, attempt=attempt + 1, sent=sent)
             with transaction() as session:
-                store.record_delivery(
-                    session,
-                    webhook_id,
-                    seq=seq,
-                    attempt=attempt + 1,
-                    status_code=sent.status_code,
-                    latency_ms=sent.latency_ms,
-                    error=None,
-                    next_attempt_in_s=None,
-                )
                 advanced = store.advance(session, webhook_id, token, cursor=cursor, to=seq, lease_s=lease_s)
+                if advanced:  # the row locked by that update: a concurrent delete waits, the log line is safe
+                    _log(session, webhook_id, seq=seq, attempt=attempt + 1, sent=sent, error=None, retry_in=None)
             if not advanced:
                 return _stop(webhook_id, token)
             cursor, attempt = seq, 0
@@ -120,6 +114,12 @@ def _stop(webhook_id: str, token: str) -> str:
     return "cursor moved" if released else "claim lost"
 
 
+def _log(session: Session, webhook_id: str, *, seq: int, attempt: int, sent: Sent, error: str | None,
+         retry_in: float | None) -> None:  # fmt: skip
+    store.record_delivery(session, webhook_id, seq=seq, attempt=attempt, status_code=sent.status_code,
+                          latency_ms=sent.latency_ms, error=error, next_attempt_in_s=retry_in)  # fmt: skip
+
+
 def _public(sent: Sent) -> str:
     """Why an attempt failed, without the receiver's address or what it said: for the run's event log."""
     if sent.status_code is not None:
@@ -143,17 +143,7 @@ def _failed(webhook_id: str, token: str, *, seq: int, attempt: int, sent: Sent) 
         retry_in = delays[attempt - 1] * random.uniform(1.0, 1.2)  # jitter: receivers recovering are not stampeded
         retry_in = max(retry_in, sent.retry_after_s or 0.0)
     with transaction() as session:
-        store.record_delivery(
-            session,
-            webhook_id,
-            seq=seq,
-            attempt=attempt,
-            status_code=sent.status_code,
-            latency_ms=sent.latency_ms,
-            error=reason[:1000],
-            next_attempt_in_s=retry_in,
-        )
-        store.record_failure(
+        recorded = store.record_failure(
             session,
             webhook_id,
             token,
@@ -163,6 +153,8 @@ def _failed(webhook_id: str, token: str, *, seq: int, attempt: int, sent: Sent) 
             reason=reason[:1000],
             public_reason=_public(sent),
         )
+        if recorded:  # else deleted, or the claim was lost: the attempt that holds it now keeps the log
+            _log(session, webhook_id, seq=seq, attempt=attempt, sent=sent, error=reason[:1000], retry_in=retry_in)
     log.warning(
         "webhook %s: attempt %d at event %d failed (%s)",
         webhook_id,

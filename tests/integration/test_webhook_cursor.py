@@ -109,3 +109,17 @@ def test_sweep__prunes_the_delivery_log_past_its_age_a_batch_at_a_time(actors_db
     assert run_sweep(batch=3).counts["webhook_log"] == 0
     with transaction() as session:
         assert [d.seq for d in webhooks.list_deliveries(session, hook_id, cursor=None, limit=10)[0]] == [1]
+
+
+def test_delete__an_attempt_in_flight_then_moves_and_logs_nothing(actors_db: str) -> None:
+    from models.status import WebhookStatus
+
+    hook_id = subscribe()
+    assert claim(hook_id, "t")
+    with transaction() as session:
+        assert store.delete_webhook(session, hook_id)
+    with transaction() as session:
+        assert not store.advance(session, hook_id, "t", cursor=0, to=1, lease_s=30)
+        assert not store.record_failure(session, hook_id, "t", seq=1, retry_in_s=None, status=WebhookStatus.FAILING,
+                                        reason="x", public_reason="x")  # fmt: skip
+        assert webhooks.get_webhook(session, hook_id) is None
