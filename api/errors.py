@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import ErrorBody, InteractionConflict, InteractionGone, RunConflict, ValidationErrorBody
+from models.cursors import InvalidCursor
 from parkway.db import database_unavailable
 from parkway.errors import (
     Conflict,
@@ -52,6 +53,9 @@ GRANT_NOT_FOUND = "grant {id} does not exist"
 PRINCIPAL_NOT_FOUND = "principal {id} does not exist"
 PRINCIPAL_DISABLED = "principal {name!r} is disabled"
 DISABLE_SELF = "an admin cannot disable itself; another admin (or `parkway token revoke`) can"
+WEBHOOK_NOT_FOUND = "webhook {id} does not exist"
+REPLAY_FORWARD = "a replay goes back from the subscription's cursor, never forward past it: {seq} is ahead of it"
+WEBHOOK_FIELD_NULL = "url and events cannot be null; leave a field out to keep it"
 TOO_LARGE = "the request body is larger than {limit} bytes"
 NOT_READY = "not ready: {reason}"
 INTERNAL = "an internal error occurred; it has been logged"
@@ -237,6 +241,11 @@ async def _on_database(request: Request, exc: Exception) -> JSONResponse:
     return await _on_unexpected(request, exc)
 
 
+async def _on_invalid_cursor(_: Request, exc: Exception) -> JSONResponse:
+    """A list's ``?cursor=`` this API did not hand out: 422, wherever the list reads it."""
+    return error_response(422, "invalid_cursor", str(exc))
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     if database_unavailable(exc):  # raised outside SQLAlchemy's own wrapping, e.g. from a dependency's pool
         return _unavailable(request, exc)
@@ -251,6 +260,7 @@ def install(app: FastAPI, authentication_problem: Callable[[Request], ApiError |
     app.add_exception_handler(RequestValidationError, _on_validation)  # type: ignore[arg-type]
     app.add_exception_handler(ApiError, _on_api_error_async)
     app.add_exception_handler(OutcomeError, _on_outcome)
+    app.add_exception_handler(InvalidCursor, _on_invalid_cursor)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     for database_error in (DBAPIError, DisconnectionError, PoolTimeout):
         app.add_exception_handler(database_error, _on_database)

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api import webhook_metrics
 from models import access, fleet
 from models.base import utcnow
 from models.status import ContinuationStatus
@@ -100,12 +101,13 @@ def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
         "sweep_at": GaugeMetricFamily(
             "parkway_sweep_last_timestamp_seconds", "When the last recovery sweep pass ended (Unix time)"
         ),
+        **webhook_metrics.families(),
     }
 
 
 class DatabaseMetrics(Collector):
-    """Continuations by status, the oldest ready one, pending projections, unserved waits and the sweep
-    totals, read in one short transaction."""
+    """Continuations by status, the oldest ready one, pending projections, unserved waits, the sweep
+    totals and the webhooks (api/webhook_metrics.py), read in one short transaction."""
 
     def describe(self) -> Iterator[Metric]:
         yield from _families().values()
@@ -119,6 +121,7 @@ class DatabaseMetrics(Collector):
                 projection_pending = access.projection_pending_count(session)
                 unserved = fleet.unserved_counts(session)
                 totals = access.sweep_totals(session)
+                hooks = webhook_metrics.read(session)
         except Exception:
             log.warning("could not read the database for /metrics", exc_info=True)
             return
@@ -139,6 +142,7 @@ class DatabaseMetrics(Collector):
             last_at, duration_s = max(passes)
             families["sweep_duration"].add_metric([], duration_s)
             families["sweep_at"].add_metric([], last_at.timestamp())
+        webhook_metrics.fill(families, hooks, now)
         yield from families.values()
 
 
@@ -227,10 +231,10 @@ def filesystem_depths(folder: Path, queues: tuple[str, ...]) -> QueueDepths:
 
 def queue_depths() -> QueueDepths | None:
     """The depths of Parkway's named queues on the configured broker; ``None`` for a transport not read."""
-    from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP_QUEUE
+    from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE
     from tasks.celery_app import app as celery_app
 
-    queues = (STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE)
+    queues = (STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE)
     url = str(celery_app.conf.broker_url or "")
     options = dict(celery_app.conf.broker_transport_options or {})
     if url.startswith(("redis://", "rediss://")):

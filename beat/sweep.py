@@ -19,13 +19,14 @@ from parkway.db import database_unavailable, failure_line, single_statement, tra
 from parkway.settings import get_settings
 from tasks.celery_app import CONTINUATIONS_QUEUE, SWEEP, SWEEP_QUEUE, app
 from tasks.projection import project, project_quietly
-from tasks.publish import publish
+from tasks.publish import publish, publish_webhooks
 
 log = logging.getLogger("parkway.sweep")
 
 # In the sweep's order: 1 republished + lease_expired, 2 expired, 3 dead + unregistered + revoked (waits whose
 # continuation version no live worker has advertised for the grace, or whose run's owner lost its grant),
-# 4 reviews_interrupted, 5 projections; errors counts rows skipped after an exception.
+# 4 reviews_interrupted, 5 projections, 6 webhooks (subscriptions behind the event log, published) and
+# webhook_log (delivery log lines past PARKWAY_WEBHOOK_LOG_DAYS, deleted); errors counts rows skipped.
 CATEGORIES = (
     "republished",
     "lease_expired",
@@ -35,6 +36,8 @@ CATEGORIES = (
     "revoked",
     "reviews_interrupted",
     "projections",
+    "webhooks",
+    "webhook_log",
     "errors",
 )
 
@@ -76,6 +79,11 @@ def run_sweep(batch: int | None = None) -> SweepReport:
     _stranded_reviews(report, batch=batch)
     report.published = _publish_batch(to_publish)
     _projections(report, batch=batch)
+    _webhooks(report, batch=batch, republish_after_s=settings.reenqueue_after_s)
+    with transaction() as session:
+        report.counts["webhook_log"] += store.prune_deliveries(
+            session, older_than_s=settings.webhook_log_days * 86400, batch=batch
+        )
     report.duration_s = time.monotonic() - started
     with transaction() as session:
         store.record_sweep(session, report.counts, duration_s=report.duration_s)
@@ -260,6 +268,16 @@ def _projections(report: SweepReport, *, batch: int) -> None:
                 report.counts["projections"] += 1
         except Exception as exc:
             _skipped(report, exc, run_id=run_id)
+
+
+def _webhooks(report: SweepReport, *, batch: int, republish_after_s: float) -> None:
+    """Category 6: active subscriptions that are due, unclaimed and behind the newest final event → a
+    delivery task each (published after the commit that marked them; a lost message is sent again after
+    ``republish_after_s``). This is how new events reach receivers: the answer path writes nothing for them."""
+    with transaction() as session:
+        webhook_ids = store.due_webhooks(session, batch=batch, republish_after_s=republish_after_s)
+    report.counts["webhooks"] += len(webhook_ids)
+    publish_webhooks(webhook_ids)
 
 
 @app.task(name=SWEEP, ignore_result=True, acks_late=False)

@@ -6,34 +6,13 @@ ended (``final_below``), so a reader never moves its cursor past an event still 
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, ColumnElement, and_, exists, literal_column, or_, select, true
+from sqlalchemy import ColumnElement, and_, exists, or_, select, true
 from sqlalchemy.orm import Session, aliased
 
 from models.access import Page, live_targets, run_visible
+from models.horizon import final_below
 from models.status import PrincipalKind
 from models.tables import Event, Interaction, Principal, Run
-
-# The oldest transaction still open that may write events here: a transaction id of the statement's
-# snapshot still in progress, unless pg_stat_activity shows it is another database's (ids are cluster-wide;
-# another application's long transaction must not hold this stream back); the snapshot's xmax if none.
-_OLDEST_LOCAL_WRITER = """(SELECT coalesce(
-    (SELECT min(xip::text::bigint) FROM pg_snapshot_xip(s.snap) AS xip
-     WHERE xip::text::bigint % 4294967296 NOT IN (
-       SELECT a.backend_xid::text::bigint FROM pg_stat_activity AS a
-       WHERE a.backend_xid IS NOT NULL AND a.datid IS NOT NULL AND a.datname <> current_database())),
-    pg_snapshot_xmax(s.snap)::text::bigint)
-  FROM (SELECT pg_current_snapshot() AS snap) AS s)"""
-
-
-def final_below() -> ColumnElement[int]:
-    """SQL: the ``seq`` below which every event is final, read in the snapshot of the statement using it.
-
-    An event's ``seq`` is its writing transaction's id << 16 | n (migration 0004). Every transaction of
-    this database below the oldest one still open has ended, and every one still open, or yet to start,
-    has an id at or above it: an event not committed yet (or not written yet) always sorts above this bound.
-    A transaction that ended after the snapshot was taken counts as open (it may be this database's).
-    """
-    return literal_column(f"({_OLDEST_LOCAL_WRITER} << 16)", BigInteger())
 
 
 def run_events(session: Session, run_id: str, *, after: int, limit: int) -> Page[Event]:

@@ -103,3 +103,9 @@ def normalize_run_status(word: str) -> tuple[RunStatus, str | None]:
     if word in LEGACY_RUN_STATUS:
         return LEGACY_RUN_STATUS[word]
     raise ValueError(f"unknown run status {word!r}")
+
+
+class WebhookStatus(StrEnum):
+    ACTIVE = "active"  # created; failing|disabled -> active when re-enabled (PATCH enabled=true)
+    FAILING = "failing"  # active -> failing (the last retry of a delivery failed)
+    DISABLED = "disabled"  # any -> disabled (PATCH enabled=false, or the receiver answered 410)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
-QUEUES = "parkway.steps,parkway.continuations,parkway.sweep"
+QUEUES = "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks"
 
 
 def _die_with_parent() -> Callable[[], None] | None:

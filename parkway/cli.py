@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from parkway import cli_bootstrap, cli_grants, cli_workers, embedded
+from parkway import cli_bootstrap, cli_grants, cli_webhooks, cli_workers, embedded
 from parkway.children import QUEUES, Child, child_environment, http_problem, stop_children, stop_signals
 from parkway.errors import ConfigError, ParkwayError
 from parkway.locks import hold_for_life
@@ -300,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--json", action="store_true", help="print the report as one JSON object, not the line")
     sweep.set_defaults(fn=cmd_sweep)
     cli_workers.add_commands(sub.add_parser)
+    cli_webhooks.add_commands(sub.add_parser)
     up = sub.add_parser(
         "up",
         help="run the whole stack on this machine (API, worker, beat, Flower)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import secrets
 from functools import lru_cache
@@ -40,11 +41,39 @@ class Settings(BaseSettings):
     workspace_dir: str = ""  # empty: ``workspaces`` under ``home``
     home: str = str(DEFAULT_HOME)
     crash_at: str = ""
+    # Webhooks (docs/webhooks.md): CIDRs a URL may reach although private, the retry delays, the timeout.
+    webhook_allowed_networks: str = ""
+    webhook_retry_s: str = "5,300,1800,7200,18000,36000,36000"
+    webhook_timeout_s: float = Field(default=15.0, gt=0)
+    webhook_log_days: float = Field(default=30.0, gt=0)  # how long the delivery log keeps an attempt
 
     @field_validator("imports")
     @classmethod
     def _strip(cls, value: str) -> str:
         return value.strip()
+
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        for cidr in filter(None, (c.strip() for c in value.split(","))):
+            ipaddress.ip_network(cidr, strict=False)  # a ValueError names the bad CIDR
+        return value
+
+    @field_validator("webhook_retry_s")
+    @classmethod
+    def _delays(cls, value: str) -> str:
+        if any(d < 0 for d in _floats(value)):
+            raise ValueError("webhook retry delays are seconds, none negative: 5,300,1800")
+        return value
+
+    @property
+    def webhook_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        cidrs = filter(None, (c.strip() for c in self.webhook_allowed_networks.split(",")))
+        return [ipaddress.ip_network(cidr, strict=False) for cidr in cidrs]
+
+    @property
+    def webhook_retry_delays(self) -> list[float]:
+        return _floats(self.webhook_retry_s)
 
     @field_validator("database_url")
     @classmethod
@@ -191,6 +220,10 @@ def _scheme(url: str) -> str:
     """``redis`` of ``redis://…``, ``postgresql`` of ``postgresql+psycopg://…``; empty without ``://``."""
     scheme, found, _ = url.strip().partition("://")
     return scheme.split("+", 1)[0].lower() if found else ""
+
+
+def _floats(value: str) -> list[float]:
+    return [float(d) for d in value.split(",") if d.strip()]
 
 
 @lru_cache(maxsize=1)

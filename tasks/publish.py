@@ -10,7 +10,15 @@ from celery.utils.nodenames import worker_direct
 from kombu.exceptions import OperationalError
 
 from parkway.crash import crash_point
-from tasks.celery_app import CONTINUATIONS_QUEUE, RESUME_STEP, RUN_STEP, STEPS_QUEUE, app
+from tasks.celery_app import (
+    CONTINUATIONS_QUEUE,
+    DELIVER_WEBHOOK,
+    RESUME_STEP,
+    RUN_STEP,
+    STEPS_QUEUE,
+    WEBHOOKS_QUEUE,
+    app,
+)
 
 log = logging.getLogger("parkway.publish")
 
@@ -74,6 +82,21 @@ def publish(
                 extra={"action": "publish", "continuation_ids": [c for c, _ in batch[sent:]]},
             )
             return sent
+    return sent
+
+
+def publish_webhooks(webhook_ids: list[str]) -> int:
+    """Send ``parkway.deliver_webhook`` for each subscription, after the commit that made it due; a broker
+    failure is one warning (ids only) and the sweep sends it again. Returns how many were sent."""
+    sent = 0
+    try:
+        with app.producer_or_acquire() as producer:
+            for webhook_id in webhook_ids:
+                app.send_task(DELIVER_WEBHOOK, args=[webhook_id], queue=WEBHOOKS_QUEUE, producer=producer)
+                sent += 1
+    except _broker_errors() as exc:
+        log.warning("publish of webhook deliveries failed (%s); the sweep will send them again", type(exc).__name__,
+                    extra={"action": "publish", "webhook_ids": webhook_ids[sent:]})  # fmt: skip
     return sent
 
 

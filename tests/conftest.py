@@ -116,6 +116,10 @@ BASE_ENV = {
     "PARKWAY_VERSION_GRACE_S": "5",
     "PARKWAY_WORKER_HEARTBEAT_S": "1",
     "PARKWAY_WORKSPACE_DIR": str(SESSION_HOME / "workspaces"),
+    # Receivers in tests listen on 127.0.0.1; retries come in tenths of seconds.
+    "PARKWAY_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    "PARKWAY_WEBHOOK_RETRY_S": "0.2,0.5,1",
+    "PARKWAY_WEBHOOK_TIMEOUT_S": "2",
 }
 for _name, _value in BASE_ENV.items():
     os.environ[_name] = _value

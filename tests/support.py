@@ -167,13 +167,13 @@ class Stack:
     def start_worker(
         self, *, concurrency: int = 2, wait: bool = True, heartbeat: bool = False, **env: str | None
     ) -> Worker:
-        """A real ``celery worker`` subprocess (prefork) consuming the three named queues. ``heartbeat``: as
+        """A real ``celery worker`` subprocess (prefork) consuming the four named queues. ``heartbeat``: as
         ``parkway up`` runs it, with worker events on, so a monitor can turn task events on at run time."""
         name = f"w{len(self.workers)}-{uuid.uuid4().hex[:6]}"
         worker = self._spawn(
             name,
             ["worker", "-l", "info", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
-             "-Q", "parkway.steps,parkway.continuations,parkway.sweep",
+             "-Q", "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks",
              "--without-gossip", "--without-mingle", *([] if heartbeat else ["--without-heartbeat"])],
             env,
         )  # fmt: skip

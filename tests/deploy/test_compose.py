@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 from parkway.errors import ConfigError
 from parkway.placeholders import is_placeholder, placeholder_problems
 from parkway.settings import Settings
-from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP_QUEUE
+from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE
 from tasks.celery_app import app as celery_app
 from tests.deploy.flower import flower_command
 from tests.support import ROOT, Stack
@@ -33,7 +33,7 @@ from tests.support import ROOT, Stack
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 APP_SERVICES = ("migrate", "api", "worker", "beat", "flower")
-QUEUES = {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE}
+QUEUES = {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE}
 # Options whose value is where a process listens or who may log in: the deployment's to choose.
 PER_DEPLOYMENT = {"--host", "--port", "--address", "--basic-auth"}
 # What `parkway up` gives a child in its environment instead (FLOWER_BASIC_AUTH: never on a command line).
@@ -235,7 +235,7 @@ def test_compose__migrate_is_the_parkway_migrate_command() -> None:
     assert parkway.cli.build_parser().parse_args(["migrate"]).fn is parkway.cli.cmd_migrate
 
 
-def test_compose__worker_consumes_the_three_named_queues_and_beat_stays_out_of_it() -> None:
+def test_compose__worker_consumes_the_named_queues_and_beat_stays_out_of_it() -> None:
     _, _, options = parse(argv("worker"))
     assert set(str(options["-Q"]).split(",")) == QUEUES
     assert {queue.name for queue in celery_app.conf.task_queues} == QUEUES

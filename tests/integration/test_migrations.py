@@ -28,6 +28,7 @@ from models.tables import (
     Step,
     ToolCall,
 )
+from models.webhook_tables import Webhook
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.errors import SchemaMismatch
 from parkway.migrate import (
@@ -179,6 +180,7 @@ DATABASE_ENUMS: dict[tuple[str, str], Iterable[str]] = {
     ("tool_calls", "phase"): st.ToolPhase,
     ("tool_calls", "replay"): st.ToolReplay,
     ("schedule_history", "status"): st.RUN_TERMINAL,  # a projection of a terminal run only
+    ("webhooks", "status"): st.WebhookStatus,
 }
 
 
@@ -246,6 +248,7 @@ def test_status_columns__refuse_a_word_the_enums_do_not_name(fresh_db: str) -> N
                 ),
                 ScheduleHistory(run_id="r", workflow="w", status="completed", completed_at=utcnow(), execution_id="e"),
                 AdvertisedVersion(kind="resume", key="n@1", last_seen_at=utcnow()),
+                Webhook(id="w", url="u", events=["*"], secret_sealed="x", status="active", cursor=0, due_at=utcnow()),
             ]
         )
 
