@@ -6,7 +6,7 @@ from __future__ import annotations
 from api.deps import AdminDep, SessionDep
 from api.errors import documented
 from api.input import checked_router
-from api.schemas import VersionOut, WorkerOut, WorkerPage
+from api.worker_schemas import VersionOut, WorkerOut, WorkerPage
 from models import fleet, store
 
 router = checked_router(prefix="/v1/workers", tags=["workers"])
