@@ -32,9 +32,10 @@ from bench.harness import ROOT, Services, log
 OUT = ROOT / "bench" / "out"
 # One lock for every checkout on the machine (a run of another worktree shares the cores and the services).
 MACHINE_LOCK = Path(tempfile.gettempdir()) / "parkway-bench.lock"
-CASES = ("anatomy", "throughput", "latency", "recovery", "broker_down", "sweep", "bare", "scale")
-# Run only when asked for (``--cases scale``): it seeds 10^5 (or 10^6) waits of its own.
-DEFAULT_CASES = CASES[:-1]
+CASES = ("anatomy", "throughput", "latency", "recovery", "broker_down", "sweep", "bare", "scale", "webhooks")
+# Run only when asked for: ``scale`` seeds 10^5 (or 10^6) waits of its own; ``webhooks`` repeats the
+# throughput case twice a rep and delivers 11 backlogs.
+DEFAULT_CASES = CASES[:-2]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -65,6 +66,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-reps", type=int, default=3, help="scale: repetitions at each size (default 3)")
     p.add_argument("--scale-samples", type=int, default=20, help="scale: samples of a figure per rep (default 20)")
     p.add_argument(
+        "--webhook-events", type=int, help="webhooks: backlog per subscription (default 500; --quick 200, --full 1000)"
+    )
+    p.add_argument(
         "--seed",
         choices=("bulk", "store"),
         default="bulk",
@@ -79,7 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--cases",
         default=",".join(DEFAULT_CASES),
-        help=f"comma-separated subset of {','.join(CASES)} (default: all but scale)",
+        help=f"comma-separated subset of {','.join(CASES)} (default: all but scale and webhooks)",
     )
     p.add_argument("--redis-db", type=int, default=14, help="preferred Redis index (default 14)")
     p.add_argument(
@@ -114,6 +118,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "latency_seconds": {"quick": 3.0, "default": 10.0, "full": 10.0}[mode],
         "recovery_n": {"quick": 500, "default": 10_000, "full": 10_000}[mode],
         "recovery_reps": 1,
+        "webhook_events": {"quick": 200, "default": 500, "full": 1000}[mode],
         "sweep_sizes": {"quick": [1_000, 10_000], "default": [10_000, 100_000], "full": [10_000, 1_000_000]}[mode],
         "sweep_due": {"quick": 100, "default": 500, "full": 500}[mode],
         "sweep_reps": {"quick": 3, "default": 5, "full": 5}[mode],
@@ -324,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
             scale_url = harness.database_url(scale_db)
             migrate(scale_url)
             case_scale(bench, scale_url)
+        if "webhooks" in args.cases:
+            from bench.cases.webhooks import case_webhooks
+
+            case_webhooks(bench)
         if "bare" in args.cases:
             from bench.ab import measure
 
@@ -360,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     if bench is not None:
         rank = {
             "anatomy": 0, "throughput": 1, "cpu": 2, "memory": 3, "latency": 4, "recovery": 6, "sweep": 7, "scale": 8,
+            "webhooks": 9,
         }  # fmt: skip
         metrics = sorted(bench.metrics.values(), key=lambda m: rank.get(m.case, 5))  # stable within a case
         from bench.stats import table

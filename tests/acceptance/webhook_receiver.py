@@ -17,7 +17,7 @@ import tests.acceptance.webhook_workflows  # noqa: F401  (registers the workflow
 from models.tables import Event
 from parkway.db import transaction
 from tasks.sdk import answer
-from tests.support import HUMAN, new_response_id, start, wait_parked, wait_status
+from tests.support import HUMAN, new_response_id, start, wait_for, wait_parked, wait_status
 
 IMPORTS = "tests.workflows,tests.acceptance.webhook_workflows"  # what the workers import
 OTP = "917364"  # the sensitive field's value: in no request body, ever
@@ -152,3 +152,16 @@ def login_run() -> str:
     answer(asked["otp"].id, {"user": "ana", "otp": OTP}, response_id=new_response_id(), principal=HUMAN)
     wait_status(run_id, "completed")
     return run_id
+
+
+def complete_and_deliver(receiver: Receiver, run_ids: list[str], *, timeout: float = 60.0, sweep: bool = False) -> None:
+    """Answer each parked run, wait for it to complete, and for every event of it to reach ``receiver``
+    (answered 2xx), in ``seq`` order."""
+    for run_id in run_ids:
+        asked = wait_parked(run_id, timeout=timeout)
+        answer(asked["otp"].id, {"user": "ana", "otp": "123456"}, response_id=new_response_id(), principal=HUMAN)
+    for run_id in run_ids:
+        wait_status(run_id, "completed", timeout=timeout)
+        expected = run_events(run_id)
+        delivered = lambda: receiver.of_run(run_id) == expected  # noqa: B023, E731
+        wait_for(delivered, sweep=sweep, timeout=timeout, what="every event delivered")
