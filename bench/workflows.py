@@ -156,7 +156,7 @@ KNOWN_WHAT_IF = {
     "pending-interactions counter on the step would allow; safe here only because every bench step waits on one "
     "question)",
     "webhook-one-client": "the delivery task's POSTs share one httpx.Client per worker process (keep-alive) instead "
-    "of building and closing one per request",
+    "of one per delivery run",
 }
 
 

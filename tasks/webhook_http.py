@@ -48,9 +48,16 @@ def signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(digest).decode()
 
 
-def post(url: str, *, secrets: list[str], msg_id: str, body: bytes) -> Sent:
-    """POST ``body`` to ``url``, signed with each secret (a rotation's overlap: space-separated signatures,
-    any of which verifies); never raises for what the network or the receiver did."""
+def client() -> httpx.Client:
+    """The HTTP client of one delivery run: its requests to the receiver share kept-alive connections (one
+    client per request cost more than the request itself: bench/RESULTS.md, "Webhooks")."""
+    return httpx.Client(timeout=get_settings().webhook_timeout_s, follow_redirects=False, trust_env=False)
+
+
+def post(http: httpx.Client, url: str, *, secrets: list[str], msg_id: str, body: bytes) -> Sent:
+    """POST ``body`` to ``url`` through ``http``, signed with each secret (a rotation's overlap:
+    space-separated signatures, any of which verifies); never raises for what the network or the receiver
+    did. The address is checked on every request, and the request goes to the checked address."""
     settings = get_settings()
     started = time.monotonic()
     timestamp = int(time.time())
@@ -70,10 +77,7 @@ def post(url: str, *, secrets: list[str], msg_id: str, body: bytes) -> Sent:
         )
         headers["host"] = parts.netloc.rsplit("@", 1)[-1]
         # Connect to the checked address; TLS still names (and verifies) the host of the URL.
-        with (
-            httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False, trust_env=False) as client,
-            client.stream("POST", pinned, content=body, headers=headers, extensions={"sni_hostname": host}) as answer,
-        ):
+        with http.stream("POST", pinned, content=body, headers=headers, extensions={"sni_hostname": host}) as answer:
             read, deadline = 0, started + settings.webhook_timeout_s
             for chunk in answer.iter_bytes():  # a receiver trickling its answer is cut off, not waited for
                 read += len(chunk)

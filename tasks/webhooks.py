@@ -17,6 +17,7 @@ import random
 import time
 from typing import Any
 
+import httpx
 from sqlalchemy.orm import Session
 
 from models import store, webhooks
@@ -27,6 +28,7 @@ from models.webhook_tables import Webhook
 from parkway.crypto import unseal
 from parkway.db import database_unavailable, transaction
 from parkway.settings import get_settings
+from tasks import webhook_http
 from tasks.celery_app import DELIVER_WEBHOOK, app
 from tasks.publish import publish_webhooks
 from tasks.webhook_http import PHASES, Sent, message_id, post
@@ -60,6 +62,14 @@ def deliver(webhook_id: str, *, budget_s: float = BUDGET_S) -> str:
             log.debug("webhook %s is not due, or held by another attempt", webhook_id)
             return "not claimed"
         secrets = _signing_secrets(hook)
+    with webhook_http.client() as http:
+        return _deliver_claimed(webhook_id, token, secrets, http, lease_s=lease_s, budget_s=budget_s)
+
+
+def _deliver_claimed(
+    webhook_id: str, token: str, secrets: list[str], http: httpx.Client, *, lease_s: float, budget_s: float
+) -> str:
+    """Send the claimed subscription's due events through ``http`` until done, failed or out of budget."""
     deadline = time.monotonic() + budget_s
     while time.monotonic() < deadline:
         with transaction() as session:
@@ -77,7 +87,7 @@ def deliver(webhook_id: str, *, budget_s: float = BUDGET_S) -> str:
                 store.release(session, webhook_id, token)
             return "caught up"
         for seq, body in bodies:
-            sent = post(url, secrets=secrets, msg_id=message_id(webhook_id, seq), body=body)
+            sent = post(http, url, secrets=secrets, msg_id=message_id(webhook_id, seq), body=body)
             if not sent.ok:
                 return _failed(webhook_id, token, seq=seq, attempt=attempt + 1, sent=sent)
             with transaction() as session:
