@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -120,3 +120,9 @@ def get_session() -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+# A list's paging parameters, the same on every list: ``next`` passed back, and the page's size. A cursor
+# the API did not hand out is refused by ``api.errors`` (422 ``invalid_cursor``), wherever a list reads it.
+CursorParam = Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,500}$", description="a list's `next`")]
+LimitParam = Annotated[int, Query(ge=1, le=200)]

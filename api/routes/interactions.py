@@ -7,7 +7,17 @@ from typing import Annotated, Any, Literal
 from fastapi import Path, Query
 
 from api import errors
-from api.deps import PrincipalDep, SessionDep, TokenDep, admitted, authenticate, in_thread, presented
+from api.deps import (
+    CursorParam,
+    LimitParam,
+    PrincipalDep,
+    SessionDep,
+    TokenDep,
+    admitted,
+    authenticate,
+    in_thread,
+    presented,
+)
 from api.errors import ApiError, documented
 from api.input import checked_router
 from api.metrics import ANSWERS
@@ -21,7 +31,7 @@ from api.schemas import (
     InteractionOut,
     InteractionPage,
 )
-from models import access, cursors
+from models import access
 from models.store import ANSWERERS
 from parkway.db import transaction
 from parkway.errors import Conflict, Gone, OutcomeError
@@ -46,15 +56,12 @@ def list_interactions(
     status: StatusFilter | None = None,
     target: Annotated[str | None, Query(max_length=200, pattern=TEXT)] = None,
     run_id: Annotated[str | None, Query(pattern=ID)] = None,
-    cursor: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,500}$", description="a list's `next`")] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: CursorParam = None,
+    limit: LimitParam = 50,
 ) -> InteractionPage:
-    try:
-        page = access.list_interactions(
-            session, principal, status=status, target=target, run_id=run_id, cursor=cursor, limit=limit
-        )
-    except cursors.InvalidCursor as exc:
-        raise ApiError(422, str(exc), code="invalid_cursor") from None
+    page = access.list_interactions(
+        session, principal, status=status, target=target, run_id=run_id, cursor=cursor, limit=limit
+    )
     return InteractionPage(items=[InteractionOut.of(v) for v in page.items], next=page.next)
 
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import Path, Query, Response
+from fastapi import Path, Response
 from pydantic import BaseModel, Field
 
 from api import errors
-from api.deps import AdminDep, SessionDep
+from api.deps import AdminDep, CursorParam, LimitParam, SessionDep
 from api.errors import ApiError, documented
 from api.input import checked_router
 from api.schemas import ID, PrincipalCreate, PrincipalCreated
-from models import cursors, principals, store
+from models import principals, store
 from models.principals import PrincipalInfo
 from parkway.db import transaction
 from parkway.tokens import hash_token, new_token
@@ -74,13 +74,10 @@ def create_principal(body: PrincipalCreate, admin: AdminDep) -> PrincipalCreated
 def list_principals(
     admin: AdminDep,
     session: SessionDep,
-    cursor: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,500}$", description="a list's `next`")] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: CursorParam = None,
+    limit: LimitParam = 50,
 ) -> PrincipalPage:
-    try:
-        items, after = principals.list_principals(session, cursor=cursor, limit=limit)
-    except cursors.InvalidCursor as exc:
-        raise ApiError(422, str(exc), code="invalid_cursor") from None
+    items, after = principals.list_principals(session, cursor=cursor, limit=limit)
     return PrincipalPage(items=[PrincipalOut.of(i) for i in items], next=after)
 
 

@@ -7,11 +7,11 @@ from typing import Annotated
 from fastapi import Header, Path, Query
 
 from api import errors
-from api.deps import AgentDep, PrincipalDep, SessionDep
+from api.deps import AgentDep, CursorParam, LimitParam, PrincipalDep, SessionDep
 from api.errors import ApiError, documented
 from api.input import checked_router
 from api.schemas import ID, TEXT, RunCreate, RunLineOut, RunOut, RunPage, RunStatusLiteral
-from models import access, cursors, history
+from models import access, history
 from parkway.db import transaction
 from parkway.errors import NotRegistered
 from tasks import sdk
@@ -69,14 +69,12 @@ def list_runs(
     status: RunStatusLiteral | None = None,
     workflow: Annotated[str | None, Query(max_length=200, pattern=TEXT)] = None,
     target: Annotated[str | None, Query(max_length=200, pattern=TEXT)] = None,
-    cursor: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,500}$", description="a list's `next`")] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: CursorParam = None,
+    limit: LimitParam = 50,
 ) -> RunPage:
-    try:
-        page = history.list_runs(session, principal, status=status, workflow=workflow, target=target,
-                                 cursor=cursor, limit=limit)  # fmt: skip
-    except cursors.InvalidCursor as exc:
-        raise ApiError(422, str(exc), code="invalid_cursor") from None
+    page = history.list_runs(
+        session, principal, status=status, workflow=workflow, target=target, cursor=cursor, limit=limit
+    )
     return RunPage(items=[RunLineOut.of(line) for line in page.items], next=page.next)
 
 

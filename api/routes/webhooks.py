@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import Path, Query, Response
+from fastapi import Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api import errors
-from api.deps import AdminDep, SessionDep
+from api.deps import AdminDep, CursorParam, LimitParam, SessionDep
 from api.errors import ApiError, documented
 from api.input import checked_router
 from api.schemas import ID, TEXT, Body
@@ -23,7 +23,6 @@ from tasks.publish import publish_webhooks
 router = checked_router(prefix="/v1/webhooks", tags=["webhooks"])
 
 WebhookId = Annotated[str, Path(pattern=ID, description="the subscription's id")]
-Cursor = Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,500}$", description="a list's `next`")]
 Url = Annotated[str, Field(min_length=1, max_length=2000, pattern=TEXT, description="an http(s) URL")]
 Patterns = Annotated[
     list[Annotated[str, Field(min_length=1, max_length=64, pattern=TEXT)]],
@@ -144,7 +143,7 @@ def create_webhook(body: WebhookCreate, admin: AdminDep) -> WebhookCreated:
     responses=documented(401, 403, 422),
 )
 def list_webhooks(
-    admin: AdminDep, session: SessionDep, cursor: Cursor = None, limit: Annotated[int, Query(ge=1, le=200)] = 50
+    admin: AdminDep, session: SessionDep, cursor: CursorParam = None, limit: LimitParam = 50
 ) -> WebhookPage:
     items, after = webhooks.list_webhooks(session, cursor=cursor, limit=limit)  # a bad cursor: 422 (api/errors.py)
     return WebhookPage(items=[WebhookOut.model_validate(h) for h in items], next=after)
@@ -204,8 +203,8 @@ def list_deliveries(
     webhook_id: WebhookId,
     admin: AdminDep,
     session: SessionDep,
-    cursor: Cursor = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: CursorParam = None,
+    limit: LimitParam = 50,
 ) -> DeliveryPage:
     _found(webhooks.get_webhook(session, webhook_id), webhook_id)
     items, after = webhooks.list_deliveries(session, webhook_id, cursor=cursor, limit=limit)
