@@ -90,18 +90,22 @@ def due_events(session: Session, hook: Webhook, *, limit: int) -> tuple[list[Eve
     return events, (events[-1].seq if len(events) == limit else upto)
 
 
-def event_body(session: Session, event: Event) -> dict[str, Any]:
-    """The ``data`` of a delivery: the event as the API shows it (its ``data`` never holds a sensitive
-    value); an ``interaction.asked`` adds what a chat message needs to ask the question."""
-    body: dict[str, Any] = {
-        "seq": event.seq,
-        "run_id": event.run_id,
-        "type": event.type,
-        "at": event.at.isoformat(),
-        "data": event.data,
-    }
-    if event.type == "interaction.asked":
-        interaction = session.get(Interaction, event.data.get("interaction_id"))
+def event_bodies(session: Session, events: list[Event]) -> list[dict[str, Any]]:
+    """The ``data`` of each delivery: the event as the API shows it (its ``data`` never holds a sensitive
+    value); an ``interaction.asked`` adds what a chat message needs to ask the question (their
+    interactions read in one statement)."""
+    asked = [e.data.get("interaction_id") for e in events if e.type == "interaction.asked"]
+    found = {i.id: i for i in session.scalars(select(Interaction).where(Interaction.id.in_(asked)))} if asked else {}
+    bodies = []
+    for event in events:
+        body: dict[str, Any] = {
+            "seq": event.seq,
+            "run_id": event.run_id,
+            "type": event.type,
+            "at": event.at.isoformat(),
+            "data": event.data,
+        }
+        interaction = found.get(event.data.get("interaction_id")) if event.type == "interaction.asked" else None
         if interaction is not None:
             body["interaction"] = {
                 "id": interaction.id,
@@ -112,7 +116,8 @@ def event_body(session: Session, event: Event) -> dict[str, Any]:
                 "expires_at": interaction.expires_at.isoformat() if interaction.expires_at else None,
                 "link": "/decisions",  # the Decisions page, on the API's own address, lists it to answer
             }
-    return body
+        bodies.append(body)
+    return bodies
 
 
 def get_webhook(session: Session, webhook_id: str) -> Webhook | None:

@@ -2,8 +2,9 @@
 
 It claims the subscription (one attempt in flight per subscription, whatever the number of workers and
 sweeps), reads the final events after the cursor that the subscription matches, and POSTs them one by one
-in ``seq`` order; after each 2xx the cursor moves on by compare-and-set. A failure records the attempt and
-makes the subscription due again after the retry schedule's next delay (a 429's ``Retry-After`` if longer),
+in ``seq`` order; the cursor moves on past the 2xx answers by compare-and-set, once per batch (a crash
+re-sends at most that batch, under the same ids). A failure records the attempt and makes the
+subscription due again after the retry schedule's next delay (a 429's ``Retry-After`` if longer),
 ``failing`` after the last one, ``disabled`` on a 410. Having delivered for ``BUDGET_S`` it hands on to a
 new message, so one busy subscription never holds a worker. The sweep publishes the task for subscriptions
 behind the log (beat/sweep.py): nothing on the answer path writes for webhooks.
@@ -18,12 +19,11 @@ import time
 from typing import Any
 
 import httpx
-from sqlalchemy.orm import Session
 
 from models import store, webhooks
 from models.base import utcnow
 from models.status import WebhookStatus
-from models.store import new_id
+from models.store import DeliveryLine, new_id
 from models.webhook_tables import Webhook
 from parkway.crypto import unseal
 from parkway.db import database_unavailable, transaction
@@ -69,8 +69,13 @@ def deliver(webhook_id: str, *, budget_s: float = BUDGET_S) -> str:
 def _deliver_claimed(
     webhook_id: str, token: str, secrets: list[str], http: httpx.Client, *, lease_s: float, budget_s: float
 ) -> str:
-    """Send the claimed subscription's due events through ``http`` until done, failed or out of budget."""
+    """Send the claimed subscription's due events through ``http`` until done, failed or out of budget.
+
+    The 2xx answers of a batch move the cursor, and go into the delivery log, in one transaction
+    (``_settle``): at the batch's end, before a failure is recorded, and whenever half a claim lease has
+    passed since the last one, which renews the lease before it can run out under a request."""
     deadline = time.monotonic() + budget_s
+    settle_every_s = get_settings().claim_lease_s / 2
     while time.monotonic() < deadline:
         with transaction() as session:
             hook = session.get(Webhook, webhook_id)
@@ -78,34 +83,48 @@ def _deliver_claimed(
                 return "claim lost"
             cursor, url, attempt = hook.cursor, hook.url, hook.attempt
             events, upto = webhooks.due_events(session, hook, limit=BATCH)
-            bodies = [
-                (event.seq, _encode(event.type, event.at.isoformat(), webhooks.event_body(session, event)))
-                for event in events
-            ]
+            bodies = [(e.seq, _encode(e.type, e.at.isoformat(), body))
+                      for e, body in zip(events, webhooks.event_bodies(session, events), strict=True)]  # fmt: skip
         if not bodies and upto == cursor:
             with transaction(durable=False) as session:
                 store.release(session, webhook_id, token)
             return "caught up"
+        lines: list[DeliveryLine] = []
+        settled_at = time.monotonic()
         for seq, body in bodies:
             sent = post(http, url, secrets=secrets, msg_id=message_id(webhook_id, seq), body=body)
             if not sent.ok:
+                if not _settle(webhook_id, token, cursor=cursor, lines=lines, lease_s=lease_s):
+                    return _stop(webhook_id, token)
                 return _failed(webhook_id, token, seq=seq, attempt=attempt + 1, sent=sent)
-            with transaction() as session:
-                advanced = store.advance(session, webhook_id, token, cursor=cursor, to=seq, lease_s=lease_s)
-                if advanced:  # the row locked by that update: a concurrent delete waits, the log line is safe
-                    _log(session, webhook_id, seq=seq, attempt=attempt + 1, sent=sent, error=None, retry_in=None)
-            if not advanced:
-                return _stop(webhook_id, token)
-            cursor, attempt = seq, 0
-        if upto > cursor:  # past the events it does not match
-            with transaction() as session:
-                advanced = store.advance(session, webhook_id, token, cursor=cursor, to=upto, lease_s=lease_s)
-            if not advanced:
-                return _stop(webhook_id, token)
+            lines.append(DeliveryLine(seq, attempt + 1, sent.status_code, sent.latency_ms))
+            attempt = 0
+            if time.monotonic() - settled_at >= settle_every_s:
+                if not _settle(webhook_id, token, cursor=cursor, lines=lines, lease_s=lease_s):
+                    return _stop(webhook_id, token)
+                cursor, lines, settled_at = seq, [], time.monotonic()
+        # Every event read is delivered: the cursor moves past the events it does not match too.
+        if not _settle(webhook_id, token, cursor=cursor, lines=lines, lease_s=lease_s, to=upto):
+            return _stop(webhook_id, token)
     with transaction(durable=False) as session:
         store.release(session, webhook_id, token)
     publish_webhooks([webhook_id])  # out of budget, not out of events: the next message carries on
     return "handed on"
+
+
+def _settle(
+    webhook_id: str, token: str, *, cursor: int, lines: list[DeliveryLine], lease_s: float, to: int | None = None
+) -> bool:
+    """One transaction: the cursor moves from ``cursor`` past the delivered ``lines`` (or to ``to``), the
+    lease renewed, and the lines logged. ``False`` if the claim or the cursor is no longer this attempt's."""
+    to = to if to is not None else (lines[-1].seq if lines else cursor)
+    if to == cursor and not lines:
+        return True
+    with transaction() as session:
+        advanced = store.advance(session, webhook_id, token, cursor=cursor, to=to, lease_s=lease_s)
+        if advanced:  # the row locked by that update: a concurrent delete waits, the log lines are safe
+            store.record_deliveries(session, webhook_id, lines)
+    return advanced
 
 
 def _signing_secrets(hook: Webhook) -> list[str]:
@@ -122,12 +141,6 @@ def _stop(webhook_id: str, token: str) -> str:
     with transaction(durable=False) as session:
         released = store.release(session, webhook_id, token)
     return "cursor moved" if released else "claim lost"
-
-
-def _log(session: Session, webhook_id: str, *, seq: int, attempt: int, sent: Sent, error: str | None,
-         retry_in: float | None) -> None:  # fmt: skip
-    store.record_delivery(session, webhook_id, seq=seq, attempt=attempt, status_code=sent.status_code,
-                          latency_ms=sent.latency_ms, error=error, next_attempt_in_s=retry_in)  # fmt: skip
 
 
 def _public(sent: Sent) -> str:
@@ -164,7 +177,8 @@ def _failed(webhook_id: str, token: str, *, seq: int, attempt: int, sent: Sent) 
             public_reason=_public(sent),
         )
         if recorded:  # else deleted, or the claim was lost: the attempt that holds it now keeps the log
-            _log(session, webhook_id, seq=seq, attempt=attempt, sent=sent, error=reason[:1000], retry_in=retry_in)
+            line = DeliveryLine(seq, attempt, sent.status_code, sent.latency_ms, reason[:1000], retry_in)
+            store.record_deliveries(session, webhook_id, [line])
     log.warning(
         "webhook %s: attempt %d at event %d failed (%s)",
         webhook_id,

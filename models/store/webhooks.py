@@ -8,6 +8,8 @@ own, so an attempt that outlived its lease changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import case, delete, func, insert, or_, select, update
@@ -178,27 +180,36 @@ def record_failure(
     return True
 
 
-def record_delivery(
-    session: Session,
-    webhook_id: str,
-    *,
-    seq: int,
-    attempt: int,
-    status_code: int | None,
-    latency_ms: int,
-    error: str | None,
-    next_attempt_in_s: float | None,
-) -> None:
-    """One line of the delivery log."""
+@dataclass(frozen=True)
+class DeliveryLine:
+    """One line of the delivery log: an attempt at event ``seq`` and what it got."""
+
+    seq: int
+    attempt: int
+    status_code: int | None
+    latency_ms: int
+    error: str | None = None
+    next_attempt_in_s: float | None = None
+
+
+def record_deliveries(session: Session, webhook_id: str, lines: Sequence[DeliveryLine]) -> None:
+    """Lines of the delivery log, in one statement."""
+    if not lines:
+        return
     session.execute(
         insert(WebhookDelivery).values(
-            webhook_id=webhook_id,
-            seq=seq,
-            attempt=attempt,
-            status_code=status_code,
-            latency_ms=latency_ms,
-            error=error,
-            next_attempt_at=None if next_attempt_in_s is None else db_now(next_attempt_in_s),
+            [
+                {
+                    "webhook_id": webhook_id,
+                    "seq": line.seq,
+                    "attempt": line.attempt,
+                    "status_code": line.status_code,
+                    "latency_ms": line.latency_ms,
+                    "error": line.error,
+                    "next_attempt_at": None if line.next_attempt_in_s is None else db_now(line.next_attempt_in_s),
+                }
+                for line in lines
+            ]
         )
     )
 

@@ -100,8 +100,9 @@ def test_deliveries__a_database_restart_mid_stream_loses_nothing_and_repeats_onl
         first_repeated = receiver.got[0]["id"]
         wait_for(lambda: [r["id"] for r in receiver.got].count(first_repeated) >= 2, sweep=True, timeout=60,
                  what="the event answered in the outage sent again")  # fmt: skip
-        # And again, with the request in flight answered 503 (so its failure cannot be recorded)
-        restart_during(proxy, receiver, answered=503)
+        # And again, with the request in flight (of a new run's events: the others may all be delivered by
+        # now) answered 503, so its failure cannot be recorded
+        restart_during(proxy, receiver, answered=503, first=lambda: run_ids.append(start("wh.login")))
 
         # Then every run goes on, and every event of every run reaches the receiver, in order
         complete_and_deliver(receiver, run_ids, timeout=90, sweep=True)
@@ -125,11 +126,18 @@ OUTAGE_S = 3.0  # how long the database stays unreachable each time
 
 
 def restart_during(
-    proxy: Proxy, receiver: Receiver, *, answered: int, also: Callable[[], object] = lambda: None
+    proxy: Proxy,
+    receiver: Receiver,
+    *,
+    answered: int,
+    first: Callable[[], object] = lambda: None,
+    also: Callable[[], object] = lambda: None,
 ) -> None:
-    """Hold the next request; cut the database; answer the request ``answered``; ``also``; restore it."""
+    """Hold the next request (after ``first``); cut the database; answer the request ``answered``; ``also``;
+    restore it."""
     receiver.arrived.clear()
     receiver.held.set()
+    first()
     wait_for(receiver.arrived.is_set, sweep=True, timeout=60, what="a delivery in flight")
     proxy.cut()
     with receiver.lock:

@@ -99,9 +99,10 @@ def test_sweep__publishes_a_subscription_behind_once_until_it_is_claimed(actors_
 def test_sweep__prunes_the_delivery_log_past_its_age_a_batch_at_a_time(actors_db: str) -> None:
     hook_id = subscribe()
     with transaction() as session:
-        for days in (40, 39, 38, 37, 36, 1):
-            store.record_delivery(session, hook_id, seq=days, attempt=1, status_code=204, latency_ms=1, error=None,
-                                  next_attempt_in_s=None)  # fmt: skip
+        lines = [
+            store.DeliveryLine(seq=days, attempt=1, status_code=204, latency_ms=1) for days in (40, 39, 38, 37, 36, 1)
+        ]
+        store.record_deliveries(session, hook_id, lines)
         session.execute(text("UPDATE webhook_deliveries SET at = now() - make_interval(days => seq::int)"))
 
     assert run_sweep(batch=3).counts["webhook_log"] == 3  # PARKWAY_WEBHOOK_LOG_DAYS: 30 by default
