@@ -139,6 +139,12 @@ class Settings(BaseSettings):
         return self.broker_url or "filesystem://"
 
     @property
+    def filesystem_broker(self) -> bool:
+        """Whether the broker is the filesystem one: the embedded default without Valkey, or chosen with
+        ``PARKWAY_BROKER_URL=filesystem://`` (the suite's ``PARKWAY_TEST_BROKER=filesystem``)."""
+        return self.effective_broker_url.startswith("filesystem://")
+
+    @property
     def import_modules(self) -> list[str]:
         return [m.strip() for m in self.imports.split(",") if m.strip()]
 

@@ -1,7 +1,8 @@
 """``parkway up`` on the embedded defaults after its first week (issue 35, items 1 and 2): it runs a real
 broker, the embedded Valkey, so Flower's Broker API lists the queues and their depths; and its console stays
 quiet: the children's output goes to ``PARKWAY_HOME/logs`` (``parkway logs`` shows it), a sweep pass that
-found nothing is no INFO line, and an idle stack prints nothing.
+found nothing is no INFO line, and an idle stack prints nothing. The broker never outlives the stack: one an
+earlier ``parkway up`` left is shut down, and a killed ``parkway up`` takes its broker along.
 
 An idle minute at the default cadence is 12 sweep passes (``PARKWAY_SWEEP_INTERVAL_S=5``) and 6 worker
 heartbeats (``PARKWAY_WORKER_HEARTBEAT_S=10``). Here both run every 0.5 s and the test waits for 12 more
@@ -11,6 +12,7 @@ writes to the console but ``parkway up``'s supervisor, which speaks only when a 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -27,14 +29,19 @@ FAST = {"PARKWAY_SWEEP_INTERVAL_S": "0.5", "PARKWAY_WORKER_HEARTBEAT_S": "0.5"}
 def test_up__flower_lists_the_queues_of_the_embedded_broker_and_an_idle_stack_prints_nothing(
     tmp_path: Path, home: Path
 ) -> None:
-    # Given `parkway up` with nothing configured (its sweep and heartbeat every 0.5 s)
+    # Given a Valkey an earlier `parkway up` of this home left running (killed where no parent-death signal is)
+    leftover = subprocess.Popen(valkey.command(home), stdout=subprocess.DEVNULL, start_new_session=True)
+    wait_for(lambda: valkey.problem(home) is None, timeout=30, what="the leftover Valkey answering")
+    # When `parkway up` starts with nothing configured (its sweep and heartbeat every 0.5 s)
     up = start_up(tmp_path, home, extra_env=FAST)
     try:
         wait_for(lambda: up.printed("parkway up: logs "), timeout=120, what="parkway up ready, its URLs printed")
         stdout = up.stdout()
         pids = child_pids(stdout)
         up.groups = list(pids.values())
-        # Then it runs the embedded Valkey first, and says which workflows and versions it loaded
+        # Then it shuts the leftover down, runs its own embedded Valkey first, and says which workflows and
+        # versions it loaded
+        assert leftover.wait(timeout=10) == 0 and f"shut down the {valkey.describe(home)} an earlier" in stdout
         assert list(pids) == ["broker", "api", "worker", "beat", "flower"], stdout
         assert f"+ {valkey.describe(home)}; Ctrl-C stops everything" in stdout, stdout
         assert re.search(r"workflows from PARKWAY_IMPORTS=tests.workflows: steps [^;]*t\.ask_one[,;]", stdout), stdout
@@ -72,8 +79,13 @@ def test_up__flower_lists_the_queues_of_the_embedded_broker_and_an_idle_stack_pr
         every = parkway("logs", "-n", "1", "--no-follow", env=up.env, cwd=tmp_path)
         assert every.returncode == 0, every.stderr
         assert [line.split(" | ")[0].strip() for line in every.stdout.splitlines()] == list(logfiles.NAMES)
+
+        # When `parkway up` itself dies without a chance to stop anything
+        up.proc.kill()
+        # Then its broker does not outlive it (nor does any other child)
+        wait_for(lambda: not any(group_alive(pid) for pid in pids.values()), timeout=30, what="no child left")
+        assert valkey.problem(home) is not None
     finally:
         up.stop()
-    # And stopping the stack stopped its broker
-    assert up.proc.returncode == 0, up.logs()
-    assert not group_alive(pids["broker"]) and valkey.problem(home) is not None
+        if leftover.poll() is None:
+            leftover.kill()

@@ -56,7 +56,7 @@ def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sig
     pids = child_pids(stdout)
     up.groups = list(pids.values())
     assert set(pids) == {"broker", "api", "worker", "beat", "flower"}, stdout
-    assert "parkway up: starting api (pid" in stdout
+    assert "parkway up: starting broker (pid" in stdout
     for name in ("broker", "api", "worker", "beat", "flower"):
         assert f"parkway up: {name} ready" in stdout
     assert f"api ready: {up.api}" in stdout
