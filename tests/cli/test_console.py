@@ -60,6 +60,9 @@ def test_up__flower_lists_the_queues_of_the_embedded_broker_and_an_idle_stack_pr
         lengths = wait_for(lambda: (found := queue_lengths()) and set(found) >= QUEUES and found, timeout=60,
                            what="Flower's queue lengths")  # fmt: skip
         assert all(isinstance(lengths[q], int) and lengths[q] >= 0 for q in QUEUES), lengths
+        # (and so does the API's /metrics, read from the same broker)
+        metrics = httpx.get(f"{up.api}/metrics", timeout=30).text
+        assert "parkway_broker_up 1.0" in metrics and 'parkway_queue_length{queue="parkway.steps"}' in metrics
 
         # When the stack idles for a minute's worth of sweep passes
         console = (up.stdout(), up.err.read_text())
