@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -73,33 +72,50 @@ def last_lines(target: Path, n: int, end: int | None = None) -> list[str]:
 
 @dataclass
 class _Followed:
-    """One file being followed: where we are in it, and which file that was (a rotation makes a new one)."""
+    """One file being followed, kept open (as ``tail -F`` does): what was written to it before a rotation is
+    still read from the old file, then the new file is read from its start."""
 
     path: Path
-    offset: int = 0
-    inode: int | None = None
-    partial: bytes = field(default=b"")
+    handle: IO[bytes] | None = None
+    partial: bytes = b""
 
-    def start_at_end(self) -> None:
-        with suppress(FileNotFoundError):
-            stat = self.path.stat()
-            self.offset, self.inode = stat.st_size, stat.st_ino
+    def open(self, *, at_end: bool) -> int:
+        """Open the file (at its end, or its start); the offset it is read from, 0 when it does not exist."""
+        try:
+            self.handle = open(self.path, "rb")  # noqa: SIM115
+        except FileNotFoundError:
+            return 0
+        return self.handle.seek(0, os.SEEK_END if at_end else os.SEEK_SET)
 
     def new_lines(self) -> list[str]:
-        try:
-            stat = self.path.stat()
-        except FileNotFoundError:
+        data = self.handle.read() if self.handle is not None else b""
+        if self._replaced():
+            self.close()
+            self.open(at_end=False)
+            data += self.handle.read() if self.handle is not None else b""
+        if not data:
             return []
-        if stat.st_ino != self.inode or stat.st_size < self.offset:  # rotated, or started afresh
-            self.offset, self.inode, self.partial = 0, stat.st_ino, b""
-        if stat.st_size == self.offset:
-            return []
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset)
-            data = self.partial + handle.read()
-            self.offset = handle.tell()
-        *whole, self.partial = data.split(b"\n")
+        *whole, self.partial = (self.partial + data).split(b"\n")
         return [line.decode("utf-8", errors="replace") for line in whole]
+
+    def _replaced(self) -> bool:
+        """Whether the name now holds another file (rotated, or made since) or this one was truncated."""
+        try:
+            current = self.path.stat()
+        except FileNotFoundError:
+            return False
+        if self.handle is None:
+            return True
+        if os.fstat(self.handle.fileno()).st_ino != current.st_ino:
+            return True
+        if current.st_size < self.handle.tell():
+            self.handle.seek(0)
+        return False
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
 
 
 def show(
@@ -119,12 +135,16 @@ def show(
         return f"{name:<{width}} | {line}" if len(names) > 1 else line
 
     followed = {name: _Followed(path(home, name)) for name in names}
-    for name, tracked in followed.items():
-        tracked.start_at_end()  # the tail ends there and following starts there: each line shown once
-        for line in last_lines(tracked.path, lines, end=tracked.offset):
-            write(prefixed(name, line))
-    while follow and not stop():
+    try:
         for name, tracked in followed.items():
-            for line in tracked.new_lines():
+            end = tracked.open(at_end=True)  # the tail ends there and following starts there: each line once
+            for line in last_lines(tracked.path, lines, end=end):
                 write(prefixed(name, line))
-        time.sleep(POLL_S)
+        while follow and not stop():
+            for name, tracked in followed.items():
+                for line in tracked.new_lines():
+                    write(prefixed(name, line))
+            time.sleep(POLL_S)
+    finally:
+        for tracked in followed.values():
+            tracked.close()
