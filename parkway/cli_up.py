@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from parkway import cli_bootstrap, embedded, logfiles, valkey
 from parkway.children import QUEUES, Child, child_environment, http_problem, stop_children, stop_signals
+from parkway.cli_migrate import cmd_migrate, database_shown
 from parkway.errors import ConfigError
 from parkway.locks import hold_for_life
 from parkway.supervisor import RestartPolicy, Supervisor, exit_text
@@ -38,8 +39,6 @@ def _local(host: str) -> str:
 
 def _where(settings: Settings) -> str:
     from kombu.utils.url import maybe_sanitize_url
-
-    from parkway.cli import database_shown
 
     if settings.embedded_broker == "valkey":
         broker = valkey.describe(settings.home)
@@ -91,7 +90,6 @@ def _commands(
 def cmd_up(args: argparse.Namespace) -> int:
     """Migrate, then run the embedded broker, API, worker, beat and Flower until Ctrl-C / SIGTERM,
     restarting a child that dies (until one dies too often)."""
-    from parkway.cli import cmd_migrate
     from parkway.settings import get_settings
 
     settings = get_settings()
@@ -138,7 +136,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         ready_lines["flower"] = f"flower ready: {flower_url}  ({login})"
     children: dict[str, Child] = {}
     if settings.embedded_broker == "valkey":  # first: the others connect to it
-        children["broker"] = valkey.child(home, env, logfiles.path(home, "broker"))
+        children["broker"] = Child("broker", valkey.command(home), env, log=logfiles.path(home, "broker"))
     children.update(
         (name, Child(name, cmd, child_env, watch=watch, log=logfiles.path(home, name)))
         for name, (cmd, watch, child_env) in commands.items()
@@ -168,10 +166,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         for child in children.values():
             if stop["count"]:
                 break
+            child.start()
             if child.name == "broker":
-                valkey.start(child, home, give_up=lambda: stop["count"] > 0)
-            else:
-                child.start()
+                valkey.wait_until_answers(home, child.alive, give_up=lambda: stop["count"] > 0)
             print(f" {child.name} (pid {child.pid})…", end="", flush=True)
         print(flush=True)
         policy = RestartPolicy(limit=args.restarts, window_s=args.restart_window)

@@ -117,9 +117,9 @@ class DemoStack:
         without it, nothing to start (the filesystem broker). Says which."""
         if not valkey.available():
             return "the filesystem broker (no embedded Valkey on this platform)"
-        broker = valkey.child(self.home, self.env, self.logs / "00-broker.log")
+        broker = Child("broker", valkey.command(self.home), self.env, log=self.logs / "00-broker.log").start()
         self.children.append(broker)
-        valkey.start(broker, self.home)
+        valkey.wait_until_answers(self.home, broker.alive)
         problem = valkey.problem(self.home)
         self.n.require(problem is None, f"broker (pid {broker.pid}) answers", failure=[problem or ""],
                        label=f"the {valkey.describe(self.home)} answers")  # fmt: skip

@@ -22,10 +22,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from parkway.children import Child
 
 SOCKET_NAME = "valkey.sock"
 MAX_SOCKET_PATH = 100  # AF_UNIX paths end at 104 (macOS) or 108 (Linux) bytes; a longer home uses /tmp
@@ -123,18 +119,12 @@ def shut_down_leftover(home: str | Path) -> bool:
     return True
 
 
-def child(home: str | Path, env: dict[str, str], log: Path) -> Child:
-    """The server of ``home`` as a supervised child (``parkway.children``: its own process group, SIGTERM
-    when its parent dies), its output written to ``log``."""
-    from parkway.children import Child
-
-    return Child("broker", command(home), env, log=log)
-
-
-def start(server: Child, home: str | Path, *, give_up: Callable[[], bool] = lambda: False) -> None:
-    """Start ``server`` and wait until it answers (at most ``START_S``): a worker that finds no broker waits
-    seconds before it tries again. One that does not answer is left for the caller's readiness check."""
-    server.start()
+def wait_until_answers(
+    home: str | Path, alive: Callable[[], bool], *, give_up: Callable[[], bool] = lambda: False
+) -> None:
+    """Wait (at most ``START_S``) until the server just started for ``home`` answers, while ``alive()``: a
+    worker that finds no broker waits seconds before it tries again. One that does not answer is left to
+    the caller's readiness check, which says why."""
     deadline = time.monotonic() + START_S
-    while server.alive() and problem(home) and time.monotonic() < deadline and not give_up():
+    while alive() and problem(home) and time.monotonic() < deadline and not give_up():
         time.sleep(0.02)
