@@ -1,44 +1,42 @@
 # The documented commands. Each installs what it needs on first use (a virtualenv from pyproject.toml).
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Two stamps: `make run` needs the package alone, the other commands its development extras too (tests, lint).
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# The Redis run in three processes, a module's tests together (they share its workers): most of a test is
+# The suite in three processes, a module's tests together (they share its workers): most of a test is
 # waiting on real processes, so this fits the 2-core machine; TEST_PARALLEL= runs it in one process.
 # Modules go out in collection order, the longest first (LONG_MODULES in tests/conftest.py), not by test count.
 TEST_PARALLEL ?= -n 3 --dist loadfile --no-loadscope-reorder
-# The filesystem-broker run beside it in two processes; FS_PARALLEL= runs it in one.
-FS_PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test test-postgres lint migrate sweep bench demo clean
 
+$(RUN_STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+# The development extras on top of the package (so it also satisfies `make run`).
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
-## run: the whole stack on this machine (embedded PostgreSQL + filesystem broker unless configured)
-run: $(STAMP)
+## run: the whole stack on this machine (embedded PostgreSQL + embedded Valkey broker unless configured); the
+## package alone is installed, not the development extras
+run: $(RUN_STAMP)
 	$(VENV)/bin/parkway up
 
-## test: the whole suite once on PostgreSQL + Redis and, side by side, the modules where the broker matters
-## (-m broker) on the filesystem broker (its log in var/test-filesystem.log, shown at the end); fails if
-## either fails. PostgreSQL: PARKWAY_TEST_PG_URL, or 127.0.0.1:5432, or the embedded one (tests/conftest.py)
+## test: the whole suite once, on PostgreSQL + Redis. PostgreSQL: PARKWAY_TEST_PG_URL, or 127.0.0.1:5432, or
+## the embedded one (tests/conftest.py)
 test: $(STAMP)
-	@mkdir -p var
-	@echo "make test: the filesystem-broker run (-m broker) goes on in the background (var/test-filesystem.log)"
-	@PARKWAY_TEST_BROKER=filesystem $(PY) -m pytest -m broker $(FS_PARALLEL) $(PYTEST_ARGS) > var/test-filesystem.log 2>&1 & fs=$$!; \
-	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS); redis=$$?; \
-	wait $$fs; fs_rc=$$?; \
-	echo "make test: the filesystem-broker run (var/test-filesystem.log):"; \
-	if [ $$fs_rc -eq 0 ]; then tail -n 1 var/test-filesystem.log; else cat var/test-filesystem.log; fi; \
-	echo "make test: Redis rc=$$redis, filesystem broker rc=$$fs_rc"; \
-	[ $$redis -eq 0 ] && [ $$fs_rc -eq 0 ]
-
-## test-postgres: the whole suite once, on Redis only
-test-postgres: $(STAMP)
 	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS)
+
+## test-postgres: the same (kept for scripts that call it)
+test-postgres: test
 
 ## lint: ruff (lint + format check) and mypy strict on the packages
 lint: $(STAMP)
@@ -47,14 +45,14 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 ## migrate: bring the configured database to the current schema
-migrate: $(STAMP)
+migrate: $(RUN_STAMP)
 	$(VENV)/bin/parkway migrate
 
-sweep: $(STAMP)
+sweep: $(RUN_STAMP)
 	$(VENV)/bin/parkway sweep --once
 
 ## demo: the restart story with real processes, on the embedded defaults in a temporary home (< 1 minute)
-demo: $(STAMP)
+demo: $(RUN_STAMP)
 	$(VENV)/bin/parkway demo
 
 ## bench: the benchmark suite against local PostgreSQL + Redis (never part of `make test`); BENCH_ARGS=--quick

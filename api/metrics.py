@@ -229,6 +229,9 @@ def filesystem_depths(folder: Path, queues: tuple[str, ...]) -> QueueDepths:
     return QueueDepths(length=length)
 
 
+SOCKET_SCHEME = "redis+socket://"
+
+
 def queue_depths() -> QueueDepths | None:
     """The depths of Parkway's named queues on the configured broker; ``None`` for a transport not read."""
     from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE
@@ -239,6 +242,8 @@ def queue_depths() -> QueueDepths | None:
     options = dict(celery_app.conf.broker_transport_options or {})
     if url.startswith(("redis://", "rediss://")):
         return redis_depths(url, queues, options)
+    if url.startswith(SOCKET_SCHEME):  # the embedded Valkey (parkway.valkey): redis-py spells it unix://
+        return redis_depths("unix://" + url.removeprefix(SOCKET_SCHEME), queues, options)
     if url.startswith("filesystem://"):
         return filesystem_depths(Path(options["data_folder_in"]), queues)
     return None  # e.g. RabbitMQ: its own Prometheus plugin exports queue depth and unacked counts

@@ -65,8 +65,9 @@ class SweepReport:
 
 
 def run_sweep(batch: int | None = None) -> SweepReport:
-    """One pass over every category; returns the report (also logged as one summary line). Every age and
-    expiry is judged by the database's clock (``models.clock``), never this host's."""
+    """One pass over every category; returns the report (also logged as one summary line, at DEBUG when the
+    pass did nothing). Every age and expiry is judged by the database's clock (``models.clock``), never this
+    host's."""
     settings = get_settings()
     batch = batch or settings.sweep_batch
     report = SweepReport(batch=batch)
@@ -87,7 +88,9 @@ def run_sweep(batch: int | None = None) -> SweepReport:
     report.duration_s = time.monotonic() - started
     with transaction() as session:
         store.record_sweep(session, report.counts, duration_s=report.duration_s)
-    log.info(report.line(), extra={"action": "sweep", "counts": report.counts})
+    # A pass that found nothing to do is the idle stack's heartbeat: DEBUG, not a line every few seconds.
+    level = logging.INFO if any(report.counts.values()) else logging.DEBUG
+    log.log(level, report.line(), extra={"action": "sweep", "counts": report.counts})
     return report
 
 

@@ -16,6 +16,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
+from parkway.logfiles import BoundedLog
+
 ROOT = Path(__file__).resolve().parent.parent
 QUEUES = "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks"
 
@@ -40,7 +42,8 @@ def _die_with_parent() -> Callable[[], None] | None:
 class Child:
     """One supervised process in a process group of its own (so a terminal's Ctrl-C reaches only us, and a
     SIGKILL of its group takes its pool children too). Its output is read by a thread: kept as a tail,
-    written to ``log`` and/or relayed to ``relay`` prefixed with the child's name, and scanned for
+    written to ``log`` (bounded: ``parkway.logfiles``) and/or relayed to ``relay`` prefixed with the
+    child's name, and scanned for
     ``watch`` markers (e.g. a worker's "ready.")."""
 
     def __init__(
@@ -89,7 +92,7 @@ class Child:
         stream = getattr(self.proc, "stdout", None)
         if stream is None or isinstance(stream, str):
             return
-        log = open(self.log, "a", encoding="utf-8") if self.log else None  # noqa: SIM115
+        log = BoundedLog(self.log) if self.log else None
         try:
             for raw in stream:
                 line = raw.decode("utf-8", errors="replace").rstrip("\n")
@@ -98,8 +101,7 @@ class Child:
                     if marker in line:
                         self.seen.add(marker)
                 if log is not None:
-                    log.write(line + "\n")
-                    log.flush()
+                    log.write(line)
                 if self.relay is not None:
                     with self.relay_lock:
                         try:

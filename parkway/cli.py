@@ -1,5 +1,5 @@
 """The ``parkway`` command: migrate, token create|revoke|rotate, grant create|list|revoke, run start, sweep
---once, workers, up, demo."""
+--once, workers, up, logs, demo."""
 
 from __future__ import annotations
 
@@ -7,47 +7,17 @@ import argparse
 import json
 import os
 import sys
-import threading
-import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from parkway import cli_bootstrap, cli_grants, cli_webhooks, cli_workers, embedded
-from parkway.children import QUEUES, Child, child_environment, http_problem, stop_children, stop_signals
-from parkway.errors import ConfigError, ParkwayError
-from parkway.locks import hold_for_life
-from parkway.supervisor import RestartPolicy, Supervisor, exit_text
+from parkway import cli_grants, cli_up, cli_webhooks, cli_workers
+from parkway.children import child_environment
+from parkway.cli_migrate import cmd_migrate, database_shown
+from parkway.errors import ParkwayError
 from parkway.tokens import hash_token, new_token
 
 if TYPE_CHECKING:
-    from parkway.settings import Settings
-
-
-def cmd_migrate(_: argparse.Namespace) -> int:
-    from parkway.db import get_engine
-    from parkway.migrate import current_revision, upgrade
-    from parkway.placeholders import refuse_placeholders
-    from parkway.settings import get_settings
-
-    settings = get_settings()
-    embedded.start_for_process(settings.embedded_dir)  # and stopped when `migrate` exits, if it started it
-    engine = get_engine()
-    refuse_placeholders(engine)  # every value left as .env.example's placeholder, named at once
-    settings.resolved_secret_key()  # then a key the API, worker and beat would refuse: the deploy stops here
-    before = current_revision(engine)  # unreachable: one line from ``main``
-    after = upgrade(engine)
-    print(f"parkway migrate: {_database(settings)}: {before or 'empty'} -> {after}")
-    return 0
-
-
-def _database(settings: Settings) -> str:
-    """The database as a person may be shown it: the embedded one's directory, or the URL without its password."""
-    from sqlalchemy.engine import make_url
-
-    if settings.embedded_dir:
-        return embedded.describe(settings.embedded_dir)
-    return make_url(settings.database_url).render_as_string(hide_password=True)
+    pass
 
 
 def _unreachable(exc: Exception) -> str | None:
@@ -60,7 +30,7 @@ def _unreachable(exc: Exception) -> str | None:
         return None
     # The driver's first line says why: refused, unknown host, bad password, no such database.
     why = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
-    return f"cannot reach the database at {_database(get_settings())}: {why}"
+    return f"cannot reach the database at {database_shown(get_settings())}: {why}"
 
 
 def cmd_token_create(args: argparse.Namespace) -> int:
@@ -129,145 +99,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local(host: str) -> str:
-    """Where to reach a server bound to ``host`` from this machine."""
-    if host in ("", "0.0.0.0"):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host else host
-
-
-# --------------------------------------------------------------------------- parkway up
-
-API_LISTENING = "Uvicorn running on"  # uvicorn's line once its socket is bound
-FLOWER_LISTENING = "Visit me at"  # Flower's, likewise
-
-
-def _where(settings: Settings) -> str:
-    from kombu.utils.url import maybe_sanitize_url
-
-    database = _database(settings)
-    if settings.broker_url:
-        broker = str(maybe_sanitize_url(settings.broker_url))
-    else:
-        broker = f"filesystem broker ({settings.broker_folder})"
-    return f"{database} + {broker}"
-
-
-def _only_up_in(home: Path) -> None:
-    """Hold ``home``'s ``up.lock`` for as long as this process lives, or refuse: a second ``parkway up`` on
-    one home would run a second worker and beat on its database and serve nothing of its own."""
-    holder = hold_for_life(home / "up.lock", str(os.getpid()))
-    if holder is not None:
-        raise ConfigError(
-            f"another parkway up (pid {holder}) is running in {home}: stop it first, or give this one a "
-            "PARKWAY_HOME of its own"
-        )
-
-
-def cmd_up(args: argparse.Namespace) -> int:
-    """Migrate, then run API, worker, beat and Flower until Ctrl-C / SIGTERM, restarting a child that dies
-    (until one dies too often)."""
-    from parkway.settings import get_settings
-
-    settings = get_settings()
-    settings.require_imports()  # now, not after migrating and starting the children that would refuse
-    home = Path(settings.home).resolve()
-    _only_up_in(home)
-    settings.resolved_secret_key()  # refuse now, not in four children; makes the embedded key file once
-    flower_login = cli_bootstrap.flower_login(home) if args.flower else None  # refused before anything starts
-    embedded.start_for_process(settings.embedded_dir)  # shared by the children; stopped on exit if `up` started it
-    cmd_migrate(args)
-    for line in cli_bootstrap.welcome(settings):  # before any child can fail: tokens are shown only now
-        print(f"parkway up: {line}", flush=True)
-    env = child_environment()
-    env["PARKWAY_HOME"] = str(home)
-    py = sys.executable
-    celery = [py, "-m", "celery", "-A", "tasks.celery_app:app"]
-    api_url = f"http://{_local(args.host)}:{args.port}"
-    shown_api = api_url if args.host in ("", "0.0.0.0", "::") else f"http://{args.host}:{args.port}"
-    flower_url = f"http://127.0.0.1:{args.flower_port}"
-    lock = threading.Lock()
-    commands: dict[str, tuple[list[str], Sequence[str], dict[str, str]]] = {
-        "api": ([py, "-m", "uvicorn", "api.app:app", "--host", args.host, "--port", str(args.port),
-                 "--timeout-graceful-shutdown", "5"], [API_LISTENING], env),
-        "worker": ([*celery, "worker", "-l", "info", "-c", str(args.concurrency), "-Q", QUEUES], [" ready."], env),
-        "beat": ([*celery, "beat", "-l", "info"], ["beat: Starting"], env),
-    }  # fmt: skip
-    ready_lines = {
-        "api": f"api ready: {shown_api}  (docs {shown_api}/docs, OpenAPI {shown_api}/openapi.json)",
-        "worker": f"worker ready: queues {QUEUES.replace(',', ', ')}",
-        "beat": f"beat ready: recovery sweep every {settings.sweep_interval_s:g}s",
-    }
-    flower_where = ""
-    if flower_login is not None:
-        # Never an open Flower, and its login never on a command line (ps shows those): Flower reads it
-        # from FLOWER_BASIC_AUTH in its environment.
-        flower_auth, login, flower_where = flower_login
-        commands["flower"] = (
-            [
-                *celery,
-                "flower",
-                "--address=127.0.0.1",
-                f"--port={args.flower_port}",
-                "--persistent=False",
-                "--inspect_timeout=10000",
-            ],
-            [FLOWER_LISTENING],
-            {**env, "FLOWER_BASIC_AUTH": flower_auth},
-        )
-        ready_lines["flower"] = f"flower ready: {flower_url}  ({login})"
-    children = {
-        name: Child(name, cmd, child_env, watch=watch, relay=sys.stderr, relay_lock=lock)
-        for name, (cmd, watch, child_env) in commands.items()
-    }
-
-    def said(name: str, marker: str) -> str | None:
-        return None if marker in children[name].seen else f"it has not said {marker!r} yet"
-
-    ready_checks: dict[str, Callable[[], str | None]] = {
-        # Each server's own line first: the URL alone may be answered by another process on that port. The
-        # API is ready when /readyz says so (its schema current, the broker reachable), not merely alive.
-        "api": lambda: said("api", API_LISTENING) or http_problem(f"{api_url}/readyz"),
-        "worker": lambda: said("worker", " ready."),
-        "beat": lambda: said("beat", "beat: Starting"),
-        "flower": lambda: said("flower", FLOWER_LISTENING) or http_problem(f"{flower_url}/healthcheck"),
-    }
-    stop = {"signum": 0, "count": 0}
-
-    def on_signal(signum: int) -> None:
-        stop["signum"] = stop["signum"] or signum
-        stop["count"] += 1
-
-    def say(text: str) -> None:
-        print(f"parkway up: {text}", flush=True)
-
-    started = time.monotonic()
-    with stop_signals(on_signal):
-        print("parkway up: starting", end="", flush=True)
-        for child in children.values():
-            if stop["count"]:
-                break
-            child.start()
-            print(f" {child.name} (pid {child.pid})…", end="", flush=True)
-        print(flush=True)
-        policy = RestartPolicy(limit=args.restarts, window_s=args.restart_window)
-        supervisor = Supervisor(list(children.values()), ready_checks, ready_lines, stop, say, policy)
-        announce = cli_bootstrap.urls(shown_api, flower_url if args.flower else None, flower_where)
-        code = supervisor.run(started=started, timeout=args.startup_timeout, where=_where(settings), announce=announce)
-        running = ", ".join(c.name for c in children.values() if c.alive())
-        if running:
-            say(f"stopping {running} (SIGTERM, up to {args.grace:g}s; Ctrl-C again to kill now)…")
-        codes = stop_children(list(children.values()), grace_s=args.grace, say=say, hurry=lambda: stop["count"] > 1)
-    left = [c.name for c in children.values() if c.group_alive()]
-    if left:
-        say(f"could not stop {', '.join(left)}")
-        return 1
-    say("stopped (" + ", ".join(f"{name} {exit_text(rc)}" for name, rc in codes.items()) + ")")
-    return code
-
-
 # --------------------------------------------------------------------------- parkway demo
 
 
@@ -301,26 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.set_defaults(fn=cmd_sweep)
     cli_workers.add_commands(sub.add_parser)
     cli_webhooks.add_commands(sub.add_parser)
-    up = sub.add_parser(
-        "up",
-        help="run the whole stack on this machine (API, worker, beat, Flower)",
-        description="Migrate, then run the API, a worker, beat and Flower until Ctrl-C or SIGTERM. A child "
-        "that dies is restarted (after 1s, 2s, 4s …) unless it was restarted --restarts times within "
-        "--restart-window seconds: then everything stops, exit 1. On the first start of an empty embedded "
-        "database it makes an admin, an agent and a human (granted on target 'example') and prints their "
-        "tokens, only then. Progress, tokens and URLs go to stdout, the children's logs to stderr "
-        "(prefixed with their name).",
-    )
-    up.add_argument("--host", default="127.0.0.1", help="the API's address (default 127.0.0.1)")
-    up.add_argument("--port", type=int, default=8000, help="the API's port (default 8000)")
-    up.add_argument("--flower-port", type=int, default=5555, help="Flower's port on 127.0.0.1 (default 5555)")
-    up.add_argument("--no-flower", dest="flower", action="store_false", help="do not start Flower")
-    up.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
-    up.add_argument("--grace", type=float, default=30.0, help="seconds children get to stop after SIGTERM")
-    up.add_argument("--restarts", type=int, default=5, help="restarts of one child allowed within the window (5)")
-    up.add_argument("--restart-window", type=float, default=60.0, help="the window of --restarts, seconds (60)")
-    up.add_argument("--startup-timeout", type=float, default=60.0, help="seconds to wait for every child to be ready")
-    up.set_defaults(fn=cmd_up)
+    cli_up.add_commands(sub.add_parser)
     demo = sub.add_parser(
         "demo",
         help="the restart story, end to end, with real processes",

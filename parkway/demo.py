@@ -1,6 +1,6 @@
 """``parkway demo``: the restart story with real processes, narrated as a timeline (issue 7, item 5).
 
-On the embedded defaults (PostgreSQL + the filesystem broker) in a fresh temporary ``PARKWAY_HOME`` (never
+On the embedded defaults (PostgreSQL + the embedded Valkey broker) in a fresh temporary ``PARKWAY_HOME`` (never
 ``./var``): start the API, a worker and beat; park a run on a Permission and a Question over HTTP; SIGKILL
 the worker and the API while it waits; restart them and show the same questions still pending; answer
 them; let the resuming worker die at ``resume.before_commit``; restart it; show the continuation committed
@@ -56,6 +56,7 @@ class Demo(DemoStack):
         revision = self.migrate()
         n.say(f"migrated a fresh database to revision {revision}; created table {EFFECTS_TABLE}")
 
+        n.say(f"started {self.start_broker()}")
         api, worker, beat = self.start("api"), self.start("worker"), self.start("beat")
         n.say(f"starting api (pid {api.pid}) on {self.url}, worker (pid {worker.pid}), beat (pid {beat.pid})")
         self.admin_token()  # while they start
@@ -213,7 +214,7 @@ def run_demo(*, keep: bool = False, verbose: bool = False, out: TextIO | None = 
     narrator = Narrator(out or sys.stdout)
     home = Path(tempfile.mkdtemp(prefix="parkway-demo-"))
     narrator.line("Parkway demo: the restart story, with real processes")
-    narrator.line(f"PARKWAY_HOME={home} (embedded PostgreSQL + filesystem broker; ./var is not touched)")
+    narrator.line(f"PARKWAY_HOME={home} (embedded PostgreSQL + embedded broker; ./var is not touched)")
     narrator.line(
         "children run with " + " ".join(f"{k}={v}" for k, v in DEMO_SETTINGS.items() if k != "PARKWAY_IMPORTS")
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from parkway import valkey
 from parkway.children import QUEUES, Child, child_environment, http_ok, stop_children
 from parkway.demo_narrator import DemoFailed, Narrator, wait_until
 
@@ -111,6 +112,19 @@ class DemoStack:
         self.children.append(child)
         return child
 
+    def start_broker(self) -> str:
+        """The embedded Valkey of the demo's home, answering before the others start; or, on a platform
+        without it, nothing to start (the filesystem broker). Says which."""
+        if not valkey.available():
+            return "the filesystem broker (no embedded Valkey on this platform)"
+        broker = Child("broker", valkey.command(self.home), self.env, log=self.logs / "00-broker.log").start()
+        self.children.append(broker)
+        valkey.wait_until_answers(self.home, broker.alive)
+        problem = valkey.problem(self.home)
+        self.n.require(problem is None, f"broker (pid {broker.pid}) answers", failure=[problem or ""],
+                       label=f"the {valkey.describe(self.home)} answers")  # fmt: skip
+        return f"broker (pid {broker.pid}) on {valkey.describe(self.home)}"
+
     def ready(self, child: Child) -> bool:
         if child.name == "api":
             return http_ok(f"{self.url}/healthz")
@@ -133,7 +147,10 @@ class DemoStack:
         self.n.require(bool(ready), text, label=label)
 
     def stop_all(self) -> None:
-        stop_children([c for c in self.children if c.alive()], grace_s=10, say=lambda _: None)
+        """Every process, the broker last (a worker's warm shutdown still talks to it)."""
+        for last in (False, True):
+            group = [c for c in self.children if c.alive() and (c.name == "broker") == last]
+            stop_children(group, grace_s=10, say=lambda _: None)
         for child in self.children:
             if child.group_alive():
                 child.kill_group()

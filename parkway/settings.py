@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from parkway import embedded
+from parkway import embedded, valkey
 from parkway.errors import ConfigError
 
 DEFAULT_HOME = Path("var")
@@ -120,12 +120,29 @@ class Settings(BaseSettings):
         return Path(self.workspace_dir) if self.workspace_dir else Path(self.home) / "workspaces"
 
     @property
+    def embedded_broker(self) -> str | None:
+        """The broker the stack runs itself when ``PARKWAY_BROKER_URL`` is unset: ``valkey`` (the wheel is
+        installed: Linux x86_64, macOS arm64), else ``filesystem``; ``None`` when a broker is configured."""
+        if self.broker_url:
+            return None
+        return "valkey" if valkey.available() else "filesystem"
+
+    @property
     def broker_folder(self) -> Path:
+        """The filesystem broker's folder (only where the embedded Valkey has no wheel)."""
         return Path(self.home).resolve() / "broker"
 
     @property
     def effective_broker_url(self) -> str:
+        if self.embedded_broker == "valkey":
+            return valkey.url(self.home)
         return self.broker_url or "filesystem://"
+
+    @property
+    def filesystem_broker(self) -> bool:
+        """Whether the broker is the filesystem one: the embedded default without Valkey, or chosen with
+        ``PARKWAY_BROKER_URL=filesystem://`` (the suite's ``PARKWAY_TEST_BROKER=filesystem``)."""
+        return self.effective_broker_url.startswith("filesystem://")
 
     @property
     def import_modules(self) -> list[str]:

@@ -126,6 +126,7 @@ class Supervisor:
         self.say(
             f"{child.name} exited unexpectedly ({how}); restarting it in {delay:g}s "
             f"(restart {len(recent) + 1} of at most {policy.limit} within {policy.window_s:g}s)"
+            + (f"; its log: {child.log}" if child.log else "")
         )
         return True
 

@@ -40,7 +40,7 @@ def _queue(name: str) -> Queue:
 
 
 def broker_options(settings: Settings) -> dict[str, Any]:
-    if settings.broker_url:
+    if not settings.filesystem_broker:
         # Redis redelivers unacked messages after this; keep it above the longest step body. A connect
         # is bounded (redis-py waits for the OS otherwise): an unreachable broker costs a publish that much.
         return {"visibility_timeout": 6 * 3600, "socket_connect_timeout": BROKER_CONNECT_TIMEOUT_S}

@@ -8,9 +8,9 @@ configured or default server that does not answer fails the run (CI tests what i
 else), and a missing Redis fails it too instead of skipping.
 
 Broker: ``PARKWAY_TEST_BROKER=redis`` (default: ``PARKWAY_TEST_REDIS_URL``, or a Redis database index held by
-this session alone) or ``filesystem`` (the embedded broker). ``make test`` runs the whole suite on Redis and,
-side by side, the tests where broker behaviour matters (marked ``broker``: the modules of ``BROKER_MODULES``,
-and single tests) on the filesystem broker.
+this session alone) or ``filesystem`` (``filesystem://``: the embedded default where Valkey has no wheel).
+``make test`` runs the whole suite on Redis; ``-m broker`` selects the tests where broker behaviour matters
+(the modules of ``BROKER_MODULES``, and single tests), to run them on the filesystem broker by hand.
 
 A migrated template database is made once per session (``alembic upgrade head`` + ``alembic check``) and
 cloned per module (``stack``) or per test (``fresh_db``).
@@ -104,7 +104,8 @@ if BROKER == "redis":
 
 BASE_ENV = {
     "PARKWAY_HOME": str(SESSION_HOME),
-    "PARKWAY_BROKER_URL": REDIS_URL,
+    # Named even for the filesystem broker: an unset URL is the embedded Valkey where that is installed.
+    "PARKWAY_BROKER_URL": REDIS_URL or "filesystem://",
     "PARKWAY_SECRET_KEY": "test-secret-key-" + "x" * 40,
     "PARKWAY_IMPORTS": "tests.workflows",
     "PARKWAY_CLAIM_LEASE_S": "2",

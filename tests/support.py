@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,15 @@ def unavailable(pg_url: str, redis_url: str | None = None) -> str | None:
     except Exception as exc:
         return f"Redis at {redis_url}: {type(exc).__name__}: {exc}"
     return None
+
+
+SWEEP_DONE = re.compile(r"Task parkway\.sweep\[[^\]]+\] succeeded")
+
+
+def sweeps_done(log: str) -> int:
+    """How many sweep passes a worker's log shows finished (Celery's line per task: a pass that found
+    nothing to do logs its own summary at DEBUG only)."""
+    return len(SWEEP_DONE.findall(log))
 
 
 def wait_for(condition: Callable[[], T], *, timeout: float = 30.0, sweep: bool = False, what: str = "condition") -> T:

@@ -34,6 +34,7 @@ from tests.support import (
     run_row,
     run_status,
     start,
+    sweeps_done,
     wait_for,
     wait_parked,
     wait_status,
@@ -300,7 +301,7 @@ def test_completed_run_keeps_its_terminal_record_across_restart_and_sweeps(stack
     worker.kill()
     # When a worker starts again and its startup sweep has passed, and then an operator's sweep passes
     restarted = stack.start_worker()
-    wait_for(lambda: "sweep pass:" in restarted.text(), timeout=30, what="the restarted worker's startup sweep")
+    wait_for(lambda: sweeps_done(restarted.text()) > 0, timeout=30, what="the restarted worker's startup sweep")
     result = stack.parkway("sweep", "--once")
     assert result.returncode == 0 and "sweep pass:" in result.stdout
     # Then the run's terminal record, its answer and its event log are as the completion left them

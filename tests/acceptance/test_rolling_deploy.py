@@ -24,6 +24,7 @@ from tests.support import (
     new_response_id,
     run_row,
     start,
+    sweeps_done,
     wait_for,
     wait_parked,
     wait_status,
@@ -56,7 +57,7 @@ def test_sweeps_from_processes_without_the_module__leave_the_wait_to_the_worker_
     a = _release(stack, "a")
     run_id = start("a.ask")
     wait_parked(run_id, sweep=False)
-    passes = a.text().count("sweep pass:")
+    passes = sweeps_done(a.text())
 
     # When an operator's shell without the module sweeps (PARKWAY_IMPORTS unset: the shipped examples), and a
     # worker of release B starts (its startup sweep runs) and B's own process sweeps
@@ -64,7 +65,7 @@ def test_sweeps_from_processes_without_the_module__leave_the_wait_to_the_worker_
     assert shell.returncode == 0, shell.stderr
     b = _release(stack, "b")
     # (B's startup sweep runs on whichever worker takes it)
-    wait_for(lambda: (a.text() + b.text()).count("sweep pass:") > passes, timeout=30, what="B's startup sweep")
+    wait_for(lambda: sweeps_done(a.text() + b.text()) > passes, timeout=30, what="B's startup sweep")
     from_b = stack.parkway("sweep", "--once", PARKWAY_IMPORTS="tests.release_b")
     assert from_b.returncode == 0, from_b.stderr
 

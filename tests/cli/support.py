@@ -1,7 +1,7 @@
 """Running ``parkway`` as a user does: a subprocess on the embedded defaults, in a home of its own.
 
 The test session's ``PARKWAY_*`` settings (tests/conftest.py puts them in ``os.environ``) are left out
-of the child's environment, so it truly runs on the embedded PostgreSQL of its home + the filesystem broker.
+of the child's environment, so it truly runs on the embedded PostgreSQL and the embedded Valkey of its home.
 """
 
 from __future__ import annotations

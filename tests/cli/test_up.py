@@ -22,7 +22,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from parkway import embedded
+from parkway import embedded, valkey
 from tests.cli.support import (
     Up,
     child_pids,
@@ -55,15 +55,16 @@ def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sig
     stdout = up.stdout()
     pids = child_pids(stdout)
     up.groups = list(pids.values())
-    assert set(pids) == {"api", "worker", "beat", "flower"}, stdout
-    assert "parkway up: starting api (pid" in stdout
-    for name in ("api", "worker", "beat", "flower"):
+    assert set(pids) == {"broker", "api", "worker", "beat", "flower"}, stdout
+    assert "parkway up: starting broker (pid" in stdout
+    for name in ("broker", "api", "worker", "beat", "flower"):
         assert f"parkway up: {name} ready" in stdout
     assert f"api ready: {up.api}" in stdout
     postgres = embedded.postmaster(embedded.data_dir(up.home))
     assert postgres is not None, "up runs the embedded PostgreSQL of its home"
-    assert f"embedded PostgreSQL ({embedded.data_dir(up.home)})" in stdout and "filesystem broker" in stdout
-    assert (up.home / "broker").is_dir()
+    assert f"embedded PostgreSQL ({embedded.data_dir(up.home)}) + {valkey.describe(up.home)}" in stdout, stdout
+    assert valkey.problem(up.home) is None, "up runs the embedded Valkey of its home"
+    assert not (up.home / "broker").exists(), "no filesystem broker where the embedded Valkey runs"
     assert not (tmp_path / "var").exists(), "./var must not be used when PARKWAY_HOME is set"
 
     # Then it answers /healthz, and Flower only with the credentials it printed once
@@ -152,8 +153,9 @@ def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sig
     assert code == 0, up.logs()
     assert "SIGINT received" in stdout and "parkway up: stopped (" in stdout, stdout
     wait_for(lambda: not any(group_alive(pid) for pid in pids.values()), timeout=10, what="no child left")
-    # And the PostgreSQL it started is stopped too
+    # And the PostgreSQL it started is stopped too, and its broker
     assert embedded.postmaster(embedded.data_dir(up.home)) is None and not group_alive(postgres.pid)
+    assert valkey.problem(up.home) is not None
     # And stopping recorded no cancellation: the waiting run still waits on its pending question
     with home_database(up.home) as db:
         statuses = {row.id: row.status for row in db.execute(text("SELECT id, status FROM runs"))}
@@ -222,7 +224,7 @@ def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path, h
     pids = child_pids(stdout)
     # Then it says which child died, stops the others, and exits non-zero with nothing left behind
     assert code == 1, stdout + stderr[-3000:]
-    assert set(pids) == {"api", "worker", "beat"}, stdout
+    assert set(pids) == {"broker", "api", "worker", "beat"}, stdout
     assert "api exited during startup" in stdout, stdout
     assert "api ready" not in stdout, "another server's answer is not this API being ready"
     assert "flower" not in stdout

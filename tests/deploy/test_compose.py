@@ -170,10 +170,11 @@ def suite_commands(recorded: list[list[str]], tmp_path: Path) -> dict[str, list[
 def parkway_up_commands(recorded: list[list[str]], monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     """The commands ``parkway up`` starts its children with (they 'exit' at once, so it returns)."""
     import parkway.cli
+    import parkway.cli_up
     from parkway.settings import reset_settings
 
-    monkeypatch.setattr(parkway.cli, "cmd_migrate", lambda _: 0)
-    monkeypatch.setattr(parkway.cli.cli_bootstrap, "welcome", lambda _: [])  # no database behind it here
+    monkeypatch.setattr(parkway.cli_up, "cmd_migrate", lambda _: 0)
+    monkeypatch.setattr(parkway.cli_up.cli_bootstrap, "welcome", lambda _: [])  # no database behind it here
     # A configured database, so that `up` starts no embedded PostgreSQL (Popen is a recorder here)
     previous = os.environ.get("PARKWAY_DATABASE_URL")
     os.environ["PARKWAY_DATABASE_URL"] = "postgresql+psycopg://nobody@127.0.0.1:1/none"

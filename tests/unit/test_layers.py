@@ -19,6 +19,8 @@ CLI = (  # the CLI and its demo
     "parkway.cli",
     "parkway.cli_bootstrap",
     "parkway.cli_grants",
+    "parkway.cli_migrate",
+    "parkway.cli_up",
     "parkway.cli_webhooks",
     "parkway.cli_workers",
     "parkway.children",

@@ -1,0 +1,38 @@
+"""``parkway migrate``: bring the configured (or embedded) database to the current schema; and how the CLI
+names a database to a person."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from parkway import embedded
+
+if TYPE_CHECKING:
+    from parkway.settings import Settings
+
+
+def cmd_migrate(_: argparse.Namespace) -> int:
+    from parkway.db import get_engine
+    from parkway.migrate import current_revision, upgrade
+    from parkway.placeholders import refuse_placeholders
+    from parkway.settings import get_settings
+
+    settings = get_settings()
+    embedded.start_for_process(settings.embedded_dir)  # and stopped when `migrate` exits, if it started it
+    engine = get_engine()
+    refuse_placeholders(engine)  # every value left as .env.example's placeholder, named at once
+    settings.resolved_secret_key()  # then a key the API, worker and beat would refuse: the deploy stops here
+    before = current_revision(engine)  # unreachable: one line from ``main``
+    after = upgrade(engine)
+    print(f"parkway migrate: {database_shown(settings)}: {before or 'empty'} -> {after}")
+    return 0
+
+
+def database_shown(settings: Settings) -> str:
+    """The database as a person may be shown it: the embedded one's directory, or the URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    if settings.embedded_dir:
+        return embedded.describe(settings.embedded_dir)
+    return make_url(settings.database_url).render_as_string(hide_password=True)
