@@ -53,6 +53,11 @@ UNKNOWN_PRINCIPAL = "no principal is named {name!r}"
 GRANT_NOT_FOUND = "grant {id} does not exist"
 PRINCIPAL_NOT_FOUND = "principal {id} does not exist"
 PRINCIPAL_DISABLED = "principal {name!r} is disabled"
+LAST_ADMIN = (
+    "principal {id} is the last live admin: disabling it would leave no token that can manage principals and "
+    "grants. Make another admin first; should no admin token work, make one where the database is reachable: "
+    "`parkway token create --kind admin --name NAME`"
+)
 DISABLE_SELF = "an admin cannot disable itself; another admin (or `parkway token revoke`) can"
 WEBHOOK_NOT_FOUND = "webhook {id} does not exist"
 REPLAY_FORWARD = "a replay goes back from the subscription's cursor, never forward past it: {seq} is ahead of it"

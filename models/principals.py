@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.cursors import read_text, text_cursor
+from models.status import PrincipalKind
 from models.tables import Grant, PageSession, Principal
 
 _P = Principal.__table__.c
@@ -87,6 +88,14 @@ def _end_sessions(session: Session, principal_id: str, now: datetime) -> None:
         .where(PageSession.principal_id == principal_id, PageSession.ended_at.is_(None))
         .values(ended_at=now)
     )
+
+
+def last_live_admin(session: Session, principal_id: str) -> bool:
+    """Whether the principal is the only live admin. Every live admin's row stays locked until the caller's
+    transaction ends: two admins disabling each other at once are decided one after the other, so the
+    second finds itself the last one."""
+    live = select(_P.id).where(_P.kind == PrincipalKind.ADMIN.value, _P.disabled_at.is_(None))
+    return list(session.scalars(live.order_by(_P.id).with_for_update())) == [principal_id]
 
 
 def disable(session: Session, principal_id: str) -> PrincipalInfo | None:
