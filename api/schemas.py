@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.access import InteractionView, RunView, public_value
 from models.history import RunLine
+from models.principals import GrantInfo
 from models.status import normalize_run_status
 from models.tables import Grant, Review, Step, ToolCall
 
@@ -347,7 +348,7 @@ class GrantOut(BaseModel):
     revoked_at: datetime | None
 
     @classmethod
-    def of(cls, grant: Grant, principal: str) -> GrantOut:
+    def of(cls, grant: Grant | GrantInfo, principal: str) -> GrantOut:
         return cls(
             id=grant.id,
             principal=principal,

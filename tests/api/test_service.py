@@ -228,6 +228,7 @@ def test_openapi__operation_ids_are_stable_names(client: TestClient) -> None:
         ("delete", "/v1/principals/{principal_id}"): "disable_principal",
         ("post", "/v1/principals/{principal_id}/token"): "rotate_principal_token",
         ("post", "/v1/grants"): "create_grant",
+        ("get", "/v1/grants"): "list_grants",
         ("delete", "/v1/grants/{grant_id}"): "revoke_grant",
         ("get", "/v1/workers"): "list_workers",
         ("post", "/v1/webhooks"): "create_webhook",
