@@ -178,6 +178,26 @@ def event_out(event: Event) -> TypedEvent:
     )
 
 
+def sse_item_schema() -> dict[str, Any]:
+    """One message of the event stream, as OpenAPI 3.2's ``itemSchema`` of ``text/event-stream`` describes
+    it (what FastAPI's own SSE routes emit): ``data`` is JSON text of one of the event schemas."""
+    described: list[type[EventBase]] = [*FAMILIES.values(), OtherEvent]
+    events = [{"$ref": f"#/components/schemas/{cls.__name__}"} for cls in described]
+    return {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "pattern": "^[0-9]+$", "description": "the event's `seq`: `Last-Event-ID`"},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"oneOf": events},
+                "description": "the event, as an item of `GET /v1/runs/{run_id}/events`",
+            },
+            "retry": {"type": "integer", "minimum": 0, "description": "the first message only: no `id` or `data`"},
+        },
+    }
+
+
 class EventPage(BaseModel):
     items: list[AnyEvent]
     next: str | None = Field(description="pass back as `?cursor=` (or `?after=`) for the next page")

@@ -23,9 +23,7 @@ def _pages(client: TestClient, actors: Actors, **params: object) -> list[dict[st
             return items
 
 
-def test_list_grants__admins_page_them_oldest_first_by_principal_and_target(
-    client: TestClient, actors: Actors
-) -> None:
+def test_list_grants__admins_page_them_oldest_first_by_principal_and_target(client: TestClient, actors: Actors) -> None:
     # Given three grants of one human on targets of its own, one of them revoked
     admin = actors.auth(ADMIN)
     targets = [f"team:g{uuid.uuid4().hex[:6]}" for _ in range(3)]

@@ -141,7 +141,7 @@ def _captured(call: Callable[[Session], object]) -> list[tuple[str, Any]]:
     return sent
 
 
-def _plans(call: Callable[[Session], object]) -> list[Plan]:
+def plans_of(call: Callable[[Session], object]) -> list[Plan]:
     plans = []
     for statement, parameters in _captured(call):
         for mode in ("custom", "generic"):
@@ -275,7 +275,7 @@ def test_plan__lists_and_pages_read_their_index_in_order_never_every_row(
             cursor = _after(session, tenth)
 
     # When the read's statements are planned
-    plans = _plans(lambda session: call(session, seeded[name], cursor))
+    plans = plans_of(lambda session: call(session, seeded[name], cursor))
 
     # Then each plan reads its index in order, and no plan scans or sorts a whole table
     failing = [(p, found) for p in plans if (found := problems(p, index))]
