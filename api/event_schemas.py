@@ -25,11 +25,11 @@ class EventData(BaseModel):
 
 
 class RunEventData(EventData):
-    workflow: str | None = Field(default=None, description="run.created")
+    workflow: str | None = Field(default=None, description="every run event")
     owner: str | None = Field(default=None, description="run.created: the agent that started it")
     target: str | None = Field(default=None, description="run.created")
     status: str | None = Field(default=None, description="the terminal status, on the run's terminal event")
-    execution_id: str | None = None
+    execution_id: str | None = Field(default=None, description="on the terminal event: the execution that ended it")
     error: str | None = None
     error_details: Any = None
     reason: str | None = None
@@ -48,9 +48,9 @@ class InteractionEventData(EventData):
     interaction_id: str
     step_id: str | None = None
     key: str | None = None
-    kind: Literal["question", "permission"] | None = None
-    target: str | None = None
-    status: str | None = None
+    kind: Literal["question", "permission"] | None = Field(default=None, description="on every interaction event")
+    target: str | None = Field(default=None, description="on every interaction event")
+    status: str | None = Field(default=None, description="the status it closed with, on the events that close it")
     answered_by: str | None = None
     canceled_by: str | None = None
     reason: str | None = None
@@ -66,8 +66,10 @@ class ContinuationEventData(EventData):
 class ToolCallEventData(EventData):
     key: str
     name: str | None = Field(default=None, description="the tool's name")
-    replay: Literal["safe", "never"] | None = None
-    phase: Literal["authorizing", "executing", "settled"] | None = None
+    replay: Literal["safe", "never"] | None = Field(default=None, description="on every tool-call event")
+    phase: Literal["authorizing", "executing", "settled"] | None = Field(
+        default=None, description="the phase it entered, on every tool-call event"
+    )
     ok: bool | None = Field(default=None, description="toolcall.settled: whether it returned without error")
 
 

@@ -86,7 +86,7 @@ def _consume_and_finish_run() -> Any:
         update(INTER).where(INTER.c.run_id == bindparam("rid"), INTER.c.secret.is_not(None), won).values(secret=None)
     ).cte("erased")
     # A parked step's resumption, the step's end, then the run's
-    events = events_if(resumed, won, exists(select(run.c.id))).cte("events")
+    events = events_if(resumed, won, exists(select(run.c.id)), known={2: {"workflow": run.c.workflow}}).cte("events")
     return (
         select(consumed.c.id.label("consumed"), *(run.c[name] for name in RUN_RECORD_COLUMNS))
         .select_from(consumed.outerjoin(run, true()))

@@ -257,7 +257,7 @@ def _finish_run() -> Any:
     """``FINISH_STEP``, the run's terminal CAS with its schedule-history row, the run's sealed values erased
     and the events (the step's end; the run's only if this ended it), as one statement."""
     run = FINISH_RUN.cte("run_ended")
-    events = events_if(true(), exists(select(run.c.id))).cte("events")
+    events = events_if(true(), exists(select(run.c.id)), known={1: {"workflow": run.c.workflow}}).cte("events")
     erased = _ERASE_RUN_SECRETS.cte("erased")
     return select(*(run.c[name] for name in RUN_RECORD_COLUMNS)).add_cte(
         FINISH_STEP.cte("step_ended"), history_of(run), erased, events

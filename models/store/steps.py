@@ -181,7 +181,8 @@ def park_params(
                               "cont": continuation, "name": continuation.split("@", 1)[0], "payload": None,
                               "res": {"parked": continuation}}  # fmt: skip
     events = [event_row(run_id, "step.completed", step_id=step.id, name=step.name)] if resumed else []
-    events.append(event_row(run_id, "step.parked", step_id=parking, continuation=continuation))
+    parked_name = params["name"] if resumed else step.name
+    events.append(event_row(run_id, "step.parked", step_id=parking, name=parked_name, continuation=continuation))
     for k, spec in enumerate(interactions):
         iid = spec.interaction_id(parking)
         values = {"id": iid, "key": spec.key, "kind": spec.kind, "prompt": spec.prompt, "schema": spec.schema,
