@@ -175,6 +175,9 @@ class RunOut(BaseModel):
         "Complete while its review was running; null otherwise",
     )
     reason: str | None
+    finished_on: str | None = Field(
+        None, description="who committed its terminal state, as `<node> pid <pid>` (a worker's Celery node name)"
+    )
     interactions: list[InteractionOut] = Field(description="the open (pending) interactions")
     tool_calls: list[ToolCallOut]
     reviews: list[ReviewOut]
@@ -203,6 +206,7 @@ class RunOut(BaseModel):
             error=run.error,
             error_details=run.error_details,
             reason=run.reason,
+            finished_on=run.finished_on,
             interactions=[InteractionOut.of(i) for i in view.open_interactions],
             tool_calls=[ToolCallOut.of(c) for c in view.tool_calls],
             reviews=[ReviewOut.of(r) for r in view.reviews],

@@ -129,7 +129,7 @@ def event_stream(request: Request, reader: Reader, after: int, *, run_id: str | 
     )
 
 
-def _poll(reader: Reader, after: int, run_id: str | None) -> tuple[list[tuple[int, str]], int] | None:
+def _poll(reader: Reader, after: int, run_id: str | None = None) -> tuple[list[tuple[int, str]], int] | None:
     """One short read: who the stream is for (``None``: no one may read it any more), then the events it
     may see after the cursor (of ``run_id`` only, when given), as (seq, JSON), and the next cursor."""
     with transaction() as session:

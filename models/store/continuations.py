@@ -23,6 +23,7 @@ from models.store.runs import (
     RunRecord,
     StepLike,
     finish_events,
+    finished_by,
     history_of,
 )
 from models.store.sql import CONT, INTER, STEP, bp, word
@@ -113,7 +114,7 @@ def consume_and_finish_run(
     ended). A whole unit of work: run it in autocommit (``parkway.db.single_statement``)."""
     now = utcnow()
     params = {
-        **{"cid": continuation_id, "eid": execution_id, "at": now, "sid": step.id, "rid": step.run_id},
+        **{"cid": continuation_id, **finished_by(execution_id), "at": now, "sid": step.id, "rid": step.run_id},
         **{"step_to": STEP_OF_RUN[status].value, "to": status.value, "res": result, "err": error, "why": None},
         "det": error_details,
     }

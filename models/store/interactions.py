@@ -16,7 +16,7 @@ from models.status import RUN_TERMINAL, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
 from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
 from models.store.principals import ANSWERERS, Actor, PrincipalRef, live_named, unknown_principal
-from models.store.runs import FINISH_STEP, finish_run_update, history_of
+from models.store.runs import FINISH_STEP, finish_run_update, finished_by, history_of
 from models.store.sql import GRANT, INTER, PRIN, RUN, STEP, Executor, bp, canonical_json, word, words
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
 
@@ -266,7 +266,7 @@ def cancel(
     why = reason or f"canceled by {principal.name}"
     params = {"iid": interaction.id, "sid": interaction.step_id, "rid": interaction.run_id, "rsp": response_id,
               "digest": digest, "by": principal.id, "byname": principal.name, "why": why, "at": now,
-              "eid": f"cancel:{response_id}"}  # fmt: skip
+              **finished_by(f"cancel:{response_id}")}  # fmt: skip
     terminal = {"step_to": StepStatus.CANCELED.value, "to": RunStatus.CANCELED.value, "res": None, "err": None,
                 "det": None}  # fmt: skip
     if session.execute(_CANCEL, {**params, **terminal}).first() is None:

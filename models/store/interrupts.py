@@ -18,7 +18,7 @@ from models.store.claims import claimable
 from models.store.continuations import consumed_and_resumed
 from models.store.driver import DriverStatement
 from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
-from models.store.runs import RUN_RECORD_COLUMNS, RunRecord, StepLike, finish_run_update, history_of
+from models.store.runs import RUN_RECORD_COLUMNS, RunRecord, StepLike, finish_run_update, finished_by, history_of
 from models.store.sql import CONT, INTER, STEP, Executor, bp, word, words
 
 _LIVE_CONTINUATION = (ContinuationStatus.READY.value, ContinuationStatus.CLAIMED.value)
@@ -124,7 +124,7 @@ _INTERRUPT_RUN = _interrupt_run()
 def _params(reason: str, execution_id: str, continuation_id: str = "") -> dict[str, Any]:
     """What the interrupting CTEs bind: the run's terminal values (``finish_run_update``) among them."""
     status = {"to": RunStatus.INTERRUPTED.value, "res": None, "err": None, "det": None}
-    return {**status, "why": reason, "eid": execution_id, "at": utcnow(), "cid": continuation_id}
+    return {**status, "why": reason, **finished_by(execution_id), "at": utcnow(), "cid": continuation_id}
 
 
 def interrupt_run(session: Executor, run_id: str, *, reason: str, execution_id: str) -> RunRecord | None:

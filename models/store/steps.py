@@ -130,11 +130,21 @@ def _asked(parked: Any, k: int) -> Any:
         db_now(f"i{k}_expires_in"),  # NULL seconds: no expiry; the database's clock
         db_now(),
         bp("cont", INTER.c.continuation),
+        literal(k, INTER.c.position.type),  # its place in the Park: the step's prompts are listed in this order
     ).select_from(parked)
 
 
 _SPEC_COLUMNS = ("id", "key", "kind", "prompt", "schema", "action", "resources", "sensitive", "target")
-_INTERACTION_COLUMNS = [*_SPEC_COLUMNS, "run_id", "step_id", "status", "expires_at", "created_at", "continuation"]
+_INTERACTION_COLUMNS = [
+    *_SPEC_COLUMNS,
+    "run_id",
+    "step_id",
+    "status",
+    "expires_at",
+    "created_at",
+    "continuation",
+    "position",
+]
 
 
 def park_ctes(interactions: int, resumed: bool, gate: Any, *first: Any) -> tuple[Any, list[Any]]:

@@ -300,6 +300,19 @@ def test_event_stream__of_a_run_the_caller_may_not_read_403_of_no_run_404(live: 
         assert refused.json()["error"] == {403: "forbidden", 404: "not_found", 422: "validation_error"}[code]
 
 
+def test_finished_by__names_the_worker_s_node_and_pid_not_an_execution_id(live: Live) -> None:
+    # Given a run a real worker completes
+    run_id = start(live, "t.after")
+    done = wait_run(live, run_id, "completed")
+
+    # Then the run says which worker process ended it: its Celery node name and the pid
+    with get_engine().connect() as conn:
+        nodes = set(conn.execute(text("SELECT node FROM workers")).scalars())
+    node, _, pid = str(done["finished_on"]).partition(" pid ")
+    assert node in nodes and pid.isdigit(), (done["finished_on"], nodes)
+    assert node.startswith(live.worker.name), (node, live.worker.name)
+
+
 def test_body_over_1_mib__413_from_the_real_server(live: Live) -> None:
     big = b"x" * ((1 << 20) + 1)
     declared = live.http.post("/v1/runs", content=big, headers=live.actors.auth(AGENT))

@@ -216,12 +216,13 @@ def _after(session: Session, sql: str) -> str:
     """The cursor of a row ten pages in (from its position, as a ``next`` encodes it)."""
     from models.cursors import position_cursor
 
-    at, id_ = session.execute(text(sql)).one()
-    return position_cursor(at, id_)
+    row = session.execute(text(sql)).one()
+    return position_cursor(row.created_at, row.id, getattr(row, "position", None))
 
 
 TENTH_PENDING = (
-    "SELECT created_at, id FROM interactions WHERE status = 'pending' ORDER BY created_at, id OFFSET 500 LIMIT 1"
+    "SELECT created_at, position, id FROM interactions WHERE status = 'pending' "
+    "ORDER BY created_at, position, id OFFSET 500 LIMIT 1"
 )
 TENTH_RUN = "SELECT created_at, id FROM runs ORDER BY created_at DESC, id DESC OFFSET 500 LIMIT 1"
 
