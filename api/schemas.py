@@ -161,6 +161,7 @@ RunStatusLiteral = Literal["running", "waiting", "completed", "failed", "cancele
 class RunOut(BaseModel):
     id: str
     workflow: str
+    title: str | None = Field(None, description="what the run is about, as a step said it (`ctx.set_title`)")
     status: RunStatusLiteral
     owner: str = Field(description="the agent that started the run (from its token, never from a body)")
     target: str
@@ -196,6 +197,7 @@ class RunOut(BaseModel):
         return cls(
             id=run.id,
             workflow=run.workflow,
+            title=run.title,
             status=status.value,
             owner=view.owner,
             target=run.target,

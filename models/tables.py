@@ -132,6 +132,7 @@ class Run(Base):
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_by: Mapped[str | None] = mapped_column(String(64))  # the execution's id (projections compare it)
     finished_on: Mapped[str | None] = mapped_column(String(200))  # "<node> pid <pid>": the process (0014)
+    title: Mapped[str | None] = mapped_column(String(200))  # what the run is about, as a step says (0014)
     warnings: Mapped[Any | None] = mapped_column(JSON)
     # Set with the canonical terminal event; cleared once every projection agrees with it.
     projection_pending: Mapped[bool] = mapped_column(Boolean, default=False)

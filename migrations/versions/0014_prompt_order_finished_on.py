@@ -6,6 +6,7 @@
   and the two listing indexes of 0012 carry the position in that order.
 - ``runs.finished_on``: the process that committed the run's terminal state, ``<node> pid <pid>`` (a
   worker's Celery node name), beside ``finished_by`` (the execution's id, which projections compare).
+- ``runs.title``: what the run is about, as a step said it (``ctx.set_title``), for its cards and page.
 
 Revision ID: 0014
 Revises: 0013
@@ -38,10 +39,12 @@ def _listed(*order: str) -> None:
 def upgrade() -> None:
     op.add_column("interactions", sa.Column("position", sa.Integer(), server_default=sa.text("0"), nullable=False))
     op.add_column("runs", sa.Column("finished_on", sa.String(length=200), nullable=True))
+    op.add_column("runs", sa.Column("title", sa.String(length=200), nullable=True))
     _listed("position", "id")
 
 
 def downgrade() -> None:
     _listed("id")
+    op.drop_column("runs", "title")
     op.drop_column("runs", "finished_on")
     op.drop_column("interactions", "position")

@@ -184,6 +184,18 @@ _ERASE_RUN_SECRETS = (
 )
 
 
+def set_title(session: Session, run_id: str, title: str) -> bool:
+    """live -> live with ``title``: what the run is about, as a step says it (in its commit); ``False`` once
+    the run has ended (its title is kept as it ended)."""
+    titled = session.execute(
+        update(RUN)
+        .where(RUN.c.id == run_id, RUN.c.status.in_(words(s.value for s in RUN_LIVE)))
+        .values(title=title)
+        .returning(RUN.c.id)
+    ).first()
+    return titled is not None
+
+
 def erase_secrets(session: Session, *, step_id: str | None = None, run_id: str | None = None) -> int:
     """Sealed sensitive values -> NULL (ciphertext too), for a consumed step or an ended run."""
     if step_id is not None:

@@ -121,7 +121,9 @@ ORDERED_KEYS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh
 
 @step("pages.ordered")
 def ordered(ctx: Context, payload: dict[str, Any]) -> Park:
-    """Eight questions, declared in this order (their ids, hashes, sort in another)."""
+    """Eight questions, declared in this order (their ids, hashes, sort in another); titled when asked to."""
+    if payload.get("title"):
+        ctx.set_title(payload["title"])
     questions = [Question(key=k, prompt=f"The {k} question", schema={"type": "string"}, target="team:ops")
                  for k in ORDERED_KEYS]  # fmt: skip
     return Park(continuation="pages.deploy_done@1", snapshot={"service": "x"}, interactions=questions)

@@ -290,3 +290,21 @@ def test_prompts__a_step_s_prompts_listed_in_the_order_it_declared_them_on_the_c
     assert paged == declared
     assert [i["key"] for i in admin.json()["items"] if i["run_id"] == run_id] == declared
     assert re.findall(r'data-prompt="The (\w+) question"', card) == declared
+
+
+def test_card__says_what_the_run_is_about_in_the_title_its_step_gave_it(client: TestClient, actors: Actors) -> None:
+    # Given a step that titles its run, and one that does not
+    titled = start_driven(client, actors, "pages.ordered", {"title": "Deploy  billing <to> prod"})
+    plain = start_driven(client, actors, "pages.ordered", {})
+
+    # When its card, its page and the API are read
+    sign_in(client, actors.tokens[HUMAN])
+    card, page = client.get(f"{PAGE}/runs/{titled}/card").text, client.get(f"/runs/{titled}").text
+    run = client.get(f"/v1/runs/{titled}", headers=actors.auth(HUMAN)).json()
+
+    # Then each leads with the title (one line, escaped), the workflow's name beside it; untitled: the name
+    assert "<h3>Deploy billing &lt;to&gt; prod <span" in card and "pages.ordered" in card
+    assert "<h1>Deploy billing &lt;to&gt; prod</h1>" in page
+    assert run["title"] == "Deploy billing <to> prod" and run["workflow"] == "pages.ordered"
+    assert "<h3>pages.ordered</h3>" in client.get(f"{PAGE}/runs/{plain}/card").text
+    assert client.get(f"/v1/runs/{plain}", headers=actors.auth(HUMAN)).json()["title"] is None
