@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from api.schemas import ErrorBody, InteractionConflict, InteractionGone, RunConflict, ValidationErrorBody
 from models.cursors import InvalidCursor
@@ -52,6 +53,11 @@ UNKNOWN_PRINCIPAL = "no principal is named {name!r}"
 GRANT_NOT_FOUND = "grant {id} does not exist"
 PRINCIPAL_NOT_FOUND = "principal {id} does not exist"
 PRINCIPAL_DISABLED = "principal {name!r} is disabled"
+LAST_ADMIN = (
+    "principal {id} is the last live admin: disabling it would leave no token that can manage principals and "
+    "grants. Make another admin first; should no admin token work, make one where the database is reachable: "
+    "`parkway token create --kind admin --name NAME`"
+)
 DISABLE_SELF = "an admin cannot disable itself; another admin (or `parkway token revoke`) can"
 WEBHOOK_NOT_FOUND = "webhook {id} does not exist"
 REPLAY_FORWARD = "a replay goes back from the subscription's cursor, never forward past it: {seq} is ahead of it"
@@ -222,9 +228,23 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
         return await _on_validation(request, RequestValidationError([{"loc": ("body",), "msg": UNPARSABLE}]))
     code = STATUS_CODES.get(exc.status_code, "error")
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    headers = getattr(exc, "headers", None)
     if exc.status_code == 404 and detail == "Not Found":
         detail = "no such resource"
-    return error_response(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": allowed_methods(request)}
+    return error_response(exc.status_code, code, detail, headers=headers)
+
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method the request's path is served with, for ``Allow``: Starlette names only those of the
+    first route whose path matched, and a path's methods are often routes of their own."""
+    routes = request.app.router.routes
+    served = (m for m in METHODS if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes))
+    return ", ".join(served)
 
 
 def _unavailable(request: Request, exc: BaseException) -> JSONResponse:

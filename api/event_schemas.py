@@ -25,11 +25,11 @@ class EventData(BaseModel):
 
 
 class RunEventData(EventData):
-    workflow: str | None = Field(default=None, description="run.created")
+    workflow: str | None = Field(default=None, description="every run event")
     owner: str | None = Field(default=None, description="run.created: the agent that started it")
     target: str | None = Field(default=None, description="run.created")
     status: str | None = Field(default=None, description="the terminal status, on the run's terminal event")
-    execution_id: str | None = None
+    execution_id: str | None = Field(default=None, description="on the terminal event: the execution that ended it")
     error: str | None = None
     error_details: Any = None
     reason: str | None = None
@@ -48,9 +48,9 @@ class InteractionEventData(EventData):
     interaction_id: str
     step_id: str | None = None
     key: str | None = None
-    kind: Literal["question", "permission"] | None = None
-    target: str | None = None
-    status: str | None = None
+    kind: Literal["question", "permission"] | None = Field(default=None, description="on every interaction event")
+    target: str | None = Field(default=None, description="on every interaction event")
+    status: str | None = Field(default=None, description="the status it closed with, on the events that close it")
     answered_by: str | None = None
     canceled_by: str | None = None
     reason: str | None = None
@@ -66,8 +66,10 @@ class ContinuationEventData(EventData):
 class ToolCallEventData(EventData):
     key: str
     name: str | None = Field(default=None, description="the tool's name")
-    replay: Literal["safe", "never"] | None = None
-    phase: Literal["authorizing", "executing", "settled"] | None = None
+    replay: Literal["safe", "never"] | None = Field(default=None, description="on every tool-call event")
+    phase: Literal["authorizing", "executing", "settled"] | None = Field(
+        default=None, description="the phase it entered, on every tool-call event"
+    )
     ok: bool | None = Field(default=None, description="toolcall.settled: whether it returned without error")
 
 
@@ -176,6 +178,26 @@ def event_out(event: Event) -> TypedEvent:
     return _ADAPTER.validate_python(
         {"seq": event.seq, "run_id": event.run_id, "type": event.type, "at": event.at, "data": event.data or {}}
     )
+
+
+def sse_item_schema() -> dict[str, Any]:
+    """One message of the event stream, as OpenAPI 3.2's ``itemSchema`` of ``text/event-stream`` describes
+    it (what FastAPI's own SSE routes emit): ``data`` is JSON text of one of the event schemas."""
+    described: list[type[EventBase]] = [*FAMILIES.values(), OtherEvent]
+    events = [{"$ref": f"#/components/schemas/{cls.__name__}"} for cls in described]
+    return {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "pattern": "^[0-9]+$", "description": "the event's `seq`: `Last-Event-ID`"},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"oneOf": events},
+                "description": "the event, as an item of `GET /v1/runs/{run_id}/events`",
+            },
+            "retry": {"type": "integer", "minimum": 0, "description": "the first message only: no `id` or `data`"},
+        },
+    }
 
 
 class EventPage(BaseModel):

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.access import InteractionView, RunView, public_value
 from models.history import RunLine
+from models.principals import GrantInfo
 from models.status import normalize_run_status
 from models.tables import Grant, Review, Step, ToolCall
 
@@ -160,6 +161,7 @@ RunStatusLiteral = Literal["running", "waiting", "completed", "failed", "cancele
 class RunOut(BaseModel):
     id: str
     workflow: str
+    title: str | None = Field(None, description="what the run is about, as a step said it (`ctx.set_title`)")
     status: RunStatusLiteral
     owner: str = Field(description="the agent that started the run (from its token, never from a body)")
     target: str
@@ -174,6 +176,9 @@ class RunOut(BaseModel):
         "Complete while its review was running; null otherwise",
     )
     reason: str | None
+    finished_on: str | None = Field(
+        None, description="who committed its terminal state, as `<node> pid <pid>` (a worker's Celery node name)"
+    )
     interactions: list[InteractionOut] = Field(description="the open (pending) interactions")
     tool_calls: list[ToolCallOut]
     reviews: list[ReviewOut]
@@ -192,6 +197,7 @@ class RunOut(BaseModel):
         return cls(
             id=run.id,
             workflow=run.workflow,
+            title=run.title,
             status=status.value,
             owner=view.owner,
             target=run.target,
@@ -202,6 +208,7 @@ class RunOut(BaseModel):
             error=run.error,
             error_details=run.error_details,
             reason=run.reason,
+            finished_on=run.finished_on,
             interactions=[InteractionOut.of(i) for i in view.open_interactions],
             tool_calls=[ToolCallOut.of(c) for c in view.tool_calls],
             reviews=[ReviewOut.of(r) for r in view.reviews],
@@ -347,7 +354,7 @@ class GrantOut(BaseModel):
     revoked_at: datetime | None
 
     @classmethod
-    def of(cls, grant: Grant, principal: str) -> GrantOut:
+    def of(cls, grant: Grant | GrantInfo, principal: str) -> GrantOut:
         return cls(
             id=grant.id,
             principal=principal,

@@ -14,6 +14,7 @@ from typing import Any
 
 from beat import schedule
 from models import fail_closed, projections, store
+from models.store import Due
 from parkway.crash import crash_point
 from parkway.db import database_unavailable, failure_line, single_statement, transaction
 from parkway.settings import get_settings
@@ -72,7 +73,7 @@ def run_sweep(batch: int | None = None) -> SweepReport:
     batch = batch or settings.sweep_batch
     report = SweepReport(batch=batch)
     started = time.monotonic()
-    to_publish: list[tuple[str, str]] = []
+    to_publish: list[Due] = []
     to_publish += _expired_leases(report, batch=batch, max_attempts=settings.max_attempts)
     _failed_closed(report, batch=batch)
     to_publish += _expire_interactions(report, batch=batch)
@@ -94,7 +95,7 @@ def run_sweep(batch: int | None = None) -> SweepReport:
     return report
 
 
-def _publish_batch(items: list[tuple[str, str]]) -> int:
+def _publish_batch(items: list[Due]) -> int:
     return publish(items, after_first=lambda: crash_point("sweep.mid_batch"))
 
 
@@ -125,7 +126,7 @@ def continuations_queued() -> int | None:
         return None
 
 
-def _expired_leases(report: SweepReport, *, batch: int, max_attempts: int) -> list[tuple[str, str]]:
+def _expired_leases(report: SweepReport, *, batch: int, max_attempts: int) -> list[Due]:
     """Category 1 (claims whose lease ran out → ready again) and 3 (out of attempts → dead): the release is
     one statement for the batch; should it fail, each row is tried on its own, so one bad row is skipped."""
     try:
@@ -154,7 +155,9 @@ def _release_each(report: SweepReport, *, batch: int, max_attempts: int) -> stor
                 with session.begin_nested():
                     released = store.release_expired_claim(session, row.id)
                 if released is not None:
-                    found.released.append((released.id, released.kind))
+                    found.released.append(
+                        Due(released.id, released.kind, released.run_id, released.step_id, released.name)
+                    )
             except Exception as exc:
                 _skipped(report, exc, continuation_id=row.id)
     return found
@@ -212,9 +215,9 @@ def _failed_closed(report: SweepReport, *, batch: int) -> None:
     project_quietly(ended)
 
 
-def _expire_interactions(report: SweepReport, *, batch: int) -> list[tuple[str, str]]:
+def _expire_interactions(report: SweepReport, *, batch: int) -> list[Due]:
     """Category 2: pending interactions past their expiry → expired; the continuation may become due."""
-    due: list[tuple[str, str]] = []
+    due: list[Due] = []
     with transaction() as session:
         for interaction_id in store.expirable_interactions(session, batch=batch):
             try:
@@ -223,13 +226,13 @@ def _expire_interactions(report: SweepReport, *, batch: int) -> list[tuple[str, 
                     if expiry.expired:
                         report.counts["expired"] += 1
                     if expiry.continuation is not None:
-                        due.append((expiry.continuation.id, expiry.continuation.kind))
+                        due.append(expiry.continuation)
             except Exception as exc:
                 _skipped(report, exc, interaction_id=interaction_id)
     return due
 
 
-def _stale_ready(report: SweepReport, *, batch: int, older_than_s: float) -> list[tuple[str, str]]:
+def _stale_ready(report: SweepReport, *, batch: int, older_than_s: float) -> list[Due]:
     """Category 1: ready continuations not enqueued recently (publish lost, broker flushed) → again."""
     with transaction() as session:
         rows = store.mark_for_republish(session, older_than_s=older_than_s, batch=batch)

@@ -33,13 +33,15 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from models import fleet, paging
-from models.cursors import position_cursor, read_position
+from models.cursors import position_cursor, read_placed_position
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, SweepTotal, ToolCall
 
 T = TypeVar("T")
 
 REDACTED = "***"
+# How interactions are listed everywhere: oldest first, a step's in the order its Park declared them.
+LISTED_ORDER = (Interaction.created_at, Interaction.position, Interaction.id)
 
 
 @dataclass
@@ -171,7 +173,7 @@ def run_view(session: Session, run: Run) -> RunView:
         for i in session.scalars(
             select(Interaction)
             .where(Interaction.run_id == run.id, Interaction.status == InteractionStatus.PENDING)
-            .order_by(Interaction.created_at, Interaction.id)
+            .order_by(*LISTED_ORDER)
         )
     ]
     return RunView(
@@ -212,7 +214,7 @@ def list_interactions(
 ) -> Page[InteractionView]:
     """Interactions the caller may see, oldest first, ``limit`` at a time: a page per granted target (a
     person), of the caller's own runs (an agent) or of all (an admin), merged (``models.paging``)."""
-    after = read_position(cursor) if cursor is not None else None
+    after = read_placed_position(cursor) if cursor is not None else None
     where: list[ColumnElement[bool]] = [Interaction.run_id == run_id] if run_id is not None else []
     targets = None
     if principal.kind == PrincipalKind.HUMAN:
@@ -235,11 +237,11 @@ def interaction_page(session: Session, keys: Any, limit: int) -> Page[Interactio
         select(Interaction, Principal.name)
         .join(keys, keys.c.id == Interaction.id)
         .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
-        .order_by(Interaction.created_at, Interaction.id)
+        .order_by(*LISTED_ORDER)
     ).all()
     items = [InteractionView(r[0], r[1]) for r in rows[:limit]]
     last = items[-1].interaction if len(rows) > limit and items else None
-    return Page(items, position_cursor(last.created_at, last.id) if last is not None else None)
+    return Page(items, position_cursor(last.created_at, last.id, last.position) if last is not None else None)
 
 
 # --------------------------------------------------------------------------- metrics

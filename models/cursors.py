@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 from datetime import datetime
+from typing import Any
 
 from models.jsonsafe import text_problem
 from parkway.errors import ParkwayError
@@ -16,21 +17,38 @@ class InvalidCursor(ParkwayError, ValueError):
     """Raised when a paging cursor was not produced by this API (or was altered)."""
 
 
-def position_cursor(at: datetime, id_: str) -> str:
-    """The cursor of a row in a list ordered by (time, id)."""
-    return _encode(json.dumps([at.isoformat(), id_], separators=(",", ":")))
+def position_cursor(at: datetime, id_: str, place: int | None = None) -> str:
+    """The cursor of a row in a list ordered by (time, id), or by (time, place, id) given its ``place``."""
+    values = [at.isoformat(), id_] if place is None else [at.isoformat(), place, id_]
+    return _encode(json.dumps(values, separators=(",", ":")))
 
 
 def read_position(cursor: str) -> tuple[datetime, str]:
     """The (time, id) of ``position_cursor``; ``InvalidCursor`` for anything else."""
+    at, id_ = _read_values(cursor, 2)
+    return at, id_
+
+
+def read_placed_position(cursor: str) -> tuple[datetime, int, str]:
+    """The (time, place, id) of ``position_cursor`` given a place; ``InvalidCursor`` for anything else."""
+    at, place, id_ = _read_values(cursor, 3)
+    if not isinstance(place, int) or isinstance(place, bool) or not 0 <= place < 2**31:
+        raise _refused(cursor)
+    return at, place, id_
+
+
+def _read_values(cursor: str, n: int) -> list[Any]:
+    """The ``n`` values of a position cursor, its time parsed and its id checked."""
     try:
-        at, id_ = json.loads(_decode(cursor))
-        parsed = datetime.fromisoformat(at)
+        values = json.loads(_decode(cursor))
+        if not isinstance(values, list) or len(values) != n:
+            raise ValueError(cursor)
+        parsed, id_ = datetime.fromisoformat(values[0]), values[-1]
         if not isinstance(id_, str) or parsed.tzinfo is None or text_problem(id_) is not None:
             raise ValueError(cursor)
     except (ValueError, TypeError) as exc:
         raise _refused(cursor) from exc
-    return parsed, id_
+    return [parsed, *values[1:]]
 
 
 def text_cursor(text: str) -> str:

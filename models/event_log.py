@@ -23,8 +23,11 @@ def run_events(session: Session, run_id: str, *, after: int, limit: int) -> Page
     return Page(items, str(items[-1].seq) if len(rows) > limit else None)
 
 
-def visible_events(session: Session, principal: Principal, *, after: int, limit: int) -> tuple[list[Event], int]:
-    """Final events after ``after`` of runs the caller may see now, and the cursor to poll from next.
+def visible_events(
+    session: Session, principal: Principal, *, after: int, limit: int, run_id: str | None = None
+) -> tuple[list[Event], int]:
+    """Final events after ``after`` of runs the caller may see now (of one run: ``run_id``, a range of
+    ``ix_events_run_seq``), and the cursor to poll from next.
 
     One statement, so the events and the bound they stop at come from one snapshot: every event at or
     below the cursor returned is final. The cursor moves past events the caller may not see too, so a
@@ -32,10 +35,11 @@ def visible_events(session: Session, principal: Principal, *, after: int, limit:
     """
     below = final_below()
     bound = select(below.label("below")).subquery("bound")
+    one_run = [Event.run_id == run_id] if run_id is not None else []
     page = (
         select(Event)
         .join(Run, Run.id == Event.run_id)
-        .where(Event.seq > after, Event.seq < below, event_visible(principal))
+        .where(Event.seq > after, Event.seq < below, event_visible(principal), *one_run)
         .order_by(Event.seq)
         .limit(limit)
         .subquery("page")

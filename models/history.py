@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, aliased
 
 from models import access, event_log, fleet, paging
 from models.access import InteractionView, Page
-from models.cursors import position_cursor, read_position
+from models.cursors import position_cursor, read_placed_position, read_position
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Event, Grant, Interaction, Principal, Review, Run, Step, ToolCall
 
@@ -138,7 +138,7 @@ def interactions(session: Session, principal: Principal, run_id: str) -> list[An
         .outerjoin(answerer, answerer.id == Interaction.answered_by_id)
         .outerjoin(closer, closer.id == Interaction.closed_by_id)
         .where(Interaction.run_id == run_id, access.interaction_visible(principal))
-        .order_by(Interaction.created_at, Interaction.id)
+        .order_by(*access.LISTED_ORDER)
     ).all()
     return [Answered(row[0], row[1], row[2], access.public_value(row[0])) for row in rows]
 
@@ -172,7 +172,7 @@ def pending(
     ``access.list_interactions`` reads them: a page per granted target, or of all, merged."""
     live = access.live_targets(principal)
     where = [Interaction.run_id == run_id] if run_id is not None else []
-    after = read_position(cursor) if cursor is not None else None
+    after = read_placed_position(cursor) if cursor is not None else None
 
     def keys(where: list[Any], targets: Any, of_runs: bool = False) -> Any:
         return paging.interaction_keys(where, targets=targets, status=InteractionStatus.PENDING, after=after,
@@ -185,7 +185,7 @@ def pending(
     else:  # an agent: its granted targets, and its own runs' while granted on the run's target
         owned = keys([*where, Run.owner_id == principal.id, Run.target.in_(live)], None, of_runs=True)
         both = union(select(keys(where, live)), select(owned)).subquery("both")
-        page = select(both).order_by(both.c.created_at, both.c.id).limit(limit + 1).subquery("page")
+        page = select(both).order_by(both.c.created_at, both.c.position, both.c.id).limit(limit + 1).subquery("page")
     return access.interaction_page(session, page, limit)
 
 

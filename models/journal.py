@@ -90,7 +90,8 @@ def _moved(to: ToolPhase, event: str, *, settles: bool = False, **data: Any) -> 
         .returning(*_TOOL.c)
         .cte("moved")
     )
-    row = event_select(0, event, moved.c.run_id, moved, key=moved.c.key, name=moved.c.name, **data)
+    row = event_select(0, event, moved.c.run_id, moved, key=moved.c.key, name=moved.c.name, replay=moved.c.replay,
+                       phase=moved.c.phase, **data)  # fmt: skip
     statement = select(*moved.c).add_cte(insert_events(row))
     # The row this session may hold already is refreshed with what the update returned.
     return select(ToolCall).from_statement(statement).execution_options(populate_existing=True)

@@ -1,5 +1,6 @@
-"""Pages in the order an index returns them: the keys ``(created_at, id)`` of one page of interactions
-(oldest first) or runs (newest first), whatever the size of the tables.
+"""Pages in the order an index returns them: the keys ``(created_at, position, id)`` of one page of
+interactions (oldest first; a step's in the order it declared them) or ``(created_at, id)`` of runs (newest
+first), whatever the size of the tables.
 
 A caller granted on many targets cannot be served by one index range: its rows are spread over one range
 per target. So a page is taken per key (each granted target, and each status when a list shows them all)
@@ -7,8 +8,8 @@ from its range of an index ordered like the page, ``LIMIT n`` each (a ``LATERAL`
 pages are merged and cut to ``n``: the cost follows the keys and the page, never the table. A read with
 one key is that one range (an admin's list, a target filter); a read of one run's rows sorts that run's.
 
-The indexes (migration 0011): interactions by (target, status, created_at, id) and (status, created_at,
-id), runs by (target, created_at, id) and (created_at, id).
+The indexes (migrations 0012, 0014): interactions by (target, status, created_at, position, id) and
+(status, created_at, position, id), runs by (target, created_at, id) and (created_at, id).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from sqlalchemy import ColumnElement, FromClause, Select, String, Subquery, colu
 from models.status import InteractionStatus
 from models.tables import Interaction, Run
 
-Position = tuple[datetime, str]  # (created_at, id) of the last row of the previous page
+Position = tuple[datetime, str]  # (created_at, id) of the last run of the previous page
+Placed = tuple[datetime, int, str]  # (created_at, position, id) of the last interaction of the previous page
 
 _STATUSES = values(column("status", String), name="statuses").data([(s.value,) for s in InteractionStatus])
 
@@ -32,7 +34,7 @@ def interaction_keys(
     *,
     targets: Select[Any] | None,
     status: str | None,
-    after: Position | None,
+    after: Placed | None,
     n: int,
     of_runs: bool = False,
     one_run: bool = False,
@@ -43,7 +45,7 @@ def interaction_keys(
     interactions are few: they are sorted, no range is read per target or status (each would be read whole
     to find them)."""
     keys: list[FromClause] = []
-    page = select(Interaction.created_at, Interaction.id).where(*where)
+    page = select(Interaction.created_at, Interaction.position, Interaction.id).where(*where)
     if of_runs:
         page = page.join(Run, Run.id == Interaction.run_id)
     if targets is not None and one_run:
@@ -58,7 +60,7 @@ def interaction_keys(
         keys.append(_STATUSES)
         page = page.where(Interaction.status == _STATUSES.c.status)
     if after is not None:
-        page = page.where(tuple_(Interaction.created_at, Interaction.id) > tuple_(*after))
+        page = page.where(tuple_(Interaction.created_at, Interaction.position, Interaction.id) > tuple_(*after))
     return _merged(page, keys, n, descending=False)
 
 
@@ -78,19 +80,21 @@ def run_keys(
     return _merged(page, keys, n, descending=True)
 
 
-def _merged(page: Select[datetime, str], keys: list[FromClause], n: int, *, descending: bool) -> Subquery:
-    """``page`` (two columns: time, id) ordered and cut to ``n`` once per row of the ``keys`` (their
-    product), merged and cut to ``n``."""
+Keys = Select[*tuple[Any, ...]]  # a select of a page's keys: its order's columns, the id last
 
-    def ordered(stmt: Select[datetime, str], at: Any, id_: Any) -> Select[datetime, str]:
-        return stmt.order_by(*((at.desc(), id_.desc()) if descending else (at, id_))).limit(n)
 
-    at, id_ = page.selected_columns
+def _merged(page: Keys, keys: list[FromClause], n: int, *, descending: bool) -> Subquery:
+    """``page`` (its columns: the order's keys, the id last) ordered and cut to ``n`` once per row of the
+    ``keys`` (their product), merged and cut to ``n``."""
+
+    def ordered(stmt: Keys, columns: Sequence[Any]) -> Keys:
+        return stmt.order_by(*(column.desc() if descending else column for column in columns)).limit(n)
+
     if not keys:
-        return ordered(page, at, id_).subquery("page")
-    each = ordered(page, at, id_).lateral("each")
+        return ordered(page, list(page.selected_columns)).subquery("page")
+    each = ordered(page, list(page.selected_columns)).lateral("each")
     joined: Any = keys[0]
     for key in keys[1:]:
         joined = joined.join(key, true())
-    merged = select(each.c[0], each.c[1]).select_from(joined.join(each, true()))
-    return ordered(merged, each.c[0], each.c[1]).subquery("page")
+    merged = select(*each.c).select_from(joined.join(each, true()))
+    return ordered(merged, list(each.c)).subquery("page")

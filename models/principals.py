@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from sqlalchemy import and_, bindparam, insert, literal, select, update
+from sqlalchemy import and_, bindparam, insert, literal, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
-from models.cursors import read_text, text_cursor
+from models.cursors import position_cursor, read_position, read_text, text_cursor
+from models.status import PrincipalKind
 from models.tables import Grant, PageSession, Principal
 
 _P = Principal.__table__.c
@@ -62,15 +62,44 @@ def list_principals(session: Session, *, cursor: str | None, limit: int) -> tupl
     return rows, (text_cursor(rows[-1].name) if more and rows else None)
 
 
-def list_grants(session: Session, *, principal: str | None = None, revoked_too: bool = False) -> list[Any]:
-    """The grants, oldest first, each with its principal's name and kind: live ones unless ``revoked_too``."""
-    query = select(Grant.id, Principal.name, Principal.kind, Grant.target, Grant.created_at, Grant.revoked_at)
-    query = query.join(Principal, Principal.id == Grant.principal_id).order_by(Grant.created_at, Grant.id)
+@dataclass(frozen=True)
+class GrantInfo:
+    """A grant as an admin lists it: its principal by name and kind."""
+
+    id: str
+    principal: str
+    kind: str
+    target: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def list_grants(
+    session: Session,
+    *,
+    principal: str | None = None,
+    target: str | None = None,
+    revoked_too: bool = False,
+    cursor: str | None = None,
+    limit: int,
+) -> tuple[list[GrantInfo], str | None]:
+    """The grants, oldest first, ``limit`` at a time: live ones unless ``revoked_too``, of the principal
+    named ``principal`` and on ``target`` when given; the cursor of the next page or ``None``. A cursor is
+    one such ``next`` (``cursors.InvalidCursor`` otherwise)."""
+    query = select(_G.id, _P.name, _P.kind, _G.target, _G.created_at, _G.revoked_at).join(
+        Principal.__table__, _P.id == _G.principal_id
+    )
     if not revoked_too:
-        query = query.where(Grant.revoked_at.is_(None))
-    if principal:
-        query = query.where(Principal.name == principal)
-    return list(session.execute(query).all())
+        query = query.where(_G.revoked_at.is_(None))
+    if principal is not None:
+        query = query.where(_P.name == principal)
+    if target is not None:
+        query = query.where(_G.target == target)
+    if cursor is not None:
+        query = query.where(tuple_(_G.created_at, _G.id) > tuple_(*read_position(cursor)))
+    rows = [GrantInfo(*row) for row in session.execute(query.order_by(_G.created_at, _G.id).limit(limit + 1))]
+    last = rows[limit - 1] if len(rows) > limit else None
+    return rows[:limit], (position_cursor(last.created_at, last.id) if last is not None else None)
 
 
 def live_principal_for_update(session: Session, name: str) -> Principal | None:
@@ -87,6 +116,14 @@ def _end_sessions(session: Session, principal_id: str, now: datetime) -> None:
         .where(PageSession.principal_id == principal_id, PageSession.ended_at.is_(None))
         .values(ended_at=now)
     )
+
+
+def last_live_admin(session: Session, principal_id: str) -> bool:
+    """Whether the principal is the only live admin. Every live admin's row stays locked until the caller's
+    transaction ends: two admins disabling each other at once are decided one after the other, so the
+    second finds itself the last one."""
+    live = select(_P.id).where(_P.kind == PrincipalKind.ADMIN.value, _P.disabled_at.is_(None))
+    return list(session.scalars(live.order_by(_P.id).with_for_update())) == [principal_id]
 
 
 def disable(session: Session, principal_id: str) -> PrincipalInfo | None:

@@ -130,7 +130,9 @@ class Run(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    finished_by: Mapped[str | None] = mapped_column(String(64))
+    finished_by: Mapped[str | None] = mapped_column(String(64))  # the execution's id (projections compare it)
+    finished_on: Mapped[str | None] = mapped_column(String(200))  # "<node> pid <pid>": the process (0014)
+    title: Mapped[str | None] = mapped_column(String(200))  # what the run is about, as a step says (0014)
     warnings: Mapped[Any | None] = mapped_column(JSON)
     # Set with the canonical terminal event; cleared once every projection agrees with it.
     projection_pending: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -204,6 +206,8 @@ class Interaction(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     continuation: Mapped[str | None] = mapped_column(String(200))  # the name@version its step resumes (0010)
+    # Its place among the step's interactions as the Park declared them: lists order by (created_at, position, id).
+    position: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
     __table_args__ = (
         UniqueConstraint("step_id", "key"),
@@ -228,9 +232,9 @@ class Interaction(Base):
             # Not implied by a query without the continuation: an answer's closing never scans this one.
             postgresql_where=text("status = 'pending' AND continuation IS NOT NULL"),
         ),
-        # Lists oldest first: per granted target and status, or per status (models/paging.py, 0012).
-        Index("ix_interactions_target_listed", "target", "status", "created_at", "id"),
-        Index("ix_interactions_listed", "status", "created_at", "id"),
+        # Lists oldest first: per granted target and status, or per status (models/paging.py, 0012, 0014).
+        Index("ix_interactions_target_listed", "target", "status", "created_at", "position", "id"),
+        Index("ix_interactions_listed", "status", "created_at", "position", "id"),
     )
 
 

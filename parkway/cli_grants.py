@@ -64,19 +64,24 @@ def cmd_grant_create(args: argparse.Namespace) -> int:
 
 
 def cmd_grant_list(args: argparse.Namespace) -> int:
-    """The grants, oldest first: live ones, or all with ``--all``; one line each."""
+    """The grants, oldest first, as ``GET /v1/grants`` lists them: live ones, or revoked ones too with
+    ``--all``; by principal and target; one line each, every page."""
     from models import principals
     from parkway.db import transaction
 
     _ready()
-    with transaction() as session:
-        rows = principals.list_grants(session, principal=args.principal, revoked_too=args.all)
     print(f"{'ID':<36}  {'PRINCIPAL':<20}  {'KIND':<6}  {'TARGET':<20}  {'CREATED (UTC)':<19}  REVOKED (UTC)")
-    for row in rows:
-        revoked = f"{row.revoked_at:%Y-%m-%d %H:%M:%S}" if row.revoked_at is not None else "-"
-        print(f"{row.id:<36}  {row.name:<20}  {row.kind:<6}  {row.target:<20}  "
-              f"{row.created_at:%Y-%m-%d %H:%M:%S}  {revoked}")  # fmt: skip
-    return 0
+    cursor: str | None = None
+    while True:
+        with transaction() as session:
+            rows, cursor = principals.list_grants(session, principal=args.principal, target=args.target,
+                                                  revoked_too=args.all, cursor=cursor, limit=500)  # fmt: skip
+        for row in rows:
+            revoked = f"{row.revoked_at:%Y-%m-%d %H:%M:%S}" if row.revoked_at is not None else "-"
+            print(f"{row.id:<36}  {row.principal:<20}  {row.kind:<6}  {row.target:<20}  "
+                  f"{row.created_at:%Y-%m-%d %H:%M:%S}  {revoked}")  # fmt: skip
+        if cursor is None:
+            return 0
 
 
 def cmd_grant_revoke(args: argparse.Namespace) -> int:
@@ -139,10 +144,11 @@ def add_commands(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     create.add_argument("--principal", required=True, metavar="NAME")
     create.add_argument("--target", required=True, metavar="TARGET")
     create.set_defaults(fn=cmd_grant_create)
-    listing = grant_sub.add_parser("list", help="list the live grants", epilog=exit_codes(GRANT_EXIT_CODES),
-                                   formatter_class=raw)  # fmt: skip
+    listing = grant_sub.add_parser("list", help="list the live grants (as GET /v1/grants)",
+                                   epilog=exit_codes(GRANT_EXIT_CODES), formatter_class=raw)  # fmt: skip
     listing.add_argument("--all", action="store_true", help="revoked grants too")
     listing.add_argument("--principal", metavar="NAME", help="only this principal's")
+    listing.add_argument("--target", metavar="TARGET", help="only those on this target")
     listing.set_defaults(fn=cmd_grant_list)
     revoke = grant_sub.add_parser("revoke", help="revoke a grant by id", epilog=exit_codes(GRANT_EXIT_CODES),
                                   formatter_class=raw)  # fmt: skip

@@ -16,6 +16,7 @@ from celery import bootsteps
 
 from models import store
 from models.status import ContinuationKind
+from parkway import identity
 from parkway.db import database_unavailable, failure_line, single_statement
 from parkway.settings import get_settings
 from tasks import registry
@@ -68,6 +69,7 @@ def start(node: str) -> Advertiser:
     """Advertise this worker now (``worker_init``: imports done, no task taken yet); raises what the
     database raised, so a worker that cannot say what it runs does not start."""
     global _advertiser
+    identity.name_node(node)  # the runs this worker ends read "finished by <node> pid <pid>"
     _advertiser = Advertiser(node)
     _advertiser.advertise()
     log.info(

@@ -9,6 +9,7 @@ from functools import cache
 from celery.utils.nodenames import worker_direct
 from kombu.exceptions import OperationalError
 
+from models.store import Due
 from parkway.crash import crash_point
 from tasks.celery_app import (
     CONTINUATIONS_QUEUE,
@@ -26,14 +27,28 @@ log = logging.getLogger("parkway.publish")
 HANDED_ON = "parkway_handed_on"
 
 
+Item = Due | tuple[str, str]  # a continuation made due, or only its (id, kind)
+
+
+def shown(item: Item) -> tuple[str, str, dict[str, str]]:
+    """The continuation's id and kind, and how Flower shows its task: the id as its argument, and (for a
+    ``Due``) the run, step and ``name@version`` it serves as keyword arguments it does not take, never a
+    payload or an answer (``argsrepr``, ``kwargsrepr``)."""
+    if isinstance(item, tuple):
+        return item[0], item[1], {}
+    serves = {"run_id": item.run_id, "step_id": item.step_id, "serves": item.name}
+    return item.id, item.kind, {"argsrepr": repr([item.id]), "kwargsrepr": repr(serves)}
+
+
 def publish(
-    items: Iterable[tuple[str, str]],
+    items: Iterable[Item],
     *,
     after_first: Callable[[], None] | None = None,
     retry: bool = True,
     node: str | None = None,
 ) -> int:
-    """Send one task per ``(continuation_id, kind)``; call only after the commit that created them.
+    """Send one task per continuation (a ``Due``, or its ``(id, kind)``); call only after the commit that
+    created them.
 
     All sends share one producer (one broker connection for the batch). A send that the broker or the
     transport failed (``_broker_errors``) is logged at WARNING (ids only), never raised, and ends the
@@ -61,11 +76,12 @@ def publish(
                 if not retry:
                     # Without this, the first send would reconnect for up to ``broker_connection_timeout``.
                     connection.ensure_connection(max_retries=0)
-                for continuation_id, kind in batch[sent:]:
+                for item in batch[sent:]:
                     crash_point("publish.before_send")
+                    continuation_id, kind, reprs = shown(item)
                     name, queue = (RUN_STEP, STEPS_QUEUE) if kind == "start" else (RESUME_STEP, CONTINUATIONS_QUEUE)
                     app.send_task(name, args=[continuation_id], queue=to or queue, producer=producer, retry=retry,
-                                  headers=headers)  # fmt: skip
+                                  headers=headers, **reprs)  # fmt: skip
                     sent += 1
                     if sent == 1 and after_first is not None:
                         after_first()
@@ -79,7 +95,7 @@ def publish(
                 type(exc).__name__,
                 exc,
                 len(batch) - sent,
-                extra={"action": "publish", "continuation_ids": [c for c, _ in batch[sent:]]},
+                extra={"action": "publish", "continuation_ids": [shown(item)[0] for item in batch[sent:]]},
             )
             return sent
     return sent

@@ -116,6 +116,18 @@ class Context:
         """Run ``fn(session)`` inside the transaction that commits this step: it happens exactly once."""
         self.commit_hooks.append(fn)
 
+    def set_title(self, title: str) -> None:
+        """Say what the run is about, in a line a person recognises ("Deploy billing to prod"): its cards on
+        the Decisions page and its page lead with it. Written with this step's commit (the latest wins)."""
+        if not isinstance(title, str) or not title.strip() or len(title) > 200 or jsonsafe.text_problem(title):
+            raise WorkflowError("a run's title is a line of 1 to 200 characters")
+        line = " ".join(title.split())
+
+        def titled(session: Any) -> None:
+            store.set_title(session, self.run_id, line)  # False once the run ended: nothing to say then
+
+        self.in_commit(titled)
+
     def start_review(self, kind: str) -> str:
         """Commit a ``running`` review receipt now (its own transaction) and return its id."""
         if not kind:
@@ -197,7 +209,7 @@ def start_run(
             request_digest=request_digest(workflow, payload, target),
         )
         run_id = run.id
-        to_publish = [(due.id, due.kind)] if due is not None else []
+        to_publish = [due] if due is not None else []
     publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return run_id
 
@@ -238,7 +250,7 @@ def answer(interaction_id: str, value: Any, *, response_id: str, principal: str 
         receipt = store.answer(conn, interaction_id, value=value, response_id=response_id, response_digest=digest,
                                principal=principal)  # fmt: skip
         due = receipt.continuation
-        to_publish = [(due.id, due.kind)] if due is not None else []
+        to_publish = [due] if due is not None else []
     crash_point("answer.after_commit")
     publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return receipt.as_dict()

@@ -48,6 +48,7 @@ BROKER_MODULES = {
     "tests/acceptance/test_broker_down.py",
     "tests/acceptance/test_crash_points.py",
     "tests/acceptance/test_resume.py",
+    "tests/acceptance/test_task_repr.py",
     "tests/api/test_metrics.py",
     "tests/api/test_sensitive.py",
     "tests/deploy/test_flower.py",

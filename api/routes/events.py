@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from api import errors
 from api.deps import PrincipalDep, SessionDep, TokenDep, authenticate, presented
 from api.errors import ApiError, documented
-from api.event_schemas import EventPage, event_out
+from api.event_schemas import EventPage, event_out, sse_item_schema
 from api.input import checked_router
 from api.metrics import OPEN_STREAMS
 from api.schemas import ID
@@ -64,10 +64,7 @@ def run_events(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> EventPage:
     start = _cursor(after, cursor)
-    if access.get_run(session, run_id) is None:
-        raise ApiError(404, errors.RUN_NOT_FOUND.format(id=run_id))
-    if not access.can_see_run(session, principal, run_id):
-        raise ApiError(403, errors.RUN_FORBIDDEN.format(name=principal.name, id=run_id))
+    readable_run(session, principal, run_id)
     page = event_log.run_events(session, run_id, after=start, limit=limit)
     return EventPage(items=[event_out(e) for e in page.items], next=page.next)
 
@@ -76,28 +73,43 @@ def run_events(
     "/v1/events/stream",
     response_class=StreamingResponse,
     operation_id="stream_events",
-    summary="Server-sent events of every run the caller may see (`id:` is the event's seq)",
+    summary="Server-sent events of every run the caller may see, or of one (`id:` is the event's seq)",
     responses={
-        200: {
-            "description": STREAM_FORMAT,
-            "content": {"text/event-stream": {"schema": {"type": "string", "description": STREAM_FORMAT}}},
-        },
-        **documented(401, 422),
+        200: {"description": STREAM_FORMAT, "content": {"text/event-stream": {"itemSchema": sse_item_schema()}}},
+        **documented(401, 403, 404, 422),
     },
 )
 async def stream(
     request: Request,
     credentials: TokenDep,
     after: Annotated[int, Query(ge=0, le=LAST_SEQ, description="start after this seq")] = 0,
+    run_id: Annotated[
+        str | None, Query(pattern=ID, description="only this run's events (403 or 404 as its events would be)")
+    ] = None,
     last_event_id: Annotated[
         str | None, Header(max_length=20, description="set by reconnecting clients; wins over `after`")
     ] = None,
 ) -> StreamingResponse:
     token = presented(credentials)
-    await run_in_threadpool(authenticate, token)  # a 401 before the stream opens
+    principal = await run_in_threadpool(authenticate, token)  # a 401 before the stream opens
+    if run_id is not None:
+        await run_in_threadpool(_in_transaction, readable_run, principal, run_id)
     token_hash = hash_token(token or "")
     return event_stream(request, lambda session: access.principal_by_token(session, token_hash),
-                        resume_from(last_event_id, after))  # fmt: skip
+                        resume_from(last_event_id, after), run_id=run_id)  # fmt: skip
+
+
+def readable_run(session: Session, principal: Principal, run_id: str) -> None:
+    """Nothing when the caller may read the run's events now; else a 404 (no such run) or 403 ``ApiError``."""
+    if access.get_run(session, run_id) is None:
+        raise ApiError(404, errors.RUN_NOT_FOUND.format(id=run_id))
+    if not access.can_see_run(session, principal, run_id):
+        raise ApiError(403, errors.RUN_FORBIDDEN.format(name=principal.name, id=run_id))
+
+
+def _in_transaction(check: Callable[[Session, Principal, str], None], principal: Principal, run_id: str) -> None:
+    with transaction() as session:
+        check(session, principal, run_id)
 
 
 def resume_from(last_event_id: str | None, after: int) -> int:
@@ -108,27 +120,27 @@ def resume_from(last_event_id: str | None, after: int) -> int:
     return after
 
 
-def event_stream(request: Request, reader: Reader, after: int) -> StreamingResponse:
-    """The ``text/event-stream`` response of ``sse_events``."""
+def event_stream(request: Request, reader: Reader, after: int, *, run_id: str | None = None) -> StreamingResponse:
+    """The ``text/event-stream`` response of ``sse_events`` (of one run's events: ``run_id``)."""
     return StreamingResponse(
-        sse_events(request, reader, after),
+        sse_events(request, reader, after, run_id),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
-def _poll(reader: Reader, after: int) -> tuple[list[tuple[int, str]], int] | None:
+def _poll(reader: Reader, after: int, run_id: str | None = None) -> tuple[list[tuple[int, str]], int] | None:
     """One short read: who the stream is for (``None``: no one may read it any more), then the events it
-    may see after the cursor, as (seq, JSON), and the next cursor."""
+    may see after the cursor (of ``run_id`` only, when given), as (seq, JSON), and the next cursor."""
     with transaction() as session:
         principal = reader(session)
         if principal is None:
             return None
-        events, cursor = event_log.visible_events(session, principal, after=after, limit=STREAM_BATCH)
+        events, cursor = event_log.visible_events(session, principal, after=after, limit=STREAM_BATCH, run_id=run_id)
         return [(e.seq, event_out(e).model_dump_json()) for e in events], cursor
 
 
-async def sse_events(request: Request, reader: Reader, after: int) -> AsyncIterator[str]:
+async def sse_events(request: Request, reader: Reader, after: int, run_id: str | None = None) -> AsyncIterator[str]:
     """Poll the database every ``POLL_S``; the caller and its grants are read on every poll. Ends when the
     client leaves, or once ``reader`` finds no one who may read it."""
     OPEN_STREAMS.inc()
@@ -137,7 +149,7 @@ async def sse_events(request: Request, reader: Reader, after: int) -> AsyncItera
         cursor, quiet = after, 0.0
         while not await request.is_disconnected():
             try:
-                polled = await run_in_threadpool(_poll, reader, cursor)
+                polled = await run_in_threadpool(_poll, reader, cursor, run_id)
             except Exception as exc:  # the database went away: end the stream (the client resumes from its id)
                 if not database_unavailable(exc):
                     raise

@@ -4,17 +4,49 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Path, Response
+from fastapi import Path, Query, Response
+from pydantic import BaseModel, Field
 
 from api import errors
-from api.deps import AdminDep
+from api.deps import AdminDep, CursorParam, LimitParam, SessionDep
 from api.errors import ApiError, documented
 from api.input import checked_router
-from api.schemas import ID, GrantCreate, GrantOut
+from api.schemas import ID, TEXT, GrantCreate, GrantOut
 from models import access, principals, store
 from parkway.db import transaction
 
 router = checked_router(prefix="/v1/grants", tags=["grants"])
+
+
+class GrantPage(BaseModel):
+    items: list[GrantOut]
+    next: str | None = Field(description="pass back as `?cursor=` for the next page; null on the last")
+
+
+@router.get(
+    "",
+    response_model=GrantPage,
+    operation_id="list_grants",
+    summary="The grants, oldest first (admins): live ones, or revoked ones too; by principal and target",
+    responses=documented(401, 403, 422),
+)
+def list_grants(
+    admin: AdminDep,
+    session: SessionDep,
+    principal: Annotated[
+        str | None, Query(max_length=200, pattern=TEXT, description="only the grants of the principal of this name")
+    ] = None,
+    target: Annotated[
+        str | None, Query(max_length=200, pattern=TEXT, description="only the grants on this target")
+    ] = None,
+    revoked: Annotated[bool, Query(description="revoked grants too (`revoked_at` set)")] = False,
+    cursor: CursorParam = None,
+    limit: LimitParam = 50,
+) -> GrantPage:
+    items, after = principals.list_grants(
+        session, principal=principal, target=target, revoked_too=revoked, cursor=cursor, limit=limit
+    )
+    return GrantPage(items=[GrantOut.of(g, g.principal) for g in items], next=after)
 
 
 @router.post(

@@ -86,15 +86,18 @@ def list_principals(
     status_code=204,
     response_class=Response,
     operation_id="disable_principal",
-    summary="Disable a principal: its token gets 401 from now on, its grants are revoked, its page sessions end",
+    summary="Disable a principal: its token gets 401 from now on, its grants are revoked, its page sessions end "
+    "(never the last live admin: 409)",
     responses=documented(401, 403, 404, 409, 422),
 )
 def disable_principal(principal_id: PrincipalId, admin: AdminDep) -> Response:
-    """Disabling a disabled principal is a no-op (204); an unknown id is 404; an admin disabling itself
-    is 409. The name stays taken."""
+    """Disabling a disabled principal is a no-op (204); an unknown id is 404; an admin disabling itself,
+    or the last live admin, is 409. The name stays taken."""
     if principal_id == admin.id:
         raise ApiError(409, errors.DISABLE_SELF)
     with transaction() as session:
+        if principals.last_live_admin(session, principal_id):
+            raise ApiError(409, errors.LAST_ADMIN.format(id=principal_id))
         disabled = principals.disable(session, principal_id)
         if disabled is None and principals.principal_info(session, principal_id) is None:
             raise ApiError(404, errors.PRINCIPAL_NOT_FOUND.format(id=principal_id))

@@ -62,7 +62,7 @@ from models.store.reviews import (
     start_review,
     stranded_reviews,
 )
-from models.store.runs import Due, RunRecord, StepLike, create_run, erase_secrets, finish_run
+from models.store.runs import Due, RunRecord, StepLike, create_run, erase_secrets, finish_run, set_title
 from models.store.sql import Executor, canonical_json, interaction_id, new_id, skip_locked, word, words
 from models.store.steps import InteractionSpec, next_step, park
 from models.store.sweep import (
@@ -185,6 +185,7 @@ __all__ = [
     "rotate_secret",
     "running_reviews",
     "serving",
+    "set_title",
     "skip_locked",
     "start_review",
     "stranded_reviews",

@@ -208,6 +208,8 @@ def answer(
         interaction_id=interaction.id,
         step_id=interaction.step_id,
         key=interaction.key,
+        kind=interaction.kind,
+        target=interaction.target,
         status=new_status.value,
         answered_by=principal.name,
     )
@@ -262,7 +264,7 @@ class Expiry:
 # The lock of the step, skipped when an answer or a cancel holds it (this pass then leaves the row for the
 # next); the lock order is the answer's: the step first, and no interaction is held while taking it.
 _LOCK_FOR_EXPIRY = (
-    select(INTER.c.run_id, INTER.c.step_id, INTER.c.key, STEP.c.continuation)
+    select(INTER.c.run_id, INTER.c.step_id, INTER.c.key, INTER.c.kind, INTER.c.target, STEP.c.continuation)
     .join(STEP, STEP.c.id == INTER.c.step_id)
     .where(INTER.c.id == bindparam("iid"))
     .with_for_update(of=STEP, skip_locked=True)
@@ -285,8 +287,9 @@ def expire_due(session: Session, interaction_id_: str) -> Expiry:
     locked = session.execute(_LOCK_FOR_EXPIRY, {"iid": interaction_id_}).first()
     if locked is None:
         return Expiry(False)
-    expired = event_row(locked.run_id, "interaction.expired", interaction_id=interaction_id_,
-                        step_id=locked.step_id, key=locked.key)  # fmt: skip
+    expired = event_row(locked.run_id, "interaction.expired", interaction_id=interaction_id_, step_id=locked.step_id,
+                        key=locked.key, kind=locked.kind, target=locked.target,
+                        status=InteractionStatus.EXPIRED.value)  # fmt: skip
     due, params = due_params(locked.run_id, locked.step_id, locked.continuation, expired)
     row = session.execute(_EXPIRE, {"iid": interaction_id_, "at": utcnow(), **params}).first()
     if row is None:

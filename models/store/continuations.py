@@ -23,6 +23,7 @@ from models.store.runs import (
     RunRecord,
     StepLike,
     finish_events,
+    finished_by,
     history_of,
 )
 from models.store.sql import CONT, INTER, STEP, bp, word
@@ -86,7 +87,7 @@ def _consume_and_finish_run() -> Any:
         update(INTER).where(INTER.c.run_id == bindparam("rid"), INTER.c.secret.is_not(None), won).values(secret=None)
     ).cte("erased")
     # A parked step's resumption, the step's end, then the run's
-    events = events_if(resumed, won, exists(select(run.c.id))).cte("events")
+    events = events_if(resumed, won, exists(select(run.c.id)), known={2: {"workflow": run.c.workflow}}).cte("events")
     return (
         select(consumed.c.id.label("consumed"), *(run.c[name] for name in RUN_RECORD_COLUMNS))
         .select_from(consumed.outerjoin(run, true()))
@@ -113,7 +114,7 @@ def consume_and_finish_run(
     ended). A whole unit of work: run it in autocommit (``parkway.db.single_statement``)."""
     now = utcnow()
     params = {
-        **{"cid": continuation_id, "eid": execution_id, "at": now, "sid": step.id, "rid": step.run_id},
+        **{"cid": continuation_id, **finished_by(execution_id), "at": now, "sid": step.id, "rid": step.run_id},
         **{"step_to": STEP_OF_RUN[status].value, "to": status.value, "res": result, "err": error, "why": None},
         "det": error_details,
     }

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, String, cast, func, insert, literal, literal_column, select, union_all
+from sqlalchemy import JSON, Integer, String, cast, func, insert, literal, literal_column, select, union_all
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
@@ -29,15 +30,20 @@ def append_events(session: Executor, rows: list[dict[str, Any]]) -> None:
 EVENT_COLUMNS = ("run_id", "type", "at", "data")
 
 
-def events_if(*conditions: Any) -> Any:
+def events_if(*conditions: Any, known: dict[int, dict[str, Any]] | None = None) -> Any:
     """PostgreSQL, inside a statement of data-modifying CTEs: insert event ``k`` (bound as ``e{k}_run_id``,
-    ``e{k}_type``, ... from ``event_params``) only if ``conditions[k]`` holds, in that order."""
-    table = EVENTS
-    rows = [
-        select(*(bp(f"e{k}_{name}", table.c[name]) for name in EVENT_COLUMNS)).where(condition)
-        for k, condition in enumerate(conditions)
-    ]
-    return insert(table).from_select(list(EVENT_COLUMNS), union_all(*rows) if len(rows) > 1 else rows[0])
+    ``e{k}_type``, ... from ``event_params``) only if ``conditions[k]`` holds, in that order. ``known[k]``:
+    values only the statement reads (columns of its CTEs, by name), added to event ``k``'s bound data."""
+    rows = []
+    for k, condition in enumerate(conditions):
+        columns = [bp(f"e{k}_{name}", EVENTS.c[name]) for name in EVENT_COLUMNS]
+        if known and k in known:
+            pairs: list[Any] = []
+            for key, column in known[k].items():
+                pairs += [literal_column(f"'{key}'"), column]
+            columns[-1] = cast(cast(columns[-1], JSONB).op("||")(func.jsonb_build_object(*pairs)), JSON)
+        rows.append(select(*columns).where(condition))
+    return insert(EVENTS).from_select(list(EVENT_COLUMNS), union_all(*rows) if len(rows) > 1 else rows[0])
 
 
 def event_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -68,6 +74,24 @@ def event_select(order: int, type_: str | Any, run_id: Any, source: Any, **data:
         bp("at", EVENTS.c.at).label("at"),
         data_of(run_id, **data).label("data"),
     ).select_from(source)
+
+
+# What an UPDATE closing interactions returns, for ``closed_event``.
+CLOSED_COLUMNS = ("id", "step_id", "key", "kind", "target", "status")
+
+
+def closed_event(order: int, type_: str, run_id: Any, closed: Any, **data: Any) -> Any:
+    """``event_select`` of each interaction ``closed`` (a CTE returning ``CLOSED_COLUMNS``) closed."""
+    c = closed.c
+    return event_select(order, type_, run_id, closed, interaction_id=c.id, step_id=c.step_id, key=c.key,
+                        kind=c.kind, target=c.target, status=c.status, **data)  # fmt: skip
+
+
+def ended_event(order: int, type_: str, run_id: Any, ended: Any, **data: Any) -> Any:
+    """``event_select`` of the run ``ended`` (a CTE of ``runs.finish_run_update``) made terminal."""
+    c = ended.c
+    return event_select(order, type_, run_id, ended, workflow=c.workflow, status=c.status,
+                        execution_id=c.finished_by, **data)  # fmt: skip
 
 
 def insert_events(*selects: Any) -> Any:

@@ -14,9 +14,9 @@ from models.base import utcnow
 from models.clock import db_now
 from models.status import RUN_TERMINAL, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
-from models.store.events import event_select, insert_events
+from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
 from models.store.principals import ANSWERERS, Actor, PrincipalRef, live_named, unknown_principal
-from models.store.runs import FINISH_STEP, finish_run_update, history_of
+from models.store.runs import FINISH_STEP, finish_run_update, finished_by, history_of
 from models.store.sql import GRANT, INTER, PRIN, RUN, STEP, Executor, bp, canonical_json, word, words
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
 
@@ -212,7 +212,7 @@ def _cancel() -> Any:
             response_digest=case((target, bindparam("digest")), else_=INTER.c.response_digest),
             closed_by_id=case((target, bindparam("by")), else_=INTER.c.closed_by_id),
         )
-        .returning(INTER.c.id, INTER.c.key)
+        .returning(*(INTER.c[name] for name in CLOSED_COLUMNS), INTER.c.reason)
         .cte("closed")
     )
     won = exists(select(closed.c.id))
@@ -230,22 +230,11 @@ def _cancel() -> Any:
         .values(secret=None)
         .cte("erased")
     )
-    run_id, sid = cast(bindparam("rid"), String), cast(bindparam("sid"), String)
+    run_id, by = cast(bindparam("rid"), String), cast(bindparam("byname"), String)
     events = insert_events(
-        event_select(
-            0,
-            "interaction.canceled",
-            run_id,
-            closed,
-            interaction_id=closed.c.id,
-            step_id=sid,
-            key=closed.c.key,
-            canceled_by=cast(bindparam("byname"), String),
-        ),
+        closed_event(0, "interaction.canceled", run_id, closed, canceled_by=by, reason=closed.c.reason),
         event_select(1, "step.canceled", run_id, step, step_id=step.c.id, name=step.c.name),
-        event_select(
-            2, "run.canceled", run_id, ended, status=ended.c.status, execution_id=ended.c.finished_by, reason=_WHY
-        ),
+        ended_event(2, "run.canceled", run_id, ended, reason=_WHY),
     )
     return select(closed.c.id).add_cte(step, ended, history_of(ended), erased, events)
 
@@ -277,7 +266,7 @@ def cancel(
     why = reason or f"canceled by {principal.name}"
     params = {"iid": interaction.id, "sid": interaction.step_id, "rid": interaction.run_id, "rsp": response_id,
               "digest": digest, "by": principal.id, "byname": principal.name, "why": why, "at": now,
-              "eid": f"cancel:{response_id}"}  # fmt: skip
+              **finished_by(f"cancel:{response_id}")}  # fmt: skip
     terminal = {"step_to": StepStatus.CANCELED.value, "to": RunStatus.CANCELED.value, "res": None, "err": None,
                 "det": None}  # fmt: skip
     if session.execute(_CANCEL, {**params, **terminal}).first() is None:

@@ -10,15 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, and_, bindparam, cast, exists, func, literal, literal_column, select, true, update
+from sqlalchemy import String, and_, bindparam, cast, exists, func, literal_column, select, true, update
 
 from models.base import utcnow
 from models.status import ContinuationStatus, InteractionStatus, RunStatus, StepStatus
 from models.store.claims import claimable
 from models.store.continuations import consumed_and_resumed
 from models.store.driver import DriverStatement
-from models.store.events import event_select, insert_events
-from models.store.runs import RUN_RECORD_COLUMNS, RunRecord, StepLike, finish_run_update, history_of
+from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
+from models.store.runs import RUN_RECORD_COLUMNS, RunRecord, StepLike, finish_run_update, finished_by, history_of
 from models.store.sql import CONT, INTER, STEP, Executor, bp, word, words
 
 _LIVE_CONTINUATION = (ContinuationStatus.READY.value, ContinuationStatus.CLAIMED.value)
@@ -42,7 +42,7 @@ def _interrupting(run_id: Any, gate: Any, *first_events: Any, why: Any = _WHY) -
         update(INTER)
         .where(INTER.c.run_id == run_id, pending, won)
         .values(status=InteractionStatus.INTERRUPTED.value, closed_at=bp("at", INTER.c.closed_at), reason=why)
-        .returning(INTER.c.id, INTER.c.key)
+        .returning(*(INTER.c[name] for name in CLOSED_COLUMNS))
         .cte("closed")
     )
     steps = (
@@ -69,18 +69,9 @@ def _interrupting(run_id: Any, gate: Any, *first_events: Any, why: Any = _WHY) -
     n = len(first_events)
     events = insert_events(
         *first_events,
-        event_select(
-            n, "interaction.interrupted", run_id, closed, interaction_id=closed.c.id, key=closed.c.key, reason=why
-        ),
+        closed_event(n, "interaction.interrupted", run_id, closed, reason=why),
         event_select(n + 1, "step.interrupted", run_id, steps, step_id=steps.c.id, name=steps.c.name, reason=why),
-        event_select(
-            n + 2,
-            "run.interrupted",
-            run_id,
-            ended,
-            status=cast(literal(RunStatus.INTERRUPTED.value), String),
-            reason=why,
-        ),
+        ended_event(n + 2, "run.interrupted", run_id, ended, reason=why),
     )
     return ended, [history, erased, closed, steps, orphans, events]
 
@@ -133,7 +124,7 @@ _INTERRUPT_RUN = _interrupt_run()
 def _params(reason: str, execution_id: str, continuation_id: str = "") -> dict[str, Any]:
     """What the interrupting CTEs bind: the run's terminal values (``finish_run_update``) among them."""
     status = {"to": RunStatus.INTERRUPTED.value, "res": None, "err": None, "det": None}
-    return {**status, "why": reason, "eid": execution_id, "at": utcnow(), "cid": continuation_id}
+    return {**status, "why": reason, **finished_by(execution_id), "at": utcnow(), "cid": continuation_id}
 
 
 def interrupt_run(session: Executor, run_id: str, *, reason: str, execution_id: str) -> RunRecord | None:

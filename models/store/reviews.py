@@ -81,8 +81,8 @@ def _record_review() -> Any:
         .cte("done")
     )
     event = event_select(0, cast(bindparam("etype"), String), done.c.run_id, done, review_id=done.c.id,
-                         verdict=done.c.verdict, finding_count=done.c.finding_count,
-                         verification_count=done.c.verification_count)  # fmt: skip
+                         step_id=done.c.step_id, kind=done.c.kind, verdict=done.c.verdict,
+                         finding_count=done.c.finding_count, verification_count=done.c.verification_count)  # fmt: skip
     return select(*done.c).add_cte(insert_events(event))
 
 
@@ -176,7 +176,9 @@ def _interrupt_review(chosen: Any = None) -> Any:
         .returning(*REV.c)
         .cte("done")
     )  # fmt: skip
-    event = event_select(0, "review.interrupted", done.c.run_id, done, review_id=done.c.id, reason=done.c.reason)
+    event = event_select(0, "review.interrupted", done.c.run_id, done, review_id=done.c.id, step_id=done.c.step_id,
+                         kind=done.c.kind, verdict=done.c.verdict, finding_count=done.c.finding_count,
+                         verification_count=done.c.verification_count, reason=done.c.reason)  # fmt: skip
     # In the order the reviews started, as a pass of one statement per review wrote them.
     rows = event.add_columns(done.c.created_at.label("started")).subquery("every")
     events = insert(EVENTS).from_select(

@@ -27,6 +27,7 @@ from models.store.sql import (
     words,
 )
 from models.tables import Principal, Run
+from parkway import identity
 from parkway.errors import Conflict
 
 
@@ -183,6 +184,18 @@ _ERASE_RUN_SECRETS = (
 )
 
 
+def set_title(session: Session, run_id: str, title: str) -> bool:
+    """live -> live with ``title``: what the run is about, as a step says it (in its commit); ``False`` once
+    the run has ended (its title is kept as it ended)."""
+    titled = session.execute(
+        update(RUN)
+        .where(RUN.c.id == run_id, RUN.c.status.in_(words(s.value for s in RUN_LIVE)))
+        .values(title=title)
+        .returning(RUN.c.id)
+    ).first()
+    return titled is not None
+
+
 def erase_secrets(session: Session, *, step_id: str | None = None, run_id: str | None = None) -> int:
     """Sealed sensitive values -> NULL (ciphertext too), for a consumed step or an ended run."""
     if step_id is not None:
@@ -208,10 +221,15 @@ FINISH_STEP = (
 RUN_RECORD_COLUMNS = ("id", "workflow", "status", "completed_at", "finished_by", "warnings", "error_details")
 
 
+def finished_by(execution_id: str) -> dict[str, str]:
+    """What ``finish_run_update`` binds of who ends the run: the execution, and this process as people read it."""
+    return {"eid": execution_id, "eon": identity.label()}
+
+
 def finish_run_update(run_id: Any, reason: Any = None) -> Any:
     """live -> terminal for the run ``run_id`` (an expression), its values bound as ``:to``, ``:res``,
-    ``:err``, ``:det``, ``:eid``, ``:at`` and its reason as ``:why`` (or the expression ``reason``); returns
-    its ``RunRecord`` columns."""
+    ``:err``, ``:det``, ``:at``, who ended it (``finished_by``) and its reason as ``:why`` (or the
+    expression ``reason``); returns its ``RunRecord`` columns."""
     return (
         update(RUN)
         .where(RUN.c.id == run_id, RUN.c.status.in_(words(s.value for s in RUN_LIVE)))
@@ -222,6 +240,7 @@ def finish_run_update(run_id: Any, reason: Any = None) -> Any:
             error_details=bp("det", RUN.c.error_details),
             reason=bindparam("why") if reason is None else reason,
             finished_by=bindparam("eid"),
+            finished_on=bindparam("eon"),
             updated_at=bp("at", RUN.c.updated_at),
             completed_at=bp("at", RUN.c.completed_at),
             projection_pending=True,
@@ -257,7 +276,7 @@ def _finish_run() -> Any:
     """``FINISH_STEP``, the run's terminal CAS with its schedule-history row, the run's sealed values erased
     and the events (the step's end; the run's only if this ended it), as one statement."""
     run = FINISH_RUN.cte("run_ended")
-    events = events_if(true(), exists(select(run.c.id))).cte("events")
+    events = events_if(true(), exists(select(run.c.id)), known={1: {"workflow": run.c.workflow}}).cte("events")
     erased = _ERASE_RUN_SECRETS.cte("erased")
     return select(*(run.c[name] for name in RUN_RECORD_COLUMNS)).add_cte(
         FINISH_STEP.cte("step_ended"), history_of(run), erased, events
@@ -283,7 +302,7 @@ def finish_run(
     terminal (a proven outcome is kept; the step's end and its event are still written)."""
     values = {"res": result, "err": error, "why": reason, "at": utcnow()}
     params = {"sid": step.id, "step_to": STEP_OF_RUN[status].value, "rid": step.run_id, "to": status.value,
-              "eid": execution_id, "det": error_details, **values}  # fmt: skip
+              **finished_by(execution_id), "det": error_details, **values}  # fmt: skip
     events = finish_events(step, status, execution_id, True, error=error, reason=reason, error_details=error_details)
     row = session.execute(_FINISH_RUN, {**params, **event_params(events)}).first()
     return None if row is None else RunRecord(*row)

@@ -130,11 +130,21 @@ def _asked(parked: Any, k: int) -> Any:
         db_now(f"i{k}_expires_in"),  # NULL seconds: no expiry; the database's clock
         db_now(),
         bp("cont", INTER.c.continuation),
+        literal(k, INTER.c.position.type),  # its place in the Park: the step's prompts are listed in this order
     ).select_from(parked)
 
 
 _SPEC_COLUMNS = ("id", "key", "kind", "prompt", "schema", "action", "resources", "sensitive", "target")
-_INTERACTION_COLUMNS = [*_SPEC_COLUMNS, "run_id", "step_id", "status", "expires_at", "created_at", "continuation"]
+_INTERACTION_COLUMNS = [
+    *_SPEC_COLUMNS,
+    "run_id",
+    "step_id",
+    "status",
+    "expires_at",
+    "created_at",
+    "continuation",
+    "position",
+]
 
 
 def park_ctes(interactions: int, resumed: bool, gate: Any, *first: Any) -> tuple[Any, list[Any]]:
@@ -181,7 +191,8 @@ def park_params(
                               "cont": continuation, "name": continuation.split("@", 1)[0], "payload": None,
                               "res": {"parked": continuation}}  # fmt: skip
     events = [event_row(run_id, "step.completed", step_id=step.id, name=step.name)] if resumed else []
-    events.append(event_row(run_id, "step.parked", step_id=parking, continuation=continuation))
+    parked_name = params["name"] if resumed else step.name
+    events.append(event_row(run_id, "step.parked", step_id=parking, name=parked_name, continuation=continuation))
     for k, spec in enumerate(interactions):
         iid = spec.interaction_id(parking)
         values = {"id": iid, "key": spec.key, "kind": spec.kind, "prompt": spec.prompt, "schema": spec.schema,

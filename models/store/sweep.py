@@ -5,15 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, false, or_, select, true, union_all, update
+from sqlalchemy import and_, bindparam, false, null, or_, select, true, union_all, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
 from models.status import ContinuationStatus, InteractionStatus
+from models.store.runs import Due
 from models.store.sql import CONT, Executor, skip_locked, word
 from models.tables import Continuation, Interaction, SweepTotal
+
+DUE_COLUMNS = (CONT.c.id, CONT.c.kind, CONT.c.run_id, CONT.c.step_id, CONT.c.name)  # as ``Due``'s fields
 
 
 def _mark_for_republish() -> Any:
@@ -28,22 +31,22 @@ def _mark_for_republish() -> Any:
         update(CONT)
         .where(CONT.c.id == batch.c.id, ready, stale)
         .values(enqueued_at=db_now(), publishes=CONT.c.publishes + 1)
-        .returning(CONT.c.id, CONT.c.kind)
+        .returning(*DUE_COLUMNS)
     )
 
 
 _MARK_FOR_REPUBLISH = _mark_for_republish()
 
 
-def mark_for_republish(session: Session, *, older_than_s: float, batch: int) -> list[tuple[str, str]]:
+def mark_for_republish(session: Session, *, older_than_s: float, batch: int) -> list[Due]:
     """ready -> ready, re-stamped, for up to ``batch`` continuations not enqueued in the last
-    ``older_than_s`` seconds of the database's clock: one statement; returns their ``(id, kind)`` to publish
-    (none: nothing stale).
+    ``older_than_s`` seconds of the database's clock: one statement; returns them to publish (none: nothing
+    stale).
 
     Concurrent sweeps skip each other's locked rows and the CAS on ``enqueued_at`` keeps one winner.
     """
     rows = session.execute(_MARK_FOR_REPUBLISH, {"older_than_s": -older_than_s, "n": batch})
-    return [(r.id, r.kind) for r in rows]
+    return [Due(*r) for r in rows]
 
 
 _EXPIRED = and_(CONT.c.status == word(ContinuationStatus.CLAIMED), CONT.c.lease_expires_at < db_now())
@@ -59,13 +62,14 @@ def _release_expired_claims() -> Any:
         .where(CONT.c.id == batch.c.id, left, _EXPIRED)
         .values(status=ContinuationStatus.READY.value, claimed_by=None, lease_expires_at=None, enqueued_at=db_now(),
                 publishes=CONT.c.publishes + 1)
-        .returning(CONT.c.id, CONT.c.kind)
+        .returning(*DUE_COLUMNS)
         .cte("released")
     )  # fmt: skip
     # Out of attempts: found, not changed (``give_up_exhausted`` decides each with its own compare-and-set).
+    unchanged = select(batch.c.id, batch.c.kind, *(null().label(c.name) for c in DUE_COLUMNS[2:]))
     return union_all(
-        select(released.c.id, released.c.kind, true().label("released")),
-        select(batch.c.id, batch.c.kind, false().label("released")).where(~left),
+        select(*(released.c[c.name] for c in DUE_COLUMNS), true().label("released")),
+        unchanged.add_columns(false().label("released")).where(~left),
     )
 
 
@@ -74,10 +78,10 @@ _RELEASE_EXPIRED_CLAIMS = _release_expired_claims()
 
 @dataclass(frozen=True)
 class ExpiredClaims:
-    """What ``release_expired_claims`` did and found: the claims released, to publish as ``(id, kind)``,
-    and the ids of those out of attempts, for ``give_up_exhausted``."""
+    """What ``release_expired_claims`` did and found: the claims released, to publish, and the ids of those
+    out of attempts, for ``give_up_exhausted``."""
 
-    released: list[tuple[str, str]]
+    released: list[Due]
     exhausted: list[str]
 
 
@@ -87,7 +91,7 @@ def release_expired_claims(session: Executor, *, batch: int, max_attempts: int) 
     found, not changed. One statement; empty lists: nothing expired."""
     rows = session.execute(_RELEASE_EXPIRED_CLAIMS, {"n": batch, "max_attempts": max_attempts}).all()
     return ExpiredClaims(
-        released=[(r.id, r.kind) for r in rows if r.released], exhausted=[r.id for r in rows if not r.released]
+        released=[Due(*r[:-1]) for r in rows if r.released], exhausted=[r.id for r in rows if not r.released]
     )
 
 

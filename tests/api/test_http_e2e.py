@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 from sqlalchemy import text
 
@@ -205,14 +206,14 @@ def test_authorization_matrix__holds_after_revoke_and_after_restarting_api_and_w
 
 
 def read_sse(
-    live: Live, who: str, *, count: int, timeout: float = 10, **headers: str
+    live: Live, who: str, *, count: int, timeout: float = 10, params: dict[str, str] | None = None, **headers: str
 ) -> list[tuple[int, dict[str, Any]]]:
     """Read up to ``count`` events from the stream, giving up after ``timeout`` seconds of waiting."""
     events: list[tuple[int, dict[str, Any]]] = []
     deadline = time.monotonic() + timeout
     with httpx.Client(base_url=live.server.url, timeout=httpx.Timeout(5, read=1.0)) as http:
         url = "/v1/events/stream"
-        with http.stream("GET", url, headers={**live.actors.auth(who), **headers}) as response:
+        with http.stream("GET", url, params=params, headers={**live.actors.auth(who), **headers}) as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             seq: int | None = None
@@ -268,6 +269,48 @@ def test_event_stream__ids_are_seqs_resumes_with_last_event_id_and_ends_on_disco
     assert read_sse(live, STRANGER, count=1, timeout=2, **{"Last-Event-ID": "0"}) == []
     # Every stream above was closed by its client: the server ended them all
     wait_for(lambda: metric(live, "parkway_event_streams_open") == 0, timeout=10, what="streams closed")
+
+
+def test_event_stream__of_one_run_only_its_events_each_valid_against_the_openapi_item_schema(live: Live) -> None:
+    # Given two parked runs, and the stream's message schema as the live OpenAPI describes it
+    mine, other = start(live, "t.ask_one"), start(live, "t.ask_one")
+    for run_id in (mine, other):
+        wait_run(live, run_id, "waiting")
+    spec = live.get("/openapi.json").json()
+    item = spec["paths"]["/v1/events/stream"]["get"]["responses"]["200"]["content"]["text/event-stream"]["itemSchema"]
+    event_schema = {**item["properties"]["data"]["contentSchema"], "components": spec["components"]}
+    wanted = len(live.get(f"/v1/runs/{mine}/events", HUMAN).json()["items"])
+
+    # When the stream is read from the start with ?run_id=
+    got = read_sse(live, HUMAN, count=wanted, params={"after": "0", "run_id": mine})
+
+    # Then it gives that run's events, all of them, in order, and each validates against the described schema
+    assert [data["run_id"] for _, data in got] == [mine] * wanted, got
+    assert [seq for seq, _ in got] == [e["seq"] for e in live.get(f"/v1/runs/{mine}/events", HUMAN).json()["items"]]
+    for _, data in got:
+        jsonschema.validate(data, event_schema)
+    assert item["properties"]["data"]["contentMediaType"] == "application/json"
+
+
+def test_event_stream__of_a_run_the_caller_may_not_read_403_of_no_run_404(live: Live) -> None:
+    run_id = start(live, "t.ask_one")
+    for who, run, code in ((STRANGER, run_id, 403), (HUMAN, "no-such-run", 404), (HUMAN, "a b", 422)):
+        refused = live.get("/v1/events/stream", who, params={"run_id": run})
+        assert refused.status_code == code, (who, run, refused.text)
+        assert refused.json()["error"] == {403: "forbidden", 404: "not_found", 422: "validation_error"}[code]
+
+
+def test_finished_by__names_the_worker_s_node_and_pid_not_an_execution_id(live: Live) -> None:
+    # Given a run a real worker completes
+    run_id = start(live, "t.after")
+    done = wait_run(live, run_id, "completed")
+
+    # Then the run says which worker process ended it: its Celery node name and the pid
+    with get_engine().connect() as conn:
+        nodes = set(conn.execute(text("SELECT node FROM workers")).scalars())
+    node, _, pid = str(done["finished_on"]).partition(" pid ")
+    assert node in nodes and pid.isdigit(), (done["finished_on"], nodes)
+    assert node.startswith(live.worker.name), (node, live.worker.name)
 
 
 def test_body_over_1_mib__413_from_the_real_server(live: Live) -> None:

@@ -228,6 +228,7 @@ def test_openapi__operation_ids_are_stable_names(client: TestClient) -> None:
         ("delete", "/v1/principals/{principal_id}"): "disable_principal",
         ("post", "/v1/principals/{principal_id}/token"): "rotate_principal_token",
         ("post", "/v1/grants"): "create_grant",
+        ("get", "/v1/grants"): "list_grants",
         ("delete", "/v1/grants/{grant_id}"): "revoke_grant",
         ("get", "/v1/workers"): "list_workers",
         ("post", "/v1/webhooks"): "create_webhook",
@@ -244,3 +245,18 @@ def test_openapi__operation_ids_are_stable_names(client: TestClient) -> None:
     }
     assert "503" in spec["paths"]["/readyz"]["get"]["responses"]
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_options_and_405__allow_names_every_method_the_path_serves(client: TestClient, actors: Actors) -> None:
+    # Given every path of the live schema, with each path parameter filled in
+    spec = client.get("/openapi.json").json()
+    for path, operations in spec["paths"].items():
+        concrete = path.replace("{", "x").replace("}", "")
+        served = {method.upper() for method in operations}
+
+        # When it is asked with OPTIONS, a method it does not serve
+        refused = client.options(concrete, headers=actors.auth(ADMIN))
+
+        # Then the 405 names all its methods, not only those of the first route matched
+        assert refused.status_code == 405, (path, refused.text)
+        assert set(refused.headers["allow"].split(", ")) == served, (path, refused.headers["allow"])

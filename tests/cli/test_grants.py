@@ -40,6 +40,7 @@ def test_grant__create_list_revoke_through_the_cli(stack: Stack) -> None:
     [row] = listed(stack, "--principal", name)
     assert row[:4] == [grant_id, name, "agent", target] and row[-1] == "-", row
     assert grant_id in {r[0] for r in listed(stack)}
+    assert [r[0] for r in listed(stack, "--target", target)] == [grant_id]
 
     revoked = stack.parkway("grant", "revoke", grant_id)
     assert revoked.returncode == 0, revoked.stderr

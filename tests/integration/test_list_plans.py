@@ -141,7 +141,7 @@ def _captured(call: Callable[[Session], object]) -> list[tuple[str, Any]]:
     return sent
 
 
-def _plans(call: Callable[[Session], object]) -> list[Plan]:
+def plans_of(call: Callable[[Session], object]) -> list[Plan]:
     plans = []
     for statement, parameters in _captured(call):
         for mode in ("custom", "generic"):
@@ -216,12 +216,13 @@ def _after(session: Session, sql: str) -> str:
     """The cursor of a row ten pages in (from its position, as a ``next`` encodes it)."""
     from models.cursors import position_cursor
 
-    at, id_ = session.execute(text(sql)).one()
-    return position_cursor(at, id_)
+    row = session.execute(text(sql)).one()
+    return position_cursor(row.created_at, row.id, getattr(row, "position", None))
 
 
 TENTH_PENDING = (
-    "SELECT created_at, id FROM interactions WHERE status = 'pending' ORDER BY created_at, id OFFSET 500 LIMIT 1"
+    "SELECT created_at, position, id FROM interactions WHERE status = 'pending' "
+    "ORDER BY created_at, position, id OFFSET 500 LIMIT 1"
 )
 TENTH_RUN = "SELECT created_at, id FROM runs ORDER BY created_at DESC, id DESC OFFSET 500 LIMIT 1"
 
@@ -275,7 +276,7 @@ def test_plan__lists_and_pages_read_their_index_in_order_never_every_row(
             cursor = _after(session, tenth)
 
     # When the read's statements are planned
-    plans = _plans(lambda session: call(session, seeded[name], cursor))
+    plans = plans_of(lambda session: call(session, seeded[name], cursor))
 
     # Then each plan reads its index in order, and no plan scans or sorts a whole table
     failing = [(p, found) for p in plans if (found := problems(p, index))]

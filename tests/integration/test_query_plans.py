@@ -12,7 +12,8 @@ from beat.sweep import run_sweep
 from models import fail_closed
 from parkway.db import get_engine, transaction
 from tests.integration.helpers import advertise
-from tests.support import AGENT
+from tests.integration.test_list_plans import plans_of
+from tests.support import AGENT, HUMAN
 
 WAITS = 20_000
 ENDED = 200_000  # ended runs: most of a real runs table
@@ -147,3 +148,29 @@ def test_plan__an_idle_sweep_pass_scans_no_big_table(actors_db: str) -> None:
     scans = [plan for plan in plans if any(f"Seq Scan on {table}" in plan for table in BIG)]
     assert len(plans) >= 7, sent  # every category's reads
     assert not scans, "\n\n".join(scans)
+
+
+def test_plan__a_stream_of_one_run_reads_that_run_s_range_of_events_never_the_log(actors_db: str) -> None:
+    # Given 200,000 ended runs with two events each (400,000 events), and a person granted on their target (ana)
+    _seed()
+    with transaction() as session:
+        session.execute(
+            text("INSERT INTO events (seq, run_id, type, at, data) SELECT g, 'x' || (g % :n + 1), 'step.completed', "
+                 "now(), '{}' FROM generate_series(1, 2 * :n) AS g"),
+            {"n": ENDED},
+        )  # fmt: skip
+        session.execute(text("ANALYZE events"))
+        person = session.execute(text("SELECT * FROM principals WHERE name = :h"), {"h": HUMAN}).one()
+    from models import event_log
+    from models.tables import Principal
+
+    reader = Principal(id=person.id, kind=person.kind, name=person.name)
+
+    # When the stream's poll of one run is planned, custom and generic (psycopg prepares repeated statements)
+    plans = plans_of(lambda session: event_log.visible_events(session, reader, after=0, limit=100, run_id="x77"))
+
+    # Then each reads the run's range of ix_events_run_seq, never the whole log in seq order
+    for plan in plans:
+        scans = {(node["Node Type"], node.get("Relation Name"), node.get("Index Name")) for node in plan.nodes()}
+        assert any(index == "ix_events_run_seq" for _, _, index in scans), plan.outline()
+        assert ("Seq Scan", "events", None) not in scans, plan.outline()

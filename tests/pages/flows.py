@@ -114,3 +114,16 @@ def release_apply(ctx: Context, payload: dict[str, Any]) -> Complete:
     review_id = ctx.start_review("release-check")
     ctx.record_review(review_id, "clean", 3, 2)
     return Complete(result={"out": out, "channel": payload["channel"]})
+
+
+ORDERED_KEYS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+
+
+@step("pages.ordered")
+def ordered(ctx: Context, payload: dict[str, Any]) -> Park:
+    """Eight questions, declared in this order (their ids, hashes, sort in another); titled when asked to."""
+    if payload.get("title"):
+        ctx.set_title(payload["title"])
+    questions = [Question(key=k, prompt=f"The {k} question", schema={"type": "string"}, target="team:ops")
+                 for k in ORDERED_KEYS]  # fmt: skip
+    return Park(continuation="pages.deploy_done@1", snapshot={"service": "x"}, interactions=questions)

@@ -261,3 +261,50 @@ def test_inbox__one_card_per_run_with_one_cancel_and_for_me_is_the_default_view(
     assert answered.status_code == 200, answered.text
     canceled = browser_like.post(f"{PAGE}/runs/{run_id}/cancel", data=cancel_form)
     assert canceled.status_code == 200 and notice(canceled.text).startswith("Canceled.")
+
+
+def test_prompts__a_step_s_prompts_listed_in_the_order_it_declared_them_on_the_card_and_the_api(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a step that parked on eight questions at once (one created_at; ids that sort otherwise)
+    from tests.pages.flows import ORDERED_KEYS
+
+    run_id = start_driven(client, actors, "pages.ordered", {})
+    declared = list(ORDERED_KEYS)
+
+    # When its prompts are read: the run, its interactions one page at a time, the Decisions card
+    run = client.get(f"/v1/runs/{run_id}", headers=actors.auth(HUMAN)).json()
+    paged, cursor = [], None
+    while True:
+        params = {"run_id": run_id, "limit": 3, **({"cursor": cursor} if cursor else {})}
+        page = client.get("/v1/interactions", params=params, headers=actors.auth(HUMAN)).json()
+        paged += [i["key"] for i in page["items"]]
+        if (cursor := page["next"]) is None:
+            break
+    admin = client.get("/v1/interactions", params={"status": "pending", "limit": 200}, headers=actors.auth(ADMIN))
+    sign_in(client, actors.tokens[HUMAN])
+    card = client.get(f"{PAGE}/runs/{run_id}/card").text
+
+    # Then every list has them in the declared order
+    assert [i["key"] for i in run["interactions"]] == declared
+    assert paged == declared
+    assert [i["key"] for i in admin.json()["items"] if i["run_id"] == run_id] == declared
+    assert re.findall(r'data-prompt="The (\w+) question"', card) == declared
+
+
+def test_card__says_what_the_run_is_about_in_the_title_its_step_gave_it(client: TestClient, actors: Actors) -> None:
+    # Given a step that titles its run, and one that does not
+    titled = start_driven(client, actors, "pages.ordered", {"title": "Deploy  billing <to> prod"})
+    plain = start_driven(client, actors, "pages.ordered", {})
+
+    # When its card, its page and the API are read
+    sign_in(client, actors.tokens[HUMAN])
+    card, page = client.get(f"{PAGE}/runs/{titled}/card").text, client.get(f"/runs/{titled}").text
+    run = client.get(f"/v1/runs/{titled}", headers=actors.auth(HUMAN)).json()
+
+    # Then each leads with the title (one line, escaped), the workflow's name beside it; untitled: the name
+    assert "<h3>Deploy billing &lt;to&gt; prod <span" in card and "pages.ordered" in card
+    assert "<h1>Deploy billing &lt;to&gt; prod</h1>" in page
+    assert run["title"] == "Deploy billing <to> prod" and run["workflow"] == "pages.ordered"
+    assert "<h3>pages.ordered</h3>" in client.get(f"{PAGE}/runs/{plain}/card").text
+    assert client.get(f"/v1/runs/{plain}", headers=actors.auth(HUMAN)).json()["title"] is None
