@@ -13,10 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from models.tables import Continuation, Interaction, LeaseReceipt, ToolCall
 from parkway.db import transaction
+from tasks.publish import publish
 from tests.api.conftest import ApiServer, make_admin
 from tests.support import TARGET, Stack, Worker, continuations, event_types, run_row, wait_for
 
@@ -356,3 +357,21 @@ def test_remote_worker_listed_in_workers_and_leases_in_metrics(proto: Proto) -> 
     with transaction() as session:
         held = session.scalar(select(func.count()).where(Continuation.remote, Continuation.status == "claimed"))
     assert held is not None
+
+
+def test_remote_work_that_reached_celery__handed_to_the_leases__not_bounced(proto: Proto) -> None:
+    # Given a due continuation of a remotely served key that went to Celery (made while a Celery worker also
+    # served its key, say): the row is not remote, and its message is in the broker.
+    run_id = proto.park()
+    proto.answer(run_id, {"code": "1"})
+    [resume] = continuations(run_id)
+    assert resume.remote
+    with transaction() as session:
+        session.execute(update(Continuation).where(Continuation.id == resume.id).values(remote=False))
+    publish([(resume.id, "resume")])
+    # When the Celery worker takes it, it hands it to the remote workers' leases, once, spending no attempt.
+    wait_for(lambda: continuations(run_id)[0].remote, timeout=30, what="the continuation handed to remote leases")
+    item = proto.lease_one(run_id)
+    assert item["attempt"] == 1
+    assert proto.complete(item["lease_id"], {"type": "complete"}).status_code == 200
+    assert proto.run(run_id)["status"] == "completed"
