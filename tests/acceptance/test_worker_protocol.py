@@ -13,13 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 
 from models.tables import Continuation, Interaction, LeaseReceipt, ToolCall
 from parkway.db import transaction
 from tasks.publish import publish
 from tests.api.conftest import ApiServer, make_admin
-from tests.support import TARGET, Stack, Worker, continuations, event_types, run_row, wait_for
+from tests.support import TARGET, Stack, Worker, continuations, event_types, pass_time, run_row, wait_for
 
 DECIDE = "proto.decide@1"  # a continuation only the remote worker serves
 PLAN = "proto.plan"  # a step only the remote worker serves
@@ -375,3 +375,21 @@ def test_remote_work_that_reached_celery__handed_to_the_leases__not_bounced(prot
     assert item["attempt"] == 1
     assert proto.complete(item["lease_id"], {"type": "complete"}).status_code == 200
     assert proto.run(run_id)["status"] == "completed"
+
+
+def test_remote_work_nobody_serves_any_more__fails_closed_after_the_grace(proto: Proto) -> None:
+    # Given due remote work, and then its remote worker gone for longer than the grace (5 s in the tests),
+    # while the Celery worker lives on.
+    run_id = proto.due()
+    pass_time(120)
+    with transaction() as session:
+        back = text("UPDATE continuations SET created_at = created_at - interval '120 seconds' WHERE run_id = :r")
+        session.execute(back, {"r": run_id})
+    try:
+        # Then the sweep interrupts the run, naming the version, once the Celery worker is heard from again.
+        run = wait_for(lambda: (r := proto.run(run_id))["status"] == "interrupted" and r, sweep=True,
+                       what="remote work nobody serves interrupted")  # fmt: skip
+        assert f"continuation version {DECIDE}: no live worker has advertised it since" in run["reason"]
+        assert continuations(run_id)[0].status == "dead"
+    finally:
+        proto.lease(wait_s=0)  # served again, for whatever runs after
