@@ -344,12 +344,13 @@ def test_worker_token__cannot_answer_start_or_read_runs(proto: Proto) -> None:
 
 
 def test_remote_worker_listed_in_workers_and_leases_in_metrics(proto: Proto) -> None:
-    proto.lease(wait_s=0, worker="ts-agent-listed")
+    run_id = proto.due()  # due work the heartbeat-only call (max 0) must not take
+    beat = proto.call("POST", "/v1/worker/lease", "worker", {"worker": "ts-agent-listed", "serves": SERVES, "max": 0})
+    assert beat.json() == {"items": []}, beat.text
     workers = proto.call("GET", "/v1/workers", "admin").json()["items"]
     listed = next(w for w in workers if w["node"] == "ts-agent-listed")
     assert listed["remote"] is True and DECIDE in listed["continuations"] and PLAN in listed["steps"]
     assert any(not w["remote"] for w in workers)  # the Celery worker beside it
-    run_id = proto.due()
     item = proto.lease_one(run_id)
     metrics = proto.http.get("/metrics").text
     assert "parkway_remote_leases_outstanding" in metrics and "parkway_remote_leases_expired" in metrics
