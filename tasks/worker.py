@@ -13,7 +13,7 @@ from typing import Any
 
 from models import store
 from models.jsonsafe import storable_text
-from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
+from models.status import RUN_TERMINAL, ContinuationKind
 from models.store import Claim
 from parkway.crash import crash_point
 from parkway.crypto import join_sensitive
@@ -25,9 +25,7 @@ from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
 from tasks.holding import DATABASE_ERRORS, Abandoned, Hold, Keeper, database_fault
 from tasks.outcomes import (
-    Complete,
     Fail,
-    Next,
     Outcome,
     Park,
     check_outcome,
@@ -36,6 +34,7 @@ from tasks.outcomes import (
 from tasks.projection import project_quietly, project_soon
 from tasks.publish import HANDED_ON, publish
 from tasks.sdk import Context
+from tasks.serving import step_served
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 from tasks.tooltypes import PossiblyRan
 
@@ -43,19 +42,11 @@ log = logging.getLogger("parkway.worker")
 
 
 @dataclass(frozen=True)
-class Interrupted:
-    """Not the workflow's verdict: the system cannot drive what the body asked for (a Park on a
-    continuation version no live worker has advertised for the grace), so the step and run end ``interrupted``."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
 class Elsewhere:
     """A claimed continuation this worker does not run (its step or version is not registered here)."""
 
 
-Result = Outcome | Interrupted
+Result = Outcome | store.Interruption  # an Interruption: not the workflow's verdict (a Park on an unserved version)
 
 
 @app.task(name=RUN_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -127,7 +118,7 @@ def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
             return _abandoned(hold, str(database_fault(exc, "the read of who runs its version")), extra)
     crash_point("resume.before_commit")
     try:
-        committed = hold.commit(_for_store(outcome), reviews_started=bool(ctx.started_reviews),
+        committed = hold.commit(outcome, reviews_started=bool(ctx.started_reviews),
                                 in_commit=ctx.commit_hooks)  # fmt: skip
     except DATABASE_ERRORS as exc:  # rolled back: the outcome is decided again by the next execution
         return _abandoned(hold, str(database_fault(exc, "the outcome's commit")), extra)
@@ -165,26 +156,9 @@ def _committed(
     return "committed"
 
 
-def _for_store(outcome: Result) -> store.StepOutcome:
-    """The body's outcome as the store commits it (a Park's interactions as validated specs)."""
-    if isinstance(outcome, Complete):
-        return store.Ending(RunStatus.COMPLETED, result=outcome.result)
-    if isinstance(outcome, Fail):  # a failed run's result is null; its details have a field of their own
-        return store.Ending(RunStatus.FAILED, error=outcome.error, details=outcome.details)
-    if isinstance(outcome, Next):
-        return store.Handover(outcome.step, outcome.payload)
-    if isinstance(outcome, Park):
-        return store.Parking(outcome.continuation, outcome.snapshot, interaction_specs(outcome.interactions))
-    return store.Interruption(outcome.reason)
-
-
 def _named(outcome: store.StepOutcome) -> str:
     """The committed outcome by the SDK's name for it (logs: ``outcome=Complete``)."""
-    if isinstance(outcome, store.Ending):
-        return "Complete" if outcome.status == RunStatus.COMPLETED else "Fail"
-    if isinstance(outcome, store.Handover):
-        return "Next"
-    return "Park" if isinstance(outcome, store.Parking) else "Interrupted"
+    return "Interrupted" if isinstance(outcome, store.Interruption) else type(outcome).__name__
 
 
 def _claim(
@@ -210,13 +184,13 @@ def _claim(
             return _hand_on(claim, execution_id, extra, handed_on=handed_on)
         with single_statement() as conn:  # each give-up is one statement: a whole unit of work
             store.give_up(conn, continuation_id, reason=prepared, execution_id=execution_id)
-        return _given_up(prepared, claim.run_id, extra)
+        return given_up(prepared, claim.run_id, extra)
     with single_statement() as conn:
         dead = store.give_up_exhausted(conn, continuation_id, max_attempts=max_attempts)
     if dead is None:
         log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
         return "duplicate"
-    return _given_up(dead.reason, dead.run_id, extra)
+    return given_up(dead.reason, dead.run_id, extra)
 
 
 def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str | Elsewhere:
@@ -225,7 +199,7 @@ def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str | Elsewhere:
     claim = hold.claim
     extra.update(run_id=claim.run_id, step_id=claim.step.id)
     bind(run_id=claim.run_id, step_id=claim.step.id)
-    reason = _refusal(claim)
+    reason = refusal(claim)
     if reason is not None:
         return reason
     row = claim.continuation
@@ -246,17 +220,17 @@ def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str | Elsewhere:
         hold=hold,
         ctx=ctx,
         body_input=claim.step.snapshot if resume else claim.step.payload,
-        answers=_unsealed(claim.answers) if resume else {},
+        answers=unsealed(claim.answers) if resume else {},
     )
 
 
-def _given_up(reason: str | None, run_id: str, extra: dict[str, Any]) -> str:
+def given_up(reason: str | None, run_id: str, extra: dict[str, Any]) -> str:
     log.warning("continuation given up: %s", reason, extra={**extra, "action": "give_up"})
     project_quietly([run_id])
     return "dead"
 
 
-def _unsealed(answers: dict[str, Any]) -> dict[str, Any]:
+def unsealed(answers: dict[str, Any]) -> dict[str, Any]:
     """Sensitive fields are decrypted only here, for the continuation that consumes them."""
     for item in answers.values():
         if item.sealed is not None:
@@ -265,7 +239,7 @@ def _unsealed(answers: dict[str, Any]) -> dict[str, Any]:
     return answers
 
 
-def _refusal(claim: Claim) -> str | None:
+def refusal(claim: Claim) -> str | None:
     """Why this continuation can no longer be driven, or ``None`` (checked right after the claim)."""
     if claim.run_status in RUN_TERMINAL:
         return f"run {claim.run_id} is already {claim.run_status}"
@@ -286,10 +260,15 @@ def _hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_o
     if reason is not None:
         with single_statement() as conn:
             store.give_up(conn, row.id, reason=reason, execution_id=execution_id)
-        return _given_up(reason, claim.run_id, extra)
+        return given_up(reason, claim.run_id, extra)
     with single_statement() as conn:
-        if not store.release_claim(conn, row.id, execution_id=execution_id, reason=None, spent=False):
+        remote = fleet.node is None and fleet.remote  # only remote workers serve it: theirs to lease from now on
+        if not store.release_claim(conn, row.id, execution_id=execution_id, reason=None, spent=False, remote=remote):
             return "lost"
+    if remote:
+        log.info("%s %s is served by remote workers only: left to their leases", row.kind, row.name,
+                 extra={**extra, "action": "hand_on"})  # fmt: skip
+        return "handed on"
     to = None if handed_on else fleet.node
     log.info("%s %s is not run here: %s", row.kind, row.name, f"handed on to {to}" if to else "left for the sweep",
              extra={**extra, "action": "hand_on"})  # fmt: skip
@@ -310,7 +289,7 @@ def _served(outcome: Result, ctx: Context) -> Result:
         return outcome
     log.warning("step parked on %s, which no live worker runs", outcome.continuation,
                 extra={"run_id": ctx.run_id, "step_id": ctx.step_id})  # fmt: skip
-    return Interrupted(f"{reason} (step {ctx.step_name} parked on it)")
+    return store.Interruption(f"{reason} (step {ctx.step_name} parked on it)")
 
 
 def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict[str, Any]) -> Result:
@@ -321,7 +300,7 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
             result = registry.step_body(name)(ctx, body_input)
         else:
             result = registry.continuation_body(name)(ctx, body_input, answers)
-        return check_outcome(result, f"{kind} {name}")
+        return check_outcome(result, f"{kind} {name}", step_known=step_served)
     except ParkForPermission as wait:
         # The body stops before its effect; it runs again on the same journal once answered.
         snapshot = {"step": ctx.step_name, "payload": ctx.payload, "journal": ctx.journal_step_id or ctx.step_id}

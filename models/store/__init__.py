@@ -9,6 +9,8 @@ One module per entity; this module re-exports their public names (``from models 
 store.answer(...)``).
 """
 
+from models.jsonsafe import canonical_json, interaction_id
+from models.outcome import InteractionSpec
 from models.store.answering import AnswerReceipt, Expiry, answer, expire_due
 from models.store.claims import (
     Answer,
@@ -33,7 +35,23 @@ from models.store.interactions import (
     interaction_state,
 )
 from models.store.interrupts import Dead, give_up, give_up_exhausted, interrupt_run
-from models.store.outcomes import Committed, Ending, Handover, Interruption, Parking, StepOutcome, commit_outcome
+from models.store.leases import (
+    Leased,
+    LeaseState,
+    Receipt,
+    continuation_of,
+    lease,
+    lease_state,
+    outstanding_leases,
+    receipt_of,
+)
+from models.store.outcomes import (
+    Committed,
+    Completion,
+    Interruption,
+    StepOutcome,
+    commit_outcome,
+)
 from models.store.principals import (
     ANSWERERS,
     Actor,
@@ -63,8 +81,8 @@ from models.store.reviews import (
     stranded_reviews,
 )
 from models.store.runs import Due, RunRecord, StepLike, create_run, erase_secrets, finish_run, set_title
-from models.store.sql import Executor, canonical_json, interaction_id, new_id, skip_locked, word, words
-from models.store.steps import InteractionSpec, next_step, park
+from models.store.sql import Executor, new_id, skip_locked, word, words
+from models.store.steps import next_step, park
 from models.store.sweep import (
     ExpiredClaims,
     expirable_interactions,
@@ -102,18 +120,19 @@ __all__ = [
     "Claim",
     "Claimed",
     "Committed",
+    "Completion",
     "Dead",
     "DeliveryLine",
     "Due",
-    "Ending",
     "Executor",
     "ExpiredClaims",
     "Expiry",
-    "Handover",
     "InteractionSpec",
     "Interruption",
-    "Parking",
+    "LeaseState",
+    "Leased",
     "PrincipalRef",
+    "Receipt",
     "RunRecord",
     "Serving",
     "StepLike",
@@ -137,6 +156,7 @@ __all__ = [
     "commit_outcome",
     "consume",
     "consume_and_finish_run",
+    "continuation_of",
     "create_grant",
     "create_principal",
     "create_run",
@@ -158,6 +178,8 @@ __all__ = [
     "interrupt_run",
     "interrupt_stranded_reviews",
     "is_granted",
+    "lease",
+    "lease_state",
     "live_workers",
     "load_claim",
     "lock_run_for_projection",
@@ -165,10 +187,12 @@ __all__ = [
     "mark_revocation_swept",
     "new_id",
     "next_step",
+    "outstanding_leases",
     "park",
     "principal_by_name",
     "principal_ref_by_name",
     "prune_deliveries",
+    "receipt_of",
     "record_deliveries",
     "record_failure",
     "record_review",
