@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.access import InteractionView, RunView, public_value
 from models.history import RunLine
-from models.principals import GrantInfo
 from models.outcome import Park as ParkOutcome
+from models.principals import GrantInfo
 from models.status import normalize_run_status
 from models.tables import Grant, Review, Step, ToolCall
 
