@@ -12,11 +12,26 @@ FS_PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test test-postgres lint migrate sweep bench demo clean
 
+# The TypeScript client (clients/typescript): its dev dependencies from the committed lock file (npm ci, again
+# when the lock file changes), then the package and its tests compiled (again when a source changes).
+# tests/acceptance/test_typescript_client.py runs the compiled tests against a real stack.
+TS := clients/typescript
+TS_DEPS := $(TS)/node_modules/.package-lock.json
+TS_BUILT := $(TS)/.built
+TS_SOURCES := $(wildcard $(TS)/src/*.ts $(TS)/test/*.ts) $(TS)/tsconfig.json $(TS)/tsconfig.test.json $(TS)/package.json
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+$(TS_DEPS): $(TS)/package-lock.json
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
+
+$(TS_BUILT): $(TS_DEPS) $(TS_SOURCES)
+	cd $(TS) && npm run --silent build:test
+	touch $(TS_BUILT)
 
 ## run: the whole stack on this machine (embedded PostgreSQL + filesystem broker unless configured)
 run: $(STAMP)
@@ -25,7 +40,7 @@ run: $(STAMP)
 ## test: the whole suite once on PostgreSQL + Redis and, side by side, the modules where the broker matters
 ## (-m broker) on the filesystem broker (its log in var/test-filesystem.log, shown at the end); fails if
 ## either fails. PostgreSQL: PARKWAY_TEST_PG_URL, or 127.0.0.1:5432, or the embedded one (tests/conftest.py)
-test: $(STAMP)
+test: $(STAMP) $(TS_BUILT)
 	@mkdir -p var
 	@echo "make test: the filesystem-broker run (-m broker) goes on in the background (var/test-filesystem.log)"
 	@PARKWAY_TEST_BROKER=filesystem $(PY) -m pytest -m broker $(FS_PARALLEL) $(PYTEST_ARGS) > var/test-filesystem.log 2>&1 & fs=$$!; \
@@ -37,7 +52,7 @@ test: $(STAMP)
 	[ $$redis -eq 0 ] && [ $$fs_rc -eq 0 ]
 
 ## test-postgres: the whole suite once, on Redis only
-test-postgres: $(STAMP)
+test-postgres: $(STAMP) $(TS_BUILT)
 	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 ## lint: ruff (lint + format check) and mypy strict on the packages
@@ -62,4 +77,4 @@ bench: $(STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist $(TS)/build-test $(TS_BUILT)
