@@ -18,7 +18,7 @@ from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from api.metrics import MetricsMiddleware
 from api.pages import decisions
 from api.pages import runs as run_pages
-from api.routes import events, grants, health, interactions, principals, runs, webhooks, workers
+from api.routes import events, grants, health, interactions, principals, runs, webhooks, worker_protocol, workers
 from parkway.logs import setup_logging
 from parkway.settings import get_settings
 from parkway.startup import start_problem
@@ -94,7 +94,18 @@ def create_app() -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware)  # every request is observed, refused ones too
     app.add_middleware(StartupGuard)  # outermost: the lifespan's startup is checked before anything runs
-    for module in (runs, interactions, principals, grants, workers, webhooks, events, decisions, run_pages):
+    for module in (
+        runs,
+        interactions,
+        principals,
+        grants,
+        workers,
+        worker_protocol,
+        webhooks,
+        events,
+        decisions,
+        run_pages,
+    ):
         # Any of them may find the database unreachable: 503 with Retry-After (api/errors.py).
         app.include_router(module.router, responses=errors.documented(503))
     app.include_router(health.router)  # liveness never reads the database; readiness documents its own 503

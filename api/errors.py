@@ -31,6 +31,7 @@ from parkway.errors import (
     Forbidden,
     Gone,
     InvalidAnswer,
+    InvalidOutcome,
     NotFound,
     OutcomeError,
     Unauthenticated,
@@ -87,6 +88,7 @@ OUTCOME_STATUS: dict[type[OutcomeError], int] = {
     Conflict: 409,
     Gone: 410,
     InvalidAnswer: 422,
+    InvalidOutcome: 422,
 }
 
 

@@ -9,11 +9,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.access import InteractionView, RunView, public_value
 from models.history import RunLine
+from models.outcome import Park as ParkOutcome
 from models.status import normalize_run_status
 from models.tables import Grant, Review, Step, ToolCall
 
 # Text columns cannot hold NUL (PostgreSQL refuses it): every string the API stores or looks up excludes it.
 TEXT = r"^[^\x00]*$"
+PrincipalKindLiteral = Literal["agent", "human", "admin", "worker"]
 ID = r"^[A-Za-z0-9_-]{1,64}$"
 
 
@@ -32,6 +34,11 @@ class RunCreate(Body):
     )
     payload: Any = Field(default_factory=dict, description="any JSON value, handed to the first step")
     target: str = Field(min_length=1, max_length=200, description="the target the run is for, e.g. `team:ops`")
+    park: ParkOutcome | None = Field(
+        None,
+        description="park the first step at once (an agent running its own loop): its continuation, snapshot and "
+        "interactions, as a `park` outcome (its `type` may be left out); the run answers `waiting`",
+    )
 
 
 class StepOut(BaseModel):
@@ -323,13 +330,13 @@ class InteractionPage(BaseModel):
 
 
 class PrincipalCreate(Body):
-    kind: Literal["agent", "human", "admin"]
+    kind: PrincipalKindLiteral
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")
 
 
 class PrincipalCreated(BaseModel):
     id: str
-    kind: Literal["agent", "human", "admin"]
+    kind: PrincipalKindLiteral
     name: str
     token: str = Field(description="shown once; only its hash is stored")
 

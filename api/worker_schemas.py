@@ -18,6 +18,7 @@ class WorkerOut(BaseModel):
     continuations: list[str] = Field(description="the continuation versions it runs, `name@version`")
     started_at: datetime
     heartbeat_at: datetime = Field(description="its last heartbeat, on the database's clock")
+    remote: bool = Field(description="a remote worker (the HTTP worker protocol): its lease calls are its heartbeats")
 
 
 class VersionOut(BaseModel):

@@ -150,7 +150,7 @@ def _release_each(report: SweepReport, *, batch: int, max_attempts: int) -> stor
             try:
                 with session.begin_nested():
                     released = store.release_expired_claim(session, row.id)
-                if released is not None:
+                if released is not None and not released.remote:  # a remote one is leased, not published
                     found.released.append((released.id, released.kind))
             except Exception as exc:
                 _skipped(report, exc, continuation_id=row.id)

@@ -215,7 +215,7 @@ def list_interactions(
     after = read_position(cursor) if cursor is not None else None
     where: list[ColumnElement[bool]] = [Interaction.run_id == run_id] if run_id is not None else []
     targets = None
-    if principal.kind == PrincipalKind.HUMAN:
+    if principal.kind in (PrincipalKind.HUMAN, PrincipalKind.WORKER):  # a worker's grants: none, unless given
         targets = live_targets(principal) if target is None else live_targets(principal).where(Grant.target == target)
     elif target is not None:
         where.append(Interaction.target == target)

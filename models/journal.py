@@ -13,7 +13,7 @@ from sqlalchemy import Boolean, Table, bindparam, exists, select, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
-from models.status import ToolPhase
+from models.status import ToolPhase, ToolReplay
 from models.store import canonical_json
 from models.store.events import event_params, event_row, event_select, events_if, insert_events
 from models.store.sql import bp, insert_or_winner, insert_unless_taken, made_or_found
@@ -117,6 +117,21 @@ def mark_running(session: Session, call_id: str) -> ToolCall | None:
         .returning(ToolCall)
         .execution_options(synchronize_session=False)
     )
+
+
+POSSIBLY_RAN = "possibly ran before a crash; not run again"
+
+
+def start_executing(session: Session, call_id: str, *, created: bool, replay: str) -> bool:
+    """An executing call about to run: ``True`` (run it) with one more recorded start (``mark_running``); or,
+    for a ``never`` call an earlier execution left executing with no outcome (not ``created`` now),
+    executing -> settled as possibly-run, never run again: ``False``. The one rule for Python bodies
+    (``tasks.tools``) and remote workers (``tasks.remote``)."""
+    if not created and replay == ToolReplay.NEVER:
+        settle(session, call_id, from_=ToolPhase.EXECUTING, error=POSSIBLY_RAN, possibly_ran=True)
+        return False
+    mark_running(session, call_id)
+    return True
 
 
 def settle(

@@ -64,6 +64,7 @@ class PrincipalKind(StrEnum):
     AGENT = "agent"
     HUMAN = "human"
     ADMIN = "admin"
+    WORKER = "worker"  # a remote step handler: leases, heartbeats, completes (docs/worker-protocol.md)
 
 
 class ReviewStatus(StrEnum):

@@ -251,6 +251,8 @@ class Continuation(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Served only by remote workers when it was made: leased over HTTP, never published to Celery (0014).
+    remote: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
     __table_args__ = (
         # At most one continuation per step wait: a double insert is a conflict, not a second unit.
@@ -260,7 +262,14 @@ class Continuation(Base):
         Index(
             "ix_continuations_ready",
             "enqueued_at",
-            postgresql_where=text("status = 'ready'"),
+            postgresql_where=text("status = 'ready' AND NOT remote"),
+        ),
+        # What a remote worker may lease: by the keys it serves, oldest first (models/store/leases.py, 0014).
+        Index(
+            "ix_continuations_remote",
+            "name",
+            "created_at",
+            postgresql_where=text("remote AND status IN ('ready', 'claimed')"),
         ),
         Index(
             "ix_continuations_claimed",
@@ -290,6 +299,8 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # A process outside Celery that leases work over HTTP (its lease calls are its heartbeats; 0014).
+    remote: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
 
 class AdvertisedVersion(Base):
@@ -303,6 +314,22 @@ class AdvertisedVersion(Base):
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     __table_args__ = (one_of("kind", ContinuationKind),)
+
+
+class LeaseReceipt(Base):
+    """The receipt of a remote worker's completion, written in the transaction that commits it: an exact
+    retry gets it again, another outcome for the same lease is refused (models/store/leases.py)."""
+
+    __tablename__ = "lease_receipts"
+
+    lease_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    continuation_id: Mapped[str] = mapped_column(ForeignKey("continuations.id"))
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"))
+    outcome: Mapped[str] = mapped_column(String(16))  # park | next | complete | fail
+    outcome_digest: Mapped[str] = mapped_column(String(64))
+    run_status: Mapped[str] = mapped_column(String(16))
+    committed_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class Event(Base):

@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     token = sub.add_parser("token", help="manage principals' tokens")
     token_sub = token.add_subparsers(dest="token_command", required=True)
     create = token_sub.add_parser("create", help="create a principal and print its token once")
-    create.add_argument("--kind", required=True, choices=["agent", "human", "admin"])
+    create.add_argument("--kind", required=True, choices=["agent", "human", "admin", "worker"])
     create.add_argument("--name", required=True)
     create.set_defaults(fn=cmd_token_create)
     revoke = token_sub.add_parser("revoke", help="disable a principal: its token, grants and page sessions end")

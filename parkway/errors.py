@@ -86,3 +86,23 @@ class InvalidAnswer(OutcomeError):
     def __init__(self, detail: str, state: dict[str, Any] | None = None, errors: list[str] | None = None) -> None:
         super().__init__(detail, state)
         self.errors = errors or []
+
+
+class LeaseLost(Conflict):
+    """Raised when a remote lease no longer holds its work (its lease ran out, another lease took it, or it
+    was completed with another outcome); nothing was committed."""
+
+    code = "lease_lost"
+
+
+class RunEnded(Gone):
+    """Raised when a remote lease's run has ended: its work can no longer be committed."""
+
+    code = "run_ended"
+
+
+class InvalidOutcome(OutcomeError):
+    """Raised when a remote worker's outcome cannot be committed as sent; nothing was committed and its lease
+    is kept."""
+
+    code = "invalid_outcome"

@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     # How long no live worker may advertise a version before the work on it fails closed (a rolling deploy).
     version_grace_s: float = Field(default=600.0, ge=0)
     worker_heartbeat_s: float = Field(default=10.0, gt=0)  # a worker is live for 3 heartbeats after each
+    # A remote worker (docs/worker-protocol.md) is live this long after each of its lease calls.
+    remote_worker_ttl_s: float = Field(default=60.0, gt=0)
     db_pool_size: int = Field(default=10, ge=1, le=500)
     workspace_dir: str = ""  # empty: ``workspaces`` under ``home``
     home: str = str(DEFAULT_HOME)

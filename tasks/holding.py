@@ -38,9 +38,10 @@ class Hold:
         One statement in autocommit: a process stopped mid-renewal (hung, paused) leaves no open
         transaction holding the row, so the sweep can release the claim once the lease runs out."""
         with single_statement(durable=False) as conn:
-            return store.renew_lease(
+            renewed = store.renew_lease(
                 conn, self.claim.continuation.id, execution_id=self.execution_id, lease_s=self.lease_s
             )
+        return renewed is not None
 
     def release(self, reason: str) -> bool:
         """Give the claim back at once (``store.release_claim``) so the continuation is driven again without

@@ -1,57 +1,32 @@
-"""What a body returns (``Park`` with its ``Question``s and ``Permission``s, ``Next``, ``Complete``,
-``Fail``) and the checks it passes before anything commits."""
+"""The checks a body's outcome (``models.outcome``: ``Park`` with its ``Question``s and ``Permission``s,
+``Next``, ``Complete``, ``Fail``) passes before anything commits, whether a Python body returned it or a
+remote worker sent it as JSON."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from models.answers import PERMISSION_SCHEMA
 from models.jsonsafe import json_problem
+from models.outcome import Complete, Fail, Next, Outcome, Park, Permission, Question
 from models.status import InteractionKind
 from models.store import InteractionSpec
 from parkway.errors import WorkflowError
 from tasks import registry
 from tasks.checks import expires_in_ok, schema_ok, text_ok
-from tasks.tooltypes import Permission
 
-
-@dataclass(frozen=True)
-class Question:
-    key: str
-    prompt: str
-    schema: dict[str, Any]
-    target: str
-    expires_in: float | None = None
-    sensitive: Sequence[str] = ()
-
-
-@dataclass(frozen=True)
-class Park:
-    continuation: str
-    interactions: Sequence[Question | Permission]
-    snapshot: Any = None
-
-
-@dataclass(frozen=True)
-class Next:
-    step: str
-    payload: Any = None
-
-
-@dataclass(frozen=True)
-class Complete:
-    result: Any = None
-
-
-@dataclass(frozen=True)
-class Fail:
-    error: str
-    details: Any = None
-
-
-Outcome = Park | Next | Complete | Fail
+__all__ = [
+    "Complete",
+    "Fail",
+    "Next",
+    "Outcome",
+    "Park",
+    "Permission",
+    "Question",
+    "check_outcome",
+    "interaction_specs",
+]
 
 
 def json_ok(value: Any, what: str) -> None:
@@ -114,8 +89,9 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
     return specs
 
 
-def check_outcome(outcome: Any, where: str) -> Outcome:
-    """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable."""
+def check_outcome(outcome: Any, where: str, *, step_known: Callable[[str], bool] = registry.has_step) -> Outcome:
+    """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable.
+    ``step_known``: whether a ``Next`` names a step that is run (by default: registered in this process)."""
     if isinstance(outcome, Park):
         if not isinstance(outcome.continuation, str) or "@" not in outcome.continuation:
             raise WorkflowError(f"Park from {where} must name a continuation as name@version")
@@ -123,7 +99,7 @@ def check_outcome(outcome: Any, where: str) -> Outcome:
         json_ok(outcome.snapshot, "the Park snapshot")
         interaction_specs(outcome.interactions)  # its version is judged by the fleet (tasks.worker), not here
     elif isinstance(outcome, Next):
-        if not isinstance(outcome.step, str) or not registry.has_step(outcome.step):
+        if not isinstance(outcome.step, str) or not step_known(outcome.step):
             raise WorkflowError(f"step {outcome.step} named by Next from {where} is not registered")
         json_ok(outcome.payload, "the Next payload")
     elif isinstance(outcome, Complete):

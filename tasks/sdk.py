@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from models import jsonsafe, store
+from models.outcome import OUTCOME
 from models.status import PrincipalKind
 from models.store import Actor, Answer
 from models.tables import Principal
@@ -19,6 +20,7 @@ from parkway.errors import (
     Forbidden,
     Gone,
     InvalidAnswer,
+    InvalidOutcome,
     NotFound,
     NotRegistered,
     WorkflowError,
@@ -26,8 +28,9 @@ from parkway.errors import (
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.holding import own_write
-from tasks.outcomes import Complete, Fail, Next, Park, Question
+from tasks.outcomes import Complete, Fail, Next, Park, Question, check_outcome, interaction_specs
 from tasks.publish import publish
+from tasks.serving import continuation_served, step_served
 from tasks.tooltypes import Permission, PermissionRejected, PossiblyRan, ToolFailed
 
 __all__ = [
@@ -159,8 +162,9 @@ class Context:
 # --------------------------------------------------------------------------- starting runs
 
 
-def request_digest(workflow: str, payload: Any, target: str) -> str:
-    return hashlib.sha256(store.canonical_json([workflow, payload, target]).encode()).hexdigest()
+def request_digest(workflow: str, payload: Any, target: str, park: Park | None = None) -> str:
+    request = [workflow, payload, target] if park is None else [workflow, payload, target, OUTCOME.dump_python(park)]
+    return hashlib.sha256(store.canonical_json(request).encode()).hexdigest()
 
 
 def start_run(
@@ -170,16 +174,19 @@ def start_run(
     principal: str,
     target: str,
     idempotency_key: str | None = None,
+    park: Park | None = None,
 ) -> str:
     """Start a run of ``workflow`` owned by ``principal`` (an agent granted on ``target``); returns its id.
 
-    Raises ``NotRegistered`` for an unknown workflow and ``Forbidden`` without a grant; nothing is stored
-    then. With ``idempotency_key``, a retry returns the same run and a different body raises ``Conflict``.
+    Raises ``NotRegistered`` for a workflow nothing runs (neither this process nor a live worker, Celery or
+    remote) and ``Forbidden`` without a grant; nothing is stored then. With ``idempotency_key``, a retry
+    returns the same run and a different body raises ``Conflict``. With ``park`` (an agent that runs its
+    own loop), the first step is parked at once, in the run's transaction, on a continuation a live worker
+    serves (else ``InvalidOutcome``): its body never runs here.
     """
-    if not registry.has_step(workflow):
-        registry.import_workflows()  # a script that only set PARKWAY_IMPORTS has not imported them yet
-    if not registry.has_step(workflow):
+    if park is None and not step_served(workflow):
         raise NotRegistered(f"workflow {workflow} is not a registered step")
+    specs = None if park is None else _park_specs(park, workflow)
     jsonsafe.require_storable({"payload": payload, "target": target, "idempotency_key": idempotency_key}, "the run")
     with transaction() as session:
         owner = _principal(session, principal)
@@ -194,12 +201,34 @@ def start_run(
             owner=owner,
             target=target,
             idempotency_key=idempotency_key,
-            request_digest=request_digest(workflow, payload, target),
+            request_digest=request_digest(workflow, payload, target, park),
+            start=park is None,
         )
         run_id = run.id
+        if park is not None and specs is not None and due is not None:
+            first = store.StepRef(due.step_id, due.run_id, workflow, payload, None)
+            store.park(session, first, continuation=park.continuation, snapshot=park.snapshot, interactions=specs,
+                       from_continuation=False)  # fmt: skip
+            due = None  # its step is parked: nothing to run
         to_publish = [(due.id, due.kind)] if due is not None else []
     publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return run_id
+
+
+def _park_specs(park: Park, workflow: str) -> list[store.InteractionSpec]:
+    """A park from outside, checked as a body's (``check_outcome``), on a continuation a live worker serves;
+    raises ``InvalidOutcome`` (nothing is stored)."""
+    try:
+        check_outcome(park, f"the park of a new run of {workflow}")
+        specs = interaction_specs(park.interactions)
+    except WorkflowError as exc:
+        raise InvalidOutcome(str(exc)) from None
+    if any(isinstance(i, Permission) and i.request_id is not None for i in park.interactions):
+        raise InvalidOutcome("a permission's request_id is set by Parkway, never sent")
+    if not continuation_served(park.continuation):
+        raise InvalidOutcome(f"continuation {park.continuation} is not served by any live worker",
+                             {"continuation": park.continuation})  # fmt: skip
+    return specs
 
 
 def _principal(session: Any, name: str | Principal) -> Any:

@@ -102,18 +102,9 @@ def run_tool(
             else:
                 journal.authorize(session, call_id)
                 journal.mark_running(session, call_id)
-        elif not created and replay == "never":
+        elif not journal.start_executing(session, call_id, created=created, replay=replay):
             # An earlier execution recorded the intent and died before the outcome: it may have run.
-            journal.settle(
-                session,
-                call_id,
-                from_=ToolPhase.EXECUTING,
-                error="possibly ran before a crash; not run again",
-                possibly_ran=True,
-            )
             signal = PossiblyRan(f"tool call {key} ({name}) may have run before a crash; it is not run again")
-        else:
-            journal.mark_running(session, call_id)
     if settled is not None:
         return _replay(*settled, key=key)
     if signal is not None:

@@ -3,20 +3,10 @@ them, their public home) and the journal (``tasks.tools``), so the journal never
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
+from models.outcome import Permission
 from parkway.errors import ParkwayError
 
-
-@dataclass(frozen=True)
-class Permission:
-    key: str
-    action: str
-    resources: Sequence[str]
-    target: str
-    expires_in: float | None = None
-    request_id: str | None = None  # set by ctx.tool's preflight: deterministic for (call, action, resources)
+__all__ = ["Permission", "PermissionRejected", "PossiblyRan", "ToolFailed"]
 
 
 class PossiblyRan(ParkwayError):

@@ -127,7 +127,7 @@ def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
             return _abandoned(hold, str(database_fault(exc, "the read of who runs its version")), extra)
     crash_point("resume.before_commit")
     try:
-        committed = hold.commit(_for_store(outcome), reviews_started=bool(ctx.started_reviews),
+        committed = hold.commit(for_store(outcome), reviews_started=bool(ctx.started_reviews),
                                 in_commit=ctx.commit_hooks)  # fmt: skip
     except DATABASE_ERRORS as exc:  # rolled back: the outcome is decided again by the next execution
         return _abandoned(hold, str(database_fault(exc, "the outcome's commit")), extra)
@@ -165,7 +165,7 @@ def _committed(
     return "committed"
 
 
-def _for_store(outcome: Result) -> store.StepOutcome:
+def for_store(outcome: Result) -> store.StepOutcome:
     """The body's outcome as the store commits it (a Park's interactions as validated specs)."""
     if isinstance(outcome, Complete):
         return store.Ending(RunStatus.COMPLETED, result=outcome.result)
@@ -210,13 +210,13 @@ def _claim(
             return _hand_on(claim, execution_id, extra, handed_on=handed_on)
         with single_statement() as conn:  # each give-up is one statement: a whole unit of work
             store.give_up(conn, continuation_id, reason=prepared, execution_id=execution_id)
-        return _given_up(prepared, claim.run_id, extra)
+        return given_up(prepared, claim.run_id, extra)
     with single_statement() as conn:
         dead = store.give_up_exhausted(conn, continuation_id, max_attempts=max_attempts)
     if dead is None:
         log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
         return "duplicate"
-    return _given_up(dead.reason, dead.run_id, extra)
+    return given_up(dead.reason, dead.run_id, extra)
 
 
 def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str | Elsewhere:
@@ -225,7 +225,7 @@ def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str | Elsewhere:
     claim = hold.claim
     extra.update(run_id=claim.run_id, step_id=claim.step.id)
     bind(run_id=claim.run_id, step_id=claim.step.id)
-    reason = _refusal(claim)
+    reason = refusal(claim)
     if reason is not None:
         return reason
     row = claim.continuation
@@ -246,17 +246,17 @@ def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str | Elsewhere:
         hold=hold,
         ctx=ctx,
         body_input=claim.step.snapshot if resume else claim.step.payload,
-        answers=_unsealed(claim.answers) if resume else {},
+        answers=unsealed(claim.answers) if resume else {},
     )
 
 
-def _given_up(reason: str | None, run_id: str, extra: dict[str, Any]) -> str:
+def given_up(reason: str | None, run_id: str, extra: dict[str, Any]) -> str:
     log.warning("continuation given up: %s", reason, extra={**extra, "action": "give_up"})
     project_quietly([run_id])
     return "dead"
 
 
-def _unsealed(answers: dict[str, Any]) -> dict[str, Any]:
+def unsealed(answers: dict[str, Any]) -> dict[str, Any]:
     """Sensitive fields are decrypted only here, for the continuation that consumes them."""
     for item in answers.values():
         if item.sealed is not None:
@@ -265,7 +265,7 @@ def _unsealed(answers: dict[str, Any]) -> dict[str, Any]:
     return answers
 
 
-def _refusal(claim: Claim) -> str | None:
+def refusal(claim: Claim) -> str | None:
     """Why this continuation can no longer be driven, or ``None`` (checked right after the claim)."""
     if claim.run_status in RUN_TERMINAL:
         return f"run {claim.run_id} is already {claim.run_status}"
@@ -286,7 +286,7 @@ def _hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_o
     if reason is not None:
         with single_statement() as conn:
             store.give_up(conn, row.id, reason=reason, execution_id=execution_id)
-        return _given_up(reason, claim.run_id, extra)
+        return given_up(reason, claim.run_id, extra)
     with single_statement() as conn:
         if not store.release_claim(conn, row.id, execution_id=execution_id, reason=None, spent=False):
             return "lost"

@@ -4,7 +4,7 @@ is stored, and no response ever carries a token hash."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import Path, Response
 from pydantic import BaseModel, Field
@@ -13,7 +13,7 @@ from api import errors
 from api.deps import AdminDep, CursorParam, LimitParam, SessionDep
 from api.errors import ApiError, documented
 from api.input import checked_router
-from api.schemas import ID, PrincipalCreate, PrincipalCreated
+from api.schemas import ID, PrincipalCreate, PrincipalCreated, PrincipalKindLiteral
 from models import principals, store
 from models.principals import PrincipalInfo
 from parkway.db import transaction
@@ -26,7 +26,7 @@ PrincipalId = Annotated[str, Path(pattern=ID, description="the principal's id")]
 
 class PrincipalOut(BaseModel):
     id: str
-    kind: Literal["agent", "human", "admin"]
+    kind: PrincipalKindLiteral
     name: str
     created_at: datetime
     disabled_at: datetime | None = Field(description="when it was disabled; null while it is live")

@@ -39,7 +39,8 @@ IdempotencyKey = Annotated[
     responses=documented(401, 403, 409, 413, 422, models=errors.RUN_OUTCOMES),
 )
 def start_run(body: RunCreate, agent: AgentDep, idempotency_key: IdempotencyKey = None) -> RunOut:
-    """The owner is the authenticated agent; a body naming an `owner` is refused (422)."""
+    """The owner is the authenticated agent; a body naming an `owner` is refused (422). With `park`, the first
+    step is parked at once (one transaction) on a continuation a live worker serves, else 422 naming it."""
     try:
         run_id = sdk.start_run(
             body.workflow,
@@ -47,6 +48,7 @@ def start_run(body: RunCreate, agent: AgentDep, idempotency_key: IdempotencyKey 
             principal=agent.name,
             target=body.target,
             idempotency_key=idempotency_key,
+            park=body.park,
         )
     except NotRegistered as exc:
         raise ApiError(422, str(exc), code="unknown_workflow") from None

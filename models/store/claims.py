@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Row, and_, bindparam, exists, func, or_, select, update
@@ -60,7 +61,8 @@ def live_claim(execution_id: Any) -> Any:
 
 _CLAIM = (
     update(CONT)
-    .where(CONT.c.id == bindparam("cid"), claimable(), CONT.c.attempts < bindparam("max_attempts"))
+    # A remote continuation is leased over HTTP (models/store/leases.py), never claimed by a Celery worker.
+    .where(CONT.c.id == bindparam("cid"), claimable(), CONT.c.attempts < bindparam("max_attempts"), ~CONT.c.remote)
     .values(
         status=ContinuationStatus.CLAIMED.value,
         attempts=CONT.c.attempts + 1,
@@ -198,17 +200,17 @@ def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]])
     )
 
 
-def renew_lease(session: Executor, continuation_id: str, *, execution_id: str, lease_s: float) -> bool:
+def renew_lease(session: Executor, continuation_id: str, *, execution_id: str, lease_s: float) -> datetime | None:
     """claimed -> claimed with a lease ending ``lease_s`` after the database's clock, only for the
-    execution whose lease is live (``live_claim``: one that ran out is not revived); ``False`` when it
-    holds it no more."""
-    row = session.scalar(
+    execution whose lease is live (``live_claim``: one that ran out is not revived); the lease's new end,
+    or ``None`` when it holds it no more."""
+    expires: datetime | None = session.scalar(
         update(CONT)
         .where(CONT.c.id == continuation_id, live_claim(execution_id))
         .values(lease_expires_at=db_now(lease_s))
-        .returning(CONT.c.id)
+        .returning(CONT.c.lease_expires_at)
     )
-    return row is not None
+    return expires
 
 
 _RELEASE_CLAIM = (

@@ -16,10 +16,12 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
+from models.base import utcnow
 from models.status import ContinuationKind, RunStatus
 from models.store.claims import Claim
 from models.store.continuations import consume, consume_and_finish_run, consume_and_next_step, consume_and_park
 from models.store.interrupts import consume_and_interrupt_run, interrupt_run
+from models.store.leases import Receipt, record_receipt
 from models.store.reviews import interrupt_review, running_reviews
 from models.store.runs import Due, RunRecord, erase_secrets, finish_run
 from models.store.steps import InteractionSpec, next_step, park
@@ -64,13 +66,23 @@ StepOutcome = Ending | Handover | Parking | Interruption
 
 
 @dataclass(frozen=True)
+class Completion:
+    """A remote lease's completion (``models.store.leases``): its receipt is written with the consume."""
+
+    lease_id: str
+    outcome_digest: str
+
+
+@dataclass(frozen=True)
 class Committed:
     """What the commit did: the outcome as committed (a review guard may turn a completion into a
-    failure), the continuations to publish now, and the run's terminal record when it ended here."""
+    failure), the continuations to publish now, the run's terminal record when it ended here, and a
+    remote completion's receipt."""
 
     outcome: StepOutcome
     due: list[Due]
     ended: RunRecord | None
+    receipt: Receipt | None = None
 
 
 def commit_outcome(
@@ -80,18 +92,42 @@ def commit_outcome(
     execution_id: str,
     reviews_started: bool = False,
     in_commit: Sequence[Callable[[Session], None]] = (),
+    completion: Completion | None = None,
 ) -> Committed | None:
     """claimed -> consumed with the step's outcome, committed; ``None`` when the claim was lost (another
     execution owns it now, and nothing was written). ``in_commit`` callbacks run inside the commit unless
-    the run failed or was interrupted."""
+    the run failed or was interrupted; a remote ``completion``'s receipt is written in it."""
     reviews = claim.review_running or reviews_started  # otherwise no review of the step can be running
-    quiet = not in_commit or _fails(outcome)  # no callback runs in the commit
+    quiet = (not in_commit or _fails(outcome)) and completion is None  # nothing else is written in the commit
     if not reviews and quiet and not isinstance(outcome, Parking):  # a park that did not happen rolls back
         with single_statement() as conn:
             written = _consume_and_commit(conn, claim, outcome, execution_id)
         return None if written is None else Committed(*written)
     with transaction() as session:
-        return _commit_in(session, claim, outcome, execution_id, reviews, in_commit)
+        committed = _commit_in(session, claim, outcome, execution_id, reviews, in_commit)
+        if committed is None or completion is None:
+            return committed
+        receipt = _receipt(claim, committed, completion)
+        record_receipt(session, receipt)
+        return Committed(committed.outcome, committed.due, committed.ended, receipt)
+
+
+def _receipt(claim: Claim, committed: Committed, completion: Completion) -> Receipt:
+    """The receipt of a remote completion: its outcome by the protocol's name and the run's status after it."""
+    outcome, ended = committed.outcome, committed.ended
+    status: str
+    if isinstance(outcome, Ending):
+        name = "complete" if outcome.status == RunStatus.COMPLETED else "fail"
+        status = ended.status if ended is not None else outcome.status
+    elif isinstance(outcome, Handover):
+        name, status = "next", RunStatus.RUNNING
+    elif isinstance(outcome, Parking):
+        name, status = "park", RunStatus.WAITING
+    else:
+        name, status = "interrupted", RunStatus.INTERRUPTED
+    return Receipt(lease_id=completion.lease_id, continuation_id=claim.continuation.id, run_id=claim.run_id,
+                   step_id=claim.step.id, outcome=name, outcome_digest=completion.outcome_digest,
+                   run_status=str(status), committed_at=utcnow())  # fmt: skip
 
 
 def _commit_in(

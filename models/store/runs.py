@@ -26,6 +26,7 @@ from models.store.sql import (
     new_id,
     words,
 )
+from models.store.workers import remote_only
 from models.tables import Principal, Run
 from parkway.errors import Conflict
 
@@ -46,6 +47,7 @@ def ready_continuation(
         literal(1),  # published right after this commit; if that publish is lost the sweep sends it again
         db_now(),  # the re-enqueue age is measured on the database's clock
         db_now(),
+        remote_only(kind, name),
     )
     columns = [
         "id",
@@ -58,13 +60,15 @@ def ready_continuation(
         "publishes",
         "enqueued_at",
         "created_at",
+        "remote",
     ]
     return insert(CONT).from_select(columns, row if source is None else row.select_from(source))
 
 
-def _create_run() -> Any:
+def _create_run(start: bool) -> Any:
     """The run ``:id`` unless its owner used its idempotency key already, and only if it was made: its
-    first step ``:sid``, that step's ready start continuation ``:cid`` and the two events."""
+    first step ``:sid``, that step's ready start continuation ``:cid`` and the two events (``start``), or
+    the step alone and ``run.created`` (a run whose first step parks at once: ``create_parked_run``)."""
     at = bp("at", RUN.c.created_at)
     given = ("id", "workflow", "owner_id", "target", "payload", "idempotency_key", "request_digest")
     values = {name: bp(name, RUN.c[name]) for name in given}
@@ -83,14 +87,16 @@ def _create_run() -> Any:
     due = ready_continuation(
         ContinuationKind.START, bp("cid", CONT.c.id), made.c.id, bp("sid", CONT.c.step_id), made.c.workflow, made
     )
-    events = events_if(exists(select(made.c.id)), exists(select(made.c.id)))  # run.created, continuation.ready
+    # run.created, continuation.ready
+    events = events_if(*[exists(select(made.c.id))] * (2 if start else 1))
     found = select(*RUN.c).where(
         RUN.c.owner_id == values["owner_id"], RUN.c.idempotency_key == values["idempotency_key"]
     )
-    return made_or_found(made, found).add_cte(first_step.cte("first_step"), due.cte("due"), events.cte("events"))
+    ctes = [first_step.cte("first_step"), *([due.cte("due")] if start else []), events.cte("events")]
+    return made_or_found(made, found).add_cte(*ctes)
 
 
-_CREATE_RUN = _create_run()
+_CREATE_RUN = {start: _create_run(start) for start in (True, False)}
 
 
 def create_run(
@@ -102,23 +108,25 @@ def create_run(
     target: str,
     idempotency_key: str | None,
     request_digest: str,
+    start: bool = True,
 ) -> tuple[Run, Due | None]:
-    """none -> running: a run, its first step and that step's ready continuation, in one statement.
+    """none -> running: a run, its first step and that step's ready continuation, in one statement
+    (``start=False``: no continuation, the caller parks the step in this transaction; the ``Due`` then
+    names the step to park and is not to be published).
 
     With an idempotency key already used by this owner (or by a concurrent request that commits first):
     the same body returns the existing run and ``None`` for the continuation; a different body raises
     ``Conflict``.
     """
     rid, sid, cid = new_id(), new_id(), new_id()
-    events = [
-        event_row(rid, "run.created", workflow=workflow, owner=owner.name, target=target),
-        event_row(rid, "continuation.ready", continuation_id=cid, step_id=sid, name=workflow),
-    ]
+    events = [event_row(rid, "run.created", workflow=workflow, owner=owner.name, target=target)]
+    if start:
+        events.append(event_row(rid, "continuation.ready", continuation_id=cid, step_id=sid, name=workflow))
     params = {"id": rid, "sid": sid, "cid": cid, "workflow": workflow, "owner_id": owner.id, "target": target,
               "payload": payload, "idempotency_key": idempotency_key, "request_digest": request_digest,
               "at": utcnow(), **event_params(events)}  # fmt: skip
     run, made = insert_or_winner(
-        session, Run, _CREATE_RUN, params, lambda: _run_by_key(session, owner.id, idempotency_key)
+        session, Run, _CREATE_RUN[start], params, lambda: _run_by_key(session, owner.id, idempotency_key)
     )
     if not made:
         return _same_request(run, request_digest), None

@@ -18,7 +18,8 @@ from models.tables import Continuation, Interaction, SweepTotal
 
 def _mark_for_republish() -> Any:
     stale = or_(CONT.c.enqueued_at.is_(None), CONT.c.enqueued_at < db_now("older_than_s"))
-    ready = CONT.c.status == word(ContinuationStatus.READY)
+    # A remote continuation is leased over HTTP, never published (``ix_continuations_ready`` leaves it out).
+    ready = and_(CONT.c.status == word(ContinuationStatus.READY), ~CONT.c.remote)
     # A CTE, run once: as an ``IN`` subquery it may be run again for each row, and a run again skips the
     # rows this statement already updated, then locks the next ones (every stale row, not a batch).
     batch = skip_locked(
@@ -59,13 +60,13 @@ def _release_expired_claims() -> Any:
         .where(CONT.c.id == batch.c.id, left, _EXPIRED)
         .values(status=ContinuationStatus.READY.value, claimed_by=None, lease_expires_at=None, enqueued_at=db_now(),
                 publishes=CONT.c.publishes + 1)
-        .returning(CONT.c.id, CONT.c.kind)
+        .returning(CONT.c.id, CONT.c.kind, CONT.c.remote)
         .cte("released")
     )  # fmt: skip
     # Out of attempts: found, not changed (``give_up_exhausted`` decides each with its own compare-and-set).
     return union_all(
-        select(released.c.id, released.c.kind, true().label("released")),
-        select(batch.c.id, batch.c.kind, false().label("released")).where(~left),
+        select(released.c.id, released.c.kind, true().label("released"), released.c.remote),
+        select(batch.c.id, batch.c.kind, false().label("released"), false()).where(~left),
     )
 
 
@@ -74,8 +75,9 @@ _RELEASE_EXPIRED_CLAIMS = _release_expired_claims()
 
 @dataclass(frozen=True)
 class ExpiredClaims:
-    """What ``release_expired_claims`` did and found: the claims released, to publish as ``(id, kind)``,
-    and the ids of those out of attempts, for ``give_up_exhausted``."""
+    """What ``release_expired_claims`` did and found: the claims released, to publish as ``(id, kind)`` (a
+    remote one is released but not listed: it is leased again over HTTP), and the ids of those out of
+    attempts, for ``give_up_exhausted``."""
 
     released: list[tuple[str, str]]
     exhausted: list[str]
@@ -87,7 +89,8 @@ def release_expired_claims(session: Executor, *, batch: int, max_attempts: int) 
     found, not changed. One statement; empty lists: nothing expired."""
     rows = session.execute(_RELEASE_EXPIRED_CLAIMS, {"n": batch, "max_attempts": max_attempts}).all()
     return ExpiredClaims(
-        released=[(r.id, r.kind) for r in rows if r.released], exhausted=[r.id for r in rows if not r.released]
+        released=[(r.id, r.kind) for r in rows if r.released and not r.remote],
+        exhausted=[r.id for r in rows if not r.released],
     )
 
 

@@ -40,6 +40,7 @@ class Advert:
     steps: tuple[str, ...]
     continuations: tuple[str, ...]
     ttl_s: float  # live this long after each heartbeat
+    remote: bool = False  # leases over HTTP (docs/worker-protocol.md): never handed work through Celery
 
 
 def live() -> Any:
@@ -57,7 +58,7 @@ def _advertise() -> Any:
     row = pg_insert(WORKERS).values(
         id=bindparam("id"), node=bindparam("node"), pid=bindparam("pid"), steps=bindparam("steps", type_=keys),
         continuations=bindparam("conts", type_=keys), started_at=db_now(), heartbeat_at=db_now(),
-        expires_at=db_now("ttl_s"),
+        expires_at=db_now("ttl_s"), remote=bindparam("remote"),
     )  # fmt: skip
     worker = row.on_conflict_do_update(
         index_elements=[WORKERS.c.id],
@@ -85,7 +86,7 @@ def advertise(conn: Executor, advert: Advert) -> None:
     each key's ``last_seen_at`` -> now. One statement: the start and every heartbeat (a worker whose row
     was forgotten, or whose heartbeats stopped for a while, is simply live again)."""
     params = {"id": advert.id, "node": advert.node, "pid": advert.pid, "steps": list(advert.steps),
-              "conts": list(advert.continuations), "ttl_s": advert.ttl_s}  # fmt: skip
+              "conts": list(advert.continuations), "ttl_s": advert.ttl_s, "remote": advert.remote}  # fmt: skip
     conn.execute(_ADVERTISE, params)
 
 
@@ -104,11 +105,12 @@ class WorkerView:
     continuations: list[str]
     started_at: datetime
     heartbeat_at: datetime
+    remote: bool
 
 
 def live_workers(session: Session) -> list[WorkerView]:
     """The live workers, by node name."""
-    columns = ("node", "pid", "steps", "continuations", "started_at", "heartbeat_at")
+    columns = ("node", "pid", "steps", "continuations", "started_at", "heartbeat_at", "remote")
     rows = session.execute(select(*(WORKERS.c[c] for c in columns)).where(live()).order_by(WORKERS.c.node))
     return [WorkerView(*row) for row in rows]
 
@@ -127,16 +129,22 @@ class Serving:
 
     kind: str
     key: str
-    node: str | None  # a live worker that runs it, to hand work on to; None: no live worker does
+    node: str | None  # a live Celery worker that runs it, to hand work on to; None: no live one does
+    remote: bool  # a live remote worker serves it (it leases the work over HTTP)
     anyone_live: bool
     last_seen_at: datetime | None
     since: datetime  # when the work began waiting on it (the grace counts from here if never advertised)
     now: datetime
 
+    @property
+    def served(self) -> bool:
+        """A live worker runs it, in Celery or remotely."""
+        return self.node is not None or self.remote
+
     def fails_closed(self, grace_s: float) -> str | None:
         """The reason work on this key fails closed now, or ``None``: a live worker runs it, no worker is
         alive at all (the work waits), or it was advertised (or the work began) within the grace."""
-        if self.node is not None or not self.anyone_live:
+        if self.served or not self.anyone_live:
             return None
         if (self.last_seen_at or self.since) > self.now - timedelta(seconds=grace_s):
             return None
@@ -145,11 +153,15 @@ class Serving:
 
 def _serving(kind: str) -> Any:
     key: Any = bindparam("key")
-    node = select(WORKERS.c.node).where(live(), advertises(kind, key)).order_by(func.random()).limit(1)
+    node = (
+        select(WORKERS.c.node).where(live(), advertises(kind, key), ~WORKERS.c.remote).order_by(func.random()).limit(1)
+    )
+    remote = exists().where(live(), advertises(kind, key), WORKERS.c.remote)
     seen = select(ADVERTISED.c.last_seen_at).where(ADVERTISED.c.kind == kind, ADVERTISED.c.key == key)
     since = select(CONT.c.created_at).where(CONT.c.id == bindparam("cid"))
     return select(
         node.scalar_subquery().label("node"),
+        remote.label("remote"),
         exists().where(live()).label("anyone_live"),
         seen.scalar_subquery().label("last_seen_at"),
         func.coalesce(since.scalar_subquery(), db_now()).label("since"),
@@ -164,7 +176,15 @@ def serving(session: Executor, kind: str, key: str, *, continuation_id: str | No
     """Who runs ``key`` (a step name for ``start``, ``name@version`` for ``resume``); the work began waiting
     when the continuation ``continuation_id`` was made, or now."""
     row = session.execute(_SERVING[ContinuationKind(kind)], {"key": key, "cid": continuation_id}).one()
-    return Serving(kind, key, row.node, bool(row.anyone_live), row.last_seen_at, row.since, row.now)
+    return Serving(kind, key, row.node, bool(row.remote), bool(row.anyone_live), row.last_seen_at, row.since, row.now)
+
+
+def remote_only(kind: str, key: Any) -> Any:
+    """Work on ``key`` is for remote workers: no live Celery worker runs it, and a remote worker advertised it
+    (its row is kept for ``FORGET_AFTER_S`` after its last lease call: a remote agent's restart does not send
+    its work to Celery). Decided when the continuation is made (``models.store.runs.ready_continuation``)."""
+    python = exists().where(live(), advertises(kind, key), ~WORKERS.c.remote)
+    return ~python & exists().where(advertises(kind, key), WORKERS.c.remote)
 
 
 def sorted_keys(keys: Sequence[str]) -> tuple[str, ...]:

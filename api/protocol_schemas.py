@@ -1,0 +1,130 @@
+"""The HTTP worker protocol's bodies and answers (docs/worker-protocol.md; ``api/routes/worker_protocol.py``).
+The outcome itself is ``models.outcome``'s, the one vocabulary the Python SDK uses too."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from api.schemas import TEXT, Body
+from models.outcome import OutcomeJSON
+
+KEY = r"^[^\x00@][^\x00]*$"
+WorkerName = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:/-]*$")
+LEASE_S = Field(30.0, ge=5, le=600, description="how long the lease lasts without a heartbeat, in seconds")
+
+
+class LeaseIn(Body):
+    worker: str = Field(
+        min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:/-]*$",
+        description="a stable name of this worker process: how it shows in `GET /v1/workers`",
+    )  # fmt: skip
+    serves: list[Any] = Field(
+        min_length=1, max_length=200,
+        description="what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys "
+        "(`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call",
+    )  # fmt: skip
+    max: int = Field(1, ge=1, le=100, description="at most this many items")
+    wait_s: float = Field(20.0, ge=0, le=30, description="a long poll: wait this long for an item to come due")
+    lease_s: float = LEASE_S
+
+    @model_validator(mode="after")
+    def _keys(self) -> LeaseIn:
+        for key in self.serves:
+            if not isinstance(key, str) or not key or len(key) > 200 or "\x00" in key:
+                raise ValueError("serves lists step names and name@version keys (non-empty strings of 200 at most)")
+            name, at, version = key.partition("@")
+            if at and (not name or not version.isdigit() or int(version) < 1):
+                raise ValueError(f"{key!r}: a continuation key is name@version, the version an integer >= 1")
+        return self
+
+
+class AnswerOut(BaseModel):
+    status: str = Field(description="the interaction's status: answered, rejected, expired, canceled, ...")
+    value: Any = Field(description="the answer's value (sensitive fields decrypted: only here)")
+    approved: bool = Field(description="true only for an approved permission")
+    answered_by: str | None
+
+
+class ItemOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    lease_id: str = Field(description="what every later call on this lease names")
+    kind: Literal["start", "resume"]
+    run_id: str
+    step_id: str
+    attempt: int = Field(description="1 on the first execution, +1 on each lease or claim after")
+    name: str = Field(description="the step's name (start), or the continuation's name without its version")
+    version: int | None = Field(description="the continuation's version (resume); null for a start")
+    key: str = Field(description="what was served: the step name, or name@version")
+    payload: Any = Field(None, description="the step's payload (start)")
+    snapshot: Any = Field(None, description="what the parked step kept for its continuation (resume)")
+    answers: dict[str, AnswerOut] | None = Field(None, description="the step's interactions by key (resume)")
+    lease_expires_at: datetime
+
+
+class LeasePage(BaseModel):
+    items: list[ItemOut] = Field(description="empty when nothing came due within `wait_s`")
+
+
+class HeartbeatIn(Body):
+    lease_s: float = LEASE_S
+
+
+class HeartbeatOut(BaseModel):
+    lease_expires_at: datetime
+
+
+class CompleteIn(Body):
+    outcome: OutcomeJSON = Field(description="park | next | complete | fail, by its `type`")
+
+
+class ReceiptOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    lease_id: str
+    run_id: str
+    step_id: str
+    outcome: Literal["park", "next", "complete", "fail"]
+    run_status: str = Field(description="the run's status right after this commit")
+    committed_at: datetime
+
+
+class ReleaseIn(Body):
+    reason: str | None = Field(None, max_length=2000, pattern=TEXT, description="why it is given back (logged)")
+
+
+class ReleaseOut(BaseModel):
+    lease_id: str
+    continuation_status: str = Field(description="ready (driven again), or dead when out of attempts")
+    attempts: int
+    run_status: str
+
+
+class ToolIntentIn(Body):
+    name: str = Field(min_length=1, max_length=200, pattern=TEXT)
+    key: str = Field(min_length=1, max_length=200, pattern=TEXT, description="unique within the step")
+    args: Any = Field(None, description="journaled as a digest only: a re-execution must send the same")
+    replay: Literal["safe", "never"]
+
+
+class ToolOutcomeIn(Body):
+    result: Any = None
+    error: str | None = Field(None, min_length=1, pattern=TEXT)
+
+    @model_validator(mode="after")
+    def _one(self) -> ToolOutcomeIn:
+        if ("result" in self.model_fields_set) == ("error" in self.model_fields_set):
+            raise ValueError("send either result or error")
+        return self
+
+
+class ToolStateOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    state: Literal["run", "settled"] = Field(description="run: the intent is durable, run it now; settled: do not")
+    result: Any = None
+    error: str | None = None
+    possibly_ran: bool = Field(False, description="a never call a lost lease left executing: never run again")

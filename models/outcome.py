@@ -1,0 +1,78 @@
+"""The one outcome vocabulary: what a step or continuation returns, whether its body runs in Python (the
+SDK's ``Park``/``Next``/``Complete``/``Fail`` with ``Question``/``Permission``, ``tasks.sdk``) or behind the
+HTTP worker protocol (the same types as JSON, ``{"type": "park", ...}``: docs/worker-protocol.md).
+
+Plain dataclasses: a body builds them without validation (``tasks.outcomes.check_outcome`` judges them
+before anything commits, whoever made them); ``OUTCOME`` reads them from JSON and publishes their JSON
+Schema in the OpenAPI. ``type`` and ``kind`` tell the variants apart and are keyword-only, so the SDK's
+constructors keep their positional signatures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
+
+
+@dataclass(frozen=True)
+class Question:
+    key: str
+    prompt: str
+    schema: dict[str, Any]
+    target: str
+    expires_in: float | None = None
+    sensitive: Sequence[str] = ()
+    kind: Literal["question"] = field(default="question", kw_only=True)
+
+
+@dataclass(frozen=True)
+class Permission:
+    key: str
+    action: str
+    resources: Sequence[str]
+    target: str
+    expires_in: float | None = None
+    request_id: str | None = None  # set by ctx.tool's preflight: deterministic for (call, action, resources)
+    kind: Literal["permission"] = field(default="permission", kw_only=True)
+
+
+Interaction = Annotated[Question | Permission, Field(discriminator="kind")]
+
+
+@dataclass(frozen=True)
+class Park:
+    continuation: str
+    interactions: Sequence[Interaction]
+    snapshot: Any = None
+    type: Literal["park"] = field(default="park", kw_only=True)
+
+
+@dataclass(frozen=True)
+class Next:
+    step: str
+    payload: Any = None
+    type: Literal["next"] = field(default="next", kw_only=True)
+
+
+@dataclass(frozen=True)
+class Complete:
+    result: Any = None
+    type: Literal["complete"] = field(default="complete", kw_only=True)
+
+
+@dataclass(frozen=True)
+class Fail:
+    error: str
+    details: Any = None
+    type: Literal["fail"] = field(default="fail", kw_only=True)
+
+
+Outcome = Park | Next | Complete | Fail
+OutcomeJSON = Annotated[Outcome, Field(discriminator="type")]
+
+# Reads an outcome from JSON (strict about the shape, never about the values' meaning: see check_outcome).
+OUTCOME: TypeAdapter[Outcome] = TypeAdapter(OutcomeJSON)
+INTERACTIONS: TypeAdapter[list[Question | Permission]] = TypeAdapter(list[Interaction])

@@ -1,0 +1,155 @@
+"""Remote leases: a remote worker's claim of continuations it serves, taken over HTTP (docs/worker-protocol.md).
+
+A lease is a claim (``models.store.claims``): the row is ``claimed`` with ``claimed_by`` = the lease id,
+which names its continuation (``<continuation id>.<nonce>``), so every later call on a lease finds its row
+even after another lease took it over. Renewal, release and the consume are the claims' own transitions,
+keyed by the lease id as the execution id; a completion's receipt is written in the consume's transaction
+(``models.store.outcomes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import ARRAY, Integer, String, Table, and_, any_, bindparam, func, insert, literal, or_, select, update
+from sqlalchemy.orm import Session
+
+from models.clock import db_now
+from models.status import ContinuationKind, ContinuationStatus
+from models.store.claims import Claimed, claimable, live_claim
+from models.store.sql import CONT, RUN, Executor, skip_locked, word, words
+from models.tables import LeaseReceipt
+
+RECEIPTS = cast(Table, LeaseReceipt.__table__)
+_KEYS = ARRAY(String(200))
+
+
+def continuation_of(lease_id: str) -> str:
+    """The continuation a lease id names (its part before the dot)."""
+    return lease_id.partition(".")[0]
+
+
+def _lease() -> Any:
+    """Up to ``:n`` remote continuations of the keys served (``:steps`` for starts, ``:conts`` for resumes),
+    ready or under an expired lease, attempts left, oldest first (``ix_continuations_remote``), skipping rows
+    another lease call holds -> claimed, attempts + 1, each under a lease id of its own."""
+    served = or_(
+        and_(CONT.c.kind == word(ContinuationKind.START), CONT.c.name == any_(bindparam("steps", type_=_KEYS))),
+        and_(CONT.c.kind == word(ContinuationKind.RESUME), CONT.c.name == any_(bindparam("conts", type_=_KEYS))),
+    )
+    left = CONT.c.attempts < bindparam("max_attempts")
+    live = CONT.c.status.in_(words((ContinuationStatus.READY, ContinuationStatus.CLAIMED)))
+    oldest = select(CONT.c.id).where(CONT.c.remote, live, claimable(), left, served).order_by(CONT.c.created_at)
+    batch = skip_locked(oldest.limit(bindparam("n", type_=Integer))).cte("batch")
+    nonce = func.substr(func.md5(func.random().cast(String) + func.clock_timestamp().cast(String)), 1, 16)
+    return (
+        update(CONT)
+        .where(CONT.c.id == batch.c.id, claimable(), left)
+        .values(status=ContinuationStatus.CLAIMED.value, attempts=CONT.c.attempts + 1,
+                claimed_by=CONT.c.id + literal(".") + nonce, lease_expires_at=db_now("lease_s"))
+        .returning(CONT.c.id, CONT.c.run_id, CONT.c.step_id, CONT.c.kind, CONT.c.name, CONT.c.attempts,
+                   CONT.c.claimed_by, CONT.c.lease_expires_at)
+    )  # fmt: skip
+
+
+_LEASE = _lease()
+
+
+@dataclass(frozen=True)
+class Leased:
+    """A continuation a remote worker now holds: the claim's row, its lease id and when the lease ends."""
+
+    continuation: Claimed
+    lease_id: str
+    lease_expires_at: datetime
+
+
+def lease(
+    conn: Executor, *, steps: list[str], continuations: list[str], n: int, lease_s: float, max_attempts: int
+) -> list[Leased]:
+    """ready|claimed (lease expired) -> claimed for up to ``n`` remote continuations the caller serves, one
+    statement; two concurrent calls never take the same row (``SKIP LOCKED``, then the claim's CAS). An empty
+    list: nothing is due for these keys."""
+    params = {"steps": steps, "conts": continuations, "n": n, "lease_s": lease_s, "max_attempts": max_attempts}
+    rows = conn.execute(_LEASE, params).all()
+    return [Leased(Claimed(*row[:6]), row.claimed_by, row.lease_expires_at) for row in rows]
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """Where a lease's continuation and run stand now (what a refused heartbeat or completion reports)."""
+
+    continuation_id: str
+    status: str  # the continuation's
+    held: bool  # this lease holds it under a live lease
+    attempts: int
+    run_id: str
+    run_status: str
+    step_id: str
+    kind: str
+    name: str
+
+    @property
+    def claimed(self) -> Claimed:
+        """The continuation as a claim names it (what ``load_claim`` reads the rest from)."""
+        return Claimed(self.continuation_id, self.run_id, self.step_id, self.kind, self.name, self.attempts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"continuation_id": self.continuation_id, "continuation_status": self.status, "lease_held": self.held,
+                "attempts": self.attempts, "run_id": self.run_id, "run_status": self.run_status}  # fmt: skip
+
+
+def lease_state(session: Executor, lease_id: str) -> LeaseState | None:
+    """The state of the lease's continuation and run, read now; ``None`` when no continuation has that id."""
+    held = live_claim(lease_id)
+    row = session.execute(
+        select(CONT.c.id, CONT.c.status, held.label("held"), CONT.c.attempts, RUN.c.id.label("run_id"),
+               RUN.c.status.label("run_status"), CONT.c.step_id, CONT.c.kind, CONT.c.name)
+        .join(RUN, RUN.c.id == CONT.c.run_id)
+        .where(CONT.c.id == continuation_of(lease_id))
+    ).first()  # fmt: skip
+    if row is None:
+        return None
+    return LeaseState(row.id, row.status, bool(row.held), row.attempts, row.run_id, row.run_status, row.step_id,
+                      row.kind, row.name)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What a completion committed, as the lease's caller gets it (again, on an exact retry)."""
+
+    lease_id: str
+    continuation_id: str
+    run_id: str
+    step_id: str
+    outcome: str  # park | next | complete | fail
+    outcome_digest: str
+    run_status: str
+    committed_at: datetime
+
+
+def record_receipt(session: Session, receipt: Receipt) -> None:
+    """none -> recorded: the completion's receipt, in the transaction of its consume (the lease id is the
+    key: a second completion of one lease cannot commit, its consume's CAS already lost)."""
+    session.execute(insert(RECEIPTS).values(**receipt.__dict__))
+
+
+def receipt_of(session: Executor, lease_id: str) -> Receipt | None:
+    """The receipt of the lease's completion, or ``None`` when none committed."""
+    row = session.execute(select(*RECEIPTS.c).where(RECEIPTS.c.lease_id == lease_id)).first()
+    return None if row is None else Receipt(**row._mapping)
+
+
+def outstanding_leases(session: Executor) -> tuple[int, int]:
+    """Remote leases held now, and those whose lease ran out and were not taken up again yet (``/metrics``):
+    a range of ``ix_continuations_remote`` each."""
+    claimed = and_(CONT.c.remote, CONT.c.status == word(ContinuationStatus.CLAIMED))
+    row = session.execute(
+        select(
+            func.count().filter(CONT.c.lease_expires_at >= db_now()),
+            func.count().filter(CONT.c.lease_expires_at < db_now()),
+        ).where(claimed)
+    ).one()
+    return int(row[0]), int(row[1])

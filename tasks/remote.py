@@ -1,0 +1,284 @@
+"""The HTTP worker protocol's work (docs/worker-protocol.md): the remote counterpart of ``tasks.worker``.
+
+A remote worker leases continuations it serves, runs their bodies itself, and sends the outcome back. Each
+step here is the Celery worker's own, through the same store: the lease is a claim (its id the execution
+id), the refusals after it are ``tasks.worker.refusal``, the answers are unsealed as for a continuation, and
+the completion commits by ``store.commit_outcome`` with its receipt, then publishes and projects as the
+worker does. The routes (``api/routes/worker_protocol.py``) only translate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from models import journal, store
+from models.outcome import OUTCOME, Outcome, Park, Permission
+from models.status import RUN_TERMINAL, ContinuationKind, ToolPhase
+from models.tables import ToolCall
+from parkway.db import single_statement, transaction
+from parkway.errors import InvalidOutcome, LeaseLost, NotFound, RunEnded, WorkflowError
+from parkway.settings import get_settings
+from tasks.outcomes import check_outcome
+from tasks.projection import project_soon
+from tasks.publish import publish
+from tasks.serving import continuation_served, step_served
+from tasks.worker import for_store, given_up, refusal, unsealed
+
+log = logging.getLogger("parkway.remote")
+
+
+# --------------------------------------------------------------------------- leasing
+
+
+def worker_row_id(principal_id: str, worker: str) -> str:
+    """The registry row of a remote worker: stable for (its principal, the name it gives itself)."""
+    return hashlib.sha256(f"remote\0{principal_id}\0{worker}".encode()).hexdigest()[:32]
+
+
+def split_serves(serves: list[str]) -> tuple[list[str], list[str]]:
+    """Step names (bare) and continuation keys (``name@version``) of what a remote worker serves."""
+    return sorted({k for k in serves if "@" not in k}), sorted({k for k in serves if "@" in k})
+
+
+def advertise(principal_id: str, worker: str, serves: list[str]) -> None:
+    """A lease call is the remote worker's heartbeat in the registry (``store.advertise``, ``remote``)."""
+    steps, continuations = split_serves(serves)
+    advert = store.Advert(id=worker_row_id(principal_id, worker), node=worker, pid=0, steps=tuple(steps),
+                          continuations=tuple(continuations), ttl_s=get_settings().remote_worker_ttl_s,
+                          remote=True)  # fmt: skip
+    with single_statement() as conn:
+        store.advertise(conn, advert)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One leased unit of work, as the protocol hands it out."""
+
+    lease_id: str
+    kind: str  # start | resume
+    run_id: str
+    step_id: str
+    attempt: int
+    name: str  # the step's name (start) or the continuation's name without its version (resume)
+    version: int | None
+    key: str  # what the worker serves: the step name, or name@version
+    payload: Any
+    snapshot: Any
+    answers: dict[str, dict[str, Any]] | None
+    lease_expires_at: datetime
+
+
+def lease_due(serves: list[str], *, n: int, lease_s: float) -> list[Item]:
+    """Up to ``n`` due continuations of the keys served, each under a lease of ``lease_s`` (``store.lease``);
+    one that can no longer be driven (its run ended, its owner lost the grant) is given up as the Celery
+    worker gives it up, and not handed out."""
+    steps, continuations = split_serves(serves)
+    settings = get_settings()
+    with single_statement() as conn:
+        leased = store.lease(conn, steps=steps, continuations=continuations, n=n, lease_s=lease_s,
+                             max_attempts=settings.max_attempts)  # fmt: skip
+    items = []
+    for held in leased:
+        with transaction() as session:
+            claim = store.load_claim(session, held.continuation)
+        reason = refusal(claim)
+        if reason is None:
+            items.append(_item(held, claim))
+            continue
+        with single_statement() as conn:
+            store.give_up(conn, held.continuation.id, reason=reason, execution_id=held.lease_id)
+        given_up(reason, claim.run_id, {"continuation_id": held.continuation.id, "execution_id": held.lease_id})
+    return items
+
+
+def _item(held: store.Leased, claim: store.Claim) -> Item:
+    row = held.continuation
+    resume = row.kind == ContinuationKind.RESUME
+    name, _, version = row.name.partition("@")
+    answers = {
+        key: {"status": a.status, "value": a.value, "approved": a.approved, "answered_by": a.answered_by}
+        for key, a in unsealed(claim.answers).items()
+    }
+    return Item(lease_id=held.lease_id, kind=row.kind, run_id=row.run_id, step_id=row.step_id,
+                attempt=max(row.attempts, 1), name=name, version=int(version) if resume and version else None,
+                key=row.name, payload=None if resume else claim.step.payload,
+                snapshot=claim.step.snapshot if resume else None, answers=answers if resume else None,
+                lease_expires_at=held.lease_expires_at)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- a lease's calls
+
+
+def held(lease_id: str) -> store.LeaseState:
+    """The lease's state when it holds its work live; raises ``RunEnded`` (410) when its run ended,
+    ``LeaseLost`` (409) when it holds it no more, ``NotFound`` when it names no continuation."""
+    with single_statement() as conn:
+        state = store.lease_state(conn, lease_id)
+    return _holding(lease_id, state)
+
+
+def _holding(lease_id: str, state: store.LeaseState | None) -> store.LeaseState:
+    if state is None:
+        raise NotFound(f"lease {lease_id} names no continuation")
+    if state.held:
+        return state
+    if state.run_status in RUN_TERMINAL:
+        raise RunEnded(f"run {state.run_id} of lease {lease_id} is {state.run_status}", state.as_dict())
+    raise LeaseLost(f"lease {lease_id} no longer holds continuation {state.continuation_id}", state.as_dict())
+
+
+def heartbeat(lease_id: str, *, lease_s: float) -> datetime:
+    """The lease extended to ``lease_s`` from now (``store.renew_lease``); raises as ``held`` when lost."""
+    cid = store.continuation_of(lease_id)
+    with single_statement(durable=False) as conn:
+        expires = store.renew_lease(conn, cid, execution_id=lease_id, lease_s=lease_s)
+    if expires is None:
+        held(lease_id)  # raises: it holds it no more
+        raise LeaseLost(f"lease {lease_id} was not renewed")  # pragma: no cover - lost between the two reads
+    return expires
+
+
+def release(lease_id: str, reason: str | None) -> store.LeaseState:
+    """claimed -> ready, the attempt counted (``store.release_claim``); out of attempts, the run is
+    interrupted as after a crash loop (``store.give_up_exhausted``). Returns the state after."""
+    cid = store.continuation_of(lease_id)
+    why = f"released by its remote worker: {reason}" if reason else "released by its remote worker"
+    with single_statement() as conn:
+        released = store.release_claim(conn, cid, execution_id=lease_id, reason=why)
+    if not released:
+        held(lease_id)  # raises
+    with single_statement() as conn:
+        dead = store.give_up_exhausted(conn, cid, max_attempts=get_settings().max_attempts)
+    if dead is not None:
+        given_up(dead.reason, dead.run_id, {"continuation_id": cid, "execution_id": lease_id})
+    with single_statement() as conn:
+        state = store.lease_state(conn, lease_id)
+    assert state is not None
+    return state
+
+
+# --------------------------------------------------------------------------- completing
+
+
+def digest(outcome: Outcome) -> str:
+    return hashlib.sha256(store.canonical_json(OUTCOME.dump_python(outcome, mode="json")).encode()).hexdigest()
+
+
+def complete(lease_id: str, outcome: Outcome) -> store.Receipt:
+    """The outcome committed exactly once for the lease (``store.commit_outcome``, with its receipt); the
+    exact retry returns the same receipt. Raises ``InvalidOutcome`` (nothing committed, lease kept),
+    ``LeaseLost`` or ``RunEnded``."""
+    sent = digest(outcome)
+    earlier = _receipt(lease_id, sent)
+    if earlier is not None:
+        return earlier
+    state = held(lease_id)
+    checked = for_store(_checked(outcome, state.kind, state.name))
+    with transaction() as session:
+        claim = store.load_claim(session, state.claimed)
+    committed = store.commit_outcome(claim, checked, execution_id=lease_id,
+                                     completion=store.Completion(lease_id, sent))  # fmt: skip
+    if committed is None or committed.receipt is None:
+        return _receipt(lease_id, sent) or _lost(lease_id)
+    publish([(c.id, c.kind) for c in committed.due], retry=False)  # once: the sweep relays a lost publish
+    if committed.ended is not None:
+        project_soon(committed.ended)
+    return committed.receipt
+
+
+def _receipt(lease_id: str, sent: str) -> store.Receipt | None:
+    """The lease's receipt when it completed with this outcome; ``LeaseLost`` when with another."""
+    with single_statement() as conn:
+        receipt = store.receipt_of(conn, lease_id)
+    if receipt is None or receipt.outcome_digest == sent:
+        return receipt
+    state = {"run_id": receipt.run_id, "outcome": receipt.outcome, "run_status": receipt.run_status}
+    raise LeaseLost(f"lease {lease_id} was completed with another outcome ({receipt.outcome})", state)
+
+
+def _lost(lease_id: str) -> store.Receipt:
+    held(lease_id)  # raises
+    raise LeaseLost(f"lease {lease_id} lost its claim before the commit")  # pragma: no cover
+
+
+def _checked(outcome: Outcome, kind: str, name: str) -> Outcome:
+    """The checks a Python body's outcome passes (``check_outcome``), with what the fleet serves: a ``Next``
+    to a step and a ``Park`` on a version a live worker (or this process) runs."""
+    where = f"remote {kind} {name}"
+    try:
+        check_outcome(outcome, where, step_known=step_served)
+    except WorkflowError as exc:
+        raise InvalidOutcome(str(exc)) from None
+    if isinstance(outcome, Park):
+        if any(isinstance(i, Permission) and i.request_id is not None for i in outcome.interactions):
+            raise InvalidOutcome("a permission's request_id is set by Parkway, never sent")
+        if not continuation_served(outcome.continuation):
+            raise InvalidOutcome(f"continuation {outcome.continuation} is not served by any live worker",
+                                 {"continuation": outcome.continuation})  # fmt: skip
+    return outcome
+
+
+# --------------------------------------------------------------------------- tools
+
+
+@dataclass(frozen=True)
+class ToolState:
+    """What a remote worker does with a tool call: ``run`` it now, or it has ``settled`` (do not run)."""
+
+    state: str
+    result: Any = None
+    error: str | None = None
+    possibly_ran: bool = False
+
+
+def _settled(row: Any) -> ToolState:
+    return ToolState("settled", row.outcome, row.error, bool(row.possibly_ran))
+
+
+def tool_intent(lease_id: str, *, name: str, key: str, args: Any, replay: str) -> ToolState:
+    """The intent journaled before the effect, only while the lease holds its work (``holds_live_claim``):
+    ``run``, or the recorded outcome when it settled, or possibly-ran for a ``never`` call an earlier
+    lease left executing (``journal.start_executing``: the Python SDK's rule)."""
+    state = held(lease_id)
+    with transaction() as session:
+        if not store.holds_live_claim(session, lease_id):
+            raise LeaseLost(f"lease {lease_id} no longer holds its work")
+        row, created = journal.record_intent(
+            session, run_id=state.run_id, journal_step_id=state.step_id, key=key, name=name,
+            digest=journal.args_digest(args), replay=replay, phase=ToolPhase.EXECUTING, interaction_id=None,
+        )  # fmt: skip
+        if (row.name, row.args_digest) != (name, journal.args_digest(args)):
+            raise InvalidOutcome(f"tool call {key} was journaled as {row.name} with other arguments; it is not run")
+        if row.phase == ToolPhase.SETTLED:
+            return _settled(row)
+        if row.phase != ToolPhase.EXECUTING:
+            raise InvalidOutcome(f"tool call {key} is {row.phase}: permission preflight is not offered over HTTP")
+        if journal.start_executing(session, row.id, created=created, replay=replay):
+            return ToolState("run")
+        return ToolState("settled", None, journal.POSSIBLY_RAN, True)
+
+
+def tool_outcome(lease_id: str, key: str, *, result: Any = None, error: str | None = None) -> ToolState:
+    """executing -> settled with what ran; not fenced by the lease (as in ``tasks.tools``: what ran is
+    recorded even by a lease lost meanwhile, unless the call settled first). ``LeaseLost`` when it had
+    settled otherwise."""
+    cid = store.continuation_of(lease_id)
+    with transaction() as session:
+        state = store.lease_state(session, lease_id)
+        if state is None:
+            raise NotFound(f"lease {lease_id} names no continuation ({cid})")
+        call_id = journal.tool_call_id(state.step_id, key)
+        row = journal.settle(session, call_id, from_=ToolPhase.EXECUTING, outcome=result, error=error)
+        if row is not None:
+            return _settled(row)
+        found = session.get(ToolCall, call_id)
+        if found is None:
+            raise NotFound(f"tool call {key} has no intent in the journal of step {state.step_id}")
+        if (found.outcome, found.error, found.possibly_ran) == (result, error, False):
+            return _settled(found)  # the exact retry
+        raise LeaseLost(f"tool call {key} is {found.phase} already", {"phase": found.phase,
+                        "possibly_ran": found.possibly_ran, "error": found.error})  # fmt: skip
