@@ -9,6 +9,16 @@ export type AnswerIn = {
   value: unknown;
 };
 
+export type AnswerOut = {
+  /** the interaction's status: answered, rejected, expired, canceled, ... */
+  status: string;
+  /** the answer's value (sensitive fields decrypted: only here) */
+  value: unknown;
+  /** true only for an approved permission */
+  approved: boolean;
+  answered_by: string | null;
+};
+
 export type AnswerReceiptOut = {
   status: "answered" | "rejected";
   response_id: string;
@@ -24,6 +34,16 @@ export type CancelReceiptOut = {
   status: "canceled";
   response_id: string;
   canceled_at: string;
+};
+
+export type Complete = {
+  result?: unknown;
+  type?: "complete";
+};
+
+export type CompleteIn = {
+  /** park | next | complete | fail, by its `type` */
+  outcome: Park | Next | Complete | Fail;
 };
 
 export type ContinuationEvent = {
@@ -72,6 +92,12 @@ export type EventPage = {
   next: string | null;
 };
 
+export type Fail = {
+  error: string;
+  details?: unknown;
+  type?: "fail";
+};
+
 export type GrantCreate = {
   /** the principal's name */
   principal: string;
@@ -89,6 +115,15 @@ export type GrantOut = {
 
 export type Health = {
   status: "ok";
+};
+
+export type HeartbeatIn = {
+  /** how long the lease lasts without a heartbeat, in seconds */
+  lease_s?: number;
+};
+
+export type HeartbeatOut = {
+  lease_expires_at: string;
 };
 
 /** 409 on an answer or cancel: another response won; ``state`` is the interaction as it is now. */
@@ -185,6 +220,53 @@ export type InteractionState = {
   run_status: "running" | "waiting" | "completed" | "failed" | "canceled" | "interrupted";
 };
 
+export type ItemOut = {
+  /** what every later call on this lease names */
+  lease_id: string;
+  kind: "start" | "resume";
+  run_id: string;
+  step_id: string;
+  /** 1 on the first execution, +1 on each lease or claim after */
+  attempt: number;
+  /** the step's name (start), or the continuation's name without its version */
+  name: string;
+  /** the continuation's version (resume); null for a start */
+  version: number | null;
+  /** what was served: the step name, or name@version */
+  key: string;
+  /** the step's payload (start) */
+  payload?: unknown;
+  /** what the parked step kept for its continuation (resume) */
+  snapshot?: unknown;
+  /** the step's interactions by key (resume) */
+  answers?: Record<string, AnswerOut> | null;
+  lease_expires_at: string;
+};
+
+export type LeaseIn = {
+  /** a stable name of this worker process: how it shows in `GET /v1/workers` */
+  worker: string;
+  /** what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys (`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call */
+  serves: Array<unknown>;
+  /** at most this many items */
+  max?: number;
+  /** a long poll: wait this long for an item to come due */
+  wait_s?: number;
+  /** how long the lease lasts without a heartbeat, in seconds */
+  lease_s?: number;
+};
+
+export type LeasePage = {
+  /** empty when nothing came due within `wait_s` */
+  items: Array<ItemOut>;
+};
+
+export type Next = {
+  step: string;
+  payload?: unknown;
+  type?: "next";
+};
+
 /** An event of a type this version does not describe (never one of the types above: ``oneOf`` holds). */
 export type OtherEvent = {
   /** the event's position in the log; the stream's `id:` */
@@ -195,14 +277,31 @@ export type OtherEvent = {
   data: Record<string, unknown>;
 };
 
+export type Park = {
+  continuation: string;
+  interactions: Array<Question | Permission>;
+  snapshot?: unknown;
+  type?: "park";
+};
+
+export type Permission = {
+  key: string;
+  action: string;
+  resources: Array<string>;
+  target: string;
+  expires_in?: number | null;
+  request_id?: string | null;
+  kind?: "permission";
+};
+
 export type PrincipalCreate = {
-  kind: "agent" | "human" | "admin";
+  kind: "agent" | "human" | "admin" | "worker";
   name: string;
 };
 
 export type PrincipalCreated = {
   id: string;
-  kind: "agent" | "human" | "admin";
+  kind: "agent" | "human" | "admin" | "worker";
   name: string;
   /** shown once; only its hash is stored */
   token: string;
@@ -210,7 +309,7 @@ export type PrincipalCreated = {
 
 export type PrincipalOut = {
   id: string;
-  kind: "agent" | "human" | "admin";
+  kind: "agent" | "human" | "admin" | "worker";
   name: string;
   created_at: string;
   /** when it was disabled; null while it is live */
@@ -223,9 +322,42 @@ export type PrincipalPage = {
   next: string | null;
 };
 
+export type Question = {
+  key: string;
+  prompt: string;
+  schema: Record<string, unknown>;
+  target: string;
+  expires_in?: number | null;
+  sensitive?: Array<string>;
+  kind?: "question";
+};
+
 export type Readiness = {
   status: "ready";
   schema_revision: string;
+};
+
+export type ReceiptOut = {
+  lease_id: string;
+  run_id: string;
+  step_id: string;
+  outcome: "park" | "next" | "complete" | "fail";
+  /** the run's status right after this commit */
+  run_status: string;
+  committed_at: string;
+};
+
+export type ReleaseIn = {
+  /** why it is given back (logged) */
+  reason?: string | null;
+};
+
+export type ReleaseOut = {
+  lease_id: string;
+  /** ready (driven again), or dead when out of attempts */
+  continuation_status: string;
+  attempts: number;
+  run_status: string;
 };
 
 export type Replay = {
@@ -284,6 +416,8 @@ export type RunCreate = {
   payload?: unknown;
   /** the target the run is for, e.g. `team:ops` */
   target: string;
+  /** park the first step at once (an agent running its own loop): its continuation, snapshot and interactions, as a `park` outcome (its `type` may be left out); the run answers `waiting` */
+  park?: Park | null;
 };
 
 export type RunEvent = {
@@ -427,6 +561,29 @@ export type ToolCallOut = {
   outcome?: string | null;
 };
 
+export type ToolIntentIn = {
+  name: string;
+  /** unique within the step */
+  key: string;
+  /** journaled as a digest only: a re-execution must send the same */
+  args?: unknown;
+  replay: "safe" | "never";
+};
+
+export type ToolOutcomeIn = {
+  result?: unknown;
+  error?: string | null;
+};
+
+export type ToolStateOut = {
+  /** run: the intent is durable, run it now; settled: do not */
+  state: "run" | "settled";
+  result?: unknown;
+  error?: string | null;
+  /** a never call a lost lease left executing: never run again */
+  possibly_ran?: boolean;
+};
+
 /** 422: the request, or an answer's value, is not valid; nothing was stored. */
 export type ValidationErrorBody = {
   /** a stable machine-readable code, e.g. `forbidden`, `not_found`, `unavailable` */
@@ -516,6 +673,8 @@ export type WorkerOut = {
   started_at: string;
   /** its last heartbeat, on the database's clock */
   heartbeat_at: string;
+  /** a remote worker (the HTTP worker protocol): its lease calls are its heartbeats */
+  remote: boolean;
 };
 
 export type WorkerPage = {

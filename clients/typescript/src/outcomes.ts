@@ -1,61 +1,32 @@
 /** What a handler returns and what it parks: the outcome and interaction JSON of the worker protocol. */
 
+import type { Complete, Fail, Next, Park, Permission as PermissionJSON, Question as QuestionJSON } from "./api-types.js";
+
 /** Any JSON value. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-/** A question for a person: its answer's value must match `schema` (a JSON Schema). */
-export interface Question {
-  kind: "question";
-  key: string;
-  prompt: string;
-  schema: Record<string, unknown>;
-  target: string;
-  /** seconds until the wait expires (the continuation then runs with status `expired`) */
-  expires_in?: number | null;
-  /** top-level properties of an object value that are erased once the continuation that reads them commits */
-  sensitive?: string[];
-}
+/** A question for a person: its answer's value must match `schema` (a JSON Schema); `expires_in` in seconds;
+ * `sensitive` names top-level properties of an object value, erased once the continuation that reads them commits. */
+export type Question = QuestionJSON & { kind: "question" };
 
 /** A request for permission: answered `{"approved": true}` (status `answered`) or false (`rejected`). */
-export interface Permission {
-  kind: "permission";
-  key: string;
-  action: string;
-  resources: string[];
-  target: string;
-  expires_in?: number | null;
-}
+export type Permission = PermissionJSON & { kind: "permission" };
 
 export type Interaction = Question | Permission;
 
 /** Park the step: wait for the interactions, then run `continuation` (`name@version`) with `snapshot`. */
-export interface ParkOutcome {
-  type: "park";
-  continuation: string;
-  snapshot?: unknown;
-  interactions: Interaction[];
-}
+export type ParkOutcome = Omit<Park, "type" | "interactions"> & { type: "park"; interactions: Interaction[] };
 
 /** Run another step (by its bare name) with `payload`, as a new unit of work. */
-export interface NextOutcome {
-  type: "next";
-  step: string;
-  payload?: unknown;
-}
+export type NextOutcome = Next & { type: "next" };
 
 /** The run completed with `result`. */
-export interface CompleteOutcome {
-  type: "complete";
-  result?: unknown;
-}
+export type CompleteOutcome = Complete & { type: "complete" };
 
 /** The run failed with `error` (the workflow's verdict). */
-export interface FailOutcome {
-  type: "fail";
-  error: string;
-  details?: unknown;
-}
+export type FailOutcome = Fail & { type: "fail" };
 
+/** What a handler returns: the OpenAPI's outcome models (`CompleteIn.outcome`), each with its `type`. */
 export type Outcome = ParkOutcome | NextOutcome | CompleteOutcome | FailOutcome;
 
 export function park(options: { continuation: string; snapshot?: unknown; interactions: Interaction[] }): ParkOutcome {
