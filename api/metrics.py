@@ -29,7 +29,7 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import webhook_metrics
-from models import access, fleet
+from models import access, fleet, store
 from models.base import utcnow
 from models.status import ContinuationStatus
 from parkway.db import transaction
@@ -89,6 +89,13 @@ def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
             "parkway_waits_unserved by the continuation version (name@version) they wait on",
             labels=["version"],
         ),
+        "leases_outstanding": GaugeMetricFamily(
+            "parkway_remote_leases_outstanding", "Continuations remote workers hold under a live lease now"
+        ),
+        "leases_expired": GaugeMetricFamily(
+            "parkway_remote_leases_expired",
+            "Remote leases that ran out and were not taken up again yet (the next lease call or sweep re-drives them)",
+        ),
         "sweep_rows": CounterMetricFamily(
             "parkway_sweep_rows", "Rows the recovery sweep acted on since the database was made", labels=["category"]
         ),
@@ -120,6 +127,7 @@ class DatabaseMetrics(Collector):
                 oldest_created, oldest_enqueued = access.oldest_ready(session)
                 projection_pending = access.projection_pending_count(session)
                 unserved = fleet.unserved_counts(session)
+                leases = store.outstanding_leases(session)
                 totals = access.sweep_totals(session)
                 hooks = webhook_metrics.read(session)
         except Exception:
@@ -132,6 +140,8 @@ class DatabaseMetrics(Collector):
         families["publish_age"].add_metric([], _age(now, oldest_enqueued))
         families["projection_pending"].add_metric([], projection_pending)
         families["unserved"].add_metric([], sum(unserved.values()))
+        families["leases_outstanding"].add_metric([], leases[0])
+        families["leases_expired"].add_metric([], leases[1])
         for version, waits in unserved.items():
             families["unserved_by_version"].add_metric([version], waits)
         for row in totals:

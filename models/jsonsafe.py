@@ -9,8 +9,11 @@ a lone ``"\\ud800"`` from a JSON body, or a pair a Python literal left split). `
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from parkway.errors import ParkwayError
@@ -120,3 +123,14 @@ def _show(key: str) -> str:
     if key.isidentifier() and len(key) <= 40:
         return key
     return repr(key if len(key) <= 40 else key[:40] + "…")
+
+
+def canonical_json(value: Any) -> str:
+    """One text per JSON value (sorted keys, no spaces): what digests and deterministic ids are made of."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def interaction_id(step_id: str, key: str, kind: str, resources: Iterable[str] | None) -> str:
+    """Deterministic id from (step, key, kind, resource set): a re-park rejoins the same row."""
+    material = canonical_json([step_id, key, kind, sorted(set(resources or ()))])
+    return hashlib.sha256(material.encode()).hexdigest()[:32]

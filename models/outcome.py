@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
+from models.jsonsafe import interaction_id
+
 
 @dataclass(frozen=True)
 class Question:
@@ -71,6 +73,27 @@ class Fail:
 
 
 Outcome = Park | Next | Complete | Fail
+
+
+@dataclass
+class InteractionSpec:
+    """A validated interaction to create when a step parks."""
+
+    key: str
+    kind: str
+    target: str
+    prompt: str | None = None
+    schema: Any = None
+    action: str | None = None
+    resources: list[str] | None = None
+    sensitive: list[str] = field(default_factory=list)
+    expires_in: float | None = None
+    id: str | None = None  # a deterministic id chosen by the caller (tool permission requests)
+
+    def interaction_id(self, step_id: str) -> str:
+        return self.id or interaction_id(step_id, self.key, self.kind, self.resources)
+
+
 OutcomeJSON = Annotated[Outcome, Field(discriminator="type")]
 
 # Reads an outcome from JSON (strict about the shape, never about the values' meaning: see check_outcome).

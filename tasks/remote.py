@@ -26,7 +26,7 @@ from tasks.outcomes import check_outcome
 from tasks.projection import project_soon
 from tasks.publish import publish
 from tasks.serving import continuation_served, step_served
-from tasks.worker import for_store, given_up, refusal, unsealed
+from tasks.worker import given_up, refusal, unsealed
 
 log = logging.getLogger("parkway.remote")
 
@@ -177,7 +177,7 @@ def complete(lease_id: str, outcome: Outcome) -> store.Receipt:
     if earlier is not None:
         return earlier
     state = held(lease_id)
-    checked = for_store(_checked(outcome, state.kind, state.name))
+    checked = _checked(outcome, state.kind, state.name)
     with transaction() as session:
         claim = store.load_claim(session, state.claimed)
     committed = store.commit_outcome(claim, checked, execution_id=lease_id,

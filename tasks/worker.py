@@ -13,7 +13,7 @@ from typing import Any
 
 from models import store
 from models.jsonsafe import storable_text
-from models.status import RUN_TERMINAL, ContinuationKind, RunStatus
+from models.status import RUN_TERMINAL, ContinuationKind
 from models.store import Claim
 from parkway.crash import crash_point
 from parkway.crypto import join_sensitive
@@ -25,9 +25,7 @@ from tasks import registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
 from tasks.holding import DATABASE_ERRORS, Abandoned, Hold, Keeper, database_fault
 from tasks.outcomes import (
-    Complete,
     Fail,
-    Next,
     Outcome,
     Park,
     check_outcome,
@@ -36,6 +34,7 @@ from tasks.outcomes import (
 from tasks.projection import project_quietly, project_soon
 from tasks.publish import HANDED_ON, publish
 from tasks.sdk import Context
+from tasks.serving import step_served
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 from tasks.tooltypes import PossiblyRan
 
@@ -43,19 +42,11 @@ log = logging.getLogger("parkway.worker")
 
 
 @dataclass(frozen=True)
-class Interrupted:
-    """Not the workflow's verdict: the system cannot drive what the body asked for (a Park on a
-    continuation version no live worker has advertised for the grace), so the step and run end ``interrupted``."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
 class Elsewhere:
     """A claimed continuation this worker does not run (its step or version is not registered here)."""
 
 
-Result = Outcome | Interrupted
+Result = Outcome | store.Interruption  # an Interruption: not the workflow's verdict (a Park on an unserved version)
 
 
 @app.task(name=RUN_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -127,7 +118,7 @@ def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
             return _abandoned(hold, str(database_fault(exc, "the read of who runs its version")), extra)
     crash_point("resume.before_commit")
     try:
-        committed = hold.commit(for_store(outcome), reviews_started=bool(ctx.started_reviews),
+        committed = hold.commit(outcome, reviews_started=bool(ctx.started_reviews),
                                 in_commit=ctx.commit_hooks)  # fmt: skip
     except DATABASE_ERRORS as exc:  # rolled back: the outcome is decided again by the next execution
         return _abandoned(hold, str(database_fault(exc, "the outcome's commit")), extra)
@@ -165,26 +156,9 @@ def _committed(
     return "committed"
 
 
-def for_store(outcome: Result) -> store.StepOutcome:
-    """The body's outcome as the store commits it (a Park's interactions as validated specs)."""
-    if isinstance(outcome, Complete):
-        return store.Ending(RunStatus.COMPLETED, result=outcome.result)
-    if isinstance(outcome, Fail):  # a failed run's result is null; its details have a field of their own
-        return store.Ending(RunStatus.FAILED, error=outcome.error, details=outcome.details)
-    if isinstance(outcome, Next):
-        return store.Handover(outcome.step, outcome.payload)
-    if isinstance(outcome, Park):
-        return store.Parking(outcome.continuation, outcome.snapshot, interaction_specs(outcome.interactions))
-    return store.Interruption(outcome.reason)
-
-
 def _named(outcome: store.StepOutcome) -> str:
     """The committed outcome by the SDK's name for it (logs: ``outcome=Complete``)."""
-    if isinstance(outcome, store.Ending):
-        return "Complete" if outcome.status == RunStatus.COMPLETED else "Fail"
-    if isinstance(outcome, store.Handover):
-        return "Next"
-    return "Park" if isinstance(outcome, store.Parking) else "Interrupted"
+    return "Interrupted" if isinstance(outcome, store.Interruption) else type(outcome).__name__
 
 
 def _claim(
@@ -310,7 +284,7 @@ def _served(outcome: Result, ctx: Context) -> Result:
         return outcome
     log.warning("step parked on %s, which no live worker runs", outcome.continuation,
                 extra={"run_id": ctx.run_id, "step_id": ctx.step_id})  # fmt: skip
-    return Interrupted(f"{reason} (step {ctx.step_name} parked on it)")
+    return store.Interruption(f"{reason} (step {ctx.step_name} parked on it)")
 
 
 def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict[str, Any]) -> Result:
@@ -321,7 +295,7 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
             result = registry.step_body(name)(ctx, body_input)
         else:
             result = registry.continuation_body(name)(ctx, body_input, answers)
-        return check_outcome(result, f"{kind} {name}")
+        return check_outcome(result, f"{kind} {name}", step_known=step_served)
     except ParkForPermission as wait:
         # The body stops before its effect; it runs again on the same journal once answered.
         snapshot = {"step": ctx.step_name, "payload": ctx.payload, "journal": ctx.journal_step_id or ctx.step_id}

@@ -305,3 +305,9 @@ def outcome(ctx: Context, payload: dict[str, Any]) -> Complete | Next | Park:
 @step("t.fail_details")
 def fail_details(ctx: Context, payload: dict[str, Any]) -> Fail:
     return Fail("the check broke", details={"code": 3, "checked": payload.get("checked", [])})
+
+
+@step("t.to_remote")
+def to_remote(ctx: Context, payload: dict[str, Any]) -> Next:
+    """Hands over to a step only a remote worker serves (tests/acceptance/test_worker_protocol.py)."""
+    return Next(payload["to"], payload={"from": "python"})

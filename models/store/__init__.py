@@ -9,6 +9,8 @@ One module per entity; this module re-exports their public names (``from models 
 store.answer(...)``).
 """
 
+from models.jsonsafe import canonical_json, interaction_id
+from models.outcome import InteractionSpec
 from models.store.answering import AnswerReceipt, Expiry, answer, expire_due
 from models.store.claims import (
     Answer,
@@ -46,10 +48,7 @@ from models.store.leases import (
 from models.store.outcomes import (
     Committed,
     Completion,
-    Ending,
-    Handover,
     Interruption,
-    Parking,
     StepOutcome,
     commit_outcome,
 )
@@ -82,8 +81,8 @@ from models.store.reviews import (
     stranded_reviews,
 )
 from models.store.runs import Due, RunRecord, StepLike, create_run, erase_secrets, finish_run
-from models.store.sql import Executor, canonical_json, interaction_id, new_id, skip_locked, word, words
-from models.store.steps import InteractionSpec, next_step, park
+from models.store.sql import Executor, new_id, skip_locked, word, words
+from models.store.steps import next_step, park
 from models.store.sweep import (
     ExpiredClaims,
     expirable_interactions,
@@ -123,16 +122,13 @@ __all__ = [
     "Completion",
     "Dead",
     "Due",
-    "Ending",
     "Executor",
     "ExpiredClaims",
     "Expiry",
-    "Handover",
     "InteractionSpec",
     "Interruption",
     "LeaseState",
     "Leased",
-    "Parking",
     "PrincipalRef",
     "Receipt",
     "RunRecord",

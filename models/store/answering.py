@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, exists, insert, literal, select, true, update
+from sqlalchemy import Row, bindparam, exists, select, true, update
 from sqlalchemy.orm import Session
 
 from models import answers
@@ -15,7 +15,6 @@ from models.base import utcnow
 from models.clock import db_now
 from models.status import (
     ContinuationKind,
-    ContinuationStatus,
     InteractionKind,
     InteractionStatus,
     RunStatus,
@@ -34,7 +33,7 @@ from models.store.interactions import (
     run_not_ended,
 )
 from models.store.principals import Actor
-from models.store.runs import Due
+from models.store.runs import Due, ready_continuation
 from models.store.sql import CONT, INTER, RUN, STEP, Executor, bp, new_id, word
 from parkway.errors import Conflict, Gone
 
@@ -92,21 +91,13 @@ def closing_makes_due(closing: Any) -> Any:
         .cte("resumed")
     )
     due = (
-        insert(CONT)
-        .from_select(
-            ["id", "run_id", "step_id", "kind", "name", "status", "attempts", "publishes", "enqueued_at", "created_at"],
-            select(
-                bindparam("cid", type_=CONT.c.id.type),
-                resuming.c.run_id,
-                bindparam("sid", type_=CONT.c.step_id.type),
-                literal(ContinuationKind.RESUME.value),
-                resuming.c.continuation,
-                literal(ContinuationStatus.READY.value),
-                literal(0),
-                literal(1),  # published right after this commit; if that publish is lost the sweep sends it again
-                db_now(),  # the re-enqueue age is measured on the database's clock
-                db_now(),
-            ),
+        ready_continuation(
+            ContinuationKind.RESUME,
+            bindparam("cid", type_=CONT.c.id.type),
+            resuming.c.run_id,
+            bindparam("sid", type_=CONT.c.step_id.type),
+            resuming.c.continuation,
+            resuming,
         )
         .returning(CONT.c.run_id, CONT.c.name)
         .cte("due")

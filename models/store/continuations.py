@@ -10,6 +10,7 @@ from sqlalchemy import Connection, bindparam, exists, select, true, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
+from models.outcome import InteractionSpec
 from models.status import ContinuationKind, ContinuationStatus, RunStatus
 from models.store.claims import live_claim
 from models.store.driver import DriverStatement
@@ -26,7 +27,7 @@ from models.store.runs import (
     history_of,
 )
 from models.store.sql import CONT, INTER, STEP, bp, word
-from models.store.steps import InteractionSpec, next_step_ctes, next_step_params, park_ctes, park_params
+from models.store.steps import next_step_ctes, next_step_params, park_ctes, park_params
 
 # claimed -> consumed, only by the execution holding a live lease (``:eid``, ``live_claim``).
 CONSUME = (

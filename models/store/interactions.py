@@ -12,12 +12,13 @@ from sqlalchemy import Row, String, bindparam, case, cast, exists, select, true,
 
 from models.base import utcnow
 from models.clock import db_now
+from models.jsonsafe import canonical_json
 from models.status import RUN_TERMINAL, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
 from models.store.events import event_select, insert_events
 from models.store.principals import ANSWERERS, Actor, PrincipalRef, live_named, unknown_principal
 from models.store.runs import FINISH_STEP, finish_run_update, history_of
-from models.store.sql import GRANT, INTER, PRIN, RUN, STEP, Executor, bp, canonical_json, word, words
+from models.store.sql import GRANT, INTER, PRIN, RUN, STEP, Executor, bp, word, words
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
 
 

@@ -1,6 +1,7 @@
 """A claimed continuation's outcome, committed with its consume: one call, the store picks the statement.
 
-The worker runs the body outside any transaction, then hands the outcome here. Where no review of the step
+The worker (or a remote worker's completion, ``tasks.remote``) runs the body outside any transaction, then
+hands the outcome here: the SDK's own types (``models.outcome``), already checked. Where no review of the step
 can be running, the consume and every write of the outcome, its events included, are one statement: in
 autocommit when nothing else must happen in the commit (no ``in_commit`` callback to run); in a transaction
 for a park (a step that did not park rolls the consume back) or with callbacks. Otherwise one transaction
@@ -17,6 +18,8 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
+from models.checks import interaction_specs
+from models.outcome import Complete, Fail, Next, Outcome, Park
 from models.status import ContinuationKind, RunStatus
 from models.store.claims import Claim
 from models.store.continuations import consume, consume_and_finish_run, consume_and_next_step, consume_and_park
@@ -24,35 +27,8 @@ from models.store.interrupts import consume_and_interrupt_run, interrupt_run
 from models.store.leases import Receipt, record_receipt
 from models.store.reviews import interrupt_review, running_reviews
 from models.store.runs import Due, RunRecord, erase_secrets, finish_run
-from models.store.steps import InteractionSpec, next_step, park
+from models.store.steps import next_step, park
 from parkway.db import single_statement, transaction
-
-
-@dataclass(frozen=True)
-class Ending:
-    """The body's verdict ends the run: ``completed`` with a result, or ``failed`` with an error."""
-
-    status: RunStatus
-    result: Any = None
-    error: str | None = None
-    details: Any = None
-
-
-@dataclass(frozen=True)
-class Handover:
-    """The step completes and a new step ``step`` starts with ``payload``."""
-
-    step: str
-    payload: Any = None
-
-
-@dataclass(frozen=True)
-class Parking:
-    """The step parks on ``continuation`` (name@version) with its interactions, already validated."""
-
-    continuation: str
-    snapshot: Any
-    interactions: Sequence[InteractionSpec]
 
 
 @dataclass(frozen=True)
@@ -62,7 +38,8 @@ class Interruption:
     reason: str
 
 
-StepOutcome = Ending | Handover | Parking | Interruption
+# What a body returned (``models.outcome``, checked before it comes here), or the system's interruption.
+StepOutcome = Outcome | Interruption
 
 
 @dataclass(frozen=True)
@@ -99,7 +76,7 @@ def commit_outcome(
     the run failed or was interrupted; a remote ``completion``'s receipt is written in it."""
     reviews = claim.review_running or reviews_started  # otherwise no review of the step can be running
     quiet = (not in_commit or _fails(outcome)) and completion is None  # nothing else is written in the commit
-    if not reviews and quiet and not isinstance(outcome, Parking):  # a park that did not happen rolls back
+    if not reviews and quiet and not isinstance(outcome, Park):  # a park that did not happen rolls back
         with single_statement() as conn:
             written = _consume_and_commit(conn, claim, outcome, execution_id)
         return None if written is None else Committed(*written)
@@ -116,15 +93,11 @@ def _receipt(claim: Claim, committed: Committed, completion: Completion) -> Rece
     """The receipt of a remote completion: its outcome by the protocol's name and the run's status after it."""
     outcome, ended = committed.outcome, committed.ended
     status: str
-    if isinstance(outcome, Ending):
-        name = "complete" if outcome.status == RunStatus.COMPLETED else "fail"
-        status = ended.status if ended is not None else outcome.status
-    elif isinstance(outcome, Handover):
-        name, status = "next", RunStatus.RUNNING
-    elif isinstance(outcome, Parking):
-        name, status = "park", RunStatus.WAITING
+    if isinstance(outcome, Complete | Fail):
+        status = ended.status if ended is not None else _ending(outcome)
     else:
-        name, status = "interrupted", RunStatus.INTERRUPTED
+        status = RunStatus.INTERRUPTED if isinstance(outcome, Interruption) else _LIVE_AFTER[outcome.type]
+    name = "interrupted" if isinstance(outcome, Interruption) else outcome.type
     return Receipt(lease_id=completion.lease_id, continuation_id=claim.continuation.id, run_id=claim.run_id,
                    step_id=claim.step.id, outcome=name, outcome_digest=completion.outcome_digest,
                    run_status=str(status), committed_at=utcnow())  # fmt: skip
@@ -150,9 +123,24 @@ def _commit_in(
     return Committed(outcome, due, ended)
 
 
+_LIVE_AFTER = {"next": RunStatus.RUNNING, "park": RunStatus.WAITING}
+
+
+def _ending(outcome: Complete | Fail) -> RunStatus:
+    return RunStatus.COMPLETED if isinstance(outcome, Complete) else RunStatus.FAILED
+
+
+def _verdict(outcome: Complete | Fail) -> dict[str, Any]:
+    """How the run ends: ``completed`` with the result, or ``failed`` with the error and its details (the
+    result then null)."""
+    if isinstance(outcome, Complete):
+        return {"status": RunStatus.COMPLETED, "result": outcome.result, "error": None, "error_details": None}
+    return {"status": RunStatus.FAILED, "result": None, "error": outcome.error, "error_details": outcome.details}
+
+
 def _fails(outcome: StepOutcome) -> bool:
     """The run fails or is interrupted: ``in_commit`` callbacks do not run."""
-    return isinstance(outcome, Interruption) or (isinstance(outcome, Ending) and outcome.status == RunStatus.FAILED)
+    return isinstance(outcome, Interruption | Fail)
 
 
 Written = tuple[StepOutcome, list[Due], RunRecord | None]
@@ -163,20 +151,18 @@ def _consume_and_commit(
 ) -> Written | None:
     """The consume and the outcome's writes (the step's sealed values erased with it): one statement."""
     cid, step = claim.continuation.id, claim.step
-    if isinstance(outcome, Ending):
-        won, ended = consume_and_finish_run(session, cid, step, execution_id=execution_id, status=outcome.status,
-                                            result=outcome.result, error=outcome.error,
-                                            error_details=outcome.details)  # fmt: skip
+    if isinstance(outcome, Complete | Fail):
+        won, ended = consume_and_finish_run(session, cid, step, execution_id=execution_id, **_verdict(outcome))
         return (outcome, [], ended) if won else None
     if isinstance(outcome, Interruption):
         won, ended = consume_and_interrupt_run(session, cid, step, reason=outcome.reason, execution_id=execution_id)
         return (outcome, [], ended) if won else None
-    if isinstance(outcome, Handover):
+    if isinstance(outcome, Next):
         made = consume_and_next_step(session, cid, step, execution_id=execution_id, name=outcome.step,
                                      payload=outcome.payload)  # fmt: skip
         return None if made is None else (outcome, [made], None)
     won = consume_and_park(session, cid, step, execution_id=execution_id, continuation=outcome.continuation,
-                           snapshot=outcome.snapshot, interactions=outcome.interactions,
+                           snapshot=outcome.snapshot, interactions=interaction_specs(outcome.interactions),
                            from_continuation=claim.continuation.kind == ContinuationKind.RESUME)  # fmt: skip
     return (outcome, [], None) if won else None
 
@@ -187,7 +173,7 @@ def _consume_and_write(session: Session, claim: Claim, outcome: StepOutcome, exe
     if consume(session, claim.continuation.id, execution_id=execution_id) is None:
         return None
     outcome = _review_guard(session, claim, outcome, execution_id)
-    if not isinstance(outcome, Ending):
+    if not isinstance(outcome, Complete | Fail):
         # Read once, by this continuation: the sealed values go in the same transaction as the consume
         # (a run that ends here has every sealed value of the run erased by ``finish_run``).
         erase_secrets(session, step_id=claim.step.id)
@@ -200,14 +186,13 @@ def _write(
     step = claim.step
     if isinstance(outcome, Interruption):
         return [], interrupt_run(session, step.run_id, reason=outcome.reason, execution_id=execution_id)
-    if isinstance(outcome, Ending):
-        ended = finish_run(session, step, status=outcome.status, execution_id=execution_id, result=outcome.result,
-                           error=outcome.error, error_details=outcome.details)  # fmt: skip
+    if isinstance(outcome, Complete | Fail):
+        ended = finish_run(session, step, execution_id=execution_id, **_verdict(outcome))
         return [], ended
-    if isinstance(outcome, Handover):
+    if isinstance(outcome, Next):
         return [next_step(session, step, name=outcome.step, payload=outcome.payload)], None
     park(session, step, continuation=outcome.continuation, snapshot=outcome.snapshot,
-         interactions=outcome.interactions,
+         interactions=interaction_specs(outcome.interactions),
          from_continuation=claim.continuation.kind == ContinuationKind.RESUME)  # fmt: skip
     return [], None
 
@@ -224,11 +209,10 @@ def _review_guard(session: Session, claim: Claim, outcome: StepOutcome, executio
             mine.append(review)
         else:
             interrupt_review(session, review.id)
-    if mine and isinstance(outcome, Ending) and outcome.status == RunStatus.COMPLETED:
+    if mine and isinstance(outcome, Complete):
         names = ", ".join(f"{r.id} ({r.kind})" for r in mine)
-        return Ending(
-            RunStatus.FAILED,
-            error=f"partial failure: step {claim.step.name} returned Complete while review {names} was still running",
+        return Fail(
+            f"partial failure: step {claim.step.name} returned Complete while review {names} was still running",
             details={
                 "partial_failure": True,
                 "running_reviews": [

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
@@ -29,16 +27,6 @@ from models.tables import Continuation, Event, Grant, Interaction, Principal, Re
 
 def new_id() -> str:
     return uuid.uuid4().hex
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def interaction_id(step_id: str, key: str, kind: str, resources: Iterable[str] | None) -> str:
-    """Deterministic id from (step, key, kind, resource set): a re-park rejoins the same row."""
-    material = canonical_json([step_id, key, kind, sorted(set(resources or ()))])
-    return hashlib.sha256(material.encode()).hexdigest()[:32]
 
 
 # What the answer path runs on: the ORM session of a ``transaction`` or the Core connection of a

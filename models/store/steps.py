@@ -7,7 +7,6 @@ and run on the driver (``DriverStatement``); its events are one insert, in the o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -16,32 +15,13 @@ from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
+from models.outcome import InteractionSpec
 from models.status import ContinuationKind, InteractionStatus, RunStatus, StepStatus
 from models.store.claims import StepRef
 from models.store.driver import DriverStatement
 from models.store.events import event_params, event_row, events_if
 from models.store.runs import Due, StepLike, ready_continuation
-from models.store.sql import CONT, INTER, RUN, STEP, bp, interaction_id, new_id, word, words
-
-
-@dataclass
-class InteractionSpec:
-    """A validated interaction to create when a step parks."""
-
-    key: str
-    kind: str
-    target: str
-    prompt: str | None = None
-    schema: Any = None
-    action: str | None = None
-    resources: list[str] | None = None
-    sensitive: list[str] = field(default_factory=list)
-    expires_in: float | None = None
-    id: str | None = None  # a deterministic id chosen by the caller (tool permission requests)
-
-    def interaction_id(self, step_id: str) -> str:
-        return self.id or interaction_id(step_id, self.key, self.kind, self.resources)
-
+from models.store.sql import CONT, INTER, RUN, STEP, bp, new_id, word, words
 
 _AT = bp("at", STEP.c.updated_at)
 _STEP_REF = ("id", "run_id", "name", "payload", "snapshot")  # as StepRef's fields

@@ -120,7 +120,7 @@ def test_status_enums__are_the_contract_names() -> None:
     }
     assert {s.value for s in st.ContinuationStatus} == {"ready", "claimed", "consumed", "dead"}
     assert {s.value for s in st.InteractionKind} == {"question", "permission"}
-    assert {s.value for s in st.PrincipalKind} == {"agent", "human", "admin"}
+    assert {s.value for s in st.PrincipalKind} == {"agent", "human", "admin", "worker"}  # worker: issue 33
 
 
 def test_status_enums__terminal_and_live_sets_partition_the_statuses() -> None:

@@ -1,0 +1,119 @@
+"""Checks of the parts of an outcome (``models.outcome``) the store keeps in columns: each raises
+``WorkflowError`` with a sentence naming the problem, before anything commits (a Python body's outcome is
+then its own ``Fail``; a remote worker's is refused with 422)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from models.answers import PERMISSION_SCHEMA
+from models.jsonsafe import json_problem, text_problem
+from models.outcome import InteractionSpec, Permission, Question
+from models.status import InteractionKind
+from parkway.errors import WorkflowError
+
+MAX_EXPIRES_IN_S = 366 * 24 * 3600  # a wait longer than a year is a unit mistake, not a plan
+
+
+def text_ok(value: Any, what: str, *, max_len: int | None = 200) -> None:
+    """A name or text the store keeps in a column: a non-empty string it can hold."""
+    if not isinstance(value, str) or not value:
+        raise WorkflowError(f"{what} must be a non-empty string")
+    problem = text_problem(value)
+    if problem is not None:
+        raise WorkflowError(f"{what} {problem}")
+    if max_len is not None and len(value) > max_len:
+        raise WorkflowError(f"{what} is longer than {max_len} characters")
+
+
+def expires_in_ok(key: str, seconds: Any) -> None:
+    """``None`` (no expiry) or a finite number of seconds in (0, 366 days]."""
+    if seconds is None:
+        return
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise WorkflowError(f"interaction {key}: expires_in must be a number of seconds")
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_EXPIRES_IN_S:
+        raise WorkflowError(
+            f"interaction {key}: expires_in must be positive seconds, at most {MAX_EXPIRES_IN_S} (366 days),"
+            f" not {seconds!r}"
+        )
+
+
+def schema_ok(key: str, schema: Any) -> None:
+    """A JSON Schema object the store can hold and ``jsonschema`` accepts (``check_schema``)."""
+    if not isinstance(schema, dict):
+        raise WorkflowError(f"question {key} needs a JSON Schema object, not {type(schema).__name__}")
+    problem = json_problem(schema)
+    if problem is not None:
+        raise WorkflowError(f"the schema of question {key} is not JSON-serializable ({problem})")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise WorkflowError(f"question {key} has an invalid JSON Schema: {exc.message}") from None
+    except Exception as exc:  # a schema the checker cannot even walk
+        raise WorkflowError(f"question {key} has an invalid JSON Schema ({type(exc).__name__})") from None
+
+
+def json_ok(value: Any, what: str) -> None:
+    problem = json_problem(value)
+    if problem is not None:
+        raise WorkflowError(f"{what} is not JSON-serializable ({problem})")
+
+
+def interaction_specs(items: Sequence[Question | Permission]) -> list[InteractionSpec]:
+    """Validate a Park's interactions; raises ``WorkflowError`` with a sentence naming the problem."""
+    if not items:
+        raise WorkflowError("Park needs at least one Question or Permission")
+    specs: list[InteractionSpec] = []
+    keys: set[str] = set()
+    for item in items:
+        if not isinstance(item, Question | Permission):
+            raise WorkflowError(f"Park interactions must be Question or Permission, not {type(item).__name__}")
+        text_ok(item.key, "an interaction key")
+        if item.key in keys:
+            raise WorkflowError(f"interaction key {item.key!r} is used twice in one Park")
+        keys.add(item.key)
+        if not item.target:
+            raise WorkflowError(f"interaction {item.key} needs a target")
+        text_ok(item.target, f"the target of interaction {item.key}")
+        expires_in_ok(item.key, item.expires_in)
+        if isinstance(item, Question):
+            text_ok(item.prompt, f"the prompt of question {item.key}", max_len=None)
+            schema_ok(item.key, item.schema)
+            json_ok(list(item.sensitive), f"the sensitive fields of question {item.key}")
+            specs.append(
+                InteractionSpec(
+                    key=item.key,
+                    kind=InteractionKind.QUESTION,
+                    target=item.target,
+                    prompt=item.prompt,
+                    schema=item.schema,
+                    sensitive=list(item.sensitive),
+                    expires_in=item.expires_in,
+                )
+            )
+        else:
+            resources = [str(r) for r in item.resources]
+            if not resources or not item.action:
+                raise WorkflowError(f"permission {item.key} needs an action and at least one resource")
+            text_ok(item.action, f"the action of permission {item.key}")
+            json_ok(resources, f"the resources of permission {item.key}")
+            specs.append(
+                InteractionSpec(
+                    key=item.key,
+                    kind=InteractionKind.PERMISSION,
+                    target=item.target,
+                    prompt=f"Allow {item.action} on {', '.join(resources)}?",
+                    schema=PERMISSION_SCHEMA,
+                    action=item.action,
+                    resources=sorted(set(resources)),
+                    expires_in=item.expires_in,
+                    id=item.request_id,
+                )
+            )
+    return specs

@@ -1,0 +1,358 @@
+"""The HTTP worker protocol (issue 33) end to end: a real ``uvicorn api.app:app`` and a real ``celery worker``,
+the remote worker driven with httpx as a TypeScript or Go agent would (docs/worker-protocol.md)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from models.tables import Continuation, Interaction, LeaseReceipt, ToolCall
+from parkway.db import transaction
+from tests.api.conftest import ApiServer, make_admin
+from tests.support import TARGET, Stack, Worker, continuations, event_types, run_row, wait_for
+
+DECIDE = "proto.decide@1"  # a continuation only the remote worker serves
+PLAN = "proto.plan"  # a step only the remote worker serves
+SERVES = [PLAN, DECIDE]
+QUESTION = {"kind": "question", "key": "otp", "prompt": "The code?", "target": TARGET,
+            "schema": {"type": "object", "properties": {"code": {"type": "string"}, "note": {"type": "string"}}},
+            "sensitive": ["code"]}  # fmt: skip
+
+
+@dataclass
+class Proto:
+    http: httpx.Client
+    tokens: dict[str, str]
+    celery: Worker
+
+    def call(self, method: str, path: str, who: str, body: Any = None, **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.tokens[who]}", **kwargs.pop("headers", {})}
+        return self.http.request(method, path, json=body, headers=headers, **kwargs)
+
+    def lease(self, *, wait_s: float = 10, lease_s: float = 30, n: int = 1, worker: str = "ts-agent-1") -> list[Any]:
+        body = {"worker": worker, "serves": SERVES, "max": n, "wait_s": wait_s, "lease_s": lease_s}
+        got = self.call("POST", "/v1/worker/lease", "worker", body)
+        assert got.status_code == 200, got.text
+        return list(got.json()["items"])
+
+    def lease_one(self, run_id: str, **kwargs: Any) -> dict[str, Any]:
+        """Lease until the item of ``run_id`` comes (items of other runs are given back)."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for item in self.lease(**kwargs):
+                if item["run_id"] == run_id:
+                    return dict(item)
+                self.release(item["lease_id"])
+        raise AssertionError(f"no item of run {run_id} was leased")
+
+    def complete(self, lease_id: str, outcome: Any) -> httpx.Response:
+        return self.call("POST", f"/v1/worker/leases/{lease_id}/complete", "worker", {"outcome": outcome})
+
+    def release(self, lease_id: str, reason: str | None = None) -> httpx.Response:
+        return self.call("POST", f"/v1/worker/leases/{lease_id}/release", "worker", {"reason": reason})
+
+    def park(self, key: str | None = None, interactions: list[Any] | None = None) -> str:
+        body = {"workflow": "proto.outside", "payload": {"from": "ts"}, "target": TARGET,
+                "park": {"continuation": DECIDE, "snapshot": {"cmd": "deploy api"},
+                         "interactions": interactions or [QUESTION]}}  # fmt: skip
+        made = self.call("POST", "/v1/runs", "agent", body, headers={"Idempotency-Key": key or uuid.uuid4().hex})
+        assert made.status_code == 201, made.text
+        return str(made.json()["id"])
+
+    def answer(self, run_id: str, value: Any, key: str = "otp") -> None:
+        run = self.call("GET", f"/v1/runs/{run_id}", "human").json()
+        iid = next(i["id"] for i in run["interactions"] if i["key"] == key)
+        done = self.call("POST", f"/v1/interactions/{iid}/answer", "human", {"response_id": uuid.uuid4().hex,
+                                                                               "value": value})  # fmt: skip
+        assert done.status_code == 200, done.text
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return dict(self.call("GET", f"/v1/runs/{run_id}", "human").json())
+
+    def due(self) -> str:
+        """A run parked from outside and answered: its resume is due for the remote worker."""
+        run_id = self.park()
+        self.answer(run_id, {"code": "123456", "note": "ok"})
+        return run_id
+
+
+@pytest.fixture(scope="module")
+def proto(stack: Stack) -> Iterator[Proto]:
+    api = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-proto.log").start()
+    celery = stack.start_worker()
+    try:
+        with api.client() as http:
+            tokens = {"admin": make_admin("proto-admin")}
+            admin = {"Authorization": f"Bearer {tokens['admin']}"}
+            for who, kind in (("agent", "agent"), ("human", "human"), ("worker", "worker")):
+                made = http.post("/v1/principals", json={"kind": kind, "name": f"proto-{who}"}, headers=admin)
+                assert made.status_code == 201, made.text
+                tokens[who] = made.json()["token"]
+            for who in ("agent", "human"):
+                granted = http.post("/v1/grants", json={"principal": f"proto-{who}", "target": TARGET}, headers=admin)
+                assert granted.status_code == 201, granted.text
+            proto = Proto(http=http, tokens=tokens, celery=celery)
+            assert proto.lease(wait_s=0) == []  # advertises what it serves: from now on its keys are served
+            yield proto
+    finally:
+        api.stop()
+        celery.kill()
+
+
+def receipts(run_id: str) -> int:
+    with transaction() as session:
+        return int(session.scalar(select(func.count()).where(LeaseReceipt.run_id == run_id)) or 0)
+
+
+def test_park_from_outside__answer__resume_leased_with_answers__completed_once(proto: Proto) -> None:
+    run_id = proto.park()
+    assert proto.run(run_id)["status"] == "waiting"
+    proto.answer(run_id, {"code": "123456", "note": "ok"})
+
+    item = proto.lease_one(run_id)
+    assert (item["kind"], item["name"], item["version"], item["key"], item["attempt"]) == (
+        "resume", "proto.decide", 1, DECIDE, 1)  # fmt: skip
+    assert item["snapshot"] == {"cmd": "deploy api"}
+    otp = item["answers"]["otp"]
+    assert (otp["status"], otp["value"], otp["answered_by"]) == ("answered", {"code": "123456", "note": "ok"},
+                                                                 "proto-human")  # fmt: skip
+
+    done = proto.complete(item["lease_id"], {"type": "complete", "result": {"deployed": True}})
+    assert done.status_code == 200, done.text
+    assert (done.json()["outcome"], done.json()["run_status"]) == ("complete", "completed")
+    run = proto.run(run_id)
+    assert (run["status"], run["result"]) == ("completed", {"deployed": True})
+    types = event_types(run_id)
+    for expected in ("run.created", "step.parked", "interaction.asked", "interaction.answered", "continuation.ready",
+                     "step.resumed", "run.completed"):  # fmt: skip
+        assert expected in types, types
+    with transaction() as session:
+        otp_row = session.scalars(select(Interaction).where(Interaction.run_id == run_id)).one()
+        assert otp_row.secret is None  # the sensitive value was erased by the completing transaction
+    [resume] = continuations(run_id)
+    assert (resume.remote, resume.status, resume.attempts, resume.claimed_by) == (
+        True, "consumed", 1, item["lease_id"])  # fmt: skip
+    assert receipts(run_id) == 1
+
+
+def test_start_served_only_remotely__leased_as_start__parks__resumes__completes(proto: Proto) -> None:
+    made = proto.call("POST", "/v1/runs", "agent", {"workflow": PLAN, "payload": {"service": "api"},
+                                                    "target": TARGET})  # fmt: skip
+    assert made.status_code == 201, made.text
+    run_id = made.json()["id"]
+    start = proto.lease_one(run_id)
+    assert (start["kind"], start["name"], start["version"], start["payload"]) == ("start", PLAN, None,
+                                                                                  {"service": "api"})  # fmt: skip
+    parked = proto.complete(start["lease_id"], {"type": "park", "continuation": DECIDE, "snapshot": {"s": 1},
+                                                "interactions": [QUESTION]})  # fmt: skip
+    assert (parked.status_code, parked.json()["run_status"]) == (200, "waiting"), parked.text
+    proto.answer(run_id, {"code": "42"})
+    resume = proto.lease_one(run_id)
+    assert (resume["kind"], resume["snapshot"], resume["answers"]["otp"]["value"]) == ("resume", {"s": 1},
+                                                                                       {"code": "42"})  # fmt: skip
+    assert proto.complete(resume["lease_id"], {"type": "complete", "result": 1}).status_code == 200
+    run = proto.run(run_id)
+    assert (run["status"], [s["status"] for s in run["steps"]]) == ("completed", ["completed"])  # parked, resumed
+    assert [t for t in event_types(run_id) if t.startswith(("step.", "run."))] == [
+        "run.created", "step.parked", "step.resumed", "step.completed", "run.completed"]  # fmt: skip
+    assert all(c.remote for c in continuations(run_id))  # never published to, nor claimed by, the Celery worker
+    assert run_id not in proto.celery.text()
+
+
+def test_python_step_hands_over_to_a_remote_step__leased_not_run_by_celery(proto: Proto) -> None:
+    made = proto.call("POST", "/v1/runs", "agent", {"workflow": "t.to_remote", "payload": {"to": PLAN},
+                                                    "target": TARGET})  # fmt: skip
+    assert made.status_code == 201, made.text
+    run_id = made.json()["id"]
+    item = proto.lease_one(run_id)
+    assert (item["kind"], item["name"], item["payload"]) == ("start", PLAN, {"from": "python"})
+    assert proto.complete(item["lease_id"], {"type": "complete"}).status_code == 200
+    assert proto.run(run_id)["status"] == "completed"
+    first, second = continuations(run_id)
+    assert (first.remote, second.remote, second.attempts) == (False, True, 1)
+
+
+def test_unserved_start_or_park__422_naming_it__nothing_stored(proto: Proto) -> None:
+    started = proto.call("POST", "/v1/runs", "agent", {"workflow": "proto.nobody", "target": TARGET})
+    assert started.status_code == 422 and "proto.nobody" in started.json()["detail"], started.text
+    body = {"workflow": "proto.outside", "target": TARGET,
+            "park": {"continuation": "proto.nobody@1", "interactions": [QUESTION]}}  # fmt: skip
+    parked = proto.call("POST", "/v1/runs", "agent", body)
+    assert parked.status_code == 422 and "proto.nobody@1" in parked.json()["detail"], parked.text
+    listed = proto.call("GET", "/v1/runs", "agent", params={"workflow": "proto.nobody"}).json()["items"]
+    assert listed == []
+
+
+def test_lease_abandoned__re_leased_after_expiry_with_attempt_2__late_completion_409__completed_once(
+    proto: Proto,
+) -> None:
+    run_id = proto.due()
+    first = proto.lease_one(run_id, lease_s=5)
+    # The agent stops here (killed): no heartbeat, no completion. Its lease runs out; the work is leased again.
+    second = proto.lease_one(run_id, wait_s=20)
+    assert (second["attempt"], second["lease_id"] != first["lease_id"]) == (2, True)
+    late_beat = proto.call("POST", f"/v1/worker/leases/{first['lease_id']}/heartbeat", "worker", {})
+    assert (late_beat.status_code, late_beat.json()["error"]) == (409, "lease_lost"), late_beat.text
+    assert proto.complete(second["lease_id"], {"type": "complete", "result": "second"}).status_code == 200
+    late = proto.complete(first["lease_id"], {"type": "complete", "result": "first"})
+    assert late.status_code == 410, late.text  # the run ended (completed by the second lease)
+    assert late.json()["state"]["run_status"] == "completed"
+    assert (run_row(run_id).result, receipts(run_id)) == ("second", 1)
+
+
+def test_late_completion_of_a_lost_lease__409_with_state__nothing_committed(proto: Proto) -> None:
+    run_id = proto.due()
+    first = proto.lease_one(run_id, lease_s=5)
+    second = proto.lease_one(run_id, wait_s=20)  # re-leased once the first lease ran out
+    late = proto.complete(first["lease_id"], {"type": "complete", "result": "late"})
+    assert (late.status_code, late.json()["error"]) == (409, "lease_lost"), late.text
+    assert late.json()["state"]["continuation_status"] == "claimed"
+    assert (proto.run(run_id)["status"], receipts(run_id)) == ("running", 0)  # its resume is leased, not done
+    assert proto.complete(second["lease_id"], {"type": "complete", "result": "won"}).status_code == 200
+    assert run_row(run_id).result == "won"
+
+
+def test_heartbeat_keeps_the_lease_past_its_first_end(proto: Proto) -> None:
+    run_id = proto.due()
+    item = proto.lease_one(run_id, lease_s=5)
+    beat = proto.call("POST", f"/v1/worker/leases/{item['lease_id']}/heartbeat", "worker", {"lease_s": 60})
+    assert beat.status_code == 200, beat.text
+    assert beat.json()["lease_expires_at"] > item["lease_expires_at"]
+    assert proto.lease(wait_s=6) == []  # past the first end: not leased again
+    assert proto.complete(item["lease_id"], {"type": "complete"}).status_code == 200
+
+
+def test_exact_retry_of_a_completion__same_receipt__another_outcome_409(proto: Proto) -> None:
+    run_id = proto.due()
+    item = proto.lease_one(run_id)
+    outcome = {"type": "next", "step": PLAN, "payload": {"n": 1}}
+    first = proto.complete(item["lease_id"], outcome)
+    again = proto.complete(item["lease_id"], outcome)
+    assert (first.status_code, again.status_code) == (200, 200), again.text
+    assert first.json() == again.json()
+    assert first.json()["outcome"] == "next" and first.json()["run_status"] == "running"
+    other = proto.complete(item["lease_id"], {"type": "complete"})
+    assert (other.status_code, other.json()["error"]) == (409, "lease_lost"), other.text
+    following = proto.lease_one(run_id)
+    assert (following["kind"], following["name"], following["payload"]) == ("start", PLAN, {"n": 1})
+    assert proto.complete(following["lease_id"], {"type": "complete"}).status_code == 200
+    assert receipts(run_id) == 2
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        {"type": "park", "continuation": "proto.nobody@1", "interactions": [QUESTION]},
+        {"type": "next", "step": "proto.nowhere"},
+        {"type": "fail", "error": ""},
+        {"type": "park", "continuation": DECIDE, "interactions": []},
+        {"type": "bogus"},
+        {"result": 1},
+    ],
+    ids=["park-unserved", "next-unserved", "fail-empty", "park-empty", "unknown-type", "no-type"],
+)
+def test_invalid_outcome__422__nothing_committed__lease_kept(proto: Proto, outcome: Any) -> None:
+    run_id = proto.due()
+    item = proto.lease_one(run_id)
+    bad = proto.complete(item["lease_id"], outcome)
+    assert bad.status_code == 422, bad.text
+    not_json = proto.http.post(f"/v1/worker/leases/{item['lease_id']}/complete", content=b"{not json",
+                               headers={"Authorization": f"Bearer {proto.tokens['worker']}",
+                                        "Content-Type": "application/json"})  # fmt: skip
+    assert not_json.status_code == 422, not_json.text
+    assert (proto.run(run_id)["status"], receipts(run_id)) == ("running", 0)
+    assert proto.complete(item["lease_id"], {"type": "complete", "result": "ok"}).status_code == 200
+
+
+def test_never_tool_intent_then_lease_lost__possibly_ran__never_run_again(proto: Proto) -> None:
+    run_id = proto.due()
+    first = proto.lease_one(run_id, lease_s=5)
+    call = {"name": "shell", "key": "apply", "args": {"cmd": "deploy"}, "replay": "never"}
+    intent = proto.call("POST", f"/v1/worker/leases/{first['lease_id']}/tools", "worker", call)
+    assert intent.json() == {"state": "run", "result": None, "error": None, "possibly_ran": False}, intent.text
+    # The agent dies between the intent and the outcome: the effect may have happened.
+    second = proto.lease_one(run_id, wait_s=20)
+    again = proto.call("POST", f"/v1/worker/leases/{second['lease_id']}/tools", "worker", call)
+    assert again.status_code == 200, again.text
+    assert (again.json()["state"], again.json()["possibly_ran"]) == ("settled", True)
+    third = proto.call("POST", f"/v1/worker/leases/{second['lease_id']}/tools", "worker", call)
+    assert third.json()["state"] == "settled"  # never "run", whatever asks again
+    safe = {"name": "read", "key": "look", "args": {}, "replay": "safe"}
+    assert proto.call("POST", f"/v1/worker/leases/{second['lease_id']}/tools", "worker", safe).json()["state"] == "run"
+    settled = proto.call("POST", f"/v1/worker/leases/{second['lease_id']}/tools/look/outcome", "worker", {"result": 7})
+    assert (settled.json()["state"], settled.json()["result"]) == ("settled", 7), settled.text
+    replayed = proto.call("POST", f"/v1/worker/leases/{second['lease_id']}/tools", "worker", safe).json()
+    assert (replayed["state"], replayed["result"]) == ("settled", 7)
+    assert proto.complete(second["lease_id"], {"type": "complete"}).status_code == 200
+    with transaction() as session:
+        apply = session.scalars(select(ToolCall).where(ToolCall.run_id == run_id, ToolCall.key == "apply")).one()
+    assert (apply.phase, apply.possibly_ran, apply.runs) == ("settled", True, 1)
+    assert "toolcall.possibly_ran" in event_types(run_id)
+
+
+def test_two_concurrent_lease_calls__one_gets_the_item(proto: Proto) -> None:
+    run_id = proto.due()
+    gate = threading.Barrier(2)
+
+    def lease() -> list[Any]:
+        gate.wait()
+        return proto.lease(wait_s=2, n=5, worker=f"racer-{threading.get_ident()}")
+
+    with ThreadPoolExecutor(2) as pool:
+        got = [item for items in pool.map(lambda _: lease(), range(2)) for item in items]
+    mine = [item for item in got if item["run_id"] == run_id]
+    assert len(mine) == 1, got
+    for item in got:
+        proto.release(item["lease_id"])
+
+
+def test_release_counts_an_attempt__out_of_attempts_interrupts_the_run(proto: Proto) -> None:
+    run_id = proto.due()
+    for attempt in range(1, 6):  # PARKWAY_MAX_ATTEMPTS is 5 in the tests
+        item = proto.lease_one(run_id)
+        assert item["attempt"] == attempt
+        released = proto.release(item["lease_id"], "cannot run it now")
+        assert released.status_code == 200, released.text
+        assert released.json()["attempts"] == attempt
+    run = wait_for(lambda: (r := proto.run(run_id))["status"] == "interrupted" and r, what="run interrupted")
+    assert "gave up after 5 attempts" in run["reason"], run["reason"]
+
+
+def test_worker_token__cannot_answer_start_or_read_runs(proto: Proto) -> None:
+    run_id = proto.park()
+    run = proto.call("GET", f"/v1/runs/{run_id}", "human").json()
+    iid = run["interactions"][0]["id"]
+    answered = proto.call("POST", f"/v1/interactions/{iid}/answer", "worker", {"response_id": "w", "value": {}})
+    assert answered.status_code == 403, answered.text
+    started = proto.call("POST", "/v1/runs", "worker", {"workflow": PLAN, "target": TARGET})
+    assert started.status_code == 403, started.text
+    assert proto.call("GET", f"/v1/runs/{run_id}", "worker").status_code == 403
+    assert proto.call("GET", "/v1/interactions", "worker").json()["items"] == []
+    assert proto.call("GET", "/v1/runs", "worker").json()["items"] == []
+    agent_lease = proto.call("POST", "/v1/worker/lease", "agent", {"worker": "x", "serves": [PLAN], "wait_s": 0})
+    assert agent_lease.status_code == 403
+
+
+def test_remote_worker_listed_in_workers_and_leases_in_metrics(proto: Proto) -> None:
+    proto.lease(wait_s=0, worker="ts-agent-listed")
+    workers = proto.call("GET", "/v1/workers", "admin").json()["items"]
+    listed = next(w for w in workers if w["node"] == "ts-agent-listed")
+    assert listed["remote"] is True and DECIDE in listed["continuations"] and PLAN in listed["steps"]
+    assert any(not w["remote"] for w in workers)  # the Celery worker beside it
+    run_id = proto.due()
+    item = proto.lease_one(run_id)
+    metrics = proto.http.get("/metrics").text
+    assert "parkway_remote_leases_outstanding" in metrics and "parkway_remote_leases_expired" in metrics
+    assert proto.complete(item["lease_id"], {"type": "complete"}).status_code == 200
+    with transaction() as session:
+        held = session.scalar(select(func.count()).where(Continuation.remote, Continuation.status == "claimed"))
+    assert held is not None
