@@ -63,10 +63,13 @@ def test_typescript_client__its_node_tests_pass_against_a_real_stack(stack: Stac
             "PARKWAY_HUMAN_NAME": HUMAN,
             "PARKWAY_WORKER_TOKEN": made[WORKER],
         }
-        ran = subprocess.run(
-            ["node", "--test", "--test-reporter=tap", *NODE_TESTS], cwd=compiled, env=env, capture_output=True,
-            text=True, timeout=420,
-        )  # fmt: skip
+        try:
+            ran = subprocess.run(
+                ["node", "--test", "--test-reporter=tap", *NODE_TESTS], cwd=compiled, env=env, capture_output=True,
+                text=True, timeout=400,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired as hung:
+            raise AssertionError(f"node --test did not finish:\n{hung.stdout!r}\n{hung.stderr!r}") from None
     finally:
         server.stop()
     output = ran.stdout + ran.stderr

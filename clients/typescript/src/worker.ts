@@ -136,9 +136,12 @@ class PullLoop implements Worker {
 
   /** After a stop: wait for running handlers until the deadline; past it, complete nothing of theirs. */
   async #drain(): Promise<{ completed: number; abandoned: number }> {
-    const deadline = sleep(this.#stopTimeoutMs).then(() => "deadline" as const);
+    const waited = new AbortController(); // its timer must not hold the process once the handlers finished
+    const deadline = sleep(this.#stopTimeoutMs, waited.signal).then(() => "deadline" as const);
     const finished = Promise.all(this.#running).then(() => "finished" as const);
-    if ((await Promise.race([finished, deadline])) === "finished") return { completed: this.#completed, abandoned: 0 };
+    const first = await Promise.race([finished, deadline]);
+    waited.abort();
+    if (first === "finished") return { completed: this.#completed, abandoned: 0 };
     const abandoned = this.#running.size;
     this.#abandon.abort(); // their leases expire and the server re-drives them
     this.#log(`stopped with ${abandoned} handler(s) still running: left to their leases`);

@@ -1,5 +1,5 @@
 // A TypeScript agent process for the stack tests (stack.e2e.ts), which SIGKILL or SIGTERM it mid-item.
-// `node agent.js MODE KEY`: serves KEY with the mode's handler and prints what it does, a line each:
+// `node agent.js MODE KEY` (AGENT_STOP_MS: how long a stop waits for its handlers): serves KEY with the mode's handler and prints what it does, a line each:
 //   hang      prints "LEASED <run_id> <attempt>" and never returns (killed between lease and complete)
 //   tool-hang prints "TOOL <run_id>" inside a `never` tool call that never returns (killed between intent and outcome)
 //   finish    prints "LEASED <run_id> <attempt>", then completes once it got SIGTERM (a graceful stop)
@@ -35,7 +35,7 @@ const running = worker({
   serves: { [key]: handler },
   waitS: 1,
   leaseS: 5,
-  stopTimeoutMs: 20_000,
+  stopTimeoutMs: Number(process.env.AGENT_STOP_MS ?? 20_000),
 });
 say("STARTED");
 const stopped = await running.done;

@@ -61,15 +61,22 @@ export async function answerAll(parked: ParkedRun, values: Record<string, unknow
   }
 }
 
+const agents = new Set<AgentProcess>();
+
+/** SIGKILL every agent process still running (a failed test must not leave one holding the runner open). */
+export async function killAgents(): Promise<void> {
+  await Promise.all([...agents].map((agent) => agent.kill()));
+}
+
 /** An agent process (build-test/agent.js) whose output lines are watched. */
 export class AgentProcess {
   readonly proc: ChildProcess;
   readonly lines: string[] = [];
   readonly exited: Promise<number | null>;
 
-  constructor(mode: string, key: string) {
+  constructor(mode: string, key: string, env: Record<string, string> = {}) {
     const script = fileURLToPath(new URL("./agent.js", import.meta.url));
-    this.proc = spawn(process.execPath, [script, mode, key], { env: process.env, stdio: ["ignore", "pipe", "pipe"] });
+    this.proc = spawn(process.execPath, [script, mode, key], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
     let partial = "";
     this.proc.stdout!.on("data", (chunk: Buffer) => {
       const text = partial + chunk.toString();
@@ -78,7 +85,8 @@ export class AgentProcess {
       this.lines.push(...lines);
     });
     this.proc.stderr!.on("data", (chunk: Buffer) => process.stderr.write(`agent ${mode}: ${chunk}`));
-    this.exited = new Promise((resolve) => this.proc.once("exit", (code) => resolve(code)));
+    this.exited = new Promise((resolve) => this.proc.once("exit", (code) => (agents.delete(this), resolve(code))));
+    agents.add(this);
   }
 
   line(pattern: RegExp, what: string): Promise<RegExpMatchArray> {
@@ -93,7 +101,7 @@ export class AgentProcess {
   }
 
   async kill(): Promise<void> {
-    this.proc.kill("SIGKILL");
+    if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill("SIGKILL");
     await this.exited;
   }
 }

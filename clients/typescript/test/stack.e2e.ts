@@ -1,7 +1,7 @@
 // The client against a real stack (uvicorn, a Celery worker and beat, PostgreSQL), started by
 // tests/acceptance/test_typescript_client.py, which passes the URL and the tokens in the environment.
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { after, test as nodeTest } from "node:test";
 import {
   complete,
   Conflict,
@@ -24,6 +24,7 @@ import {
   BASE_URL,
   human,
   HUMAN_NAME,
+  killAgents,
   runReaches,
   startParkedWhenServed,
   TARGET,
@@ -43,6 +44,10 @@ function inProcess(serves: Parameters<typeof worker>[0]["serves"]) {
 function leaseOne(key: string, leaseS = 5): Promise<Item> {
   return waitFor(async () => (await workerClient.lease({ worker: unique("ts-manual"), serves: [key], wait_s: 1, lease_s: leaseS }))[0], `an item of ${key}`);
 }
+
+// Each test within a minute and a half; no agent process outlives the file.
+const test = (name: string, fn: () => Promise<void>) => nodeTest(name, { timeout: 90_000 }, fn);
+after(killAgents);
 
 let parkedRunId = "";
 
@@ -82,6 +87,8 @@ test("a TypeScript agent parks a question, a person answers, the worker resumes 
       assert.ok(types.indexOf(before!) >= 0 && types.indexOf(before!) < types.indexOf(after!), `${before} before ${after}: ${types}`);
     }
     assert.equal(types.filter((t) => t === "run.completed").length, 1);
+    const listed = await agent.listRuns({ workflow: plan, status: "completed" });
+    assert.deepEqual(listed.items.map((r) => r.id), [parked.id]);
     parkedRunId = parked.id;
   } finally {
     await running.stop();
@@ -208,6 +215,25 @@ test("SIGTERM: the agent stops leasing, its running handler finishes and complet
   assert.equal(await agentProcess.exited, 0);
   assert.ok(agentProcess.lines.includes("STOPPED completed=1 abandoned=0"), agentProcess.lines.join(" | "));
   assert.deepEqual((await human.getRun(parked.id)).result, { finished: parked.id, attempt: 1 });
+});
+
+test("SIGTERM past the stop's deadline: the agent exits completing nothing, the item is re-driven after its lease", async () => {
+  const key = `${unique("ts.stuck")}@1`;
+  const stuck = new AgentProcess("hang", key, { AGENT_STOP_MS: "300" });
+  const parked = await startParkedWhenServed({ workflow: unique("ts.stuck"), target: TARGET, park: { continuation: key, interactions: [WINDOW] } });
+  await answerAll(parked, { window: "now" });
+  await stuck.line(/^LEASED /, "the stuck agent leasing the resume");
+  stuck.proc.kill("SIGTERM");
+  assert.equal(await stuck.exited, 0);
+  assert.ok(stuck.lines.includes("STOPPED completed=0 abandoned=1"), stuck.lines.join(" | "));
+  assert.equal((await human.getRun(parked.id)).status, "running");
+
+  const running = inProcess({ [key]: (ctx) => complete({ attempt: ctx.attempt }) });
+  try {
+    assert.deepEqual((await runReaches(parked.id, "completed")).result, { attempt: 2 });
+  } finally {
+    await running.stop();
+  }
 });
 
 test("the API's errors arrive typed, with their status, code and state", async () => {
