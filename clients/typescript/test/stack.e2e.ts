@@ -135,6 +135,27 @@ test("an agent SIGKILLed between lease and complete: re-leased after its lease, 
   assert.equal(types.filter((t) => t === "run.completed").length, 1);
 });
 
+test("a handler running past its lease keeps it by heartbeats: run once, while a second worker waits for the same key", async () => {
+  const key = `${unique("ts.long")}@1`;
+  const runs: number[] = [];
+  const slow = async (ctx: { attempt: number; signal: AbortSignal }) => {
+    runs.push(ctx.attempt);
+    // longer than two 5 s leases: without heartbeats the other worker would lease the item again
+    await new Promise((resolve) => setTimeout(resolve, 11_000));
+    return complete({ attempt: ctx.attempt, lost: ctx.signal.aborted });
+  };
+  const first = inProcess({ [key]: slow });
+  const second = inProcess({ [key]: slow });
+  try {
+    const parked = await startParkedWhenServed({ workflow: unique("ts.long"), target: TARGET, park: { continuation: key, interactions: [WINDOW] } });
+    await answerAll(parked, { window: "now" });
+    assert.deepEqual((await runReaches(parked.id, "completed")).result, { attempt: 1, lost: false });
+    assert.deepEqual(runs, [1]);
+  } finally {
+    await Promise.all([first.stop(), second.stop()]);
+  }
+});
+
 test("the exact retry of a completion gets the same receipt; another outcome for it is 409", async () => {
   const key = `${unique("ts.retry")}@1`;
   const leasing = leaseOne(key); // advertises the key, then waits for the item
