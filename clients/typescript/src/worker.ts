@@ -34,6 +34,9 @@ export interface WorkerOptions {
 }
 
 export interface Worker {
+  /** settles once the first lease call was answered: from then on the API knows what this worker serves
+   * (a parked start on one of its continuations is accepted) */
+  readonly ready: Promise<void>;
   /** settles when the loop has stopped: `abandoned` handlers were still running at the stop's deadline */
   readonly done: Promise<{ completed: number; abandoned: number }>;
   /** stop leasing, let running handlers finish and complete (until the deadline), then settle `done` */
@@ -59,6 +62,8 @@ class PullLoop implements Worker {
   readonly #stopping = new AbortController();
   readonly #abandon = new AbortController();
   #completed = 0;
+  #advertised!: () => void;
+  readonly ready = new Promise<void>((resolve) => (this.#advertised = resolve));
   #done!: Promise<{ completed: number; abandoned: number }>;
   readonly #stopped = aborted(this.#stopping.signal);
   // Past the deadline a handler still running would hold the process: the signal's stop exits it.
@@ -88,6 +93,7 @@ class PullLoop implements Worker {
       process.once("SIGINT", this.#onSignal);
     }
     this.#done = this.#loop().finally(() => {
+      this.#advertised(); // nobody waits for a stopped worker's first lease
       process.removeListener("SIGTERM", this.#onSignal);
       process.removeListener("SIGINT", this.#onSignal);
     });
@@ -102,6 +108,7 @@ class PullLoop implements Worker {
   async #loop(): Promise<{ completed: number; abandoned: number }> {
     const stopping = this.#stopping.signal;
     let backoffMs = 500;
+    let waitS = 0; // the first call comes back at once: `ready` then says the API knows what is served
     while (!stopping.aborted) {
       if (this.#running.size >= this.#concurrency) {
         await Promise.race([...this.#running, this.#stopped]);
@@ -111,9 +118,11 @@ class PullLoop implements Worker {
       try {
         items = await this.#client.lease(
           { worker: this.#name, serves: Object.keys(this.#serves), max: this.#concurrency - this.#running.size,
-            wait_s: this.#waitS, lease_s: this.#leaseS },
+            wait_s: waitS, lease_s: this.#leaseS },
           stopping,
         );
+        this.#advertised();
+        waitS = this.#waitS;
         backoffMs = 500;
       } catch (error) {
         if (stopping.aborted) break; // an item leased in that answer comes back when its lease expires

@@ -3,7 +3,7 @@
 //   hang      prints "LEASED <run_id> <attempt>" and never returns (killed between lease and complete)
 //   tool-hang prints "TOOL <run_id>" inside a `never` tool call that never returns (killed between intent and outcome)
 //   finish    prints "LEASED <run_id> <attempt>", then completes once it got SIGTERM (a graceful stop)
-import { complete, worker, type Handler } from "../dist/index.js";
+import { complete, worker, type Handler } from "@parkway/client";
 
 const [mode, key] = process.argv.slice(2);
 const forever = new Promise<never>(() => undefined);

@@ -3,7 +3,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { fileURLToPath } from "node:url";
-import { Invalid, Parkway, type ParkedRun, type StartParked } from "../dist/index.js";
+import { Invalid, Parkway, type ParkedRun, type StartParked } from "@parkway/client";
 
 function env(name: string): string {
   const value = process.env[name];
@@ -74,9 +74,11 @@ export class AgentProcess {
   readonly lines: string[] = [];
   readonly exited: Promise<number | null>;
 
-  constructor(mode: string, key: string, env: Record<string, string> = {}) {
-    const script = fileURLToPath(new URL("./agent.js", import.meta.url));
-    this.proc = spawn(process.execPath, [script, mode, key], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  /** `node agent.js MODE KEY`, or another `script` (relative to this file's folder) with its arguments. */
+  constructor(mode: string, key: string, env: Record<string, string> = {}, script = "./agent.js") {
+    const path = fileURLToPath(new URL(script, import.meta.url));
+    const args = script === "./agent.js" ? [path, mode, key] : [path];
+    this.proc = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
     let partial = "";
     this.proc.stdout!.on("data", (chunk: Buffer) => {
       const text = partial + chunk.toString();

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
-import { complete, nodeListener, pushHandler, sign } from "../dist/index.js";
+import { complete, nodeListener, pushHandler, sign } from "@parkway/client";
 
 const SECRET = "whsec_" + Buffer.from("push handler test secret").toString("base64");
 const calls: string[] = [];

@@ -2,7 +2,7 @@
 // and stale or future timestamps.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { sign, verify, WebhookVerificationError } from "../dist/index.js";
+import { sign, verify, WebhookVerificationError } from "@parkway/client";
 
 // The example of the Standard Webhooks specification (also what Parkway's tasks/webhook_http.py computes).
 const SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";

@@ -16,7 +16,7 @@ import {
   worker,
   type Item,
   type StreamedEvent,
-} from "../dist/index.js";
+} from "@parkway/client";
 import {
   agent,
   AgentProcess,
@@ -95,6 +95,17 @@ test("a TypeScript agent parks a question, a person answers, the worker resumes 
   }
 });
 
+test("the README's agent (examples/park-and-resume.ts) parks its question and is resumed once answered", async () => {
+  const example = new AgentProcess("", "", { AGENT_TOKEN: process.env.PARKWAY_AGENT_TOKEN!, WORKER_TOKEN: process.env.PARKWAY_WORKER_TOKEN! }, "../examples/park-and-resume.js");
+  const [, runId] = await example.line(/^run (\S+) is waiting$/, "the example's run waiting");
+  const [asked] = (await human.listInteractions({ run_id: runId!, status: "pending" })).items;
+  assert.equal(asked?.prompt, "Priority of ticket 4711?");
+  await human.answer(asked.id, { responseId: "readme", value: "high" });
+  assert.deepEqual((await runReaches(runId!, "completed")).result, { ticket: 4711, priority: "high", by: HUMAN_NAME });
+  example.proc.kill("SIGTERM");
+  assert.equal(await example.exited, 0);
+});
+
 test("the event stream resumes with Last-Event-ID where it broke off: no event lost or repeated", async () => {
   assert.ok(parkedRunId, "needs the run of the first test");
   const all = (await human.runEvents(parkedRunId, { limit: 500 })).items.map((e) => e.seq);
@@ -140,8 +151,8 @@ test("a handler running past its lease keeps it by heartbeats: run once, while a
   const runs: number[] = [];
   const slow = async (ctx: { attempt: number; signal: AbortSignal }) => {
     runs.push(ctx.attempt);
-    // longer than two 5 s leases: without heartbeats the other worker would lease the item again
-    await new Promise((resolve) => setTimeout(resolve, 11_000));
+    // longer than its 5 s lease: without heartbeats the other worker would lease the item again
+    await new Promise((resolve) => setTimeout(resolve, 7_000));
     return complete({ attempt: ctx.attempt, lost: ctx.signal.aborted });
   };
   const first = inProcess({ [key]: slow });
