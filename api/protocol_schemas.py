@@ -26,7 +26,9 @@ class LeaseIn(Body):
         description="what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys "
         "(`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call",
     )  # fmt: skip
-    max: int = Field(1, ge=1, le=100, description="at most this many items")
+    max: int = Field(
+        1, ge=0, le=100, description="at most this many items; 0: lease nothing, only advertise (a busy worker)"
+    )
     wait_s: float = Field(20.0, ge=0, le=30, description="a long poll: wait this long for an item to come due")
     lease_s: float = LEASE_S
 

@@ -206,7 +206,36 @@ def _failed_closed(report: SweepReport, *, batch: int) -> None:
                             )
                 except Exception as exc:
                     _skipped(report, exc, step_id=wait.step_id)
+    ended += _unserved_remote(report, batch=batch)
     project_quietly(ended)
+
+
+def _unserved_remote(report: SweepReport, *, batch: int) -> list[str]:
+    """Category 3 for due remote continuations (leased, never published): one whose key no live worker has
+    advertised for the grace is given up, its run interrupted naming the version, as a Celery worker gives
+    up one it cannot hand on (the fleet read again just before). Returns the runs it ended."""
+    grace_s = get_settings().version_grace_s
+    with transaction() as session:
+        found = fail_closed.unserved_remote(session, grace_s=grace_s, batch=batch)
+    ended = []
+    for work in found:
+        try:
+            with single_statement() as conn:
+                if (
+                    store.serving(conn, work.kind, work.key, continuation_id=work.continuation_id).fails_closed(grace_s)
+                    is None
+                ):
+                    continue
+                dead = store.give_up(conn, work.continuation_id, reason=work.reason)
+        except Exception as exc:
+            _skipped(report, exc, continuation_id=work.continuation_id)
+            continue
+        if dead is not None:
+            report.counts["unregistered"] += 1
+            ended.append(dead.run_id)
+            log.warning("remote work given up: %s", work.reason,
+                        extra={"action": "give_up", "continuation_id": dead.id, "run_id": dead.run_id})  # fmt: skip
+    return ended
 
 
 def _expire_interactions(report: SweepReport, *, batch: int) -> list[tuple[str, str]]:

@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Integer, Table, bindparam, case, exists, literal_column, or_, select, true
+from sqlalchemy import Integer, Table, and_, bindparam, case, exists, literal_column, or_, select, true
 from sqlalchemy.orm import Session
 
 from models import store
 from models.clock import db_now
-from models.status import ContinuationKind, InteractionStatus, PrincipalKind, RunStatus, StepStatus
+from models.status import ContinuationKind, ContinuationStatus, InteractionStatus, PrincipalKind, RunStatus, StepStatus
+from models.store.sql import CONT
 from models.store.workers import ADVERTISED, advertises, live, unserved_reason
 from models.tables import Grant, Interaction, Principal, Run, Step
 
@@ -118,6 +119,68 @@ def unserved_waits(session: Session, *, grace_s: float, batch: int) -> list[Wait
     rows = session.execute(_UNSERVED_WAITS, {"grace": -grace_s, "n": batch})
     resume = ContinuationKind.RESUME.value
     return _distinct(rows, lambda row: Wait(row[0], row[1], unserved_reason(resume, row[2], row[3]), version=row[2]))
+
+
+def _remote_keys() -> Any:
+    """Every key remote continuations are due on, once each: a skip scan of ``ix_continuations_remote``."""
+    later = CONT.alias("later")
+    ready = CONT.c.status == store.word(ContinuationStatus.READY)
+    first = select(CONT.c.name.label("key")).where(CONT.c.remote, ready).order_by(CONT.c.name).limit(1)
+    keys = first.cte("remote_keys", recursive=True)
+    following = (
+        select(later.c.name)
+        .where(later.c.remote, later.c.status == store.word(ContinuationStatus.READY), later.c.name > keys.c.key)
+        .order_by(later.c.name)
+        .limit(1)
+        .scalar_subquery()
+    )
+    return keys.union_all(select(following).where(keys.c.key.is_not(None)))
+
+
+def _unserved_remote() -> Any:
+    """Up to ``:n`` due remote continuations (ready, made before ``:grace`` seconds ago) on keys no live
+    worker advertises, last advertised before ``:grace`` seconds ago, while some worker is alive; each key's
+    oldest first, by a range of ``ix_continuations_remote``."""
+    keys = _remote_keys()
+    work = (
+        select(CONT.c.id, CONT.c.kind, CONT.c.name)
+        .where(CONT.c.remote, CONT.c.status == store.word(ContinuationStatus.READY), CONT.c.name == keys.c.key,
+               CONT.c.created_at < db_now("grace"))
+        .order_by(CONT.c.created_at)
+        .limit(bindparam("n", type_=Integer))
+        .lateral("work")
+    )  # fmt: skip
+    seen = ADVERTISED.c.last_seen_at
+    served = or_(advertises(ContinuationKind.START, work.c.name), advertises(ContinuationKind.RESUME, work.c.name))
+    return (
+        select(work.c.id, work.c.kind, work.c.name, seen)
+        .select_from(keys.join(work, true()).outerjoin(ADVERTISED, and_(ADVERTISED.c.kind == work.c.kind,
+                                                                         ADVERTISED.c.key == work.c.name)))
+        .where(keys.c.key.is_not(None), or_(seen.is_(None), seen < db_now("grace")))
+        .where(~exists().where(live(), served), exists().where(live()))
+        .limit(bindparam("n", type_=Integer))
+    )  # fmt: skip
+
+
+_UNSERVED_REMOTE = _unserved_remote()
+
+
+@dataclass(frozen=True)
+class UnservedWork:
+    """A due remote continuation no live worker serves any more (past the grace), with why."""
+
+    continuation_id: str
+    kind: str
+    key: str
+    reason: str
+
+
+def unserved_remote(session: Session, *, grace_s: float, batch: int) -> list[UnservedWork]:
+    """Due remote continuations whose key no live worker has advertised for ``grace_s`` (unlocked: the
+    give-up is a compare-and-set, and the fleet is read again just before it)."""
+    rows = session.execute(_UNSERVED_REMOTE, {"grace": -grace_s, "n": batch})
+    return [UnservedWork(row.id, row.kind, row.name, unserved_reason(row.kind, row.name, row.last_seen_at))
+            for row in rows]  # fmt: skip
 
 
 @dataclass(frozen=True)

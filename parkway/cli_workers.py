@@ -42,7 +42,8 @@ def cmd_workers(args: argparse.Namespace) -> int:
         print("no live worker")
     for w in workers:
         counts = f"{_plural(len(w.steps), 'step')}, {_plural(len(w.continuations), 'continuation')}"
-        print(f"{w.node}  pid {w.pid}  heartbeat {_when(w.heartbeat_at)}  started {_when(w.started_at)}  {counts}")
+        where = "remote (HTTP worker protocol)" if w.remote else f"pid {w.pid}"
+        print(f"{w.node}  {where}  heartbeat {_when(w.heartbeat_at)}  started {_when(w.started_at)}  {counts}")
         print(f"  steps: {' '.join(w.steps) or '-'}")
         print(f"  continuations: {' '.join(w.continuations) or '-'}")
     if loads:

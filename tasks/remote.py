@@ -16,16 +16,15 @@ from datetime import datetime
 from typing import Any
 
 from models import journal, store
-from models.outcome import OUTCOME, Outcome, Park, Permission
+from models.outcome import OUTCOME, Outcome
 from models.status import RUN_TERMINAL, ContinuationKind, ToolPhase
 from models.tables import ToolCall
 from parkway.db import single_statement, transaction
-from parkway.errors import InvalidOutcome, LeaseLost, NotFound, RunEnded, WorkflowError
+from parkway.errors import InvalidOutcome, LeaseLost, NotFound, RunEnded
 from parkway.settings import get_settings
-from tasks.outcomes import check_outcome
 from tasks.projection import project_soon
 from tasks.publish import publish
-from tasks.serving import continuation_served, step_served
+from tasks.serving import sent_outcome
 from tasks.worker import given_up, refusal, unsealed
 
 log = logging.getLogger("parkway.remote")
@@ -177,7 +176,7 @@ def complete(lease_id: str, outcome: Outcome) -> store.Receipt:
     if earlier is not None:
         return earlier
     state = held(lease_id)
-    checked = _checked(outcome, state.kind, state.name)
+    checked = sent_outcome(outcome, f"remote {state.kind} {state.name}")
     with transaction() as session:
         claim = store.load_claim(session, state.claimed)
     committed = store.commit_outcome(claim, checked, execution_id=lease_id,
@@ -203,23 +202,6 @@ def _receipt(lease_id: str, sent: str) -> store.Receipt | None:
 def _lost(lease_id: str) -> store.Receipt:
     held(lease_id)  # raises
     raise LeaseLost(f"lease {lease_id} lost its claim before the commit")  # pragma: no cover
-
-
-def _checked(outcome: Outcome, kind: str, name: str) -> Outcome:
-    """The checks a Python body's outcome passes (``check_outcome``), with what the fleet serves: a ``Next``
-    to a step and a ``Park`` on a version a live worker (or this process) runs."""
-    where = f"remote {kind} {name}"
-    try:
-        check_outcome(outcome, where, step_known=step_served)
-    except WorkflowError as exc:
-        raise InvalidOutcome(str(exc)) from None
-    if isinstance(outcome, Park):
-        if any(isinstance(i, Permission) and i.request_id is not None for i in outcome.interactions):
-            raise InvalidOutcome("a permission's request_id is set by Parkway, never sent")
-        if not continuation_served(outcome.continuation):
-            raise InvalidOutcome(f"continuation {outcome.continuation} is not served by any live worker",
-                                 {"continuation": outcome.continuation})  # fmt: skip
-    return outcome
 
 
 # --------------------------------------------------------------------------- tools

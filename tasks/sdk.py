@@ -20,7 +20,6 @@ from parkway.errors import (
     Forbidden,
     Gone,
     InvalidAnswer,
-    InvalidOutcome,
     NotFound,
     NotRegistered,
     WorkflowError,
@@ -28,9 +27,9 @@ from parkway.errors import (
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.holding import own_write
-from tasks.outcomes import Complete, Fail, Next, Park, Question, check_outcome, interaction_specs
+from tasks.outcomes import Complete, Fail, Next, Park, Question, interaction_specs
 from tasks.publish import publish
-from tasks.serving import continuation_served, step_served
+from tasks.serving import sent_outcome, step_served
 from tasks.tooltypes import Permission, PermissionRejected, PossiblyRan, ToolFailed
 
 __all__ = [
@@ -186,7 +185,10 @@ def start_run(
     """
     if park is None and not step_served(workflow):
         raise NotRegistered(f"workflow {workflow} is not a registered step")
-    specs = None if park is None else _park_specs(park, workflow)
+    specs = None
+    if park is not None:
+        sent_outcome(park, f"the park of a run of {workflow}")  # raises InvalidOutcome: nothing is stored
+        specs = interaction_specs(park.interactions)
     jsonsafe.require_storable({"payload": payload, "target": target, "idempotency_key": idempotency_key}, "the run")
     with transaction() as session:
         owner = _principal(session, principal)
@@ -213,22 +215,6 @@ def start_run(
         to_publish = [(due.id, due.kind)] if due is not None else []
     publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return run_id
-
-
-def _park_specs(park: Park, workflow: str) -> list[store.InteractionSpec]:
-    """A park from outside, checked as a body's (``check_outcome``), on a continuation a live worker serves;
-    raises ``InvalidOutcome`` (nothing is stored)."""
-    try:
-        check_outcome(park, f"the park of a new run of {workflow}")
-        specs = interaction_specs(park.interactions)
-    except WorkflowError as exc:
-        raise InvalidOutcome(str(exc)) from None
-    if any(isinstance(i, Permission) and i.request_id is not None for i in park.interactions):
-        raise InvalidOutcome("a permission's request_id is set by Parkway, never sent")
-    if not continuation_served(park.continuation):
-        raise InvalidOutcome(f"continuation {park.continuation} is not served by any live worker",
-                             {"continuation": park.continuation})  # fmt: skip
-    return specs
 
 
 def _principal(session: Any, name: str | Principal) -> Any:

@@ -1,13 +1,16 @@
 """Whether a step or a continuation version is run: by this process's registry, or by the fleet's live
 workers, in Celery or remote (``store.serving``). What a start, a park from outside and a remote worker's
-outcome are judged by."""
+outcome are judged by (``sent_outcome``)."""
 
 from __future__ import annotations
 
 from models import store
+from models.outcome import Outcome, Park, Permission
 from models.status import ContinuationKind
 from parkway.db import single_statement
+from parkway.errors import InvalidOutcome, WorkflowError
 from tasks import registry
+from tasks.outcomes import check_outcome
 
 
 def step_served(name: str) -> bool:
@@ -24,3 +27,21 @@ def continuation_served(key: str) -> bool:
     """A continuation version a live worker advertises now (never this process's registry alone)."""
     with single_statement() as conn:
         return store.serving(conn, ContinuationKind.RESUME, key).served
+
+
+def sent_outcome(outcome: Outcome, where: str) -> Outcome:
+    """An outcome sent from outside Python (a remote worker's, or a park at a run's start), checked as a
+    body's (``check_outcome``) against what the fleet serves: a ``Next`` to a step that is run, a ``Park`` on
+    a version a live worker serves, no permission ``request_id`` (Parkway's own). Raises ``InvalidOutcome``
+    (422, nothing stored)."""
+    try:
+        check_outcome(outcome, where, step_known=step_served)
+    except WorkflowError as exc:
+        raise InvalidOutcome(str(exc)) from None
+    if isinstance(outcome, Park):
+        if any(isinstance(i, Permission) and i.request_id is not None for i in outcome.interactions):
+            raise InvalidOutcome("a permission's request_id is set by Parkway, never sent")
+        if not continuation_served(outcome.continuation):
+            raise InvalidOutcome(f"continuation {outcome.continuation} is not served by any live worker",
+                                 {"continuation": outcome.continuation})  # fmt: skip
+    return outcome

@@ -262,8 +262,13 @@ def _hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_o
             store.give_up(conn, row.id, reason=reason, execution_id=execution_id)
         return given_up(reason, claim.run_id, extra)
     with single_statement() as conn:
-        if not store.release_claim(conn, row.id, execution_id=execution_id, reason=None, spent=False):
+        remote = fleet.node is None and fleet.remote  # only remote workers serve it: theirs to lease from now on
+        if not store.release_claim(conn, row.id, execution_id=execution_id, reason=None, spent=False, remote=remote):
             return "lost"
+    if remote:
+        log.info("%s %s is served by remote workers only: left to their leases", row.kind, row.name,
+                 extra={**extra, "action": "hand_on"})  # fmt: skip
+        return "handed on"
     to = None if handed_on else fleet.node
     log.info("%s %s is not run here: %s", row.kind, row.name, f"handed on to {to}" if to else "left for the sweep",
              extra={**extra, "action": "hand_on"})  # fmt: skip

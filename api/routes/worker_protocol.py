@@ -49,6 +49,8 @@ async def lease_work(body: LeaseIn, principal: WorkerDep) -> LeasePage:
     """Every call advertises `serves` for `worker` in the worker registry: remote workers show in
     `GET /v1/workers`, and what they serve counts as served (a start, a park, fail-closed)."""
     await in_thread(remote.advertise, principal.id, body.worker, body.serves)
+    if body.max == 0:
+        return LeasePage(items=[])
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.wait_s
     while True:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, bindparam, exists, func, or_, select, update
+from sqlalchemy import Boolean, Connection, Row, and_, bindparam, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
@@ -218,20 +218,29 @@ _RELEASE_CLAIM = (
     .where(CONT.c.id == bindparam("cid"), live_claim(bindparam("eid")))
     .values(status=ContinuationStatus.READY.value, claimed_by=None, lease_expires_at=None, enqueued_at=db_now(),
             publishes=CONT.c.publishes + 1, attempts=CONT.c.attempts - bindparam("unspent"),
-            reason=func.coalesce(bindparam("why", type_=CONT.c.reason.type), CONT.c.reason))
+            reason=func.coalesce(bindparam("why", type_=CONT.c.reason.type), CONT.c.reason),
+            remote=or_(CONT.c.remote, bindparam("remote", type_=Boolean)))
     .returning(CONT.c.id)
 )  # fmt: skip
 
 
 def release_claim(
-    session: Executor, continuation_id: str, *, execution_id: str, reason: str | None, spent: bool = True
+    session: Executor,
+    continuation_id: str,
+    *,
+    execution_id: str,
+    reason: str | None,
+    spent: bool = True,
+    remote: bool = False,
 ) -> bool:
     """claimed -> ready, only by the execution holding the live claim, as the sweep releases an expired one
     (stamped as published now) but at once, noting ``reason`` (why it stopped: what a give-up out of
     attempts reports). ``spent``: the attempt counts (a body ran); else it is given back (nothing ran: a
-    worker that does not run the version hands it on). ``False`` when it holds it no more (nothing is
-    written)."""
-    params = {"cid": continuation_id, "eid": execution_id, "why": reason, "unspent": 0 if spent else 1}
+    worker that does not run the version hands it on). ``remote``: it is for remote workers from now on
+    (only they serve its key: a Celery worker that claimed it hands it to their lease calls). ``False`` when
+    it holds it no more (nothing is written)."""
+    params = {"cid": continuation_id, "eid": execution_id, "why": reason, "unspent": 0 if spent else 1,
+              "remote": remote}  # fmt: skip
     return session.execute(_RELEASE_CLAIM, params).first() is not None
 
 

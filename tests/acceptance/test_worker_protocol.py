@@ -13,12 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text, update
 
 from models.tables import Continuation, Interaction, LeaseReceipt, ToolCall
 from parkway.db import transaction
+from tasks.publish import publish
 from tests.api.conftest import ApiServer, make_admin
-from tests.support import TARGET, Stack, Worker, continuations, event_types, run_row, wait_for
+from tests.support import TARGET, Stack, Worker, continuations, event_types, pass_time, run_row, wait_for
 
 DECIDE = "proto.decide@1"  # a continuation only the remote worker serves
 PLAN = "proto.plan"  # a step only the remote worker serves
@@ -343,12 +344,13 @@ def test_worker_token__cannot_answer_start_or_read_runs(proto: Proto) -> None:
 
 
 def test_remote_worker_listed_in_workers_and_leases_in_metrics(proto: Proto) -> None:
-    proto.lease(wait_s=0, worker="ts-agent-listed")
+    run_id = proto.due()  # due work the heartbeat-only call (max 0) must not take
+    beat = proto.call("POST", "/v1/worker/lease", "worker", {"worker": "ts-agent-listed", "serves": SERVES, "max": 0})
+    assert beat.json() == {"items": []}, beat.text
     workers = proto.call("GET", "/v1/workers", "admin").json()["items"]
     listed = next(w for w in workers if w["node"] == "ts-agent-listed")
     assert listed["remote"] is True and DECIDE in listed["continuations"] and PLAN in listed["steps"]
     assert any(not w["remote"] for w in workers)  # the Celery worker beside it
-    run_id = proto.due()
     item = proto.lease_one(run_id)
     metrics = proto.http.get("/metrics").text
     assert "parkway_remote_leases_outstanding" in metrics and "parkway_remote_leases_expired" in metrics
@@ -356,3 +358,39 @@ def test_remote_worker_listed_in_workers_and_leases_in_metrics(proto: Proto) -> 
     with transaction() as session:
         held = session.scalar(select(func.count()).where(Continuation.remote, Continuation.status == "claimed"))
     assert held is not None
+
+
+def test_remote_work_that_reached_celery__handed_to_the_leases__not_bounced(proto: Proto) -> None:
+    # Given a due continuation of a remotely served key that went to Celery (made while a Celery worker also
+    # served its key, say): the row is not remote, and its message is in the broker.
+    run_id = proto.park()
+    proto.answer(run_id, {"code": "1"})
+    [resume] = continuations(run_id)
+    assert resume.remote
+    with transaction() as session:
+        session.execute(update(Continuation).where(Continuation.id == resume.id).values(remote=False))
+    publish([(resume.id, "resume")])
+    # When the Celery worker takes it, it hands it to the remote workers' leases, once, spending no attempt.
+    wait_for(lambda: continuations(run_id)[0].remote, timeout=30, what="the continuation handed to remote leases")
+    item = proto.lease_one(run_id)
+    assert item["attempt"] == 1
+    assert proto.complete(item["lease_id"], {"type": "complete"}).status_code == 200
+    assert proto.run(run_id)["status"] == "completed"
+
+
+def test_remote_work_nobody_serves_any_more__fails_closed_after_the_grace(proto: Proto) -> None:
+    # Given due remote work, and then its remote worker gone for longer than the grace (5 s in the tests),
+    # while the Celery worker lives on.
+    run_id = proto.due()
+    pass_time(120)
+    with transaction() as session:
+        back = text("UPDATE continuations SET created_at = created_at - interval '120 seconds' WHERE run_id = :r")
+        session.execute(back, {"r": run_id})
+    try:
+        # Then the sweep interrupts the run, naming the version, once the Celery worker is heard from again.
+        run = wait_for(lambda: (r := proto.run(run_id))["status"] == "interrupted" and r, sweep=True,
+                       what="remote work nobody serves interrupted")  # fmt: skip
+        assert f"continuation version {DECIDE}: no live worker has advertised it since" in run["reason"]
+        assert continuations(run_id)[0].status == "dead"
+    finally:
+        proto.lease(wait_s=0)  # served again, for whatever runs after
