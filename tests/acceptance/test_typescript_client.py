@@ -20,7 +20,7 @@ from tests.support import ROOT, TARGET, Stack
 
 CLIENT = ROOT / "clients" / "typescript"
 NODE_TESTS = ("test/signature.test.js", "test/push.test.js", "test/stack.e2e.js")
-AGENT, HUMAN, WORKER = "ts-agent", "ts-ana", "ts-worker"
+AGENT, HUMAN, WORKER, ADMIN = "ts-agent", "ts-ana", "ts-worker", "ts-root"
 
 
 def build() -> Path:
@@ -32,9 +32,9 @@ def build() -> Path:
 
 
 def tokens(http: httpx.Client) -> dict[str, str]:
-    """An agent and a person granted on the target, and a worker, made over the API by an admin."""
-    admin = {"Authorization": f"Bearer {make_admin('ts-root')}"}
-    made = {}
+    """An admin; an agent and a person granted on the target, and a worker, made over the API by the admin."""
+    made = {ADMIN: make_admin(ADMIN)}
+    admin = {"Authorization": f"Bearer {made[ADMIN]}"}
     for kind, name in (("agent", AGENT), ("human", HUMAN), ("worker", WORKER)):
         answer = http.post("/v1/principals", json={"kind": kind, "name": name}, headers=admin)
         assert answer.status_code == 201, answer.text
@@ -48,7 +48,9 @@ def tokens(http: httpx.Client) -> dict[str, str]:
 @pytest.mark.timeout(480)
 def test_typescript_client__its_node_tests_pass_against_a_real_stack(stack: Stack) -> None:
     compiled = build()
-    server = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-ts.log").start()
+    # A remote worker is live 4 s after each lease call (60 s by default): a test sees a busy one advertise.
+    server = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-ts.log")
+    server.start(PARKWAY_REMOTE_WORKER_TTL_S="4")
     try:
         stack.start_worker()
         stack.start_beat()
@@ -62,6 +64,7 @@ def test_typescript_client__its_node_tests_pass_against_a_real_stack(stack: Stac
             "PARKWAY_HUMAN_TOKEN": made[HUMAN],
             "PARKWAY_HUMAN_NAME": HUMAN,
             "PARKWAY_WORKER_TOKEN": made[WORKER],
+            "PARKWAY_ADMIN_TOKEN": made[ADMIN],
         }
         try:
             ran = subprocess.run(

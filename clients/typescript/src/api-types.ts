@@ -248,7 +248,7 @@ export type LeaseIn = {
   worker: string;
   /** what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys (`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call */
   serves: Array<unknown>;
-  /** at most this many items */
+  /** at most this many items; 0: lease nothing, only advertise (a busy worker) */
   max?: number;
   /** a long poll: wait this long for an item to come due */
   wait_s?: number;

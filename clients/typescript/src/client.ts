@@ -8,6 +8,7 @@ import type {
   InteractionPage,
   RunOut,
   RunPage,
+  WorkerPage,
 } from "./api-types.js";
 import { errorFor } from "./errors.js";
 import type { Interaction } from "./outcomes.js";
@@ -158,6 +159,11 @@ export class Parkway {
     return this.request("POST", `/v1/interactions/${encodeURIComponent(interactionId)}/cancel`, {
       body: { response_id: cancel.responseId, reason: cancel.reason ?? null },
     });
+  }
+
+  /** The live workers, Celery and remote (admin). */
+  listWorkers(): Promise<WorkerPage> {
+    return this.request("GET", "/v1/workers");
   }
 
   // ------------------------------------------------------------------ the worker protocol

@@ -25,6 +25,9 @@ export interface WorkerOptions {
   waitS?: number;
   /** the lease, 5..600 s (default 30); a heartbeat every third of it while a handler runs */
   leaseS?: number;
+  /** while every slot is busy, advertise `serves` this often (a lease call with `max` 0) so the API keeps
+   * counting them as served (default 20 s, a third of the API's default PARKWAY_REMOTE_WORKER_TTL_S) */
+  advertiseS?: number;
   /** stop gracefully on SIGTERM and SIGINT (default true) */
   handleSignals?: boolean;
   /** how long a stop waits for running handlers before it gives up on them (default: the lease) */
@@ -55,6 +58,7 @@ class PullLoop implements Worker {
   readonly #concurrency: number;
   readonly #waitS: number;
   readonly #leaseS: number;
+  readonly #advertiseS: number;
   readonly #stopTimeoutMs: number;
   readonly #log: (message: string) => void;
   readonly #handleSignals: boolean;
@@ -77,6 +81,7 @@ class PullLoop implements Worker {
     this.#concurrency = options.concurrency ?? 1;
     this.#waitS = options.waitS ?? 20;
     this.#leaseS = options.leaseS ?? 30;
+    this.#advertiseS = options.advertiseS ?? 20;
     this.#stopTimeoutMs = options.stopTimeoutMs ?? this.#leaseS * 1000;
     this.#log = options.log ?? ((message) => console.error(`parkway worker ${this.#name}: ${message}`));
     this.#handleSignals = options.handleSignals ?? true;
@@ -111,7 +116,7 @@ class PullLoop implements Worker {
     let waitS = 0; // the first call comes back at once: `ready` then says the API knows what is served
     while (!stopping.aborted) {
       if (this.#running.size >= this.#concurrency) {
-        await Promise.race([...this.#running, this.#stopped]);
+        await this.#busy();
         continue;
       }
       let items: Item[];
@@ -136,6 +141,20 @@ class PullLoop implements Worker {
       for (const item of items) this.#track(this.#serve(item));
     }
     return this.#drain();
+  }
+
+  /** Every slot busy: wait for one to free (or a stop), advertising `serves` meanwhile. */
+  async #busy(): Promise<void> {
+    const tick = new AbortController();
+    const ticked = sleep(this.#advertiseS * 1000, tick.signal).then(() => !tick.signal.aborted);
+    const advertise = await Promise.race([...this.#running, this.#stopped, ticked]);
+    tick.abort();
+    if (advertise !== true || this.#stopping.signal.aborted) return;
+    try {
+      await this.#client.lease({ worker: this.#name, serves: Object.keys(this.#serves), max: 0, wait_s: 0, lease_s: this.#leaseS });
+    } catch (error) {
+      this.#log(`advertising failed (${errorText(error)}); again in ${this.#advertiseS} s`);
+    }
   }
 
   #track(work: Promise<void>): void {

@@ -16,6 +16,7 @@ export const TARGET = env("PARKWAY_TARGET");
 export const HUMAN_NAME = env("PARKWAY_HUMAN_NAME");
 export const agent = new Parkway({ url: BASE_URL, token: env("PARKWAY_AGENT_TOKEN") });
 export const human = new Parkway({ url: BASE_URL, token: env("PARKWAY_HUMAN_TOKEN") });
+export const admin = new Parkway({ url: BASE_URL, token: env("PARKWAY_ADMIN_TOKEN") });
 export const workerClient = new Parkway({ url: BASE_URL, token: env("PARKWAY_WORKER_TOKEN") });
 export const WORKER_TOKEN = env("PARKWAY_WORKER_TOKEN");
 

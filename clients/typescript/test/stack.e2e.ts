@@ -18,6 +18,7 @@ import {
   type StreamedEvent,
 } from "@parkway/client";
 import {
+  admin,
   agent,
   AgentProcess,
   answerAll,
@@ -146,24 +147,30 @@ test("an agent SIGKILLed between lease and complete: re-leased after its lease, 
   assert.equal(types.filter((t) => t === "run.completed").length, 1);
 });
 
-test("a handler running past its lease keeps it by heartbeats: run once, while a second worker waits for the same key", async () => {
+test("a handler running past its lease keeps it by heartbeats (run once, while a second worker waits for the same key), and its busy worker stays listed", async () => {
   const key = `${unique("ts.long")}@1`;
   const runs: number[] = [];
-  const slow = async (ctx: { attempt: number; signal: AbortSignal }) => {
+  const listed: boolean[] = [];
+  const slow = (name: string) => async (ctx: { attempt: number; signal: AbortSignal }) => {
     runs.push(ctx.attempt);
-    // longer than its 5 s lease: without heartbeats the other worker would lease the item again
+    // longer than its 5 s lease: without heartbeats the other worker would lease the item again; and
+    // longer than the API's PARKWAY_REMOTE_WORKER_TTL_S (4 s here): a busy worker stays listed by advertising
     await new Promise((resolve) => setTimeout(resolve, 7_000));
+    listed.push((await admin.listWorkers()).items.some((w) => w.node === name && w.remote));
     return complete({ attempt: ctx.attempt, lost: ctx.signal.aborted });
   };
-  const first = inProcess({ [key]: slow });
-  const second = inProcess({ [key]: slow });
+  const names = [unique("ts-busy"), unique("ts-busy")];
+  const workers = names.map((name) =>
+    worker({ client: workerClient, serves: { [key]: slow(name) }, name, waitS: 1, leaseS: 5, advertiseS: 1, handleSignals: false, log: () => undefined }),
+  );
   try {
     const parked = await startParkedWhenServed({ workflow: unique("ts.long"), target: TARGET, park: { continuation: key, interactions: [WINDOW] } });
     await answerAll(parked, { window: "now" });
     assert.deepEqual((await runReaches(parked.id, "completed")).result, { attempt: 1, lost: false });
     assert.deepEqual(runs, [1]);
+    assert.deepEqual(listed, [true]);
   } finally {
-    await Promise.all([first.stop(), second.stop()]);
+    await Promise.all(workers.map((w) => w.stop()));
   }
 });
 
