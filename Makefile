@@ -18,7 +18,7 @@ FS_PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 TS := clients/typescript
 TS_DEPS := $(TS)/node_modules/.package-lock.json
 TS_BUILT := $(TS)/.built
-TS_SOURCES := $(wildcard $(TS)/src/*.ts $(TS)/test/*.ts) $(TS)/tsconfig.json $(TS)/tsconfig.test.json $(TS)/package.json
+TS_SOURCES := $(wildcard $(TS)/src/*.ts $(TS)/test/*.ts $(TS)/examples/*.ts) $(TS)/tsconfig.json $(TS)/tsconfig.test.json $(TS)/package.json
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
