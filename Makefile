@@ -18,12 +18,27 @@ $(RUN_STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e .
 	touch $(RUN_STAMP)
 
+# The TypeScript client (clients/typescript): its dev dependencies from the committed lock file (npm ci, again
+# when the lock file changes), then the package and its tests compiled (again when a source changes).
+# tests/acceptance/test_typescript_client.py runs the compiled tests against a real stack.
+TS := clients/typescript
+TS_DEPS := $(TS)/node_modules/.package-lock.json
+TS_BUILT := $(TS)/.built
+TS_SOURCES := $(wildcard $(TS)/src/*.ts $(TS)/test/*.ts $(TS)/examples/*.ts) $(TS)/tsconfig.json $(TS)/tsconfig.test.json $(TS)/package.json
+
 # The development extras on top of the package (so it also satisfies `make run`).
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP) $(RUN_STAMP)
+
+$(TS_DEPS): $(TS)/package-lock.json
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
+
+$(TS_BUILT): $(TS_DEPS) $(TS_SOURCES)
+	cd $(TS) && npm run --silent build:test
+	touch $(TS_BUILT)
 
 ## run: the whole stack on this machine (embedded PostgreSQL + embedded Valkey broker unless configured); the
 ## package alone is installed, not the development extras
@@ -32,7 +47,7 @@ run: $(RUN_STAMP)
 
 ## test: the whole suite once, on PostgreSQL + Redis. PostgreSQL: PARKWAY_TEST_PG_URL, or 127.0.0.1:5432, or
 ## the embedded one (tests/conftest.py)
-test: $(STAMP)
+test: $(STAMP) $(TS_BUILT)
 	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 ## test-postgres: the same (kept for scripts that call it)
@@ -60,4 +75,4 @@ bench: $(STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist $(TS)/build-test $(TS_BUILT)

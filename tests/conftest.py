@@ -61,6 +61,7 @@ LONG_MODULES = (
     "tests/acceptance/test_terminal_truth.py",
     "tests/acceptance/test_recovery.py",
     "tests/acceptance/test_tools.py",
+    "tests/acceptance/test_typescript_client.py",
     "tests/acceptance/test_crash_points.py",
     "tests/cli/test_grants.py",
     "tests/integration/test_sweep.py",

@@ -1,0 +1,222 @@
+/** `Parkway`: the HTTP API's calls, typed, with the API's errors as exceptions (errors.ts). */
+
+import type {
+  AnswerReceiptOut,
+  CancelReceiptOut,
+  EventPage,
+  InteractionOut,
+  InteractionPage,
+  RunOut,
+  RunPage,
+  WorkerPage,
+} from "./api-types.js";
+import { errorFor } from "./errors.js";
+import type { Interaction } from "./outcomes.js";
+import type { Item, LeaseRequest, Receipt, ToolIntent, ToolState } from "./protocol.js";
+import type { Outcome } from "./outcomes.js";
+import { streamEvents, type StreamedEvent, type StreamOptions } from "./sse.js";
+
+export interface ParkwayOptions {
+  /** the API's base URL, e.g. `http://127.0.0.1:8000` */
+  url: string;
+  /** a bearer token (`parkway token create ...`) */
+  token: string;
+  /** another fetch (a test double, a proxy-aware one); the platform's by default */
+  fetch?: typeof fetch;
+}
+
+export interface StartRun {
+  workflow: string;
+  payload?: unknown;
+  target: string;
+  /** makes a retry return the same run (the same key with another body: 409) */
+  idempotencyKey?: string;
+}
+
+export interface StartParked extends StartRun {
+  /** the first step is parked at once on these interactions; `continuation` (`name@version`) resumes it */
+  park: { continuation: string; snapshot?: unknown; interactions: Interaction[] };
+}
+
+/** 201 of a parked start: the run waits on these interactions. */
+export interface ParkedRun {
+  id: string;
+  status: string;
+  interactions: Array<{ id: string; key: string }>;
+}
+
+export interface RunFilter {
+  status?: string;
+  workflow?: string;
+  target?: string;
+  cursor?: string;
+  limit?: number;
+}
+
+export interface InteractionFilter {
+  status?: string;
+  target?: string;
+  run_id?: string;
+  cursor?: string;
+  limit?: number;
+}
+
+type Query = Record<string, string | number | undefined | null>;
+
+interface RequestOptions {
+  body?: unknown;
+  query?: Query;
+  headers?: Record<string, string>;
+  signal?: AbortSignal;
+}
+
+export class Parkway {
+  readonly url: string;
+  readonly #token: string;
+  readonly #fetch: typeof fetch;
+
+  constructor(options: ParkwayOptions) {
+    this.url = options.url.replace(/\/+$/, "");
+    this.#token = options.token;
+    this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** One call: JSON in and out; a non-2xx answer throws the status's `ParkwayError`. */
+  async request<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+    const headers: Record<string, string> = { authorization: `Bearer ${this.#token}`, accept: "application/json", ...options.headers };
+    let body: string | undefined;
+    if (options.body !== undefined) {
+      headers["content-type"] = "application/json";
+      body = JSON.stringify(options.body);
+    }
+    const init: RequestInit = { method, headers, body };
+    if (options.signal) init.signal = options.signal;
+    const response = await this.#fetch(this.url + path + queryString(options.query), init);
+    const text = await response.text();
+    if (!response.ok) throw errorFor(response.status, text, response.headers);
+    return (text ? JSON.parse(text) : undefined) as T;
+  }
+
+  /** The request headers a raw call needs (the SSE stream builds its own requests). */
+  authorization(): Record<string, string> {
+    return { authorization: `Bearer ${this.#token}` };
+  }
+
+  get fetch(): typeof fetch {
+    return this.#fetch;
+  }
+
+  // ------------------------------------------------------------------ runs
+
+  /** Start a run of a workflow (the name of its first step) → `{id, status}`. */
+  startRun(run: StartRun): Promise<{ id: string; status: string }> {
+    return this.request("POST", "/v1/runs", { body: runBody(run), headers: idempotency(run) });
+  }
+
+  /** Start a run whose first step is already parked on `park.interactions` (one transaction). */
+  startParked(run: StartParked): Promise<ParkedRun> {
+    return this.request("POST", "/v1/runs", { body: { ...runBody(run), park: run.park }, headers: idempotency(run) });
+  }
+
+  getRun(runId: string): Promise<RunOut> {
+    return this.request("GET", `/v1/runs/${encodeURIComponent(runId)}`);
+  }
+
+  /** The runs the caller may read, newest first; pass `next` back as `cursor`. */
+  listRuns(filter: RunFilter = {}): Promise<RunPage> {
+    return this.request("GET", "/v1/runs", { query: { ...filter } });
+  }
+
+  /** A run's events with `seq > after`, in order. */
+  runEvents(runId: string, options: { after?: number; limit?: number } = {}): Promise<EventPage> {
+    return this.request("GET", `/v1/runs/${encodeURIComponent(runId)}/events`, { query: { ...options } });
+  }
+
+  /** Follow `GET /v1/events/stream`, reconnecting with `Last-Event-ID` where it broke off. */
+  stream(options: StreamOptions = {}): AsyncGenerator<StreamedEvent> {
+    return streamEvents(this, options);
+  }
+
+  // ------------------------------------------------------------------ interactions
+
+  listInteractions(filter: InteractionFilter = {}): Promise<InteractionPage> {
+    return this.request("GET", "/v1/interactions", { query: { ...filter } });
+  }
+
+  getInteraction(interactionId: string): Promise<InteractionOut> {
+    return this.request("GET", `/v1/interactions/${encodeURIComponent(interactionId)}`);
+  }
+
+  /** First response wins; the exact retry (same `responseId`) gets the same receipt; else 409/410/422. */
+  answer(interactionId: string, answer: { responseId: string; value: unknown }): Promise<AnswerReceiptOut> {
+    return this.request("POST", `/v1/interactions/${encodeURIComponent(interactionId)}/answer`, {
+      body: { response_id: answer.responseId, value: answer.value },
+    });
+  }
+
+  /** Cancel the whole parked step (and its run). */
+  cancel(interactionId: string, cancel: { responseId: string; reason?: string }): Promise<CancelReceiptOut> {
+    return this.request("POST", `/v1/interactions/${encodeURIComponent(interactionId)}/cancel`, {
+      body: { response_id: cancel.responseId, reason: cancel.reason ?? null },
+    });
+  }
+
+  /** The live workers, Celery and remote (admin). */
+  listWorkers(): Promise<WorkerPage> {
+    return this.request("GET", "/v1/workers");
+  }
+
+  // ------------------------------------------------------------------ the worker protocol
+
+  /** Long poll for up to `max` due items of what `serves` names; advertises `serves` for `worker`. */
+  async lease(request: LeaseRequest, signal?: AbortSignal): Promise<Item[]> {
+    const leased = await this.request<{ items: Item[] }>("POST", "/v1/worker/lease", { body: request, signal });
+    return leased.items;
+  }
+
+  heartbeat(leaseId: string, leaseS?: number): Promise<{ lease_expires_at: string }> {
+    return this.request("POST", `${leasePath(leaseId)}/heartbeat`, { body: leaseS === undefined ? {} : { lease_s: leaseS } });
+  }
+
+  /** Commit the outcome once; the exact retry gets the same receipt; a lost lease 409, an ended run 410. */
+  completeLease(leaseId: string, outcome: Outcome): Promise<Receipt> {
+    return this.request("POST", `${leasePath(leaseId)}/complete`, { body: { outcome } });
+  }
+
+  /** Give the item back (counted as an attempt). */
+  releaseLease(leaseId: string, reason?: string): Promise<unknown> {
+    return this.request("POST", `${leasePath(leaseId)}/release`, { body: reason === undefined ? {} : { reason } });
+  }
+
+  /** Record a tool call's intent before its effect. */
+  toolIntent(leaseId: string, intent: ToolIntent): Promise<ToolState> {
+    return this.request("POST", `${leasePath(leaseId)}/tools`, { body: intent });
+  }
+
+  /** Record a tool call's outcome after its effect. */
+  toolOutcome(leaseId: string, key: string, outcome: { result: unknown } | { error: string }): Promise<unknown> {
+    return this.request("POST", `${leasePath(leaseId)}/tools/${encodeURIComponent(key)}/outcome`, { body: outcome });
+  }
+}
+
+function leasePath(leaseId: string): string {
+  return `/v1/worker/leases/${encodeURIComponent(leaseId)}`;
+}
+
+function runBody(run: StartRun): Record<string, unknown> {
+  return { workflow: run.workflow, payload: run.payload ?? {}, target: run.target };
+}
+
+function idempotency(run: StartRun): Record<string, string> {
+  return run.idempotencyKey ? { "idempotency-key": run.idempotencyKey } : {};
+}
+
+function queryString(query: Query | undefined): string {
+  if (!query) return "";
+  const params = new URLSearchParams();
+  for (const [name, value] of Object.entries(query)) {
+    if (value !== undefined && value !== null) params.set(name, String(value));
+  }
+  const text = params.toString();
+  return text ? `?${text}` : "";
+}

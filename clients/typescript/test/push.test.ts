@@ -1,0 +1,87 @@
+// The push handler in Node's http server: a signed item runs its handler and answers the outcome; a bad
+// signature is 401 and runs nothing; an unserved key is 410; a thrown error is a `fail` outcome.
+import assert from "node:assert/strict";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { after, before, test } from "node:test";
+import { complete, nodeListener, pushHandler, sign } from "@parkway/client";
+
+const SECRET = "whsec_" + Buffer.from("push handler test secret").toString("base64");
+const calls: string[] = [];
+let server: Server;
+let url: string;
+
+before(async () => {
+  const handler = pushHandler({
+    secret: SECRET,
+    serves: {
+      "push.greet": (ctx, payload: { name: string }) => {
+        calls.push(`${ctx.runId}:${ctx.attempt}`);
+        return complete({ hello: payload.name });
+      },
+      "push.decide@2": (_ctx, snapshot: { n: number }, answers) => complete({ n: snapshot.n, ok: answers.go?.approved }),
+      "push.broken": () => {
+        throw new Error("no such service");
+      },
+    },
+  });
+  server = createServer(nodeListener(handler));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/parkway`;
+});
+
+after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+function item(key: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  const [name, version] = key.split("@");
+  return {
+    lease_id: "lease-1", kind: version ? "resume" : "start", run_id: "run-1", step_id: "step-1", attempt: 1, name,
+    version: version ? Number(version) : null, key, lease_expires_at: new Date().toISOString(), ...extra,
+  };
+}
+
+async function post(body: string, signature?: string, timestamp = Math.floor(Date.now() / 1000)): Promise<Response> {
+  const id = "msg_push_1";
+  return fetch(url, {
+    method: "POST",
+    body,
+    headers: {
+      "content-type": "application/json",
+      "webhook-id": id,
+      "webhook-timestamp": String(timestamp),
+      "webhook-signature": signature ?? (await sign(SECRET, id, timestamp, body)),
+    },
+  });
+}
+
+test("push: a signed start item runs its step and answers the outcome", async () => {
+  const answer = await post(JSON.stringify(item("push.greet", { payload: { name: "ana" } })));
+  assert.equal(answer.status, 200);
+  assert.deepEqual(await answer.json(), { type: "complete", result: { hello: "ana" } });
+  assert.deepEqual(calls, ["run-1:1"]);
+});
+
+test("push: a resume item gets its snapshot and answers", async () => {
+  const body = item("push.decide@2", { snapshot: { n: 7 }, answers: { go: { status: "answered", value: { approved: true }, approved: true, answered_by: "ana" } } });
+  const answer = await post(JSON.stringify(body));
+  assert.deepEqual(await answer.json(), { type: "complete", result: { n: 7, ok: true } });
+});
+
+test("push: a bad signature is 401 and runs nothing", async () => {
+  calls.length = 0;
+  const body = JSON.stringify(item("push.greet", { payload: { name: "eve" } }));
+  const forged = await sign("whsec_" + Buffer.from("not the secret").toString("base64"), "msg_push_1", Math.floor(Date.now() / 1000), body);
+  assert.equal((await post(body, forged)).status, 401);
+  assert.equal((await post(body, "v1,")).status, 401);
+  const stale = Math.floor(Date.now() / 1000) - 3600;
+  assert.equal((await post(body, await sign(SECRET, "msg_push_1", stale, body), stale)).status, 401);
+  assert.deepEqual(calls, []);
+});
+
+test("push: an unserved key is 410, a thrown error a fail outcome, a body that is no item 400", async () => {
+  assert.equal((await post(JSON.stringify(item("push.gone@1")))).status, 410);
+  const broken = await post(JSON.stringify(item("push.broken")));
+  assert.equal(broken.status, 200);
+  assert.deepEqual(await broken.json(), { type: "fail", error: "Error: no such service" });
+  assert.equal((await post("[1, 2]")).status, 400);
+});
