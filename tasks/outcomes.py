@@ -4,16 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from models.answers import PERMISSION_SCHEMA
 from models.jsonsafe import json_problem
-from models.status import InteractionKind
+from models.status import ContinuationKind, InteractionKind
 from models.store import InteractionSpec
 from parkway.errors import WorkflowError
 from tasks import registry
 from tasks.checks import expires_in_ok, schema_ok, text_ok
+from tasks.references import key_of
 from tasks.tooltypes import Permission
 
 
@@ -114,8 +115,22 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
     return specs
 
 
+def _by_key(outcome: Park | Next, where: str) -> Park | Next:
+    """The outcome with a function it references (``Next(execute)``, ``Park(continuation=decide)``) as its key."""
+    try:
+        if isinstance(outcome, Park) and callable(outcome.continuation):
+            return replace(outcome, continuation=key_of(outcome.continuation, ContinuationKind.RESUME))
+        if isinstance(outcome, Next) and callable(outcome.step):
+            return replace(outcome, step=key_of(outcome.step, ContinuationKind.START))
+        return outcome
+    except WorkflowError as exc:
+        raise WorkflowError(f"{type(outcome).__name__} from {where} names {exc}") from None
+
+
 def check_outcome(outcome: Any, where: str) -> Outcome:
     """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable."""
+    if isinstance(outcome, Park | Next):
+        outcome = _by_key(outcome, where)
     if isinstance(outcome, Park):
         if not isinstance(outcome.continuation, str) or "@" not in outcome.continuation:
             raise WorkflowError(f"Park from {where} must name a continuation as name@version")
