@@ -1,5 +1,5 @@
 """The ``parkway`` command: migrate, token create|revoke|rotate, grant create|list|revoke, run start, sweep
---once, workers, up, demo."""
+--once, workers, check, up, demo."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from parkway import cli_bootstrap, cli_grants, cli_webhooks, cli_workers, embedded
+from parkway import cli_bootstrap, cli_check, cli_grants, cli_webhooks, cli_workers, embedded
 from parkway.children import QUEUES, Child, child_environment, http_problem, stop_children, stop_signals
 from parkway.errors import ConfigError, ParkwayError
 from parkway.locks import hold_for_life
@@ -173,6 +173,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     settings.require_imports()  # now, not after migrating and starting the children that would refuse
+    cli_check.refuse_dangling()  # likewise: what `parkway check` reports refuses the stack, its worker too
     home = Path(settings.home).resolve()
     _only_up_in(home)
     settings.resolved_secret_key()  # refuse now, not in four children; makes the embedded key file once
@@ -300,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--json", action="store_true", help="print the report as one JSON object, not the line")
     sweep.set_defaults(fn=cmd_sweep)
     cli_workers.add_commands(sub.add_parser)
+    cli_check.add_commands(sub.add_parser)
     cli_webhooks.add_commands(sub.add_parser)
     up = sub.add_parser(
         "up",
@@ -338,6 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     # Children import `tasks`, `models` … and the workflow modules from this checkout too.
     os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]
+    # And from the current directory, which `python -m celery` and `python -m uvicorn` put on their path: so
+    # does this process (a console script's path starts at its bin/), which imports PARKWAY_IMPORTS too.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     args = build_parser().parse_args(argv)
     from parkway.logs import setup_logging
 

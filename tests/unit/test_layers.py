@@ -21,6 +21,7 @@ CLI = (  # the CLI and its demo
     "parkway.cli_grants",
     "parkway.cli_webhooks",
     "parkway.cli_workers",
+    "parkway.cli_check",
     "parkway.children",
     "parkway.supervisor",
     "parkway.demo",
