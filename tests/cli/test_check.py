@@ -67,3 +67,15 @@ def test_worker__refuses_to_start_naming_each_reference_that_does_not_resolve(st
     assert "parkway worker: refusing to start: 3 references of the workflow modules do not resolve:" in text, text
     assert all(line in text.splitlines() for line in DANGLING), text[-3000:]
     assert " ready." not in text
+
+
+def test_worker__starts_when_another_live_worker_runs_the_key_it_lacks(stack: Stack) -> None:
+    # Given a fleet split by module: a live worker runs the continuation the other's step parks on
+    stack.start_worker(concurrency=1, PARKWAY_IMPORTS="tests.checked.split_continuations")
+
+    # When the worker with the steps starts, it starts (parkway check alone, without the fleet, reports it)
+    steps = stack.start_worker(concurrency=1, PARKWAY_IMPORTS="tests.checked.split_steps")
+
+    assert steps.alive() and "refusing" not in steps.text(), steps.text()[-3000:]
+    alone = parkway("check", env=embedded_env(PARKWAY_IMPORTS="tests.checked.split_steps"), cwd=ROOT)
+    assert alone.returncode == 1 and "split.decide@1, which is not registered" in alone.stdout, alone.stdout
