@@ -18,7 +18,7 @@ def plan(ctx, payload):
 def decide(ctx, snapshot, answers):
     if not answers["shell"].approved:
         return Complete(result={"skipped": True})
-    return Next("deploy.execute", payload={"cmd": snapshot["cmd"], "window": answers["window"].value})
+    return Next(execute, payload={"cmd": snapshot["cmd"], "window": answers["window"].value})
 
 
 @step("deploy.execute")

@@ -1,5 +1,5 @@
 """The ``parkway`` command: migrate, token create|revoke|rotate, grant create|list|revoke, run start, sweep
---once, workers, up, logs, demo."""
+--once, workers, check, up, logs, demo."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from parkway import cli_grants, cli_up, cli_webhooks, cli_workers
+from parkway import cli_check, cli_grants, cli_up, cli_webhooks, cli_workers
 from parkway.children import child_environment
 from parkway.cli_migrate import cmd_migrate, database_shown
 from parkway.errors import ParkwayError
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--json", action="store_true", help="print the report as one JSON object, not the line")
     sweep.set_defaults(fn=cmd_sweep)
     cli_workers.add_commands(sub.add_parser)
+    cli_check.add_commands(sub.add_parser)
     cli_webhooks.add_commands(sub.add_parser)
     cli_up.add_commands(sub.add_parser)
     demo = sub.add_parser(
@@ -150,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     # Children import `tasks`, `models` … and the workflow modules from this checkout too.
     os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]
+    # And from the current directory, which `python -m celery` and `python -m uvicorn` put on their path: so
+    # does this process (a console script's path starts at its bin/), which imports PARKWAY_IMPORTS too.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     args = build_parser().parse_args(argv)
     from parkway.logs import setup_logging
 

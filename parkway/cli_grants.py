@@ -16,6 +16,8 @@ RUN_EXIT_CODES = {
     2: "bad usage: --payload is not JSON or not storable, an option is wrong, or the database is not "
     "reachable or not migrated",
     3: "the workflow is not registered: no module of PARKWAY_IMPORTS defines it",
+    4: "no live worker runs the workflow (none is running, or those running were started without its "
+    "module): nothing is stored",
 }
 GRANT_EXIT_CODES = {
     0: "done (revoking a grant already revoked is a no-op)",
@@ -115,6 +117,9 @@ def cmd_run_start(args: argparse.Namespace) -> int:
     from models.jsonsafe import InvalidInput
     from tasks import sdk
 
+    unserved = _unserved(args.workflow)
+    if unserved is not None:
+        return _fail("run start", *unserved)
     try:
         run_id = sdk.start_run(
             args.workflow, payload, principal=args.as_, target=args.target, idempotency_key=args.idempotency_key
@@ -130,6 +135,31 @@ def cmd_run_start(args: argparse.Namespace) -> int:
     print(f"parkway run start: run {run_id} of {args.workflow} started as {args.as_} on target {args.target}; "
           f"GET /v1/runs/{run_id} follows it", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _unserved(workflow: str) -> tuple[str, int] | None:
+    """Why no run of ``workflow`` should start, with the exit code, when no live worker runs it (today's
+    fleet, ``parkway workers``): its run would wait for one, or be interrupted once the grace ran out."""
+    from models import store
+    from models.status import ContinuationKind
+    from parkway.db import single_statement
+    from parkway.settings import get_settings
+    from tasks import registry
+
+    with single_statement() as conn:
+        fleet = store.serving(conn, ContinuationKind.START, workflow)
+    if fleet.node is not None:
+        return None
+    registry.import_workflows()
+    if not registry.has_step(workflow):
+        imports = get_settings().imports or "nothing"
+        return f"no workflow is named {workflow!r} (PARKWAY_IMPORTS imports {imports})", 3
+    if not fleet.anyone_live:
+        return (f"no worker is running, so nothing would run {workflow}: start one (make run, parkway up, or "
+                "celery -A tasks.celery_app:app worker), then start the run; nothing was stored"), 4  # fmt: skip
+    return (f"no live worker runs {workflow}: the running workers were started without its module ("
+            "parkway workers lists what each runs; restart them with it in PARKWAY_IMPORTS); nothing was stored",
+            4)  # fmt: skip
 
 
 def add_commands(add_parser: Callable[..., argparse.ArgumentParser]) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from parkway import cli_bootstrap, embedded, logfiles, valkey
+from parkway import cli_bootstrap, cli_check, embedded, logfiles, valkey
 from parkway.children import QUEUES, Child, child_environment, http_problem, stop_children, stop_signals
 from parkway.cli_migrate import cmd_migrate, database_shown
 from parkway.errors import ConfigError
@@ -94,6 +94,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     settings.require_imports()  # now, not after migrating and starting the children that would refuse
+    cli_check.refuse_dangling()  # likewise: what `parkway check` reports refuses the stack, its worker too
     home = Path(settings.home).resolve()
     _only_up_in(home)
     settings.resolved_secret_key()  # refuse now, not in four children; makes the embedded key file once

@@ -140,11 +140,25 @@ def _on_setup_logging(loglevel: Any = None, **_: Any) -> None:
 
 @signals.worker_init.connect
 def _on_worker_init(sender: Any = None, **_: Any) -> None:
-    """Refuse a schema this code does not match; then say what this worker runs, before it takes a task."""
+    """Refuse a schema this code does not match, or workflow references that do not resolve; then say what this
+    worker runs, before it takes a task."""
     from tasks import fleet
 
     _guard_schema("worker")
+    _guard_references()
     fleet.start(sender.hostname)
+
+
+def _guard_references() -> None:
+    """Refuse to start (exit 3, a line each) on a reference of the workflow modules that resolves neither in
+    this worker nor in the live fleet (``parkway check`` without the fleet)."""
+    from tasks import wiring
+
+    problems = wiring.unserved(wiring.check_workflows().problems)
+    if problems:
+        sys.stderr.write(f"parkway worker: refusing to start: {wiring.count_text(problems)}:\n")
+        sys.stderr.write("".join(f"{problem.line_text()}\n" for problem in problems))
+        raise SystemExit(3)
 
 
 @signals.beat_init.connect

@@ -5,12 +5,15 @@ remote worker sent it as JSON."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from models.checks import interaction_specs, json_ok, text_ok
 from models.outcome import Complete, Fail, Next, Outcome, Park, Permission, Question
+from models.status import ContinuationKind
 from parkway.errors import WorkflowError
 from tasks import registry
+from tasks.references import key_of
 
 __all__ = [
     "Complete",
@@ -25,9 +28,23 @@ __all__ = [
 ]
 
 
+def _by_key(outcome: Park | Next, where: str) -> Park | Next:
+    """The outcome with a function it references (``Next(execute)``, ``Park(continuation=decide)``) as its key."""
+    try:
+        if isinstance(outcome, Park) and callable(outcome.continuation):
+            return replace(outcome, continuation=key_of(outcome.continuation, ContinuationKind.RESUME))
+        if isinstance(outcome, Next) and callable(outcome.step):
+            return replace(outcome, step=key_of(outcome.step, ContinuationKind.START))
+        return outcome
+    except WorkflowError as exc:
+        raise WorkflowError(f"{type(outcome).__name__} from {where} names {exc}") from None
+
+
 def check_outcome(outcome: Any, where: str, *, step_known: Callable[[str], bool] = registry.has_step) -> Outcome:
     """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable.
     ``step_known``: whether a ``Next`` names a step that is run (by default: registered in this process)."""
+    if isinstance(outcome, Park | Next):
+        outcome = _by_key(outcome, where)
     if isinstance(outcome, Park):
         if not isinstance(outcome.continuation, str) or "@" not in outcome.continuation:
             raise WorkflowError(f"Park from {where} must name a continuation as name@version")

@@ -51,6 +51,11 @@ def continuation_body(key: str) -> StepFn:
         raise NotRegistered(f"continuation {key} is not registered in this process") from None
 
 
+def modules() -> set[str]:
+    """The modules whose functions are registered (``parkway check`` reads their source)."""
+    return {fn.__module__ for fn in (*_steps.values(), *_continuations.values())}
+
+
 def has_step(name: str) -> bool:
     return name in _steps
 

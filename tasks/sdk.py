@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from models import jsonsafe, store
 from models.outcome import OUTCOME
-from models.status import PrincipalKind
+from models.status import ContinuationKind, PrincipalKind
 from models.store import Actor, Answer
 from models.tables import Principal
 from parkway.crash import crash_point
@@ -25,7 +25,7 @@ from parkway.errors import (
     WorkflowError,
 )
 from parkway.settings import get_settings
-from tasks import registry
+from tasks import references, registry
 from tasks.holding import own_write
 from tasks.outcomes import Complete, Fail, Next, Park, Question, interaction_specs
 from tasks.publish import publish
@@ -68,6 +68,7 @@ def step(name: str) -> Callable[[F], F]:
 
     def decorate(fn: F) -> F:
         registry.register_step(name, fn)
+        references.mark(fn, ContinuationKind.START, name)  # so ``Next(fn)`` names it
         return fn
 
     return decorate
@@ -78,6 +79,8 @@ def continuation(name: str, *, version: int) -> Callable[[F], F]:
 
     def decorate(fn: F) -> F:
         registry.register_continuation(name, version, fn)
+        key = registry.continuation_key(name, version)
+        references.mark(fn, ContinuationKind.RESUME, key)  # so ``Park(continuation=fn)`` names it
         return fn
 
     return decorate

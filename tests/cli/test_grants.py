@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+from sqlalchemy import func, select
+
 from models import access, store
+from models.tables import Run
 from parkway.db import transaction
-from tests.support import AGENT, HUMAN, TARGET, Stack
+from tests.support import AGENT, HUMAN, TARGET, Stack, Worker, wait_status
 
 
 def made(stack: Stack, kind: str) -> str:
@@ -15,6 +19,11 @@ def made(stack: Stack, kind: str) -> str:
     created = stack.parkway("token", "create", "--kind", kind, "--name", name)
     assert created.returncode == 0, created.stderr
     return name
+
+
+def runs_of(workflow: str) -> int:
+    with transaction() as session:
+        return int(session.scalar(select(func.count()).select_from(Run).where(Run.workflow == workflow)) or 0)
 
 
 def listed(stack: Stack, *args: str) -> list[list[str]]:
@@ -66,7 +75,38 @@ def test_grant__unknown_or_disabled_principal_and_unknown_grant_are_refused(stac
     assert unknown.returncode == 1 and "no grant has the id" in unknown.stderr, unknown.stderr
 
 
-def test_run_start__starts_a_run_as_the_agent_and_prints_its_id(stack: Stack) -> None:
+def test_run_start__with_no_worker_running_refuses_and_stores_nothing(stack: Stack) -> None:
+    # Given no live worker (this module starts its worker after this test)
+    with transaction() as session:
+        assert store.live_workers(session) == []
+
+    started = stack.parkway("run", "start", "t.after", "--as", AGENT, "--target", TARGET)
+
+    assert (started.returncode, started.stdout) == (4, ""), (started.returncode, started.stderr)
+    said = "parkway run start: no worker is running, so nothing would run t.after"
+    assert started.stderr.startswith(said), started.stderr
+    assert runs_of("t.after") == 0
+
+
+@pytest.fixture(scope="module")
+def worker(stack: Stack) -> Worker:
+    """A real worker running tests.workflows (and not tests.checked.clean)."""
+    return stack.start_worker(concurrency=1)
+
+
+def test_run_start__a_workflow_no_live_worker_runs_is_refused_naming_it(stack: Stack, worker: Worker) -> None:
+    # Given a workflow this shell's PARKWAY_IMPORTS defines, which the live worker was started without
+    imports = "tests.workflows,tests.checked.clean"
+
+    started = stack.parkway("run", "start", "chk.plan", "--as", AGENT, "--target", TARGET, PARKWAY_IMPORTS=imports)
+
+    assert (started.returncode, started.stdout) == (4, ""), (started.returncode, started.stderr)
+    assert started.stderr.startswith("parkway run start: no live worker runs chk.plan: the running workers were "
+                                     "started without its module"), started.stderr  # fmt: skip
+    assert runs_of("chk.plan") == 0
+
+
+def test_run_start__starts_a_run_as_the_agent_and_prints_its_id(stack: Stack, worker: Worker) -> None:
     started = stack.parkway("run", "start", "t.after", "--payload", '{"n": 1}', "--as", AGENT, "--target", TARGET)
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
@@ -74,11 +114,14 @@ def test_run_start__starts_a_run_as_the_agent_and_prints_its_id(stack: Stack) ->
     with transaction() as session:
         run = access.get_run(session, run_id)
         assert run is not None
-        assert (run.workflow, run.payload, run.target, run.status) == ("t.after", {"n": 1}, TARGET, "running")
+        assert (run.workflow, run.payload, run.target) == ("t.after", {"n": 1}, TARGET)
+    wait_status(run_id, "completed", sweep=False)  # the live worker ran it
     assert f"run {run_id} of t.after started as {AGENT}" in started.stderr
 
 
-def test_run_start__bad_json_unknown_workflow_and_unknown_principal_have_their_exit_codes(stack: Stack) -> None:
+def test_run_start__bad_json_unknown_workflow_and_unknown_principal_have_their_exit_codes(
+    stack: Stack, worker: Worker
+) -> None:
     def start(workflow: str, payload: str, who: str, target: str = TARGET) -> tuple[int, str, str]:
         done = stack.parkway("run", "start", workflow, "--payload", payload, "--as", who, "--target", target)
         return done.returncode, done.stdout, done.stderr
@@ -95,4 +138,4 @@ def test_run_start__bad_json_unknown_workflow_and_unknown_principal_have_their_e
     assert (code, out) == (1, "") and "holds no grant on target team:none" in err, err
     documented = stack.parkway("run", "start", "--help")
     assert documented.returncode == 0 and "exit codes:" in documented.stdout
-    assert all(f"  {code}  " in documented.stdout for code in range(4)), documented.stdout
+    assert all(f"  {code}  " in documented.stdout for code in range(5)), documented.stdout

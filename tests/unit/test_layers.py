@@ -23,6 +23,7 @@ CLI = (  # the CLI and its demo
     "parkway.cli_up",
     "parkway.cli_webhooks",
     "parkway.cli_workers",
+    "parkway.cli_check",
     "parkway.children",
     "parkway.supervisor",
     "parkway.demo",
