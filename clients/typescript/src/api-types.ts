@@ -113,6 +113,12 @@ export type GrantOut = {
   revoked_at: string | null;
 };
 
+export type GrantPage = {
+  items: Array<GrantOut>;
+  /** pass back as `?cursor=` for the next page; null on the last */
+  next: string | null;
+};
+
 export type Health = {
   status: "ok";
 };
@@ -148,8 +154,11 @@ export type InteractionEventData = {
   interaction_id: string;
   step_id?: string | null;
   key?: string | null;
+  /** on every interaction event */
   kind?: "question" | "permission" | null;
+  /** on every interaction event */
   target?: string | null;
+  /** the status it closed with, on the events that close it */
   status?: string | null;
   answered_by?: string | null;
   canceled_by?: string | null;
@@ -431,7 +440,7 @@ export type RunEvent = {
 
 export type RunEventData = {
   run_id: string;
-  /** run.created */
+  /** every run event */
   workflow?: string | null;
   /** run.created: the agent that started it */
   owner?: string | null;
@@ -439,6 +448,7 @@ export type RunEventData = {
   target?: string | null;
   /** the terminal status, on the run's terminal event */
   status?: string | null;
+  /** on the terminal event: the execution that ended it */
   execution_id?: string | null;
   error?: string | null;
   error_details?: unknown;
@@ -464,6 +474,8 @@ export type RunLineOut = {
 export type RunOut = {
   id: string;
   workflow: string;
+  /** what the run is about, as a step said it (`ctx.set_title`) */
+  title?: string | null;
   status: "running" | "waiting" | "completed" | "failed" | "canceled" | "interrupted";
   /** the agent that started the run (from its token, never from a body) */
   owner: string;
@@ -476,6 +488,8 @@ export type RunOut = {
   /** a failed run's Fail details, or the partial-failure context of a step that returned Complete while its review was running; null otherwise */
   error_details?: unknown;
   reason: string | null;
+  /** who committed its terminal state, as `<node> pid <pid>` (a worker's Celery node name) */
+  finished_on?: string | null;
   /** the open (pending) interactions */
   interactions: Array<InteractionOut>;
   tool_calls: Array<ToolCallOut>;
@@ -545,7 +559,9 @@ export type ToolCallEventData = {
   key: string;
   /** the tool's name */
   name?: string | null;
+  /** on every tool-call event */
   replay?: "safe" | "never" | null;
+  /** the phase it entered, on every tool-call event */
   phase?: "authorizing" | "executing" | "settled" | null;
   /** toolcall.settled: whether it returned without error */
   ok?: boolean | null;
