@@ -163,7 +163,9 @@ def test_flower__lists_the_worker_and_its_named_queues(flower: Flower, worker: W
     assert {RUN_STEP, RESUME_STEP, SWEEP} <= set(info["registered"])
 
 
-def test_flower__shows_run_and_resume_tasks_whose_arguments_are_ids_only(flower: Flower, worker: Worker) -> None:
+def test_flower__shows_run_and_resume_tasks_with_the_run_step_and_version_they_serve_and_only_ids(
+    flower: Flower, worker: Worker
+) -> None:
     # Given: Flower receives this worker's task events.
     wait_events_flowing(flower)
     payload_marker = "payload-" + uuid.uuid4().hex
@@ -174,10 +176,13 @@ def test_flower__shows_run_and_resume_tasks_whose_arguments_are_ids_only(flower:
     asked = wait_parked(run_id)
     answer(asked["go"].id, answer_marker, response_id=new_response_id(), principal=HUMAN)
     assert wait_status(run_id, "completed").result == {"go": answer_marker}
-    ids = {c.kind: c.id for c in continuations(run_id)}
+    rows = {c.kind: c for c in continuations(run_id)}
+    ids = {kind: c.id for kind, c in rows.items()}
     assert set(ids) == {"start", "resume"}
+    serves = {"start": "t.ask_one", "resume": "t.one_done@1"}
 
-    # Then: Flower lists both tasks, succeeded on this worker, each with one argument: the continuation id.
+    # Then: Flower lists both tasks, succeeded on this worker, each with one argument, the continuation id,
+    # and shown with the run, step and version it serves (kwargsrepr: searchable by the run's id)
     for name, kind in ((RUN_STEP, "start"), (RESUME_STEP, "resume")):
         task = wait_for(
             partial(succeeded_task, flower, name, ids[kind]),
@@ -186,7 +191,8 @@ def test_flower__shows_run_and_resume_tasks_whose_arguments_are_ids_only(flower:
         )
         assert task["worker"].startswith(f"{worker.name}@")
         assert list(ast.literal_eval(task["args"])) == [ids[kind]]
-        assert ast.literal_eval(task["kwargs"]) == {}
+        shown = {"run_id": run_id, "step_id": rows[kind].step_id, "serves": serves[kind]}
+        assert ast.literal_eval(task["kwargs"]) == shown, task
 
     # And: nothing of the payload or the answer is anywhere in what Flower holds about any task.
     seen = json.dumps(flower.api("/api/tasks", limit=1000))
