@@ -125,7 +125,7 @@ def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
     if committed is None:
         log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
         return "lost"
-    to_publish = [(c.id, c.kind) for c in committed.due]
+    to_publish = [c for c in committed.due if not c.remote]  # a remote one is leased, not published
     return _committed(_named(committed.outcome), to_publish, committed.ended, extra)
 
 
@@ -143,7 +143,7 @@ def _abandoned(hold: Hold, why: str, extra: dict[str, Any]) -> str:
 
 
 def _committed(
-    outcome: str, to_publish: list[tuple[str, str]], ended: store.RunRecord | None, extra: dict[str, Any]
+    outcome: str, to_publish: list[store.Due], ended: store.RunRecord | None, extra: dict[str, Any]
 ) -> str:
     """After the consume committed (``outcome``, named as the SDK names it): publish what it made due and
     project the run it ended."""
