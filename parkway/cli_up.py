@@ -72,10 +72,9 @@ def loaded_workflows(settings: Settings) -> str:
 
 
 def _commands(
-    args: argparse.Namespace, settings: Settings, home: Path, env: dict[str, str]
+    args: argparse.Namespace, env: dict[str, str], flower_auth: str | None
 ) -> dict[str, tuple[list[str], Sequence[str], dict[str, str]]]:
-    """Each child's command line, the markers it prints once ready, and its environment (Flower's is added
-    by the caller)."""
+    """Each child's command line, the markers it prints once ready, and its environment."""
     py = sys.executable
     celery = [py, "-m", "celery", "-A", "tasks.celery_app:app"]
     commands: dict[str, tuple[list[str], Sequence[str], dict[str, str]]] = {}
@@ -84,6 +83,15 @@ def _commands(
     commands["worker"] = ([*celery, "worker", "-l", "info", "-c", str(args.concurrency), "-Q", QUEUES],
                           [" ready."], env)  # fmt: skip
     commands["beat"] = ([*celery, "beat", "-l", "info"], ["beat: Starting"], env)
+    if flower_auth is not None:
+        # Never an open Flower, and its login never on a command line (ps shows those): Flower reads it
+        # from FLOWER_BASIC_AUTH in its environment.
+        commands["flower"] = (
+            [*celery, "flower", "--address=127.0.0.1", f"--port={args.flower_port}", "--persistent=False",
+             "--inspect_timeout=10000"],
+            [FLOWER_LISTENING],
+            {**env, "FLOWER_BASIC_AUTH": flower_auth},
+        )  # fmt: skip
     return commands
 
 
@@ -115,7 +123,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     api_url = f"http://{_local(args.host)}:{args.port}"
     shown_api = api_url if args.host in ("", "0.0.0.0", "::") else f"http://{args.host}:{args.port}"
     flower_url = f"http://127.0.0.1:{args.flower_port}"
-    commands = _commands(args, settings, home, env)
+    commands = _commands(args, env, flower_login[0] if flower_login else None)
     ready_lines = {
         "broker": f"broker ready: {valkey.describe(home)}",
         "api": f"api ready: {shown_api}  (docs {shown_api}/docs, OpenAPI {shown_api}/openapi.json)",
@@ -124,16 +132,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     }
     flower_where = ""
     if flower_login is not None:
-        # Never an open Flower, and its login never on a command line (ps shows those): Flower reads it
-        # from FLOWER_BASIC_AUTH in its environment.
-        flower_auth, login, flower_where = flower_login
-        celery = [sys.executable, "-m", "celery", "-A", "tasks.celery_app:app"]
-        commands["flower"] = (
-            [*celery, "flower", "--address=127.0.0.1", f"--port={args.flower_port}", "--persistent=False",
-             "--inspect_timeout=10000"],
-            [FLOWER_LISTENING],
-            {**env, "FLOWER_BASIC_AUTH": flower_auth},
-        )  # fmt: skip
+        _, login, flower_where = flower_login
         ready_lines["flower"] = f"flower ready: {flower_url}  ({login})"
     children: dict[str, Child] = {}
     if settings.embedded_broker == "valkey":  # first: the others connect to it
