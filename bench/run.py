@@ -32,10 +32,12 @@ from bench.harness import ROOT, Services, log
 OUT = ROOT / "bench" / "out"
 # One lock for every checkout on the machine (a run of another worktree shares the cores and the services).
 MACHINE_LOCK = Path(tempfile.gettempdir()) / "parkway-bench.lock"
-CASES = ("anatomy", "throughput", "latency", "recovery", "broker_down", "sweep", "bare", "scale", "webhooks")
+CASES = (
+    "anatomy", "throughput", "latency", "recovery", "broker_down", "sweep", "bare", "scale", "webhooks", "remote"
+)  # fmt: skip
 # Run only when asked for: ``scale`` seeds 10^5 (or 10^6) waits of its own; ``webhooks`` repeats the
-# throughput case twice a rep and delivers 11 backlogs.
-DEFAULT_CASES = CASES[:-2]
+# throughput case twice a rep and delivers 11 backlogs; ``remote`` needs Node and the built TypeScript client.
+DEFAULT_CASES = CASES[:-3]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -69,6 +71,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--webhook-events", type=int, help="webhooks: backlog per subscription (default 500; --quick 200, --full 1000)"
     )
     p.add_argument(
+        "--remote-concurrency", type=int, default=8, help="remote: the Node agent's worker() concurrency (default 8)"
+    )
+    p.add_argument(
         "--seed",
         choices=("bulk", "store"),
         default="bulk",
@@ -83,7 +88,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--cases",
         default=",".join(DEFAULT_CASES),
-        help=f"comma-separated subset of {','.join(CASES)} (default: all but scale and webhooks)",
+        help=f"comma-separated subset of {','.join(CASES)} (default: all but scale, webhooks and remote)",
     )
     p.add_argument("--redis-db", type=int, default=14, help="preferred Redis index (default 14)")
     p.add_argument(
@@ -333,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench.cases.webhooks import case_webhooks
 
             case_webhooks(bench)
+        if "remote" in args.cases:
+            from bench.cases.remote import case_remote
+
+            case_remote(bench)
         if "bare" in args.cases:
             from bench.ab import measure
 
@@ -369,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     if bench is not None:
         rank = {
             "anatomy": 0, "throughput": 1, "cpu": 2, "memory": 3, "latency": 4, "recovery": 6, "sweep": 7, "scale": 8,
-            "webhooks": 9,
+            "webhooks": 9, "remote": 10,
         }  # fmt: skip
         metrics = sorted(bench.metrics.values(), key=lambda m: rank.get(m.case, 5))  # stable within a case
         from bench.stats import table

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from bench.workflows import ASK, BENCH_DDL, TARGET, ask
+from bench.workflows import ASK, BENCH_DDL, DONE, TARGET, ask
 from models import store
 from models.base import utcnow
 from models.tables import Step
@@ -471,10 +471,10 @@ def _copy(conn: Any, table: str, rows: list[dict[str, Any]]) -> None:
             copy.write_row([row[c] for c in columns])
 
 
-def bulk_parked(count: int, *, snapshot: dict[str, Any] | None = None) -> list[Parked]:
+def bulk_parked(count: int, *, snapshot: dict[str, Any] | None = None, continuation: str = DONE) -> list[Parked]:
     """``count`` runs of ``bench.ask`` in exactly the rows ``create_run`` → claim → ``park`` → consume
-    leave (run ``waiting``, step ``parked``, one ``pending`` question with its deterministic id, the start
-    continuation ``consumed``), written with COPY: seconds for thousands, where the store path takes
+    leave (run ``waiting``, step ``parked`` on ``continuation``, one ``pending`` question with its deterministic
+    id, the start continuation ``consumed``), written with COPY: seconds for thousands, where the store path takes
     minutes on a busy 2-core machine. ``seed_parked`` is the store path; ``case_anatomy`` uses it."""
     from parkway.db import get_engine
 
@@ -500,7 +500,7 @@ def bulk_parked(count: int, *, snapshot: dict[str, Any] | None = None) -> list[P
         steps.append(
             {
                 "id": step_id, "run_id": run_id, "seq": 1, "name": ASK, "status": "parked",
-                "payload": payload_json, "snapshot": payload_json, "continuation": "bench.done@1",
+                "payload": payload_json, "snapshot": payload_json, "continuation": continuation,
                 "created_at": now, "updated_at": now,
             }
         )  # fmt: skip
@@ -509,7 +509,7 @@ def bulk_parked(count: int, *, snapshot: dict[str, Any] | None = None) -> list[P
                 "id": iid, "run_id": run_id, "step_id": step_id, "key": spec.key, "kind": spec.kind,
                 "prompt": spec.prompt, "schema": json.dumps(spec.schema), "target": spec.target,
                 "status": "pending", "sensitive": json.dumps(list(spec.sensitive)), "created_at": now,
-                "continuation": "bench.done@1",
+                "continuation": continuation,
             }
         )  # fmt: skip
         continuations.append(

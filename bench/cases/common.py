@@ -20,7 +20,7 @@ from bench.harness import (
     proc_cpu_ms,
 )
 from bench.stats import Metric
-from bench.workflows import QUEUE
+from bench.workflows import DONE, QUEUE
 from parkway.db import transaction
 from tasks.celery_app import app
 
@@ -131,9 +131,11 @@ def wait_count(
         time.sleep(poll)
 
 
-def park_many(bench: Bench, count: int, *, snapshot: dict[str, Any] | None = None) -> list[seed.Parked]:
-    if bench.args.seed == "bulk":
-        return seed.bulk_parked(count, snapshot=snapshot)
+def park_many(
+    bench: Bench, count: int, *, snapshot: dict[str, Any] | None = None, continuation: str = DONE
+) -> list[seed.Parked]:
+    if bench.args.seed == "bulk" or continuation != DONE:  # the store path parks as bench.ask does: on DONE
+        return seed.bulk_parked(count, snapshot=snapshot, continuation=continuation)
     return seed.seed_parked(count, snapshot=snapshot)
 
 

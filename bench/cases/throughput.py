@@ -30,7 +30,7 @@ from bench.harness import (
     spawn,
     stop_process,
 )
-from bench.workflows import CAS
+from bench.workflows import CAS, DONE
 
 # --------------------------------------------------------------------------- py-spy (optional)
 
@@ -100,8 +100,12 @@ def run_baseline_throughput(bench: Bench, n: int) -> float:
     return rate
 
 
-def run_parkway_throughput(bench: Bench, n: int, *, http_base: str | None) -> tuple[float, float]:
-    parked, seconds = seed.timed(park_many, bench, n)
+def run_parkway_throughput(
+    bench: Bench, n: int, *, http_base: str | None, continuation: str = DONE, label: str | None = None
+) -> tuple[float, float]:
+    """Answers of ``n`` steps parked on ``continuation`` (by the SDK, or over HTTP at ``http_base``) until
+    every continuation they made due is consumed: whoever consumes it (the remote case: a Node agent)."""
+    parked, seconds = seed.timed(park_many, bench, n, continuation=continuation)
     log(f"    seeded {n} parked steps in {seconds:.1f}s")
     before = seed.count_consumed_resumes()
     if http_base is None:
@@ -119,6 +123,7 @@ def run_parkway_throughput(bench: Bench, n: int, *, http_base: str | None) -> tu
                 raise RuntimeError(f"HTTP {status}: {text_[:200]}")
 
         variant = "http"
+    variant = label or variant
     threads = bench.args.http_clients if http_base else bench.args.threads
     producers = Producers(parked, fn, threads)
     spies = start_py_spy(bench, f"throughput-{variant}") if bench.args.py_spy else []
