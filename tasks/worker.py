@@ -142,9 +142,7 @@ def _abandoned(hold: Hold, why: str, extra: dict[str, Any]) -> str:
     return "abandoned"
 
 
-def _committed(
-    outcome: str, to_publish: list[store.Due], ended: store.RunRecord | None, extra: dict[str, Any]
-) -> str:
+def _committed(outcome: str, to_publish: list[store.Due], ended: store.RunRecord | None, extra: dict[str, Any]) -> str:
     """After the consume committed (``outcome``, named as the SDK names it): publish what it made due and
     project the run it ended."""
     bind(outcome=outcome)
