@@ -74,6 +74,7 @@ LONG_MODULES = (
     "tests/cli/test_token.py",
     "tests/api/test_fuzz.py",
     "tests/acceptance/test_clock.py",
+    "tests/acceptance/test_worker_protocol.py",
     "tests/api/test_offline_docs.py",
     "tests/api/test_db_outage.py",
     "tests/cli/test_refusals.py",

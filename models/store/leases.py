@@ -41,7 +41,9 @@ def _lease() -> Any:
     )
     left = CONT.c.attempts < bindparam("max_attempts")
     live = CONT.c.status.in_(words((ContinuationStatus.READY, ContinuationStatus.CLAIMED)))
-    oldest = select(CONT.c.id).where(CONT.c.remote, live, claimable(), left, served).order_by(CONT.c.created_at)
+    # Every key served, as one array: the index's condition (``served`` then tells starts from resumes).
+    keys = CONT.c.name == any_(func.array_cat(bindparam("steps", type_=_KEYS), bindparam("conts", type_=_KEYS)))
+    oldest = select(CONT.c.id).where(CONT.c.remote, live, keys, claimable(), left, served).order_by(CONT.c.created_at)
     batch = skip_locked(oldest.limit(bindparam("n", type_=Integer))).cte("batch")
     nonce = func.substr(func.md5(func.random().cast(String) + func.clock_timestamp().cast(String)), 1, 16)
     return (
