@@ -248,7 +248,7 @@ def _expire_interactions(report: SweepReport, *, batch: int) -> list[tuple[str, 
                     expiry = store.expire_due(session, interaction_id)
                     if expiry.expired:
                         report.counts["expired"] += 1
-                    if expiry.continuation is not None:
+                    if expiry.continuation is not None and not expiry.continuation.remote:  # remote: leased
                         due.append((expiry.continuation.id, expiry.continuation.kind))
             except Exception as exc:
                 _skipped(report, exc, interaction_id=interaction_id)

@@ -253,7 +253,7 @@ def answer(interaction_id: str, value: Any, *, response_id: str, principal: str 
         receipt = store.answer(conn, interaction_id, value=value, response_id=response_id, response_digest=digest,
                                principal=principal)  # fmt: skip
         due = receipt.continuation
-        to_publish = [(due.id, due.kind)] if due is not None else []
+        to_publish = [(due.id, due.kind)] if due is not None and not due.remote else []  # remote: leased
     crash_point("answer.after_commit")
     publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return receipt.as_dict()

@@ -3,7 +3,7 @@ the step made due in the same statement when it was the last one pending."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -99,12 +99,17 @@ def closing_makes_due(closing: Any) -> Any:
             resuming.c.continuation,
             resuming,
         )
-        .returning(CONT.c.run_id, CONT.c.name)
+        .returning(CONT.c.run_id, CONT.c.name, CONT.c.remote)
         .cte("due")
     )
     events = events_if(exists(select(closed.c.id)), exists(select(due.c.name))).cte("events")
     return (
-        select(closed.c.id.label("closed"), due.c.run_id.label("due_run_id"), due.c.name.label("due_name"))
+        select(
+            closed.c.id.label("closed"),
+            due.c.run_id.label("due_run_id"),
+            due.c.name.label("due_name"),
+            due.c.remote.label("due_remote"),
+        )
         .select_from(closed.outerjoin(due, true()))
         .add_cte(resumed, events)
     )
@@ -124,7 +129,7 @@ def made_due(row: Any, due: Due) -> Due | None:
         return None
     if (row.due_run_id, row.due_name) != (due.run_id, due.name):  # pragma: no cover - the caller rolls back
         raise RuntimeError(f"step {due.step_id} was made due as {row.due_name}, not {due.name}")
-    return due
+    return replace(due, remote=bool(row.due_remote))
 
 
 @dataclass

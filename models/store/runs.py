@@ -157,6 +157,7 @@ class Due:
     run_id: str
     step_id: str
     name: str
+    remote: bool = False  # for remote workers' leases (where it is known): not to publish to Celery
 
 
 class StepLike(Protocol):
