@@ -6,6 +6,7 @@ import {
   complete,
   Conflict,
   Forbidden,
+  Gone,
   NotFound,
   Invalid,
   next,
@@ -270,6 +271,23 @@ test("SIGTERM past the stop's deadline: the agent exits completing nothing, the 
   const running = inProcess({ [key]: (ctx) => complete({ attempt: ctx.attempt }) });
   try {
     assert.deepEqual((await runReaches(parked.id, "completed")).result, { attempt: 2 });
+  } finally {
+    await running.stop();
+  }
+});
+
+test("the agent cancels its own parked run: canceled at once, a late answer is 410 Gone with the state", async () => {
+  const key = `${unique("ts.cancel")}@1`;
+  const running = inProcess({ [key]: () => complete({ resumed: true }) });
+  try {
+    const parked = await startParkedWhenServed({ workflow: unique("ts.cancel"), target: TARGET, park: { continuation: key, interactions: [WINDOW] } });
+    const [asked] = parked.interactions;
+    const receipt = await agent.cancel(asked!.id, { responseId: "cancel-1", reason: "the ticket was closed" });
+    assert.equal(receipt.status, "canceled");
+    assert.equal((await human.getRun(parked.id)).status, "canceled");
+    const late = await human.answer(asked!.id, { responseId: "late", value: "now" }).then(() => null, (error: unknown) => error);
+    assert.ok(late instanceof Gone && late.status === 410, String(late));
+    assert.equal((late.state as { status: string }).status, "canceled");
   } finally {
     await running.stop();
   }
