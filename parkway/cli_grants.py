@@ -125,8 +125,7 @@ def cmd_run_start(args: argparse.Namespace) -> int:
             args.workflow, payload, principal=args.as_, target=args.target, idempotency_key=args.idempotency_key
         )
     except NotRegistered:
-        imports = get_settings().imports or "nothing"
-        return _fail("run start", f"no workflow is named {args.workflow!r} (PARKWAY_IMPORTS imports {imports})", 3)
+        return _fail("run start", _not_named(args.workflow), 3)
     except (Forbidden, Conflict) as exc:
         return _fail("run start", str(exc), 1)
     except InvalidInput as exc:
@@ -137,13 +136,18 @@ def cmd_run_start(args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_named(workflow: str) -> str:
+    from parkway.settings import get_settings
+
+    return f"no workflow is named {workflow!r} (PARKWAY_IMPORTS imports {get_settings().imports or 'nothing'})"
+
+
 def _unserved(workflow: str) -> tuple[str, int] | None:
     """Why no run of ``workflow`` should start, with the exit code, when no live worker runs it (today's
     fleet, ``parkway workers``): its run would wait for one, or be interrupted once the grace ran out."""
     from models import store
     from models.status import ContinuationKind
     from parkway.db import single_statement
-    from parkway.settings import get_settings
     from tasks import registry
 
     with single_statement() as conn:
@@ -152,8 +156,7 @@ def _unserved(workflow: str) -> tuple[str, int] | None:
         return None
     registry.import_workflows()
     if not registry.has_step(workflow):
-        imports = get_settings().imports or "nothing"
-        return f"no workflow is named {workflow!r} (PARKWAY_IMPORTS imports {imports})", 3
+        return _not_named(workflow), 3
     if not fleet.anyone_live:
         return (f"no worker is running, so nothing would run {workflow}: start one (make run, parkway up, or "
                 "celery -A tasks.celery_app:app worker), then start the run; nothing was stored"), 4  # fmt: skip

@@ -3,6 +3,8 @@ the command, before ``parkway up`` starts anything, and at a worker's start (a r
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from parkway import embedded
@@ -41,7 +43,10 @@ def test_check__a_module_in_the_current_directory_is_found(tmp_path: Path) -> No
         "@step('mine.second')\ndef second(ctx, payload):\n    return Complete()\n"
     )
     env = embedded_env(PARKWAY_HOME=str(tmp_path / "home"), PARKWAY_IMPORTS="mine")
-    done = parkway("check", env=env, cwd=tmp_path)
+    env.pop("PYTHONPATH")  # as a shell has it
+    # The console script, as `make run` runs it (`python -m` would put the directory on the path itself)
+    script = str(Path(sys.executable).parent / "parkway")
+    done = subprocess.run([script, "check"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert done.stdout.startswith("parkway check: 1 module, 2 steps"), done.stdout
 
