@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from models import fleet, paging
+from models import fleet, paging, team_views
 from models.cursors import position_cursor, read_position
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, SweepTotal, ToolCall
@@ -52,6 +52,10 @@ class Page(Generic[T]):
 class InteractionView:
     interaction: Interaction
     answered_by: str | None
+    # Its team (models/team_views.py ``fill``): empty until filled.
+    responses: list[team_views.ResponseView] = field(default_factory=list)
+    assignees: list[str] = field(default_factory=list)
+    delegations: list[team_views.DelegationView] = field(default_factory=list)
 
 
 @dataclass
@@ -148,8 +152,12 @@ def public_value(interaction: Interaction) -> Any:
     """The answer as readers may see it: ``None`` unless answered; sensitive fields always ``"***"``."""
     if interaction.status not in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
         return None
+    return redacted(interaction, interaction.value)
+
+
+def redacted(interaction: Interaction, value: Any) -> Any:
+    """A value of the interaction (its answer, or one response) with its sensitive fields as ``"***"``."""
     sensitive = [str(k) for k in (interaction.sensitive or [])]
-    value = interaction.value
     if not sensitive:
         return value
     if value is None or isinstance(value, dict):
@@ -193,7 +201,7 @@ def interaction_view(session: Session, interaction_id: str) -> InteractionView |
         .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
         .where(Interaction.id == interaction_id)
     ).first()
-    return InteractionView(row[0], row[1]) if row is not None else None
+    return team_views.fill(session, [InteractionView(row[0], row[1])])[0] if row is not None else None
 
 
 def run_status_of(session: Session, run_id: str) -> str | None:
@@ -237,7 +245,7 @@ def interaction_page(session: Session, keys: Any, limit: int) -> Page[Interactio
         .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
         .order_by(Interaction.created_at, Interaction.id)
     ).all()
-    items = [InteractionView(r[0], r[1]) for r in rows[:limit]]
+    items = team_views.fill(session, [InteractionView(r[0], r[1]) for r in rows[:limit]])
     last = items[-1].interaction if len(rows) > limit and items else None
     return Page(items, position_cursor(last.created_at, last.id) if last is not None else None)
 

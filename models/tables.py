@@ -204,6 +204,14 @@ class Interaction(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     continuation: Mapped[str | None] = mapped_column(String(200))  # the name@version its step resumes (0010)
+    # Teams (docs/teams.md, 0014): responses needed, the static options, the escalation level and the timers.
+    quorum: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    team: Mapped[Any | None] = mapped_column(JSON)  # assignees_only, reject, remind_after, escalate
+    level: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    answered_level: Mapped[int | None] = mapped_column(Integer)
+    reminders: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    remind_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    escalate_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         UniqueConstraint("step_id", "key"),
@@ -231,6 +239,11 @@ class Interaction(Base):
         # Lists oldest first: per granted target and status, or per status (models/paging.py, 0012).
         Index("ix_interactions_target_listed", "target", "status", "created_at", "id"),
         Index("ix_interactions_listed", "status", "created_at", "id"),
+        # The sweep's reminders and escalations, by when each is due (models/store/timers.py, 0014).
+        *(
+            Index(f"ix_interactions_pending_{c}", c, postgresql_where=text(f"status = 'pending' AND {c} IS NOT NULL"))
+            for c in ("remind_at", "escalate_at")
+        ),
     )
 
 

@@ -14,6 +14,7 @@ from models.store import InteractionSpec
 from parkway.errors import WorkflowError
 from tasks import registry
 from tasks.checks import expires_in_ok, schema_ok, text_ok
+from tasks.teams import team_fields
 from tasks.tooltypes import Permission
 
 
@@ -25,6 +26,12 @@ class Question:
     target: str
     expires_in: float | None = None
     sensitive: Sequence[str] = ()
+    # Teams (docs/teams.md): as Permission's; the continuation gets every response (answers[key].responses).
+    quorum: int = 1
+    assignees: Sequence[str] = ()
+    assignees_only: bool = False
+    remind_after: Sequence[float] = ()
+    escalate: Sequence[tuple[float, str | Sequence[str]]] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
                     schema=item.schema,
                     sensitive=list(item.sensitive),
                     expires_in=item.expires_in,
+                    **team_fields(item, permission=False),
                 )
             )
         else:
@@ -109,6 +117,7 @@ def interaction_specs(items: Sequence[Question | Permission]) -> list[Interactio
                     resources=sorted(set(resources)),
                     expires_in=item.expires_in,
                     id=item.request_id,
+                    **team_fields(item, permission=True),
                 )
             )
     return specs

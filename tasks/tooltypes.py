@@ -17,6 +17,14 @@ class Permission:
     target: str
     expires_in: float | None = None
     request_id: str | None = None  # set by ctx.tool's preflight: deterministic for (call, action, resources)
+    # Teams (docs/teams.md): responses needed, who may answer, reminders, escalation; "unreachable": rejected
+    # only once `quorum` approvals can no longer come (else at the first rejection).
+    quorum: int = 1
+    assignees: Sequence[str] = ()
+    assignees_only: bool = False
+    remind_after: Sequence[float] = ()
+    escalate: Sequence[tuple[float, str | Sequence[str]]] = ()
+    reject: str = "first"
 
 
 class PossiblyRan(ParkwayError):

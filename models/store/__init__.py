@@ -74,6 +74,7 @@ from models.store.sweep import (
     release_expired_claim,
     release_expired_claims,
 )
+from models.store.teams import not_people
 from models.store.webhooks import (
     advance,
     claim_webhook,
@@ -163,6 +164,7 @@ __all__ = [
     "mark_revocation_swept",
     "new_id",
     "next_step",
+    "not_people",
     "park",
     "principal_by_name",
     "principal_ref_by_name",

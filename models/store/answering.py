@@ -48,7 +48,7 @@ _OF_THE_STEP = INTER.c.step_id == bindparam("sid")
 _ANSWER_READS = tuple(
     INTER.c[name]
     for name in ("id", "run_id", "step_id", "key", "kind", "schema", "sensitive", "target", "status", "expires_at",
-                 "response_id", "response_digest", "answered_by_id", "answered_at")
+                 "response_id", "response_digest", "answered_by_id", "answered_at", "quorum", "level")
 )  # fmt: skip
 
 
@@ -160,6 +160,7 @@ _ANSWER = (
         answered_by_id=bindparam("by"),
         answered_at=_ANSWERED_AT,
         closed_at=_ANSWERED_AT,
+        answered_level=INTER.c.level,  # the escalation level the decision came at
     )
 )
 
@@ -192,6 +193,10 @@ def answer(
     still look pending, and neither answer would make the step due.
     """
     interaction, principal = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "answer")
+    if interaction.quorum > 1:  # a wait that needs several principals, the lock held
+        from models.store import quorum  # it builds on this module's closing
+
+        return quorum.respond(session, interaction_id_, principal, value, response_id, response_digest)
     settled = _settled_answer(interaction, response_id, response_digest, principal)
     if settled is not None:
         return settled
@@ -201,21 +206,8 @@ def answer(
     new_status = InteractionStatus.ANSWERED
     if interaction.kind == InteractionKind.PERMISSION and not value.get("approved"):
         new_status = InteractionStatus.REJECTED
-    now = utcnow()
-    answered = event_row(
-        interaction.run_id,
-        "interaction.answered" if new_status == InteractionStatus.ANSWERED else "interaction.rejected",
-        interaction_id=interaction.id,
-        step_id=interaction.step_id,
-        key=interaction.key,
-        status=new_status.value,
-        answered_by=principal.name,
-    )
-    due, params = due_params(interaction.run_id, interaction.step_id, interaction.step_continuation, answered)
-    params.update(iid=interaction.id, to=new_status.value, val=stored_value, sealed=secret, rsp=response_id,
-                  digest=response_digest, by=principal.id, at=now)  # fmt: skip
-    combined = _ANSWER_AND_MAKE_DUE.first(session, params)
-    if combined is None:
+    decision = Decision(new_status, stored_value, secret, response_id, response_digest, utcnow())
+    if close(session, interaction, principal, decision) is None:
         # The read's snapshot predates its wait for the step's lock: another answer, a cancel or an expiry
         # may have committed meanwhile, or the run ended. Read again, the lock held, and say which.
         interaction, _ = read_interaction(session, INTERACTION, interaction_id_, principal, "answer")
@@ -223,7 +215,45 @@ def answer(
         if settled is not None:
             return settled
         raise Conflict(f"interaction {interaction.id} was answered concurrently")  # pragma: no cover
-    return AnswerReceipt(new_status.value, response_id, now, made_due(combined, due))
+    return AnswerReceipt(new_status.value, response_id, decision.at, decision.due)
+
+
+@dataclass
+class Decision:
+    """The response that closes a wait (``close``): its status, the value as stored, the sealed part."""
+
+    status: InteractionStatus
+    value: Any
+    sealed: str | None
+    response_id: str
+    digest: str
+    at: datetime
+    due: Due | None = None  # set by ``close`` when it made the step's continuation due
+
+
+def close(session: Executor, interaction: Row[Any], principal: Actor, decision: Decision, **data: Any) -> Any:
+    """pending -> answered|rejected with ``decision``, and the step made due when this was its last pending
+    interaction (``closing_makes_due``), its event carrying ``data`` too; the statement's row, or ``None``
+    when the CAS lost (nothing written)."""
+    status = decision.status
+    answered = event_row(
+        interaction.run_id,
+        "interaction.answered" if status == InteractionStatus.ANSWERED else "interaction.rejected",
+        interaction_id=interaction.id,
+        step_id=interaction.step_id,
+        key=interaction.key,
+        status=status.value,
+        answered_by=principal.name,
+        **({"level": interaction.level} if interaction.level else {}),
+        **data,
+    )
+    due, params = due_params(interaction.run_id, interaction.step_id, interaction.step_continuation, answered)
+    params.update(iid=interaction.id, to=status.value, val=decision.value, sealed=decision.sealed,
+                  rsp=decision.response_id, digest=decision.digest, by=principal.id, at=decision.at)  # fmt: skip
+    row = _ANSWER_AND_MAKE_DUE.first(session, params)
+    if row is not None:
+        decision.due = made_due(row, due)
+    return row
 
 
 def _settled_answer(

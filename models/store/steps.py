@@ -22,6 +22,7 @@ from models.store.driver import DriverStatement
 from models.store.events import event_params, event_row, events_if
 from models.store.runs import Due, StepLike, ready_continuation
 from models.store.sql import CONT, INTER, RUN, STEP, bp, interaction_id, new_id, word, words
+from models.store.teams import name_answerers
 
 
 @dataclass
@@ -38,9 +39,23 @@ class InteractionSpec:
     sensitive: list[str] = field(default_factory=list)
     expires_in: float | None = None
     id: str | None = None  # a deterministic id chosen by the caller (tool permission requests)
+    # Teams (docs/teams.md), checked by tasks.teams: ``team`` is None when no option is used (as before).
+    quorum: int = 1
+    assignees: list[str] = field(default_factory=list)
+    assignees_only: bool = False
+    remind_after: list[float] = field(default_factory=list)
+    escalate: list[tuple[float, str | list[str]]] = field(default_factory=list)
+    reject: str = "first"
 
     def interaction_id(self, step_id: str) -> str:
         return self.id or interaction_id(step_id, self.key, self.kind, self.resources)
+
+    def team(self) -> dict[str, Any] | None:
+        """The options as the interaction's ``team`` column keeps them; ``None`` when none is used."""
+        team = {"assignees": self.assignees, "assignees_only": self.assignees_only, "reject": self.reject,
+                "remind_after": self.remind_after,
+                "escalate": [{"after": after, "to": to} for after, to in self.escalate]}  # fmt: skip
+        return team if self.assignees or self.remind_after or self.escalate or self.reject != "first" else None
 
 
 _AT = bp("at", STEP.c.updated_at)
@@ -130,11 +145,15 @@ def _asked(parked: Any, k: int) -> Any:
         db_now(f"i{k}_expires_in"),  # NULL seconds: no expiry; the database's clock
         db_now(),
         bp("cont", INTER.c.continuation),
+        db_now(f"i{k}_remind_in"),  # the first reminder and escalation (NULL: none), as the expiry
+        db_now(f"i{k}_escalate_in"),
     ).select_from(parked)
 
 
-_SPEC_COLUMNS = ("id", "key", "kind", "prompt", "schema", "action", "resources", "sensitive", "target")
-_INTERACTION_COLUMNS = [*_SPEC_COLUMNS, "run_id", "step_id", "status", "expires_at", "created_at", "continuation"]
+_SPEC_COLUMNS = ("id", "key", "kind", "prompt", "schema", "action", "resources", "sensitive", "target", "quorum",
+                 "team")  # fmt: skip
+_INTERACTION_COLUMNS = [*_SPEC_COLUMNS, "run_id", "step_id", "status", "expires_at", "created_at", "continuation",
+                        "remind_at", "escalate_at"]  # fmt: skip
 
 
 def park_ctes(interactions: int, resumed: bool, gate: Any, *first: Any) -> tuple[Any, list[Any]]:
@@ -186,7 +205,9 @@ def park_params(
         iid = spec.interaction_id(parking)
         values = {"id": iid, "key": spec.key, "kind": spec.kind, "prompt": spec.prompt, "schema": spec.schema,
                   "action": spec.action, "resources": spec.resources, "sensitive": list(spec.sensitive),
-                  "target": spec.target, "expires_in": spec.expires_in or None}  # fmt: skip
+                  "target": spec.target, "expires_in": spec.expires_in or None, "quorum": spec.quorum,
+                  "team": spec.team(), "remind_in": spec.remind_after[0] if spec.remind_after else None,
+                  "escalate_in": spec.escalate[0][0] if spec.escalate else None}  # fmt: skip
         params.update({f"i{k}_{name}": value for name, value in values.items()})
         events.append(event_row(run_id, "interaction.asked", interaction_id=iid, step_id=parking, key=spec.key,
                                 kind=spec.kind, target=spec.target))  # fmt: skip
@@ -219,4 +240,5 @@ def park(
     row = _park(len(interactions), from_continuation).first(session, {**params, **event_params(events)})
     if row is None:  # pragma: no cover - the consume CAS already proved this execution owns the step
         raise RuntimeError(f"step {step.id} is not running; cannot park")
+    name_answerers(session, params["new_sid"], interactions)
     return StepRef(*row)
