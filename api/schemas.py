@@ -310,6 +310,15 @@ class CancelIn(Body):
     reason: str | None = Field(default=None, max_length=2000, pattern=TEXT)
 
 
+class DelegateIn(Body):
+    to: str = Field(min_length=1, max_length=200, pattern=TEXT, description="the delegate's principal name")
+    note: str | None = Field(default=None, max_length=2000, pattern=TEXT)
+
+
+class DelegationReceiptOut(DelegationOut):
+    interaction_id: str
+
+
 class AnswerReceiptOut(BaseModel):
     status: Literal["answered", "rejected", "pending"] = Field(
         description='"pending": a response recorded towards a quorum that it did not reach (docs/teams.md)'

@@ -86,3 +86,9 @@ class InvalidAnswer(OutcomeError):
     def __init__(self, detail: str, state: dict[str, Any] | None = None, errors: list[str] | None = None) -> None:
         super().__init__(detail, state)
         self.errors = errors or []
+
+
+class InvalidDelegation(InvalidAnswer):
+    """Raised when a delegation names oneself or a principal who could never answer; nothing was stored."""
+
+    code = "invalid_delegation"

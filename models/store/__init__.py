@@ -9,7 +9,7 @@ One module per entity; this module re-exports their public names (``from models 
 store.answer(...)``).
 """
 
-from models.store.answering import AnswerReceipt, Expiry, answer, expire_due
+from models.store.answering import AnswerReceipt, Expiry, expire_due
 from models.store.claims import (
     Answer,
     Claim,
@@ -53,6 +53,7 @@ from models.store.projections import (
     lock_run_for_projection,
     record_schedule_history,
 )
+from models.store.quorum import answer
 from models.store.reviews import (
     interrupt_review,
     interrupt_stranded_reviews,
@@ -74,7 +75,7 @@ from models.store.sweep import (
     release_expired_claim,
     release_expired_claims,
 )
-from models.store.teams import not_people
+from models.store.teams import Delegation, delegate, not_people
 from models.store.webhooks import (
     advance,
     claim_webhook,
@@ -103,6 +104,7 @@ __all__ = [
     "Claimed",
     "Committed",
     "Dead",
+    "Delegation",
     "Due",
     "Ending",
     "Executor",
@@ -140,6 +142,7 @@ __all__ = [
     "create_principal",
     "create_run",
     "create_webhook",
+    "delegate",
     "delete_webhook",
     "due_webhooks",
     "erase_secrets",

@@ -53,7 +53,7 @@ _ANSWER_READS = tuple(
 
 
 # The step's continuation name is read too, for the event of the continuation this answer may make due.
-_INTERACTION_LOCKED = InteractionRead(
+ANSWER_LOCKED = InteractionRead(
     lambda principal_id: locking(interaction_read(principal_id, _ANSWER_READS)).add_columns(
         STEP.c.continuation.label("step_continuation")
     )
@@ -170,33 +170,20 @@ _ANSWER_AND_MAKE_DUE = DriverStatement(
 )
 
 
-def answer(
-    session: Executor,
-    interaction_id_: str,
-    *,
-    value: Any,
-    response_id: str,
-    response_digest: str,
-    principal: Actor | str,
+def answer_first(
+    session: Executor, interaction: Row[Any], principal: Actor, value: Any, response_id: str, response_digest: str
 ) -> AnswerReceipt:
-    """pending -> answered|rejected, first response wins; an exact retry (same ``response_id`` and
-    digest) returns the first receipt. Losing raises the authoritative state: ``Conflict`` (another
-    response won), ``Gone`` (the wait ended unanswered); ``NotFound``, then ``WrongKind``/``Forbidden``
-    (as ``authorize``), then ``InvalidAnswer`` come before anything is written; a ``principal`` given by
-    name is read with the interaction (``Forbidden`` before all of those when no live principal has it).
-    ``continuation`` of the receipt is set when this was the step's last pending interaction (``None``:
-    others still pending).
+    """pending -> answered|rejected, first response wins, for ``interaction`` as ``answer`` read it (the step's
+    lock held); an exact retry (same ``response_id`` and digest) returns the first receipt. Losing raises the
+    authoritative state: ``Conflict`` (another response won), ``Gone`` (the wait ended unanswered);
+    ``InvalidAnswer`` comes before anything is written. ``continuation`` of the receipt is set when this was
+    the step's last pending interaction (``None``: others still pending).
 
-    Two statements: the read that takes the step's lock (the value is validated and sealed against what it
-    read), then the CAS with all it implies and the events (``closing_makes_due``). They cannot be one: a
-    statement's snapshot predates its wait for the lock, so an answer to a sibling committed meanwhile would
-    still look pending, and neither answer would make the step due.
+    One statement after the read: the CAS with all it implies and the events (``closing_makes_due``). They
+    cannot be one: a statement's snapshot predates its wait for the lock, so an answer to a sibling committed
+    meanwhile would still look pending, and neither answer would make the step due.
     """
-    interaction, principal = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "answer")
-    if interaction.quorum > 1:  # a wait that needs several principals, the lock held
-        from models.store import quorum  # it builds on this module's closing
-
-        return quorum.respond(session, interaction_id_, principal, value, response_id, response_digest)
+    interaction_id_ = interaction.id
     settled = _settled_answer(interaction, response_id, response_digest, principal)
     if settled is not None:
         return settled

@@ -1,4 +1,5 @@
-"""Answering a wait that needs ``quorum`` responses from distinct principals (docs/teams.md).
+"""Answering: the first response wins (``answering.answer_first``), or, for a wait that needs ``quorum``
+responses from distinct principals (docs/teams.md), each is recorded until one decides.
 
 Each principal's response is a row of ``interaction_responses`` with its own receipt; the response that
 decides closes the interaction as a first-response answer does (``answering.close``: the step made due
@@ -16,9 +17,15 @@ from sqlalchemy import Row, and_, bindparam, func, insert, select, update
 from models import answers
 from models.base import utcnow
 from models.status import InteractionKind, InteractionStatus, PrincipalKind
-from models.store.answering import AnswerReceipt, Decision, close
+from models.store.answering import ANSWER_LOCKED, AnswerReceipt, Decision, answer_first, close
 from models.store.events import append_events, event_row
-from models.store.interactions import interaction_read, interaction_state, may_answer, refuse_ended_wait
+from models.store.interactions import (
+    interaction_read,
+    interaction_state,
+    may_answer,
+    read_interaction,
+    refuse_ended_wait,
+)
 from models.store.principals import Actor
 from models.store.sql import INTER, PRIN, RESP, STEP, Executor, bp, word, words
 from parkway.errors import Conflict, Gone
@@ -68,6 +75,25 @@ _KEEP_SEALED = (
     .where(INTER.c.id == bindparam("iid"), INTER.c.status == word(InteractionStatus.PENDING))
     .values(secret=bp("sealed", INTER.c.secret))
 )
+
+
+def answer(
+    session: Executor,
+    interaction_id_: str,
+    *,
+    value: Any,
+    response_id: str,
+    response_digest: str,
+    principal: Actor | str,
+) -> AnswerReceipt:
+    """An answer, by a ``principal`` (given by name: read with the interaction, ``Forbidden`` before all
+    else when no live principal has it); ``NotFound``, then ``WrongKind``/``Forbidden`` (as ``authorize``)
+    come before anything is written. The first statement reads the interaction and takes its step's lock;
+    then ``answer_first``, or ``respond`` for a quorum wait."""
+    interaction, principal = read_interaction(session, ANSWER_LOCKED, interaction_id_, principal, "answer")
+    if interaction.quorum > 1:
+        return respond(session, interaction_id_, principal, value, response_id, response_digest)
+    return answer_first(session, interaction, principal, value, response_id, response_digest)
 
 
 def respond(

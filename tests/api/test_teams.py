@@ -145,3 +145,47 @@ def test_quorum__a_question_collects_every_response_and_never_shows_a_sensitive_
     assert interactions(run_id)["pin"].secret is None
     read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
     assert all(r["value"]["pin"] == "***" for r in read["responses"])
+
+
+def test_assignees__alone_an_assignee_without_a_grant_may_answer_and_a_granted_non_assignee_may_not(
+    client: TestClient, actors: Actors
+) -> None:
+    (ana,) = people(client, actors, 1, granted=False)
+    (bo,) = people(client, actors, 1)  # granted on the target, but not named
+    run_id, iid = start(client, actors, "teams.approve", assignees=[ana], assignees_only=True)
+    refused = answer(client, actors, iid, bo, YES)
+    assert refused.status_code == 403, refused.text
+    assert answer(client, actors, iid, ana, YES).json()["status"] == "answered"
+    assert result(run_id)[1]["answered_by"] == ana
+
+
+def test_assignees__on_top_of_the_grants_both_may_answer(client: TestClient, actors: Actors) -> None:
+    (ana,) = people(client, actors, 1, granted=False)
+    (bo,) = people(client, actors, 1)
+    _, iid = start(client, actors, "teams.approve", quorum=2, assignees=[ana])
+    assert answer(client, actors, iid, ana, YES).json()["status"] == "pending"
+    assert answer(client, actors, iid, bo, YES).json()["status"] == "answered"
+    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
+    assert (read["assignees"], [r["principal"] for r in read["responses"]]) == ([ana], [ana, bo])
+
+
+def test_delegate__the_delegate_may_answer_and_it_is_recorded(client: TestClient, actors: Actors) -> None:
+    (ana,) = people(client, actors, 1)
+    (bo,) = people(client, actors, 1, granted=False)
+    run_id, iid = start(client, actors, "teams.approve")
+    assert answer(client, actors, iid, bo, YES).status_code == 403  # not yet
+
+    def delegate(by: str, to: str) -> Any:
+        body = {"to": to, "note": "on leave"}
+        return client.post(f"/v1/interactions/{iid}/delegate", json=body, headers=actors.auth(by))
+
+    assert delegate(ana, ana).status_code == 422  # to oneself
+    assert delegate(ana, AGENT).status_code == 422  # an agent could never answer
+    assert delegate(bo, ana).status_code == 403  # one who may not answer may not hand it on
+    made = delegate(ana, bo)
+    assert made.status_code == 200 and (made.json()["to"], made.json()["by"]) == (bo, ana), made.text
+    assert "interaction.delegated" in event_types(run_id)
+    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
+    assert [(d["to"], d["by"], d["note"]) for d in read["delegations"]] == [(bo, ana, "on leave")]
+    assert answer(client, actors, iid, bo, YES).json()["status"] == "answered"
+    assert delegate(ana, bo).status_code == 409  # the wait is decided
