@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 from models import jsonsafe, store
 from models.status import PrincipalKind
 from models.store import Actor, Answer
-from models.tables import Principal
 from parkway.crash import crash_point
 from parkway.db import core_transaction, transaction
 from parkway.errors import (

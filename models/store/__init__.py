@@ -76,6 +76,7 @@ from models.store.sweep import (
     release_expired_claims,
 )
 from models.store.teams import Delegation, delegate, not_people
+from models.store.timers import escalate_due, remind_due
 from models.store.webhooks import (
     advance,
     claim_webhook,
@@ -146,6 +147,7 @@ __all__ = [
     "delete_webhook",
     "due_webhooks",
     "erase_secrets",
+    "escalate_due",
     "event_row",
     "expirable_interactions",
     "expire_due",
@@ -181,6 +183,7 @@ __all__ = [
     "release_claim",
     "release_expired_claim",
     "release_expired_claims",
+    "remind_due",
     "renew_lease",
     "replay",
     "review_progress",

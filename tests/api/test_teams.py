@@ -4,15 +4,17 @@ continuations driven inline (``drive``) as the other API tests do."""
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi.testclient import TestClient
 
 import tests.api.team_flows  # noqa: F401  (registers the team workflows in this process)
+from beat.sweep import run_sweep
 from models.tables import Run
 from parkway.db import transaction
 from tests.api.conftest import ADMIN, AGENT, Actors, drive
-from tests.support import TARGET, event_types, interactions
+from tests.support import TARGET, event_types, interactions, pass_time
 
 
 def people(client: TestClient, actors: Actors, count: int, *, granted: bool = True) -> list[str]:
@@ -189,3 +191,39 @@ def test_delegate__the_delegate_may_answer_and_it_is_recorded(client: TestClient
     assert [(d["to"], d["by"], d["note"]) for d in read["delegations"]] == [(bo, ana, "on leave")]
     assert answer(client, actors, iid, bo, YES).json()["status"] == "answered"
     assert delegate(ana, bo).status_code == 409  # the wait is decided
+
+
+def _sweep_concurrently(times: int) -> None:
+    """``times`` sweep passes at the same moment, each on its own thread and connection."""
+    with ThreadPoolExecutor(max_workers=times) as pool:
+        for done in [pool.submit(run_sweep) for _ in range(times)]:
+            done.result()
+
+
+def test_reminders_and_escalation__each_written_once_under_concurrent_sweeps(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a wait that only ana may answer, reminding at 60s and 120s, escalating to bo at 300s
+    (ana, bo) = people(client, actors, 2, granted=False)
+    run_id, iid = start(client, actors, "teams.approve", assignees=[ana], assignees_only=True,
+                        remind_after=[60, 120], escalate=[[300, [bo]]], expires_in=3600)  # fmt: skip
+    assert answer(client, actors, iid, bo, YES).status_code == 403  # not yet escalated
+
+    # When 61s pass and four sweeps run at once: one reminder
+    pass_time(61)
+    _sweep_concurrently(4)
+    assert event_types(run_id).count("interaction.reminded") == 1
+    # When 300s more pass and four sweeps run at once: the second reminder and the escalation, once each
+    pass_time(300)
+    _sweep_concurrently(4)
+    _sweep_concurrently(2)
+    types = event_types(run_id)
+    assert (types.count("interaction.reminded"), types.count("interaction.escalated")) == (2, 1)
+    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
+    assert (read["level"], read["reminders"]) == (1, 2)
+
+    # Then bo, named by the level reached, may answer, and the decision records that level
+    assert answer(client, actors, iid, bo, YES).json()["status"] == "answered"
+    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
+    assert (read["answered_by"], read["answered_level"]) == (bo, 1)
+    assert result(run_id)[1]["responses"][0]["level"] == 1
