@@ -6,8 +6,9 @@ grant hides rows at the next request. The rules:
 - admins see everything;
 - a run is visible to whoever holds a live grant on the run's target (its owner too) (its events:
   ``models.event_log``);
-- an interaction is visible to whoever holds a live grant on the interaction's target, and to the agent
-  that owns its run while that agent holds a live grant on the run's target.
+- an interaction is visible to whoever holds a live grant on the interaction's target, to the people it
+  names (assignees, escalation levels, delegates: ``team_views.naming``), and to the agent that owns its
+  run while that agent holds a live grant on the run's target.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def interaction_visible(principal: Principal) -> ColumnElement[bool]:
         return true()
     granted = Interaction.target.in_(live_targets(principal))
     if principal.kind != PrincipalKind.AGENT:
-        return granted
+        return or_(granted, Interaction.id.in_(team_views.naming(principal.id)))
     owns = and_(Run.owner_id == principal.id, Run.target.in_(live_targets(principal)))
     return or_(granted, owns)
 

@@ -78,3 +78,8 @@ def _the_answer(view: InteractionView) -> list[ResponseView]:
         return []
     assert i.answered_at is not None
     return [ResponseView(view.answered_by, i.value, i.answered_at, i.answered_level or 0)]
+
+
+def naming(principal_id: str) -> Any:
+    """The ids of the waits that name ``principal_id`` as an answerer (any source, any level)."""
+    return select(InteractionAnswerer.interaction_id).where(InteractionAnswerer.principal_id == principal_id)

@@ -157,6 +157,7 @@ def test_assignees__alone_an_assignee_without_a_grant_may_answer_and_a_granted_n
     run_id, iid = start(client, actors, "teams.approve", assignees=[ana], assignees_only=True)
     refused = answer(client, actors, iid, bo, YES)
     assert refused.status_code == 403, refused.text
+    assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(ana)).status_code == 200  # named: may read
     assert answer(client, actors, iid, ana, YES).json()["status"] == "answered"
     assert result(run_id)[1]["answered_by"] == ana
 
