@@ -113,6 +113,10 @@ class InteractionEvent(EventBase):
         "interaction.canceled",
         "interaction.expired",
         "interaction.interrupted",
+        "interaction.responded",
+        "interaction.delegated",
+        "interaction.reminded",
+        "interaction.escalated",
     ]
     data: InteractionEventData
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-import tests.api.team_flows  # noqa: F401  (registers the team workflows in this process)
+import tests.team_workflows  # noqa: F401  (registers the team workflows in this process)
 from beat.sweep import run_sweep
 from models.tables import Run
 from parkway.db import transaction

@@ -1,5 +1,6 @@
-"""Workflows of the team tests (docs/teams.md), driven inline in the test process: each continuation
-returns what it saw of its wait, so a test reads the responses from the run's result."""
+"""Workflows of the team tests (docs/teams.md), driven inline (tests/api) or by real workers
+(tests/acceptance): each continuation returns what it saw of its wait, so a test reads the responses from
+the run's result."""
 
 from __future__ import annotations
 
