@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import tests.team_workflows  # noqa: F401  (start() checks the workflow is registered in this process too)
 from models import store
 from parkway.db import transaction
 from parkway.errors import Conflict
