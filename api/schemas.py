@@ -115,7 +115,7 @@ class ReviewOut(BaseModel):
 
 class ResponseOut(BaseModel):
     principal: str
-    value: Any = Field(description='sensitive fields always "***"')
+    value: Any = Field(description='sensitive fields "***" on every read (decrypted only in a worker\'s lease item)')
     at: datetime
     level: int = Field(description="the escalation level of the wait when it came")
 
