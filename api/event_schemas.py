@@ -54,6 +54,14 @@ class InteractionEventData(EventData):
     answered_by: str | None = None
     canceled_by: str | None = None
     reason: str | None = None
+    # Teams (docs/teams.md): interaction.responded / .delegated / .reminded / .escalated, and on a decision.
+    principal: str | None = Field(default=None, description="interaction.responded: who responded")
+    responses: int | None = Field(default=None, description="responses so far, of quorum")
+    quorum: int | None = None
+    level: int | None = Field(default=None, description="the escalation level (reached, or the decision's)")
+    by: str | None = Field(default=None, description="interaction.delegated: the delegator")
+    to: Any = Field(default=None, description="interaction.delegated: the delegate; .escalated: the level's target")
+    reminder: int | None = Field(default=None, description="interaction.reminded: its number, from 1")
 
 
 class ContinuationEventData(EventData):
@@ -107,6 +115,10 @@ class InteractionEvent(EventBase):
         "interaction.canceled",
         "interaction.expired",
         "interaction.interrupted",
+        "interaction.responded",
+        "interaction.delegated",
+        "interaction.reminded",
+        "interaction.escalated",
     ]
     data: InteractionEventData
 

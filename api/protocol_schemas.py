@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from api.schemas import TEXT, Body
+from api.schemas import TEXT, Body, ResponseOut
 from models.outcome import OutcomeJSON
 
 KEY = r"^[^\x00@][^\x00]*$"
@@ -48,6 +48,9 @@ class AnswerOut(BaseModel):
     value: Any = Field(description="the answer's value (sensitive fields decrypted: only here)")
     approved: bool = Field(description="true only for an approved permission")
     answered_by: str | None
+    responses: list[ResponseOut] = Field(
+        description="every response in order (a quorum wait's: docs/teams.md; else the one answer), values as `value`"
+    )
 
 
 class ItemOut(BaseModel):

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.access import InteractionView, RunView, public_value
+from models.access import InteractionView, RunView, public_value, redacted
 from models.history import RunLine
 from models.outcome import Park as ParkOutcome
 from models.principals import GrantInfo
@@ -113,6 +113,25 @@ class ReviewOut(BaseModel):
         )
 
 
+class ResponseOut(BaseModel):
+    principal: str
+    value: Any = Field(description='sensitive fields "***" on every read (decrypted only in a worker\'s lease item)')
+    at: datetime
+    level: int = Field(description="the escalation level of the wait when it came")
+
+
+class EscalationOut(BaseModel):
+    after: float = Field(description="seconds after the park")
+    to: str | list[str] = Field(description="a target whose grants may then answer, or principals by name")
+
+
+class DelegationOut(BaseModel):
+    to: str = Field(description="the delegate, who may answer from then on")
+    by: str = Field(description="who delegated (the delegator keeps access)")
+    note: str | None
+    at: datetime
+
+
 class InteractionOut(BaseModel):
     id: str
     run_id: str
@@ -133,6 +152,15 @@ class InteractionOut(BaseModel):
     created_at: datetime
     closed_at: datetime | None
     reason: str | None
+    quorum: int = Field(description="responses from distinct principals it needs (1: the first response wins)")
+    responses: list[ResponseOut] = Field(description="every response so far, in order; sensitive fields as ***")
+    level: int = Field(description="the escalation level reached (0: none yet)")
+    answered_level: int | None = Field(description="the level at which the decision came")
+    assignees: list[str] = Field(description="the principals it names as answerers")
+    assignees_only: bool = Field(description="only those it names may answer (not the target's grants)")
+    escalate: list[EscalationOut] = Field(description="its escalation chain; level k is escalate[k-1]")
+    delegations: list[DelegationOut]
+    reminders: int = Field(description="interaction.reminded events written so far")
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
@@ -159,7 +187,17 @@ class InteractionOut(BaseModel):
             created_at=i.created_at,
             closed_at=i.closed_at,
             reason=i.reason,
-        )
+            quorum=i.quorum,
+            responses=[ResponseOut(principal=r.principal, value=redacted(i, r.value), at=r.at, level=r.level)
+                       for r in view.responses],
+            level=i.level,
+            answered_level=i.answered_level,
+            assignees=view.assignees,
+            assignees_only=bool((i.team or {}).get("assignees_only")),
+            escalate=[EscalationOut(**level) for level in (i.team or {}).get("escalate", [])],
+            delegations=[DelegationOut(to=d.to, by=d.by, note=d.note, at=d.at) for d in view.delegations],
+            reminders=i.reminders,
+        )  # fmt: skip
 
 
 RunStatusLiteral = Literal["running", "waiting", "completed", "failed", "canceled", "interrupted"]
@@ -286,8 +324,19 @@ class CancelIn(Body):
     reason: str | None = Field(default=None, max_length=2000, pattern=TEXT)
 
 
+class DelegateIn(Body):
+    to: str = Field(min_length=1, max_length=200, pattern=TEXT, description="the delegate's principal name")
+    note: str | None = Field(default=None, max_length=2000, pattern=TEXT)
+
+
+class DelegationReceiptOut(DelegationOut):
+    interaction_id: str
+
+
 class AnswerReceiptOut(BaseModel):
-    status: Literal["answered", "rejected"]
+    status: Literal["answered", "rejected", "pending"] = Field(
+        description='"pending": a response recorded towards a quorum that it did not reach (docs/teams.md)'
+    )
     response_id: str
     answered_at: datetime
 

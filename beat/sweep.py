@@ -27,7 +27,8 @@ log = logging.getLogger("parkway.sweep")
 # In the sweep's order: 1 republished + lease_expired, 2 expired, 3 dead + unregistered + revoked (waits whose
 # continuation version no live worker has advertised for the grace, or whose run's owner lost its grant),
 # 4 reviews_interrupted, 5 projections, 6 webhooks (subscriptions behind the event log, published) and
-# webhook_log (delivery log lines past PARKWAY_WEBHOOK_LOG_DAYS, deleted); errors counts rows skipped.
+# webhook_log (delivery log lines past PARKWAY_WEBHOOK_LOG_DAYS, deleted), 7 reminded and escalated (a wait's
+# team timers, docs/teams.md); errors counts rows skipped.
 CATEGORIES = (
     "republished",
     "lease_expired",
@@ -39,6 +40,8 @@ CATEGORIES = (
     "projections",
     "webhooks",
     "webhook_log",
+    "reminded",
+    "escalated",
     "errors",
 )
 
@@ -79,6 +82,7 @@ def run_sweep(batch: int | None = None) -> SweepReport:
     to_publish += _expire_interactions(report, batch=batch)
     to_publish += _stale_ready(report, batch=batch, older_than_s=settings.reenqueue_after_s)
     _stranded_reviews(report, batch=batch)
+    _team_timers(report, batch=batch)
     report.published = _publish_batch(to_publish)
     _projections(report, batch=batch)
     _webhooks(report, batch=batch, republish_after_s=settings.reenqueue_after_s)
@@ -259,6 +263,15 @@ def _expire_interactions(report: SweepReport, *, batch: int) -> list[Due]:
             except Exception as exc:
                 _skipped(report, exc, interaction_id=interaction_id)
     return due
+
+
+def _team_timers(report: SweepReport, *, batch: int) -> None:
+    """Category 7: pending waits whose next reminder or escalation level is due -> written once each, with
+    its event (models/store/timers.py); each a statement for the batch."""
+    with transaction() as session:
+        report.counts["reminded"] += len(store.remind_due(session, batch=batch))
+    with transaction() as session:
+        report.counts["escalated"] += len(store.escalate_due(session, batch=batch))
 
 
 def _stale_ready(report: SweepReport, *, batch: int, older_than_s: float) -> list[Due]:

@@ -6,8 +6,9 @@ grant hides rows at the next request. The rules:
 - admins see everything;
 - a run is visible to whoever holds a live grant on the run's target (its owner too) (its events:
   ``models.event_log``);
-- an interaction is visible to whoever holds a live grant on the interaction's target, and to the agent
-  that owns its run while that agent holds a live grant on the run's target.
+- an interaction is visible to whoever holds a live grant on the interaction's target, to the people it
+  names (assignees, escalation levels, delegates: ``team_views.naming``), and to the agent that owns its
+  run while that agent holds a live grant on the run's target.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from models import fleet, paging
+from models import fleet, paging, team_views
 from models.cursors import position_cursor, read_placed_position
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, SweepTotal, ToolCall
@@ -54,6 +55,10 @@ class Page(Generic[T]):
 class InteractionView:
     interaction: Interaction
     answered_by: str | None
+    # Its team (models/team_views.py ``fill``): empty until filled.
+    responses: list[team_views.ResponseView] = field(default_factory=list)
+    assignees: list[str] = field(default_factory=list)
+    delegations: list[team_views.DelegationView] = field(default_factory=list)
 
 
 @dataclass
@@ -117,7 +122,7 @@ def interaction_visible(principal: Principal) -> ColumnElement[bool]:
         return true()
     granted = Interaction.target.in_(live_targets(principal))
     if principal.kind != PrincipalKind.AGENT:
-        return granted
+        return or_(granted, Interaction.id.in_(team_views.naming(principal.id)))
     owns = and_(Run.owner_id == principal.id, Run.target.in_(live_targets(principal)))
     return or_(granted, owns)
 
@@ -150,8 +155,12 @@ def public_value(interaction: Interaction) -> Any:
     """The answer as readers may see it: ``None`` unless answered; sensitive fields always ``"***"``."""
     if interaction.status not in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
         return None
+    return redacted(interaction, interaction.value)
+
+
+def redacted(interaction: Interaction, value: Any) -> Any:
+    """A value of the interaction (its answer, or one response) with its sensitive fields as ``"***"``."""
     sensitive = [str(k) for k in (interaction.sensitive or [])]
-    value = interaction.value
     if not sensitive:
         return value
     if value is None or isinstance(value, dict):
@@ -195,7 +204,7 @@ def interaction_view(session: Session, interaction_id: str) -> InteractionView |
         .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
         .where(Interaction.id == interaction_id)
     ).first()
-    return InteractionView(row[0], row[1]) if row is not None else None
+    return team_views.fill(session, [InteractionView(row[0], row[1])])[0] if row is not None else None
 
 
 def run_status_of(session: Session, run_id: str) -> str | None:
@@ -239,7 +248,7 @@ def interaction_page(session: Session, keys: Any, limit: int) -> Page[Interactio
         .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
         .order_by(*LISTED_ORDER)
     ).all()
-    items = [InteractionView(r[0], r[1]) for r in rows[:limit]]
+    items = team_views.fill(session, [InteractionView(r[0], r[1]) for r in rows[:limit]])
     last = items[-1].interaction if len(rows) > limit and items else None
     return Page(items, position_cursor(last.created_at, last.id, last.position) if last is not None else None)
 

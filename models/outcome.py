@@ -18,6 +18,9 @@ from pydantic import Field, TypeAdapter
 
 from models.jsonsafe import interaction_id
 
+# An escalation level: after so many seconds from the park, a target (its grants may answer) or named people.
+Escalation = tuple[float, str | Sequence[str]]
+
 
 @dataclass(frozen=True)
 class Question:
@@ -27,6 +30,13 @@ class Question:
     target: str
     expires_in: float | None = None
     sensitive: Sequence[str] = ()
+    # Teams (docs/teams.md): as Permission's but ``reject``; the continuation gets every response
+    # (``answers[key].responses``).
+    quorum: int = field(default=1, kw_only=True)
+    assignees: Sequence[str] = field(default=(), kw_only=True)
+    assignees_only: bool = field(default=False, kw_only=True)
+    remind_after: Sequence[float] = field(default=(), kw_only=True)
+    escalate: Sequence[Escalation] = field(default=(), kw_only=True)
     kind: Literal["question"] = field(default="question", kw_only=True)
 
 
@@ -38,6 +48,15 @@ class Permission:
     target: str
     expires_in: float | None = None
     request_id: str | None = None  # set by ctx.tool's preflight: deterministic for (call, action, resources)
+    # Teams (docs/teams.md): responses needed from distinct principals, who may answer (named approvers, on
+    # top of the target's grants or alone), reminders and escalation levels (seconds after the park); reject
+    # "unreachable": rejected only once ``quorum`` approvals can no longer come (else at the first rejection).
+    quorum: int = field(default=1, kw_only=True)
+    assignees: Sequence[str] = field(default=(), kw_only=True)
+    assignees_only: bool = field(default=False, kw_only=True)
+    remind_after: Sequence[float] = field(default=(), kw_only=True)
+    escalate: Sequence[Escalation] = field(default=(), kw_only=True)
+    reject: Literal["first", "unreachable"] = field(default="first", kw_only=True)
     kind: Literal["permission"] = field(default="permission", kw_only=True)
 
 
@@ -89,9 +108,23 @@ class InteractionSpec:
     sensitive: list[str] = field(default_factory=list)
     expires_in: float | None = None
     id: str | None = None  # a deterministic id chosen by the caller (tool permission requests)
+    # Teams (docs/teams.md), checked by models.checks.team_fields: ``team()`` is None when none is used.
+    quorum: int = 1
+    assignees: list[str] = field(default_factory=list)
+    assignees_only: bool = False
+    remind_after: list[float] = field(default_factory=list)
+    escalate: list[tuple[float, str | list[str]]] = field(default_factory=list)
+    reject: str = "first"
 
     def interaction_id(self, step_id: str) -> str:
         return self.id or interaction_id(step_id, self.key, self.kind, self.resources)
+
+    def team(self) -> dict[str, Any] | None:
+        """The options as the interaction's ``team`` column keeps them; ``None`` when none is used."""
+        team = {"assignees": self.assignees, "assignees_only": self.assignees_only, "reject": self.reject,
+                "remind_after": self.remind_after,
+                "escalate": [{"after": after, "to": to} for after, to in self.escalate]}  # fmt: skip
+        return team if self.assignees or self.remind_after or self.escalate or self.reject != "first" else None
 
 
 OutcomeJSON = Annotated[Outcome, Field(discriminator="type")]

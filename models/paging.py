@@ -8,7 +8,7 @@ from its range of an index ordered like the page, ``LIMIT n`` each (a ``LATERAL`
 pages are merged and cut to ``n``: the cost follows the keys and the page, never the table. A read with
 one key is that one range (an admin's list, a target filter); a read of one run's rows sorts that run's.
 
-The indexes (migrations 0012, 0014): interactions by (target, status, created_at, position, id) and
+The indexes (migrations 0012, 0015): interactions by (target, status, created_at, position, id) and
 (status, created_at, position, id), runs by (target, created_at, id) and (created_at, id).
 """
 

@@ -48,6 +48,12 @@ class InteractionKind(StrEnum):
     PERMISSION = "permission"
 
 
+class AnswererSource(StrEnum):
+    ASSIGNEE = "assignee"  # named by the wait at park
+    ESCALATION = "escalation"  # a level of the wait's escalation chain, answerable once reached
+    DELEGATE = "delegate"  # POST /v1/interactions/{id}/delegate
+
+
 class ContinuationStatus(StrEnum):
     READY = "ready"  # created due; claimed -> ready when a lease expires (sweep)
     CLAIMED = "claimed"  # ready -> claimed (a worker holds the lease)

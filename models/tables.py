@@ -131,8 +131,8 @@ class Run(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_by: Mapped[str | None] = mapped_column(String(64))  # the execution's id (projections compare it)
-    finished_on: Mapped[str | None] = mapped_column(String(200))  # "<node> pid <pid>": the process (0014)
-    title: Mapped[str | None] = mapped_column(String(200))  # what the run is about, as a step says (0014)
+    finished_on: Mapped[str | None] = mapped_column(String(200))  # "<node> pid <pid>": the process (0015)
+    title: Mapped[str | None] = mapped_column(String(200))  # what the run is about, as a step says (0015)
     warnings: Mapped[Any | None] = mapped_column(JSON)
     # Set with the canonical terminal event; cleared once every projection agrees with it.
     projection_pending: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -208,6 +208,14 @@ class Interaction(Base):
     continuation: Mapped[str | None] = mapped_column(String(200))  # the name@version its step resumes (0010)
     # Its place among the step's interactions as the Park declared them: lists order by (created_at, position, id).
     position: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    # Teams (docs/teams.md, 0016): responses needed, the static options, the escalation level and the timers.
+    quorum: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    team: Mapped[Any | None] = mapped_column(JSON)  # assignees_only, reject, remind_after, escalate
+    level: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    answered_level: Mapped[int | None] = mapped_column(Integer)
+    reminders: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    remind_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    escalate_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         UniqueConstraint("step_id", "key"),
@@ -232,9 +240,14 @@ class Interaction(Base):
             # Not implied by a query without the continuation: an answer's closing never scans this one.
             postgresql_where=text("status = 'pending' AND continuation IS NOT NULL"),
         ),
-        # Lists oldest first: per granted target and status, or per status (models/paging.py, 0012, 0014).
+        # Lists oldest first: per granted target and status, or per status (models/paging.py, 0012, 0015).
         Index("ix_interactions_target_listed", "target", "status", "created_at", "position", "id"),
         Index("ix_interactions_listed", "status", "created_at", "position", "id"),
+        # The sweep's reminders and escalations, by when each is due (models/store/timers.py, 0016).
+        *(
+            Index(f"ix_interactions_pending_{c}", c, postgresql_where=text(f"status = 'pending' AND {c} IS NOT NULL"))
+            for c in ("remind_at", "escalate_at")
+        ),
     )
 
 

@@ -106,3 +106,9 @@ class InvalidOutcome(OutcomeError):
     is kept."""
 
     code = "invalid_outcome"
+
+
+class InvalidDelegation(InvalidAnswer):
+    """Raised when a delegation names oneself or a principal who could never answer; nothing was stored."""
+
+    code = "invalid_delegation"

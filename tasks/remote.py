@@ -99,7 +99,15 @@ def _item(held: store.Leased, claim: store.Claim) -> Item:
     resume = row.kind == ContinuationKind.RESUME
     name, _, version = row.name.partition("@")
     answers = {
-        key: {"status": a.status, "value": a.value, "approved": a.approved, "answered_by": a.answered_by}
+        key: {
+            "status": a.status,
+            "value": a.value,
+            "approved": a.approved,
+            "answered_by": a.answered_by,
+            "responses": [
+                {"principal": r.principal, "value": r.value, "at": r.at, "level": r.level} for r in a.responses
+            ],
+        }
         for key, a in unsealed(claim.answers).items()
     }
     return Item(lease_id=held.lease_id, kind=row.kind, run_id=row.run_id, step_id=row.step_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 from collections.abc import Callable, Sequence
@@ -12,7 +13,6 @@ from models import jsonsafe, store
 from models.outcome import OUTCOME
 from models.status import ContinuationKind, PrincipalKind
 from models.store import Actor, Answer
-from models.tables import Principal
 from parkway.crash import crash_point
 from parkway.db import core_transaction, transaction
 from parkway.errors import (
@@ -53,6 +53,7 @@ __all__ = [
     "answer",
     "cancel",
     "continuation",
+    "delegate",
     "start_run",
     "step",
 ]
@@ -232,9 +233,9 @@ def start_run(
     return run_id
 
 
-def _principal(session: Any, name: str | Principal) -> Any:
+def _principal(session: Any, name: str | Actor) -> Any:
     """The principal by name, or as the caller already read it (the API authenticated it this request)."""
-    if isinstance(name, Principal):
+    if not isinstance(name, str):
         return name
     found = store.principal_by_name(session, name)
     if found is None:
@@ -272,6 +273,15 @@ def answer(interaction_id: str, value: Any, *, response_id: str, principal: str 
     crash_point("answer.after_commit")
     publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return receipt.as_dict()
+
+
+def delegate(interaction_id: str, to: str, *, principal: str | Actor, note: str | None = None) -> dict[str, Any]:
+    """Hand a pending wait to the person ``to`` as well (docs/teams.md): ``principal`` may answer it, or is
+    an admin. Returns ``{interaction_id, to, by, note, at}``; raises ``InvalidAnswer`` (to oneself, or to
+    one who could never answer), ``Conflict``/``Gone`` (the wait ended), ``Forbidden`` or ``NotFound``."""
+    with transaction() as session:
+        made = store.delegate(session, interaction_id, principal=_principal(session, principal), to=to, note=note)
+    return dataclasses.asdict(made)
 
 
 def cancel(

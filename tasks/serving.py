@@ -5,6 +5,7 @@ outcome are judged by (``sent_outcome``)."""
 from __future__ import annotations
 
 from models import store
+from models.checks import named
 from models.outcome import Outcome, Park, Permission
 from models.status import ContinuationKind
 from parkway.db import single_statement
@@ -32,8 +33,8 @@ def continuation_served(key: str) -> bool:
 def sent_outcome(outcome: Outcome, where: str) -> Outcome:
     """An outcome sent from outside Python (a remote worker's, or a park at a run's start), checked as a
     body's (``check_outcome``) against what the fleet serves: a ``Next`` to a step that is run, a ``Park`` on
-    a version a live worker serves, no permission ``request_id`` (Parkway's own). Raises ``InvalidOutcome``
-    (422, nothing stored)."""
+    a version a live worker serves naming only live people, no permission ``request_id`` (Parkway's own).
+    Raises ``InvalidOutcome`` (422, nothing stored)."""
     try:
         check_outcome(outcome, where, step_known=step_served)
     except WorkflowError as exc:
@@ -44,4 +45,18 @@ def sent_outcome(outcome: Outcome, where: str) -> Outcome:
         if not continuation_served(outcome.continuation):
             raise InvalidOutcome(f"continuation {outcome.continuation} is not served by any live worker",
                                  {"continuation": outcome.continuation})  # fmt: skip
+        problem = unknown_people(outcome)
+        if problem is not None:
+            raise InvalidOutcome(problem)
     return outcome
+
+
+def unknown_people(park: Park) -> str | None:
+    """A sentence naming the principals ``park``'s waits name (assignees, escalation levels) that are not live
+    people, who could never answer; ``None`` when there are none."""
+    names = named(park.interactions)
+    if not names:
+        return None
+    with single_statement() as conn:
+        missing = store.not_people(conn, names)
+    return f"Park names {', '.join(missing)}: not a live human or admin principal" if missing else None

@@ -16,7 +16,6 @@ from models.jsonsafe import storable_text
 from models.status import RUN_TERMINAL, ContinuationKind
 from models.store import Claim
 from parkway.crash import crash_point
-from parkway.crypto import join_sensitive
 from parkway.db import database_unavailable, failure_line, single_statement
 from parkway.errors import NotRegistered, WorkflowError
 from parkway.logs import bind, bound, in_context
@@ -34,7 +33,7 @@ from tasks.outcomes import (
 from tasks.projection import project_quietly, project_soon
 from tasks.publish import HANDED_ON, publish
 from tasks.sdk import Context
-from tasks.serving import step_served
+from tasks.serving import step_served, unknown_people
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 from tasks.tooltypes import PossiblyRan
 
@@ -111,7 +110,7 @@ def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
     with Keeper(hold):
         row = hold.claim.continuation
         try:
-            outcome = _served(_run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers), ctx)
+            outcome = _people(_served(_run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers), ctx))
         except Abandoned as why:
             return _abandoned(hold, str(why), extra)
         except DATABASE_ERRORS as exc:
@@ -231,9 +230,7 @@ def given_up(reason: str | None, run_id: str, extra: dict[str, Any]) -> str:
 def unsealed(answers: dict[str, Any]) -> dict[str, Any]:
     """Sensitive fields are decrypted only here, for the continuation that consumes them."""
     for item in answers.values():
-        if item.sealed is not None:
-            item.value = join_sensitive(item.value, item.sealed)
-            item.sealed = None
+        item.unseal()
     return answers
 
 
@@ -273,6 +270,13 @@ def _hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_o
     if to is not None:
         publish([(row.id, row.kind)], node=to, retry=False)
     return "handed on"
+
+
+def _people(outcome: Result) -> Result:
+    """A Park whose waits name principals (assignees, escalation levels) that are not live people fails with
+    a sentence naming them: they could never answer."""
+    problem = unknown_people(outcome) if isinstance(outcome, Park) else None
+    return outcome if problem is None else Fail(storable_text(problem))
 
 
 def _served(outcome: Result, ctx: Context) -> Result:

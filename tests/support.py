@@ -315,7 +315,8 @@ def start(workflow: str, payload: Any = None, **kwargs: Any) -> str:
 
 def pass_time(seconds: float) -> None:
     """As though ``seconds`` of the database's clock passed, for what the sweep judges by it: every live
-    continuation's publish time and lease, every pending question's expiry and creation, and every
+    continuation's publish time and lease, every pending question's expiry, creation and
+    team timers (reminders, escalation), and every
     worker's heartbeat and advertisement move back that much (a worker not heard from since is dead)."""
     delta = timedelta(seconds=seconds)
     with transaction() as session:
@@ -324,8 +325,10 @@ def pass_time(seconds: float) -> None:
                              "expires_at = expires_at - make_interval(secs => :s)"), back)  # fmt: skip
         session.execute(text("UPDATE advertised_versions SET last_seen_at = last_seen_at - make_interval(secs => :s)"),
                         back)  # fmt: skip
-        session.execute(text("UPDATE interactions SET created_at = created_at - make_interval(secs => :s) "
-                             "WHERE status = 'pending'"), back)  # fmt: skip
+        session.execute(text("UPDATE interactions SET created_at = created_at - make_interval(secs => :s), "
+                             "remind_at = remind_at - make_interval(secs => :s), "
+                             "escalate_at = escalate_at - make_interval(secs => :s) WHERE status = 'pending'"),
+                        back)  # fmt: skip
         for c in session.scalars(select(Continuation).where(Continuation.status.in_(["ready", "claimed"]))):
             c.enqueued_at = c.enqueued_at - delta if c.enqueued_at else None
             c.lease_expires_at = c.lease_expires_at - delta if c.lease_expires_at else None

@@ -83,7 +83,9 @@ def answer(principal: Principal, view: InteractionView, response_id: str, form: 
             exc.errors = _redacted(exc.errors, value, [str(s) for s in (interaction.sensitive or [])])
         return _outcome(exc, canceling=False), outcome_status(exc)
     ANSWERS.labels(outcome=receipt["status"]).inc()
-    if interaction.kind == InteractionKind.PERMISSION:
+    if receipt["status"] == InteractionStatus.PENDING:  # one response towards a quorum (docs/teams.md)
+        text = texts.RECORDED.format(prompt=prompt, quorum=interaction.quorum)
+    elif interaction.kind == InteractionKind.PERMISSION:
         text = (texts.APPROVED if receipt["status"] == InteractionStatus.ANSWERED else texts.REJECTED).format(
             prompt=prompt
         )
@@ -101,6 +103,19 @@ def _redacted(messages: list[str], value: Any, sensitive: list[str]) -> list[str
             message = message.replace(repr(secret), "'***'").replace(secret, "***")
         redacted.append(message)
     return redacted
+
+
+def delegate(principal: Principal, view: InteractionView, response_id: str, form: dict[str, str]) -> tuple[Notice, int]:
+    """ "Delegate" on a prompt: hand it to the person named in the form too (docs/teams.md)."""
+    interaction = view.interaction
+    to = form.get("to", "").strip()
+    note = form.get("note", "").replace("\x00", "").strip()[:2000] or None
+    try:
+        made = sdk.delegate(interaction.id, to, principal=principal.name, note=note)
+    except OutcomeError as exc:
+        return _outcome(exc, canceling=False), outcome_status(exc)
+    prompt = interaction.prompt or interaction.key
+    return Notice(True, texts.DELEGATED.format(prompt=prompt, to=made["to"]), run_id=interaction.run_id), 200
 
 
 def cancel(principal: Principal, view: InteractionView, response_id: str, form: dict[str, str]) -> tuple[Notice, int]:

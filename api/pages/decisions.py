@@ -103,6 +103,12 @@ def answer(request: Request, interaction_id: str, form: FormDep) -> Response:
     return answering.post(request, interaction_id, form, answering.answer)
 
 
+@router.post("/interactions/{interaction_id}/delegate")
+def delegate(request: Request, interaction_id: str, form: FormDep) -> Response:
+    """Hand this prompt to another person too, as the signed-in person (docs/teams.md)."""
+    return answering.post(request, interaction_id, form, answering.delegate)
+
+
 @router.post("/interactions/{interaction_id}/cancel")
 def cancel(request: Request, interaction_id: str, form: FormDep) -> Response:
     """Cancel the parked step of this interaction (and so its run), as the signed-in person."""

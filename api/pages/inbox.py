@@ -58,6 +58,18 @@ class Card:
         return self.view.interaction
 
     @property
+    def progress(self) -> str | None:
+        """What a quorum wait has and still needs: "2 of 3 approved: ana, bo" (None for a first-wins wait)."""
+        if self.i.quorum <= 1:
+            return None
+        if self.i.kind == InteractionKind.PERMISSION:
+            names = [r.principal for r in self.view.responses if (r.value or {}).get("approved")]
+            verb = "approved"
+        else:
+            names, verb = [r.principal for r in self.view.responses], "answered"
+        return f"{len(names)} of {self.i.quorum} {verb}" + (f": {', '.join(names)}" if names else "")
+
+    @property
     def decision(self) -> str:
         """How a closed interaction reads: a permission is approved or rejected, a question answered."""
         status = str(self.i.status)

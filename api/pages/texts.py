@@ -13,6 +13,8 @@ BAD_ID = "There is no prompt with that id."
 ANSWERED = "Answered “{prompt}”. The run resumes once every question of its step is settled."
 APPROVED = "Approved: {prompt}"
 REJECTED = "Rejected: {prompt}"
+RECORDED = "Your response to “{prompt}” is recorded; it needs {quorum} responses in all."
+DELEGATED = "Handed “{prompt}” to {to}: they may answer it now (you still may too)."
 CANCELED = "Canceled. The run {run} and every question still open in its step are canceled."
 
 CONFLICT = "Too late: this prompt was already {status}{by}. Your answer was not recorded."

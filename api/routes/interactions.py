@@ -28,6 +28,8 @@ from api.schemas import (
     AnswerReceiptOut,
     CancelIn,
     CancelReceiptOut,
+    DelegateIn,
+    DelegationReceiptOut,
     InteractionOut,
     InteractionPage,
 )
@@ -120,6 +122,20 @@ def _answer(interaction_id: str, body: AnswerIn, token: str | None) -> dict[str,
 def cancel(interaction_id: InteractionId, body: CancelIn, principal: PrincipalDep) -> dict[str, Any]:
     try:
         return sdk.cancel(interaction_id, response_id=body.response_id, principal=principal, reason=body.reason)
+    except OutcomeError as exc:
+        raise _authoritative(exc) from None
+
+
+@router.post(
+    "/{interaction_id}/delegate",
+    response_model=DelegationReceiptOut,
+    operation_id="delegate_interaction",
+    summary="Hand a pending wait to another person too (who may answer it, or an admin); the delegator keeps access",
+    responses=documented(401, 403, 404, 409, 410, 413, 422, models=errors.INTERACTION_OUTCOMES),
+)
+def delegate(interaction_id: InteractionId, body: DelegateIn, principal: PrincipalDep) -> dict[str, Any]:
+    try:
+        return sdk.delegate(interaction_id, body.to, principal=principal, note=body.note)
     except OutcomeError as exc:
         raise _authoritative(exc) from None
 

@@ -11,7 +11,7 @@ store.answer(...)``).
 
 from models.jsonsafe import canonical_json, interaction_id
 from models.outcome import InteractionSpec
-from models.store.answering import AnswerReceipt, Expiry, answer, expire_due
+from models.store.answering import AnswerReceipt, Expiry, expire_due
 from models.store.claims import (
     Answer,
     Claim,
@@ -71,6 +71,7 @@ from models.store.projections import (
     lock_run_for_projection,
     record_schedule_history,
 )
+from models.store.quorum import answer
 from models.store.reviews import (
     interrupt_review,
     interrupt_stranded_reviews,
@@ -92,6 +93,8 @@ from models.store.sweep import (
     release_expired_claim,
     release_expired_claims,
 )
+from models.store.teams import Delegation, delegate, not_people
+from models.store.timers import escalate_due, remind_due
 from models.store.webhooks import (
     DeliveryLine,
     advance,
@@ -122,6 +125,7 @@ __all__ = [
     "Committed",
     "Completion",
     "Dead",
+    "Delegation",
     "DeliveryLine",
     "Due",
     "Executor",
@@ -161,9 +165,11 @@ __all__ = [
     "create_principal",
     "create_run",
     "create_webhook",
+    "delegate",
     "delete_webhook",
     "due_webhooks",
     "erase_secrets",
+    "escalate_due",
     "event_row",
     "expirable_interactions",
     "expire_due",
@@ -187,6 +193,7 @@ __all__ = [
     "mark_revocation_swept",
     "new_id",
     "next_step",
+    "not_people",
     "outstanding_leases",
     "park",
     "principal_by_name",
@@ -202,6 +209,7 @@ __all__ = [
     "release_claim",
     "release_expired_claim",
     "release_expired_claims",
+    "remind_due",
     "renew_lease",
     "replay",
     "review_progress",

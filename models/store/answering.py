@@ -47,12 +47,12 @@ _OF_THE_STEP = INTER.c.step_id == bindparam("sid")
 _ANSWER_READS = tuple(
     INTER.c[name]
     for name in ("id", "run_id", "step_id", "key", "kind", "schema", "sensitive", "target", "status", "expires_at",
-                 "response_id", "response_digest", "answered_by_id", "answered_at")
+                 "response_id", "response_digest", "answered_by_id", "answered_at", "quorum", "level")
 )  # fmt: skip
 
 
 # The step's continuation name is read too, for the event of the continuation this answer may make due.
-_INTERACTION_LOCKED = InteractionRead(
+ANSWER_LOCKED = InteractionRead(
     lambda principal_id: locking(interaction_read(principal_id, _ANSWER_READS)).add_columns(
         STEP.c.continuation.label("step_continuation")
     )
@@ -156,6 +156,7 @@ _ANSWER = (
         answered_by_id=bindparam("by"),
         answered_at=_ANSWERED_AT,
         closed_at=_ANSWERED_AT,
+        answered_level=INTER.c.level,  # the escalation level the decision came at
     )
 )
 
@@ -165,29 +166,20 @@ _ANSWER_AND_MAKE_DUE = DriverStatement(
 )
 
 
-def answer(
-    session: Executor,
-    interaction_id_: str,
-    *,
-    value: Any,
-    response_id: str,
-    response_digest: str,
-    principal: Actor | str,
+def answer_first(
+    session: Executor, interaction: Row[Any], principal: Actor, value: Any, response_id: str, response_digest: str
 ) -> AnswerReceipt:
-    """pending -> answered|rejected, first response wins; an exact retry (same ``response_id`` and
-    digest) returns the first receipt. Losing raises the authoritative state: ``Conflict`` (another
-    response won), ``Gone`` (the wait ended unanswered); ``NotFound``, then ``WrongKind``/``Forbidden``
-    (as ``authorize``), then ``InvalidAnswer`` come before anything is written; a ``principal`` given by
-    name is read with the interaction (``Forbidden`` before all of those when no live principal has it).
-    ``continuation`` of the receipt is set when this was the step's last pending interaction (``None``:
-    others still pending).
+    """pending -> answered|rejected, first response wins, for ``interaction`` as ``answer`` read it (the step's
+    lock held); an exact retry (same ``response_id`` and digest) returns the first receipt. Losing raises the
+    authoritative state: ``Conflict`` (another response won), ``Gone`` (the wait ended unanswered);
+    ``InvalidAnswer`` comes before anything is written. ``continuation`` of the receipt is set when this was
+    the step's last pending interaction (``None``: others still pending).
 
-    Two statements: the read that takes the step's lock (the value is validated and sealed against what it
-    read), then the CAS with all it implies and the events (``closing_makes_due``). They cannot be one: a
-    statement's snapshot predates its wait for the lock, so an answer to a sibling committed meanwhile would
-    still look pending, and neither answer would make the step due.
+    One statement after the read: the CAS with all it implies and the events (``closing_makes_due``). They
+    cannot be one: a statement's snapshot predates its wait for the lock, so an answer to a sibling committed
+    meanwhile would still look pending, and neither answer would make the step due.
     """
-    interaction, principal = read_interaction(session, _INTERACTION_LOCKED, interaction_id_, principal, "answer")
+    interaction_id_ = interaction.id
     settled = _settled_answer(interaction, response_id, response_digest, principal)
     if settled is not None:
         return settled
@@ -197,23 +189,8 @@ def answer(
     new_status = InteractionStatus.ANSWERED
     if interaction.kind == InteractionKind.PERMISSION and not value.get("approved"):
         new_status = InteractionStatus.REJECTED
-    now = utcnow()
-    answered = event_row(
-        interaction.run_id,
-        "interaction.answered" if new_status == InteractionStatus.ANSWERED else "interaction.rejected",
-        interaction_id=interaction.id,
-        step_id=interaction.step_id,
-        key=interaction.key,
-        kind=interaction.kind,
-        target=interaction.target,
-        status=new_status.value,
-        answered_by=principal.name,
-    )
-    due, params = due_params(interaction.run_id, interaction.step_id, interaction.step_continuation, answered)
-    params.update(iid=interaction.id, to=new_status.value, val=stored_value, sealed=secret, rsp=response_id,
-                  digest=response_digest, by=principal.id, at=now)  # fmt: skip
-    combined = _ANSWER_AND_MAKE_DUE.first(session, params)
-    if combined is None:
+    decision = Decision(new_status, stored_value, secret, response_id, response_digest, utcnow())
+    if close(session, interaction, principal, decision) is None:
         # The read's snapshot predates its wait for the step's lock: another answer, a cancel or an expiry
         # may have committed meanwhile, or the run ended. Read again, the lock held, and say which.
         interaction, _ = read_interaction(session, INTERACTION, interaction_id_, principal, "answer")
@@ -221,7 +198,47 @@ def answer(
         if settled is not None:
             return settled
         raise Conflict(f"interaction {interaction.id} was answered concurrently")  # pragma: no cover
-    return AnswerReceipt(new_status.value, response_id, now, made_due(combined, due))
+    return AnswerReceipt(new_status.value, response_id, decision.at, decision.due)
+
+
+@dataclass
+class Decision:
+    """The response that closes a wait (``close``): its status, the value as stored, the sealed part."""
+
+    status: InteractionStatus
+    value: Any
+    sealed: str | None
+    response_id: str
+    digest: str
+    at: datetime
+    due: Due | None = None  # set by ``close`` when it made the step's continuation due
+
+
+def close(session: Executor, interaction: Row[Any], principal: Actor, decision: Decision, **data: Any) -> Any:
+    """pending -> answered|rejected with ``decision``, and the step made due when this was its last pending
+    interaction (``closing_makes_due``), its event carrying ``data`` too; the statement's row, or ``None``
+    when the CAS lost (nothing written)."""
+    status = decision.status
+    answered = event_row(
+        interaction.run_id,
+        "interaction.answered" if status == InteractionStatus.ANSWERED else "interaction.rejected",
+        interaction_id=interaction.id,
+        step_id=interaction.step_id,
+        key=interaction.key,
+        kind=interaction.kind,
+        target=interaction.target,
+        status=status.value,
+        answered_by=principal.name,
+        **({"level": interaction.level} if interaction.level else {}),
+        **data,
+    )
+    due, params = due_params(interaction.run_id, interaction.step_id, interaction.step_continuation, answered)
+    params.update(iid=interaction.id, to=status.value, val=decision.value, sealed=decision.sealed,
+                  rsp=decision.response_id, digest=decision.digest, by=principal.id, at=decision.at)  # fmt: skip
+    row = _ANSWER_AND_MAKE_DUE.first(session, params)
+    if row is not None:
+        decision.due = made_due(row, due)
+    return row
 
 
 def _settled_answer(

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Connection, Row, and_, bindparam, exists, func, or_, select, update
+from sqlalchemy import Boolean, Connection, Row, and_, bindparam, case, exists, func, or_, select, update
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
 from models.status import ContinuationStatus, InteractionKind, InteractionStatus, PrincipalKind, ReviewStatus
 from models.store.driver import DriverStatement
-from models.store.sql import CONT, GRANT, INTER, PRIN, REV, RUN, STEP, Executor, word
+from models.store.sql import CONT, GRANT, INTER, PRIN, RESP, REV, RUN, STEP, Executor, word
+from parkway.crypto import join_sensitive
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,17 @@ _CLAIM = (
 )
 
 _ANSWERER = PRIN.alias("answerer")
+_RESPONDER = PRIN.alias("responder")
+# A quorum wait's responses in the order they came (each principal's sealed part is in the interaction's).
+_RESPONSES = (
+    select(func.json_agg(aggregate_order_by(
+        func.json_build_object("principal", _RESPONDER.c.name, "value", RESP.c.value, "at", RESP.c.at,
+                               "level", RESP.c.level, "pid", RESP.c.principal_id),
+        RESP.c.at)))
+    .select_from(RESP.join(_RESPONDER, _RESPONDER.c.id == RESP.c.principal_id))
+    .where(RESP.c.interaction_id == INTER.c.id)
+    .scalar_subquery()
+)  # fmt: skip
 _CLAIMED_COLUMNS = ("id", "run_id", "step_id", "kind", "name", "attempts")
 
 
@@ -103,6 +117,9 @@ def _claim_context(claimed: Any = None) -> Any:
         INTER.c.value.label("i_value"),
         INTER.c.secret.label("i_secret"),
         _ANSWERER.c.name.label("i_answered_by"),
+        INTER.c.answered_at.label("i_answered_at"),
+        INTER.c.answered_level.label("i_answered_level"),
+        case((INTER.c.quorum > 1, _RESPONSES), else_=None).label("i_responses"),
     ]
     joined = (
         STEP.join(RUN, RUN.c.id == STEP.c.run_id)
@@ -183,7 +200,8 @@ def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]])
             status=i.i_status,
             value=i.i_value if i.i_status in answered else None,
             answered_by=i.i_answered_by,
-            sealed=i.i_secret if i.i_status == InteractionStatus.ANSWERED else None,
+            sealed=i.i_secret if i.i_status == InteractionStatus.ANSWERED or i.i_responses else None,
+            responses=_responses(i),
         )
         for i in rows
         if i.i_key is not None
@@ -198,6 +216,16 @@ def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]])
         review_running=bool(row.review_running),
         answers=answers,
     )
+
+
+def _responses(i: Row[Any]) -> list[Response]:
+    """Every response to the interaction: a quorum wait's rows, or the one answer of any other."""
+    if i.i_responses is not None:
+        return [Response(r["principal"], r["value"], datetime.fromisoformat(r["at"]), r["level"], r["pid"])
+                for r in i.i_responses]  # fmt: skip
+    if i.i_answered_by is None or i.i_status not in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
+        return []
+    return [Response(i.i_answered_by, i.i_value, i.i_answered_at, i.i_answered_level or 0)]
 
 
 def renew_lease(session: Executor, continuation_id: str, *, execution_id: str, lease_s: float) -> datetime | None:
@@ -255,6 +283,17 @@ def holds_live_claim(session: Executor, execution_id: str) -> bool:
 
 
 @dataclass
+class Response:
+    """One principal's response to an interaction, as a continuation sees it."""
+
+    principal: str
+    value: Any
+    at: datetime
+    level: int = 0  # the escalation level of the wait when it came
+    principal_id: str | None = field(default=None, repr=False)
+
+
+@dataclass
 class Answer:
     """What a continuation sees of one interaction."""
 
@@ -264,6 +303,24 @@ class Answer:
     value: Any
     answered_by: str | None
     sealed: str | None = field(default=None, repr=False)
+    responses: list[Response] = field(default_factory=list)  # every response (a quorum wait's), in order
+
+    def unseal(self) -> None:
+        """Join the sensitive fields back into the value (and each response's), for the continuation
+        that consumes them; a quorum wait keeps each principal's sealed part under its id."""
+        if self.sealed is None:
+            return
+        if not self.sealed.startswith("{"):  # one answer's sealed token
+            self.value = join_sensitive(self.value, self.sealed)
+            for response in self.responses:
+                response.value = self.value
+        else:
+            tokens = json.loads(self.sealed)
+            for response in self.responses:
+                response.value = join_sensitive(response.value, tokens.get(response.principal_id or ""))
+            if self.status == InteractionStatus.ANSWERED and self.responses:
+                self.value = self.responses[-1].value  # the deciding response's
+        self.sealed = None
 
     @property
     def approved(self) -> bool:

@@ -29,6 +29,7 @@ from models.store.runs import (
 )
 from models.store.sql import CONT, INTER, STEP, bp, word
 from models.store.steps import next_step_ctes, next_step_params, park_ctes, park_params
+from models.store.teams import name_answerers
 
 # claimed -> consumed, only by the execution holding a live lease (``:eid``, ``live_claim``).
 CONSUME = (
@@ -206,4 +207,5 @@ def consume_and_park(
         return False
     if row.parked is None:  # pragma: no cover - the step is not running (interrupted meanwhile): roll back
         raise RuntimeError(f"step {step.id} is not running; cannot park")
+    name_answerers(session, params["new_sid"], interactions)
     return True

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Row, String, bindparam, case, cast, exists, select, true, update
+from sqlalchemy import Row, String, and_, bindparam, case, cast, exists, or_, select, true, update
 
 from models.base import utcnow
 from models.clock import db_now
@@ -18,7 +18,7 @@ from models.store.driver import DriverStatement
 from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
 from models.store.principals import ANSWERERS, Actor, PrincipalRef, live_named, unknown_principal
 from models.store.runs import FINISH_STEP, finish_run_update, finished_by, history_of
-from models.store.sql import GRANT, INTER, PRIN, RUN, STEP, Executor, bp, word, words
+from models.store.sql import ANSWERER, GRANT, INTER, PRIN, RUN, STEP, Executor, bp, word, words
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
 
 
@@ -45,17 +45,33 @@ def _live_grant(principal_id: Any, target: Any) -> Any:
     return exists().where(*granted).correlate_except(GRANT)
 
 
+def may_answer(principal_id: Any, *, every_level: bool = False) -> Any:
+    """Whether ``principal_id`` may act on the interaction (of the enclosing read) as a person: a live grant
+    on its target (unless its assignees alone may answer), or a row of its answerers that names it or a
+    target it holds a live grant on: an assignee, a delegate, an escalation level reached (``every_level``:
+    any level, reached or not). The first test decides a wait with no team options, as before."""
+    only_assignees = INTER.c.team["assignees_only"].as_boolean().is_(True)
+    level = true() if every_level else ANSWERER.c.level <= INTER.c.level
+    named = exists().where(
+        ANSWERER.c.interaction_id == INTER.c.id,
+        level,
+        or_(ANSWERER.c.principal_id == principal_id,
+            and_(ANSWERER.c.target.is_not(None), _live_grant(principal_id, ANSWERER.c.target))),
+    )  # fmt: skip
+    return or_(and_(_live_grant(principal_id, INTER.c.target), ~only_assignees), named)
+
+
 def interaction_read(principal_id: Any, columns: Sequence[Any] = (INTER,)) -> Any:
     """The interaction ``:iid`` (``columns`` of it), its run's status, whether its deadline has passed by the
-    database's clock, who answered it, and whether ``principal_id`` holds a live grant on its target: one
-    read."""
+    database's clock, who answered it, and whether ``principal_id`` may act on it as a person
+    (``may_answer``): one read."""
     return (
         select(
             *columns,
             RUN.c.status.label("run_status"),
             (INTER.c.expires_at <= db_now()).label("expired"),
             select(PRIN.c.name).where(PRIN.c.id == INTER.c.answered_by_id).scalar_subquery().label("answered_by"),
-            _live_grant(principal_id, INTER.c.target).label("granted"),
+            may_answer(principal_id).label("granted"),
         )
         .join(RUN, RUN.c.id == INTER.c.run_id)
         .where(INTER.c.id == bindparam("iid"))
@@ -147,7 +163,8 @@ def authorize(interaction: Row[Any], principal: Actor, act: Act) -> None:
             )
         return
     if not interaction.granted:
-        raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target}")
+        raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target} and is not"
+                        f" named by interaction {interaction.id}")  # fmt: skip
 
 
 def refuse_ended_wait(interaction: Row[Any]) -> None:
@@ -208,6 +225,7 @@ def _cancel() -> Any:
         .values(
             status=InteractionStatus.CANCELED.value,
             closed_at=bp("at", INTER.c.closed_at),
+            secret=None,  # a quorum wait's responses so far may hold sealed values
             reason=_WHY,
             response_id=case((target, bindparam("rsp")), else_=INTER.c.response_id),
             response_digest=case((target, bindparam("digest")), else_=INTER.c.response_digest),
@@ -219,7 +237,7 @@ def _cancel() -> Any:
     won = exists(select(closed.c.id))
     step = FINISH_STEP.where(won).returning(STEP.c.id, STEP.c.name).cte("step_ended")
     ended = finish_run_update(bindparam("rid")).where(won).cte("run_ended")
-    # The closed interactions were pending and hold no sealed value: the two updates never share a row.
+    # The closed interactions were pending and are erased as they close: the two updates never share a row.
     erased = (
         update(INTER)
         .where(

@@ -34,14 +34,17 @@ def _interrupting(run_id: Any, gate: Any, *first_events: Any, why: Any = _WHY) -
     won = exists(select(ended.c.id))
     history = history_of(ended)
     pending = INTER.c.status == word(InteractionStatus.PENDING)
-    # A pending interaction holds no sealed value: the two updates never touch the same row.
+    # A pending interaction is erased as it closes (a quorum wait's responses so far may hold sealed values):
+    # the two updates never touch the same row.
     erased = (
         update(INTER).where(INTER.c.run_id == run_id, INTER.c.secret.is_not(None), ~pending, won).values(secret=None)
     ).cte("erased")
     closed = (
         update(INTER)
         .where(INTER.c.run_id == run_id, pending, won)
-        .values(status=InteractionStatus.INTERRUPTED.value, closed_at=bp("at", INTER.c.closed_at), reason=why)
+        .values(
+            status=InteractionStatus.INTERRUPTED.value, closed_at=bp("at", INTER.c.closed_at), reason=why, secret=None
+        )
         .returning(*(INTER.c[name] for name in CLOSED_COLUMNS))
         .cte("closed")
     )

@@ -23,6 +23,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, ScheduleHistory, Step
+from models.team_tables import InteractionAnswerer, InteractionResponse
 
 
 def new_id() -> str:
@@ -59,6 +60,8 @@ GRANT = cast(Table, Grant.__table__)
 INTER = cast(Table, Interaction.__table__)
 REV = cast(Table, Review.__table__)
 HIST = cast(Table, ScheduleHistory.__table__)
+RESP = cast(Table, InteractionResponse.__table__)
+ANSWERER = cast(Table, InteractionAnswerer.__table__)
 
 
 def bp(name: str, column: Any) -> Any:

@@ -22,6 +22,7 @@ from models.store.driver import DriverStatement
 from models.store.events import event_params, event_row, events_if
 from models.store.runs import Due, StepLike, ready_continuation
 from models.store.sql import CONT, INTER, RUN, STEP, bp, new_id, word, words
+from models.store.teams import name_answerers
 
 _AT = bp("at", STEP.c.updated_at)
 _STEP_REF = ("id", "run_id", "name", "payload", "snapshot")  # as StepRef's fields
@@ -111,10 +112,24 @@ def _asked(parked: Any, k: int) -> Any:
         db_now(),
         bp("cont", INTER.c.continuation),
         literal(k, INTER.c.position.type),  # its place in the Park: the step's prompts are listed in this order
+        db_now(f"i{k}_remind_in"),  # the first reminder and escalation (NULL: none), as the expiry
+        db_now(f"i{k}_escalate_in"),
     ).select_from(parked)
 
 
-_SPEC_COLUMNS = ("id", "key", "kind", "prompt", "schema", "action", "resources", "sensitive", "target")
+_SPEC_COLUMNS = (
+    "id",
+    "key",
+    "kind",
+    "prompt",
+    "schema",
+    "action",
+    "resources",
+    "sensitive",
+    "target",
+    "quorum",
+    "team",
+)
 _INTERACTION_COLUMNS = [
     *_SPEC_COLUMNS,
     "run_id",
@@ -124,6 +139,8 @@ _INTERACTION_COLUMNS = [
     "created_at",
     "continuation",
     "position",
+    "remind_at",
+    "escalate_at",
 ]
 
 
@@ -177,7 +194,9 @@ def park_params(
         iid = spec.interaction_id(parking)
         values = {"id": iid, "key": spec.key, "kind": spec.kind, "prompt": spec.prompt, "schema": spec.schema,
                   "action": spec.action, "resources": spec.resources, "sensitive": list(spec.sensitive),
-                  "target": spec.target, "expires_in": spec.expires_in or None}  # fmt: skip
+                  "target": spec.target, "expires_in": spec.expires_in or None, "quorum": spec.quorum,
+                  "team": spec.team(), "remind_in": spec.remind_after[0] if spec.remind_after else None,
+                  "escalate_in": spec.escalate[0][0] if spec.escalate else None}  # fmt: skip
         params.update({f"i{k}_{name}": value for name, value in values.items()})
         events.append(event_row(run_id, "interaction.asked", interaction_id=iid, step_id=parking, key=spec.key,
                                 kind=spec.kind, target=spec.target))  # fmt: skip
@@ -210,4 +229,5 @@ def park(
     row = _park(len(interactions), from_continuation).first(session, {**params, **event_params(events)})
     if row is None:  # pragma: no cover - the consume CAS already proved this execution owns the step
         raise RuntimeError(f"step {step.id} is not running; cannot park")
+    name_answerers(session, params["new_sid"], interactions)
     return StepRef(*row)

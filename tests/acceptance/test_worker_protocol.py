@@ -193,6 +193,39 @@ def test_unserved_start_or_park__422_naming_it__nothing_stored(proto: Proto) -> 
     assert listed == []
 
 
+def test_park_from_outside_with_team_options__quorum_of_two__item_lists_each_response(proto: Proto) -> None:
+    # Issue 34 item 7: the HTTP outcome expresses a team's wait (docs/teams.md) as the Python SDK does.
+    made = proto.call("POST", "/v1/principals", "admin", {"kind": "human", "name": "proto-bo"})
+    assert made.status_code == 201, made.text
+    bo = {"Authorization": f"Bearer {made.json()['token']}"}  # named, not granted on the target
+    nobody = {**QUESTION, "quorum": 2, "assignees": ["proto-ghost"]}
+    body = {"workflow": "proto.outside", "target": TARGET, "park": {"continuation": DECIDE, "interactions": [nobody]}}
+    refused = proto.call("POST", "/v1/runs", "agent", body, headers={"Idempotency-Key": uuid.uuid4().hex})
+    assert refused.status_code == 422 and "proto-ghost" in refused.json()["detail"], refused.text
+    team = {**QUESTION, "quorum": 2, "assignees": ["proto-bo"], "escalate": [[3600, "team:leads"]],
+            "expires_in": 7200}  # fmt: skip
+    run_id = proto.park(interactions=[team])
+    (asked,) = proto.run(run_id)["interactions"]
+    wait = proto.call("GET", f"/v1/interactions/{asked['id']}", "human").json()
+    escalated = [{"after": 3600.0, "to": "team:leads"}]
+    assert (wait["quorum"], wait["assignees"], wait["escalate"]) == (2, ["proto-bo"], escalated)
+
+    first = proto.call("POST", f"/v1/interactions/{asked['id']}/answer", "human",
+                       {"response_id": uuid.uuid4().hex, "value": {"code": "111", "note": "one"}})  # fmt: skip
+    assert (first.status_code, first.json()["status"]) == (200, "pending"), first.text
+    by_bo = {"response_id": uuid.uuid4().hex, "value": {"code": "222", "note": "two"}}
+    second = proto.http.post(f"/v1/interactions/{asked['id']}/answer", headers=bo, json=by_bo)
+    assert (second.status_code, second.json()["status"]) == (200, "answered"), second.text
+
+    item = proto.lease_one(run_id)
+    otp = item["answers"]["otp"]
+    assert (otp["status"], otp["answered_by"], otp["value"]) == ("answered", "proto-bo", by_bo["value"])
+    assert [(r["principal"], r["value"], r["level"]) for r in otp["responses"]] == [
+        ("proto-human", {"code": "111", "note": "one"}, 0), ("proto-bo", by_bo["value"], 0)]  # fmt: skip
+    assert proto.complete(item["lease_id"], {"type": "complete"}).status_code == 200
+    assert "interaction.responded" in event_types(run_id)
+
+
 def test_lease_abandoned__re_leased_after_expiry_with_attempt_2__late_completion_409__completed_once(
     proto: Proto,
 ) -> None:

@@ -262,6 +262,10 @@ def schemathesis(server: ApiServer, token: str, *filters: str, examples: int, lo
         # and the bad values that matter here (surrogates, NUL, non-finite numbers, depth) are what the
         # Hypothesis test above sends to every operation.
         "--phases", "examples,fuzzing,stateful",
+        # A POST /v1/runs body (a park's interactions, with the team options of issue 34) is the slowest to
+        # generate: on a loaded machine Hypothesis's too_slow check failed the run (-n 3, after the merge of
+        # h-teams). Generation speed says nothing of the server (the Hypothesis test above suppresses all).
+        "--suppress-health-check", "too_slow",
         *filters,
     ]  # fmt: skip
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)

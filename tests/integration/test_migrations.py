@@ -28,6 +28,7 @@ from models.tables import (
     Step,
     ToolCall,
 )
+from models.team_tables import InteractionAnswerer, InteractionResponse
 from models.webhook_tables import Webhook
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.errors import SchemaMismatch
@@ -181,6 +182,8 @@ DATABASE_ENUMS: dict[tuple[str, str], Iterable[str]] = {
     ("tool_calls", "replay"): st.ToolReplay,
     ("schedule_history", "status"): st.RUN_TERMINAL,  # a projection of a terminal run only
     ("webhooks", "status"): st.WebhookStatus,
+    ("interaction_responses", "status"): st.InteractionStatus,
+    ("interaction_answerers", "source"): st.AnswererSource,
 }
 
 
@@ -251,6 +254,14 @@ def test_status_columns__refuse_a_word_the_enums_do_not_name(fresh_db: str) -> N
                 Webhook(id="w", url="u", events=["*"], secret_sealed="x", status="active", cursor=0, due_at=utcnow()),
             ]
         )
+        session.flush()
+        session.add_all(
+            [
+                InteractionResponse(interaction_id="i", principal_id="p", response_id="r", response_digest="d",
+                                    status="pending", level=0),
+                InteractionAnswerer(interaction_id="i", source="assignee", principal_id="p"),
+            ]
+        )  # fmt: skip
 
     # Then inserting a run with a word no enum names (here a legacy one, normalized by 0009) is refused
     with pytest.raises(IntegrityError), transaction() as session:

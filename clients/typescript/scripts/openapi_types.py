@@ -47,6 +47,8 @@ def ts_type(schema: Any, indent: str = "") -> str:
     kind = schema.get("type")
     if isinstance(kind, list):
         return " | ".join(ts_type({**schema, "type": k}, indent) for k in kind)
+    if kind == "array" and "prefixItems" in schema:  # a fixed pair (a Python tuple): [A, B]
+        return "[" + ", ".join(ts_type(s, indent) for s in schema["prefixItems"]) + "]"
     if kind == "array":
         item = ts_type(schema.get("items", {}), indent)
         return f"Array<{item}>"

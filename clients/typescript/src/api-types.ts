@@ -17,10 +17,13 @@ export type AnswerOut = {
   /** true only for an approved permission */
   approved: boolean;
   answered_by: string | null;
+  /** every response in order (a quorum wait's: docs/teams.md; else the one answer), values as `value` */
+  responses: Array<ResponseOut>;
 };
 
 export type AnswerReceiptOut = {
-  status: "answered" | "rejected";
+  /** "pending": a response recorded towards a quorum that it did not reach (docs/teams.md) */
+  status: "answered" | "rejected" | "pending";
   response_id: string;
   answered_at: string;
 };
@@ -63,6 +66,31 @@ export type ContinuationEventData = {
   reason?: string | null;
 };
 
+export type DelegateIn = {
+  /** the delegate's principal name */
+  to: string;
+  note?: string | null;
+};
+
+export type DelegationOut = {
+  /** the delegate, who may answer from then on */
+  to: string;
+  /** who delegated (the delegator keeps access) */
+  by: string;
+  note: string | null;
+  at: string;
+};
+
+export type DelegationReceiptOut = {
+  /** the delegate, who may answer from then on */
+  to: string;
+  /** who delegated (the delegator keeps access) */
+  by: string;
+  note: string | null;
+  at: string;
+  interaction_id: string;
+};
+
 export type DeliveryOut = {
   seq: number;
   attempt: number;
@@ -84,6 +112,13 @@ export type ErrorBody = {
   error: string;
   /** a sentence for people */
   detail: string;
+};
+
+export type EscalationOut = {
+  /** seconds after the park */
+  after: number;
+  /** a target whose grants may then answer, or principals by name */
+  to: string | Array<string>;
 };
 
 export type EventPage = {
@@ -145,7 +180,7 @@ export type InteractionEvent = {
   seq: number;
   run_id: string;
   at: string;
-  type: "interaction.asked" | "interaction.answered" | "interaction.rejected" | "interaction.canceled" | "interaction.expired" | "interaction.interrupted";
+  type: "interaction.asked" | "interaction.answered" | "interaction.rejected" | "interaction.canceled" | "interaction.expired" | "interaction.interrupted" | "interaction.responded" | "interaction.delegated" | "interaction.reminded" | "interaction.escalated";
   data: InteractionEventData;
 };
 
@@ -163,6 +198,19 @@ export type InteractionEventData = {
   answered_by?: string | null;
   canceled_by?: string | null;
   reason?: string | null;
+  /** interaction.responded: who responded */
+  principal?: string | null;
+  /** responses so far, of quorum */
+  responses?: number | null;
+  quorum?: number | null;
+  /** the escalation level (reached, or the decision's) */
+  level?: number | null;
+  /** interaction.delegated: the delegator */
+  by?: string | null;
+  /** interaction.delegated: the delegate; .escalated: the level's target */
+  to?: unknown;
+  /** interaction.reminded: its number, from 1 */
+  reminder?: number | null;
 };
 
 /** 410 on an answer or cancel: the wait ended without an answer; ``state`` says how, and the run's status. */
@@ -195,6 +243,23 @@ export type InteractionOut = {
   created_at: string;
   closed_at: string | null;
   reason: string | null;
+  /** responses from distinct principals it needs (1: the first response wins) */
+  quorum: number;
+  /** every response so far, in order; sensitive fields as *** */
+  responses: Array<ResponseOut>;
+  /** the escalation level reached (0: none yet) */
+  level: number;
+  /** the level at which the decision came */
+  answered_level: number | null;
+  /** the principals it names as answerers */
+  assignees: Array<string>;
+  /** only those it names may answer (not the target's grants) */
+  assignees_only: boolean;
+  /** its escalation chain; level k is escalate[k-1] */
+  escalate: Array<EscalationOut>;
+  delegations: Array<DelegationOut>;
+  /** interaction.reminded events written so far */
+  reminders: number;
 };
 
 export type InteractionPage = {
@@ -226,6 +291,23 @@ export type InteractionState = {
   created_at: string;
   closed_at: string | null;
   reason: string | null;
+  /** responses from distinct principals it needs (1: the first response wins) */
+  quorum: number;
+  /** every response so far, in order; sensitive fields as *** */
+  responses: Array<ResponseOut>;
+  /** the escalation level reached (0: none yet) */
+  level: number;
+  /** the level at which the decision came */
+  answered_level: number | null;
+  /** the principals it names as answerers */
+  assignees: Array<string>;
+  /** only those it names may answer (not the target's grants) */
+  assignees_only: boolean;
+  /** its escalation chain; level k is escalate[k-1] */
+  escalate: Array<EscalationOut>;
+  delegations: Array<DelegationOut>;
+  /** interaction.reminded events written so far */
+  reminders: number;
   run_status: "running" | "waiting" | "completed" | "failed" | "canceled" | "interrupted";
 };
 
@@ -300,6 +382,12 @@ export type Permission = {
   target: string;
   expires_in?: number | null;
   request_id?: string | null;
+  quorum?: number;
+  assignees?: Array<string>;
+  assignees_only?: boolean;
+  remind_after?: Array<number>;
+  escalate?: Array<[number, string | Array<string>]>;
+  reject?: "first" | "unreachable";
   kind?: "permission";
 };
 
@@ -338,6 +426,11 @@ export type Question = {
   target: string;
   expires_in?: number | null;
   sensitive?: Array<string>;
+  quorum?: number;
+  assignees?: Array<string>;
+  assignees_only?: boolean;
+  remind_after?: Array<number>;
+  escalate?: Array<[number, string | Array<string>]>;
   kind?: "question";
 };
 
@@ -372,6 +465,15 @@ export type ReleaseOut = {
 export type Replay = {
   /** send again every event after this seq (back from the cursor only) */
   after_seq: number;
+};
+
+export type ResponseOut = {
+  principal: string;
+  /** sensitive fields "***" on every read (decrypted only in a worker's lease item) */
+  value: unknown;
+  at: string;
+  /** the escalation level of the wait when it came */
+  level: number;
 };
 
 export type ReviewEvent = {

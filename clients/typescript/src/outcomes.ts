@@ -6,10 +6,13 @@ import type { Complete, Fail, Next, Park, Permission as PermissionJSON, Question
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 /** A question for a person: its answer's value must match `schema` (a JSON Schema); `expires_in` in seconds;
- * `sensitive` names top-level properties of an object value, erased once the continuation that reads them commits. */
+ * `sensitive` names top-level properties of an object value, erased once the continuation that reads them commits.
+ * Team options (docs/teams.md): `quorum` responses from distinct principals, `assignees` (`assignees_only`),
+ * `remind_after` seconds, `escalate` as `[after_seconds, target or names]` pairs; `answers[key].responses` lists each. */
 export type Question = QuestionJSON & { kind: "question" };
 
-/** A request for permission: answered `{"approved": true}` (status `answered`) or false (`rejected`). */
+/** A request for permission: answered `{"approved": true}` (status `answered`) or false (`rejected`). The question's
+ * team options, and `reject: "unreachable"` (rejected only once `quorum` approvals can no longer come). */
 export type Permission = PermissionJSON & { kind: "permission" };
 
 export type Interaction = Question | Permission;

@@ -1,0 +1,57 @@
+"""Approvals as teams make them (docs/teams.md): each principal's response to a quorum wait, and who may
+answer a wait beyond the grants on its target. Kept apart from models/tables.py by size."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from models.base import Base, UTCDateTime, utcnow
+from models.status import AnswererSource, InteractionStatus
+from models.tables import one_of
+
+
+class InteractionResponse(Base):
+    """One principal's response to a wait that needs more than one (``quorum`` > 1): recorded once, its
+    receipt kept for an exact retry. Its sensitive fields are sealed in the interaction's ``secret``."""
+
+    __tablename__ = "interaction_responses"
+
+    interaction_id: Mapped[str] = mapped_column(ForeignKey("interactions.id"), primary_key=True)
+    principal_id: Mapped[str] = mapped_column(ForeignKey("principals.id"), primary_key=True)
+    response_id: Mapped[str] = mapped_column(String(200))
+    response_digest: Mapped[str] = mapped_column(String(64))
+    value: Mapped[Any | None] = mapped_column(JSON)  # the clear part (sensitive fields sealed apart)
+    approved: Mapped[bool | None] = mapped_column()  # a permission's verdict; NULL for a question
+    status: Mapped[str] = mapped_column(String(16))  # the interaction's status this response left: its receipt
+    level: Mapped[int] = mapped_column(Integer)  # the wait's escalation level when it came
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (one_of("status", InteractionStatus),)
+
+
+class InteractionAnswerer(Base):
+    """Who may answer a wait beyond the grants on its target: a named assignee, an escalation level (a
+    principal or a target, from ``level`` on), or a delegate (with who delegated and their note)."""
+
+    __tablename__ = "interaction_answerers"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    interaction_id: Mapped[str] = mapped_column(ForeignKey("interactions.id"))
+    source: Mapped[str] = mapped_column(String(16))
+    level: Mapped[int] = mapped_column(Integer, default=0)  # answerable once the wait's level reaches it
+    principal_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))
+    target: Mapped[str | None] = mapped_column(String(200))  # a grant on it gives access (escalation)
+    by_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))  # a delegation's delegator
+    note: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        one_of("source", AnswererSource),
+        Index("ix_interaction_answerers_interaction", "interaction_id"),
+        # "for me": the waits that name a principal (the Decisions page, listings).
+        Index("ix_interaction_answerers_principal", "principal_id", postgresql_where=text("principal_id IS NOT NULL")),
+    )

@@ -1,0 +1,230 @@
+"""Approvals as teams make them (docs/teams.md): quorum, named approvers, delegation — over HTTP, the
+continuations driven inline (``drive``) as the other API tests do."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+import tests.team_workflows  # noqa: F401  (registers the team workflows in this process)
+from beat.sweep import run_sweep
+from models.tables import Run
+from parkway.db import transaction
+from tests.api.conftest import ADMIN, AGENT, Actors, drive
+from tests.support import TARGET, event_types, interactions, pass_time
+
+
+def people(client: TestClient, actors: Actors, count: int, *, granted: bool = True) -> list[str]:
+    """``count`` new humans (their tokens in ``actors``), granted on the test target unless not."""
+    admin = actors.auth(ADMIN)
+    names = [f"tm-{uuid.uuid4().hex[:8]}" for _ in range(count)]
+    for name in names:
+        made = client.post("/v1/principals", json={"kind": "human", "name": name}, headers=admin)
+        assert made.status_code == 201, made.text
+        actors.tokens[name] = made.json()["token"]
+        if granted:
+            grant = client.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=admin)
+            assert grant.status_code == 201, grant.text
+    return names
+
+
+def start(client: TestClient, actors: Actors, workflow: str, **payload: Any) -> tuple[str, str]:
+    """A run of ``workflow`` parked on its one wait: (run id, interaction id)."""
+    made = client.post("/v1/runs", json={"workflow": workflow, "payload": {"target": TARGET, **payload},
+                                         "target": TARGET}, headers=actors.auth(AGENT))  # fmt: skip
+    assert made.status_code == 201, made.text
+    run_id = str(made.json()["id"])
+    drive(run_id)
+    (asked,) = interactions(run_id).values()
+    return run_id, asked.id
+
+
+def answer(client: TestClient, actors: Actors, iid: str, by: str, value: Any, response_id: str | None = None) -> Any:
+    body = {"response_id": response_id or f"r-{by}", "value": value}
+    return client.post(f"/v1/interactions/{iid}/answer", json=body, headers=actors.auth(by))
+
+
+def result(run_id: str) -> Any:
+    drive(run_id)
+    with transaction() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        return run.status, run.result
+
+
+YES, NO = {"approved": True}, {"approved": False}
+
+
+def test_quorum__two_of_three_resumes_once_after_the_second_distinct_approval(
+    client: TestClient, actors: Actors
+) -> None:
+    ana, bo, cy = people(client, actors, 3)
+    run_id, iid = start(client, actors, "teams.approve", quorum=2)
+
+    # The first approval is recorded, the wait still pending: nothing resumes
+    first = answer(client, actors, iid, ana, YES)
+    assert (first.status_code, first.json()["status"]) == (200, "pending"), first.text
+    assert result(run_id) == ("waiting", None)
+    # The second distinct approval decides: the step resumes once, seeing both responses
+    second = answer(client, actors, iid, bo, YES)
+    assert (second.status_code, second.json()["status"]) == (200, "answered"), second.text
+    status, seen = result(run_id)
+    assert status == "completed" and seen["approved"] is True and seen["answered_by"] == bo
+    assert [r["principal"] for r in seen["responses"]] == [ana, bo]
+    assert event_types(run_id).count("continuation.ready") == 2  # the start's and the one resume
+    assert event_types(run_id).count("interaction.responded") == 1
+
+    # A third response after the decision: 409 naming the decision and who made it
+    late = answer(client, actors, iid, cy, NO)
+    assert late.status_code == 409, late.text
+    assert f"already answered by {bo}" in late.json()["detail"]
+    assert late.json()["state"]["status"] == "answered" and late.json()["state"]["answered_by"] == bo
+
+
+def test_quorum__the_same_principal_again_gets_its_receipt_or_409(client: TestClient, actors: Actors) -> None:
+    ana, bo = people(client, actors, 2)
+    _, iid = start(client, actors, "teams.approve", quorum=2)
+    first = answer(client, actors, iid, ana, YES, "one")
+    assert first.status_code == 200, first.text
+
+    # An exact retry: the same receipt, exactly
+    again = answer(client, actors, iid, ana, YES, "one")
+    assert (again.status_code, again.json()) == (200, first.json())
+    # The same principal with another response (or another value): 409, and it does not count twice
+    for response_id, value in (("two", YES), ("one", NO)):
+        other = answer(client, actors, iid, ana, value, response_id)
+        assert other.status_code == 409 and f"{ana} already responded" in other.json()["detail"], other.text
+    assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()["status"] == "pending"
+    assert answer(client, actors, iid, bo, YES).json()["status"] == "answered"
+
+
+def test_quorum__a_rejection_rejects(client: TestClient, actors: Actors) -> None:
+    ana, bo = people(client, actors, 2)
+    run_id, iid = start(client, actors, "teams.approve", quorum=2)
+    assert answer(client, actors, iid, ana, YES).json()["status"] == "pending"
+    rejected = answer(client, actors, iid, bo, NO)
+    assert (rejected.status_code, rejected.json()["status"]) == (200, "rejected"), rejected.text
+    status, seen = result(run_id)
+    assert (status, seen["status"], seen["approved"]) == ("completed", "rejected", False)
+
+
+def test_quorum__unreachable_policy_rejects_only_when_the_quorum_cannot_come(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given three assignees alone may answer a 2-of-3 approval, rejected only once 2 approvals cannot come
+    ana, bo, cy = people(client, actors, 3, granted=False)
+    _, iid = start(client, actors, "teams.approve", quorum=2, assignees=[ana, bo, cy], assignees_only=True,
+                   reject="unreachable")  # fmt: skip
+    assert answer(client, actors, iid, ana, NO).json()["status"] == "pending"  # bo and cy may still approve
+    assert answer(client, actors, iid, bo, NO).json()["status"] == "rejected"  # now only cy: not enough
+
+
+def test_quorum__a_question_collects_every_response_and_never_shows_a_sensitive_one(
+    client: TestClient, actors: Actors
+) -> None:
+    ana, bo, cy = people(client, actors, 3)
+    run_id, iid = start(client, actors, "teams.ask", quorum=3)
+    for k, name in enumerate((ana, bo, cy)):
+        got = answer(client, actors, iid, name, {"note": f"n{k}", "pin": f"{k}" * (k + 4)})
+        assert got.status_code == 200, got.text
+
+    # Read back: every response listed, its sensitive field as "***", never the value
+    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
+    assert [(r["principal"], r["value"]) for r in read["responses"]] == [
+        (name, {"note": f"n{k}", "pin": "***"}) for k, name in enumerate((ana, bo, cy))
+    ]
+    assert read["quorum"] == 3
+    # The continuation saw each response whole (the lengths of the pins it was given)
+    status, seen = result(run_id)
+    assert status == "completed"
+    assert [(r["principal"], r["note"], r["pin_len"]) for r in seen["responses"]] == [
+        (ana, "n0", 4), (bo, "n1", 5), (cy, "n2", 6)
+    ]  # fmt: skip
+    # And once it committed, no sealed value is left
+    assert interactions(run_id)["pin"].secret is None
+    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
+    assert all(r["value"]["pin"] == "***" for r in read["responses"])
+
+
+def test_assignees__alone_an_assignee_without_a_grant_may_answer_and_a_granted_non_assignee_may_not(
+    client: TestClient, actors: Actors
+) -> None:
+    (ana,) = people(client, actors, 1, granted=False)
+    (bo,) = people(client, actors, 1)  # granted on the target, but not named
+    run_id, iid = start(client, actors, "teams.approve", assignees=[ana], assignees_only=True)
+    refused = answer(client, actors, iid, bo, YES)
+    assert refused.status_code == 403, refused.text
+    assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(ana)).status_code == 200  # named: may read
+    assert answer(client, actors, iid, ana, YES).json()["status"] == "answered"
+    assert result(run_id)[1]["answered_by"] == ana
+
+
+def test_assignees__on_top_of_the_grants_both_may_answer(client: TestClient, actors: Actors) -> None:
+    (ana,) = people(client, actors, 1, granted=False)
+    (bo,) = people(client, actors, 1)
+    _, iid = start(client, actors, "teams.approve", quorum=2, assignees=[ana])
+    assert answer(client, actors, iid, ana, YES).json()["status"] == "pending"
+    assert answer(client, actors, iid, bo, YES).json()["status"] == "answered"
+    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
+    assert (read["assignees"], [r["principal"] for r in read["responses"]]) == ([ana], [ana, bo])
+
+
+def test_delegate__the_delegate_may_answer_and_it_is_recorded(client: TestClient, actors: Actors) -> None:
+    (ana,) = people(client, actors, 1)
+    (bo,) = people(client, actors, 1, granted=False)
+    run_id, iid = start(client, actors, "teams.approve")
+    assert answer(client, actors, iid, bo, YES).status_code == 403  # not yet
+
+    def delegate(by: str, to: str) -> Any:
+        body = {"to": to, "note": "on leave"}
+        return client.post(f"/v1/interactions/{iid}/delegate", json=body, headers=actors.auth(by))
+
+    assert delegate(ana, ana).status_code == 422  # to oneself
+    assert delegate(ana, AGENT).status_code == 422  # an agent could never answer
+    assert delegate(bo, ana).status_code == 403  # one who may not answer may not hand it on
+    made = delegate(ana, bo)
+    assert made.status_code == 200 and (made.json()["to"], made.json()["by"]) == (bo, ana), made.text
+    assert "interaction.delegated" in event_types(run_id)
+    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
+    assert [(d["to"], d["by"], d["note"]) for d in read["delegations"]] == [(bo, ana, "on leave")]
+    assert answer(client, actors, iid, bo, YES).json()["status"] == "answered"
+    assert delegate(ana, bo).status_code == 409  # the wait is decided
+
+
+def _sweep_concurrently(times: int) -> None:
+    """``times`` sweep passes at the same moment, each on its own thread and connection."""
+    with ThreadPoolExecutor(max_workers=times) as pool:
+        for done in [pool.submit(run_sweep) for _ in range(times)]:
+            done.result()
+
+
+def test_reminders_and_escalation__each_written_once_under_concurrent_sweeps(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a wait that only ana may answer, reminding at 60s and 120s, escalating to bo at 300s
+    (ana, bo) = people(client, actors, 2, granted=False)
+    run_id, iid = start(client, actors, "teams.approve", assignees=[ana], assignees_only=True,
+                        remind_after=[60, 120], escalate=[[300, [bo]]], expires_in=3600)  # fmt: skip
+    assert answer(client, actors, iid, bo, YES).status_code == 403  # not yet escalated
+
+    # When 61s pass and four sweeps run at once: one reminder
+    pass_time(61)
+    _sweep_concurrently(4)
+    assert event_types(run_id).count("interaction.reminded") == 1
+    # When 300s more pass and four sweeps run at once: the second reminder and the escalation, once each
+    pass_time(300)
+    _sweep_concurrently(4)
+    _sweep_concurrently(2)
+    types = event_types(run_id)
+    assert (types.count("interaction.reminded"), types.count("interaction.escalated")) == (2, 1)
+    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
+    assert (read["level"], read["reminders"]) == (1, 2)
+
+    # Then bo, named by the level reached, may answer, and the decision records that level
+    assert answer(client, actors, iid, bo, YES).json()["status"] == "answered"
+    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
+    assert (read["answered_by"], read["answered_level"]) == (bo, 1)
+    assert result(run_id)[1]["responses"][0]["level"] == 1
