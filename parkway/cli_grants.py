@@ -152,7 +152,7 @@ def _unserved(workflow: str) -> tuple[str, int] | None:
 
     with single_statement() as conn:
         fleet = store.serving(conn, ContinuationKind.START, workflow)
-    if fleet.node is not None:
+    if fleet.served:  # a live Celery worker runs it, or a remote one leases it
         return None
     registry.import_workflows()
     if not registry.has_step(workflow):

@@ -192,8 +192,9 @@ def unserved(problems: list[Reference]) -> list[Reference]:
         if problem.key is not None:
             with single_statement() as conn:
                 fleet = store.serving(conn, problem.kind, problem.key)
-        if fleet is None or fleet.node is None:
+        if fleet is None or not fleet.served:
             left.append(problem)
         else:
-            log.info("%s; live worker %s runs it", problem.line_text(), fleet.node, extra={"action": "check"})
+            runner = fleet.node or "a remote worker"
+            log.info("%s; live worker %s runs it", problem.line_text(), runner, extra={"action": "check"})
     return left

@@ -139,3 +139,18 @@ def test_run_start__bad_json_unknown_workflow_and_unknown_principal_have_their_e
     documented = stack.parkway("run", "start", "--help")
     assert documented.returncode == 0 and "exit codes:" in documented.stdout
     assert all(f"  {code}  " in documented.stdout for code in range(5)), documented.stdout
+
+
+def test_run_start__a_workflow_only_a_remote_worker_serves_is_started(stack: Stack, worker: Worker) -> None:
+    # Given a remote worker (docs/worker-protocol.md) that leases chk.plan, which the live Celery worker lacks
+    advert = store.Advert(id=uuid.uuid4().hex, node="agent-ts", pid=0, steps=("chk.plan",), continuations=(),
+                          ttl_s=60, remote=True)  # fmt: skip
+    with transaction() as session:
+        store.advertise(session, advert)
+
+    started = stack.parkway("run", "start", "chk.plan", "--as", AGENT, "--target", TARGET,
+                            PARKWAY_IMPORTS="tests.workflows,tests.checked.clean")  # fmt: skip
+
+    # Then the run is stored, for the remote worker to lease
+    assert started.returncode == 0, started.stderr
+    assert runs_of("chk.plan") == 1
