@@ -86,7 +86,7 @@ def lease_due(serves: list[str], *, n: int, lease_s: float) -> list[Item]:
             claim = store.load_claim(session, held.continuation)
         reason = refusal(claim)
         if reason is None:
-            items.append(_item(held, claim))
+            items.append(item_of(claim, held.lease_id, held.lease_expires_at))
             continue
         with single_statement() as conn:
             store.give_up(conn, held.continuation.id, reason=reason, execution_id=held.lease_id)
@@ -94,19 +94,20 @@ def lease_due(serves: list[str], *, n: int, lease_s: float) -> list[Item]:
     return items
 
 
-def _item(held: store.Leased, claim: store.Claim) -> Item:
-    row = held.continuation
+def item_of(claim: store.Claim, lease_id: str, lease_expires_at: datetime) -> Item:
+    """The item of a claimed continuation, its answers unsealed (for a lease call, or a push's POST)."""
+    row = claim.continuation
     resume = row.kind == ContinuationKind.RESUME
     name, _, version = row.name.partition("@")
     answers = {
         key: {"status": a.status, "value": a.value, "approved": a.approved, "answered_by": a.answered_by}
         for key, a in unsealed(claim.answers).items()
     }
-    return Item(lease_id=held.lease_id, kind=row.kind, run_id=row.run_id, step_id=row.step_id,
+    return Item(lease_id=lease_id, kind=row.kind, run_id=row.run_id, step_id=row.step_id,
                 attempt=max(row.attempts, 1), name=name, version=int(version) if resume and version else None,
                 key=row.name, payload=None if resume else claim.step.payload,
                 snapshot=claim.step.snapshot if resume else None, answers=answers if resume else None,
-                lease_expires_at=held.lease_expires_at)  # fmt: skip
+                lease_expires_at=lease_expires_at)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- a lease's calls
