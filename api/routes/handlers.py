@@ -79,7 +79,7 @@ def create_handler(body: HandlerCreate, admin: AdminDep) -> HandlerCreated:
     response_model=HandlerList,
     operation_id="list_push_handlers",
     summary="Every push handler (admins), oldest first; never a secret",
-    responses=documented(401, 403),
+    responses=documented(401, 403, 422),
 )
 def list_handlers(admin: AdminDep, session: SessionDep) -> HandlerList:
     return HandlerList(items=[HandlerOut.model_validate(h) for h in store.list_handlers(session)])
