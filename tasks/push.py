@@ -37,10 +37,10 @@ from parkway.settings import get_settings
 from tasks.celery_app import PUSH_STEP, app
 from tasks.projection import project_soon
 from tasks.publish import publish
-from tasks.remote import Item, digest, item_of
+from tasks.remote import Item, digest, give_back, item_of
 from tasks.serving import sent_outcome
 from tasks.webhook_http import PHASES, Sent, client, post
-from tasks.worker import give_up, given_up, hand_on, refusal, unclaimed
+from tasks.worker import give_up, hand_on, refusal, unclaimed
 
 log = logging.getLogger("parkway.push")
 
@@ -88,7 +88,7 @@ def push(continuation_id: str) -> str:
     with single_statement() as conn:
         store.count_push(conn, target.id, failed=not good)
     if outcome is None:
-        return _retry(claim, lease_id, _failure(sent, target.id), extra)
+        return _retry(lease_id, _failure(sent, target.id), extra)
     return _commit(claim, lease_id, outcome, extra)
 
 
@@ -117,19 +117,11 @@ def _failure(sent: Sent, handler_id: str) -> str:
     return f"push handler {handler_id}: {sent.error or f'answered {sent.status_code}'}"
 
 
-def _retry(claim: store.Claim, lease_id: str, why: str, extra: dict[str, Any]) -> str:
+def _retry(lease_id: str, why: str, extra: dict[str, Any]) -> str:
     """claimed -> ready, the attempt counted (due again when the sweep publishes it); out of attempts, the
-    run interrupted with ``why`` as after a crash loop."""
-    cid = claim.continuation.id
+    run interrupted with ``why`` as after a crash loop (``give_back``)."""
     log.warning("%s; retried", why, extra={**extra, "action": "push"})
-    with single_statement() as conn:
-        if not store.release_claim(conn, cid, execution_id=lease_id, reason=why):
-            return "lost"
-    with single_statement() as conn:
-        dead = store.give_up_exhausted(conn, cid, max_attempts=get_settings().max_attempts)
-    if dead is not None:
-        return given_up(dead.reason, dead.run_id, extra)
-    return "retry"
+    return "retry" if give_back(lease_id, why) else "lost"
 
 
 def _commit(claim: store.Claim, lease_id: str, outcome: Outcome | store.Interruption, extra: dict[str, Any]) -> str:

@@ -145,20 +145,27 @@ def heartbeat(lease_id: str, *, lease_s: float) -> datetime:
 def release(lease_id: str, reason: str | None) -> store.LeaseState:
     """claimed -> ready, the attempt counted (``store.release_claim``); out of attempts, the run is
     interrupted as after a crash loop (``store.give_up_exhausted``). Returns the state after."""
-    cid = store.continuation_of(lease_id)
     why = f"released by its remote worker: {reason}" if reason else "released by its remote worker"
-    with single_statement() as conn:
-        released = store.release_claim(conn, cid, execution_id=lease_id, reason=why)
-    if not released:
+    if not give_back(lease_id, why):
         held(lease_id)  # raises
-    with single_statement() as conn:
-        dead = store.give_up_exhausted(conn, cid, max_attempts=get_settings().max_attempts)
-    if dead is not None:
-        given_up(dead.reason, dead.run_id, {"continuation_id": cid, "execution_id": lease_id})
     with single_statement() as conn:
         state = store.lease_state(conn, lease_id)
     assert state is not None
     return state
+
+
+def give_back(lease_id: str, why: str) -> bool:
+    """claimed -> ready by the lease holding it, the attempt counted, noting ``why``; out of attempts, the run
+    is interrupted as after a crash loop (``store.give_up_exhausted``). ``False`` when it held it no more."""
+    cid = store.continuation_of(lease_id)
+    with single_statement() as conn:
+        if not store.release_claim(conn, cid, execution_id=lease_id, reason=why):
+            return False
+    with single_statement() as conn:
+        dead = store.give_up_exhausted(conn, cid, max_attempts=get_settings().max_attempts)
+    if dead is not None:
+        given_up(dead.reason, dead.run_id, {"continuation_id": cid, "execution_id": lease_id})
+    return True
 
 
 # --------------------------------------------------------------------------- completing
