@@ -18,7 +18,18 @@ from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from api.metrics import MetricsMiddleware
 from api.pages import decisions
 from api.pages import runs as run_pages
-from api.routes import events, grants, health, interactions, principals, runs, webhooks, worker_protocol, workers
+from api.routes import (
+    events,
+    grants,
+    handlers,
+    health,
+    interactions,
+    principals,
+    runs,
+    webhooks,
+    worker_protocol,
+    workers,
+)
 from parkway.logs import setup_logging
 from parkway.settings import get_settings
 from parkway.startup import start_problem
@@ -101,6 +112,7 @@ def create_app() -> FastAPI:
         grants,
         workers,
         worker_protocol,
+        handlers,
         webhooks,
         events,
         decisions,

@@ -96,6 +96,13 @@ def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
             "parkway_remote_leases_expired",
             "Remote leases that ran out and were not taken up again yet (the next lease call or sweep re-drives them)",
         ),
+        "push_attempts": CounterMetricFamily("parkway_push_attempts", "POSTs to each push handler", labels=["handler"]),
+        "push_failures": CounterMetricFamily(
+            "parkway_push_failures",
+            "POSTs to each push handler that brought no committable outcome (a timeout, a 5xx, a lost connection: "
+            "retried; a malformed answer: the run failed; a 410: interrupted)",
+            labels=["handler"],
+        ),
         "sweep_rows": CounterMetricFamily(
             "parkway_sweep_rows", "Rows the recovery sweep acted on since the database was made", labels=["category"]
         ),
@@ -128,6 +135,7 @@ class DatabaseMetrics(Collector):
                 projection_pending = access.projection_pending_count(session)
                 unserved = fleet.unserved_counts(session)
                 leases = store.outstanding_leases(session)
+                pushes = store.push_counts(session)
                 totals = access.sweep_totals(session)
                 hooks = webhook_metrics.read(session)
         except Exception:
@@ -142,6 +150,9 @@ class DatabaseMetrics(Collector):
         families["unserved"].add_metric([], sum(unserved.values()))
         families["leases_outstanding"].add_metric([], leases[0])
         families["leases_expired"].add_metric([], leases[1])
+        for handler_id, attempts, failures in pushes:
+            families["push_attempts"].add_metric([handler_id], attempts)
+            families["push_failures"].add_metric([handler_id], failures)
         for version, waits in unserved.items():
             families["unserved_by_version"].add_metric([version], waits)
         for row in totals:
@@ -244,10 +255,10 @@ SOCKET_SCHEME = "redis+socket://"
 
 def queue_depths() -> QueueDepths | None:
     """The depths of Parkway's named queues on the configured broker; ``None`` for a transport not read."""
-    from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE
+    from tasks.celery_app import CONTINUATIONS_QUEUE, PUSH_QUEUE, STEPS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE
     from tasks.celery_app import app as celery_app
 
-    queues = (STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE)
+    queues = (STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE, PUSH_QUEUE)
     url = str(celery_app.conf.broker_url or "")
     options = dict(celery_app.conf.broker_transport_options or {})
     if url.startswith(("redis://", "rediss://")):

@@ -16,6 +16,16 @@ WorkerName = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-
 LEASE_S = Field(30.0, ge=5, le=600, description="how long the lease lasts without a heartbeat, in seconds")
 
 
+def checked_serves(serves: list[Any]) -> None:
+    """``ValueError`` (a 422) unless every key is a step name or ``name@version`` (a version >= 1)."""
+    for key in serves:
+        if not isinstance(key, str) or not key or len(key) > 200 or "\x00" in key:
+            raise ValueError("serves lists step names and name@version keys (non-empty strings of 200 at most)")
+        name, at, version = key.partition("@")
+        if at and (not name or not version.isdigit() or int(version) < 1):
+            raise ValueError(f"{key!r}: a continuation key is name@version, the version an integer >= 1")
+
+
 class LeaseIn(Body):
     worker: str = Field(
         min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:/-]*$",
@@ -34,12 +44,7 @@ class LeaseIn(Body):
 
     @model_validator(mode="after")
     def _keys(self) -> LeaseIn:
-        for key in self.serves:
-            if not isinstance(key, str) or not key or len(key) > 200 or "\x00" in key:
-                raise ValueError("serves lists step names and name@version keys (non-empty strings of 200 at most)")
-            name, at, version = key.partition("@")
-            if at and (not name or not version.isdigit() or int(version) < 1):
-                raise ValueError(f"{key!r}: a continuation key is name@version, the version an integer >= 1")
+        checked_serves(self.serves)
         return self
 
 

@@ -65,3 +65,19 @@ class WebhookDelivery(Base):
         Index("ix_webhook_deliveries_listed", "webhook_id", "id"),
         Index("ix_webhook_deliveries_at", "at"),  # the sweep prunes the log by age (PARKWAY_WEBHOOK_LOG_DAYS)
     )
+
+
+class PushHandler(Base):
+    """A push handler (docs/worker-protocol.md, "Push"): an HTTP URL that serves step names and continuation
+    keys; its continuations are POSTed to it by ``tasks.push``. Listed in ``workers`` (node ``push:<id>``)
+    while registered, so what it serves counts as served."""
+
+    __tablename__ = "push_handlers"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    serves: Mapped[list[str]] = mapped_column(ARRAY(String(200)))  # step names and name@version keys
+    secret_sealed: Mapped[str] = mapped_column(Text)  # parkway.crypto.seal of the whsec_ secret
+    attempts: Mapped[int] = mapped_column(BigInteger, default=0)  # POSTs made (/metrics)
+    failures: Mapped[int] = mapped_column(BigInteger, default=0)  # POSTs that brought no committable outcome
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -19,7 +19,7 @@ from typing import IO, Any
 from parkway.logfiles import BoundedLog
 
 ROOT = Path(__file__).resolve().parent.parent
-QUEUES = "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks"
+QUEUES = "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks,parkway.push"
 
 
 def _die_with_parent() -> Callable[[], None] | None:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from parkway import cli_check, cli_grants, cli_up, cli_webhooks, cli_workers
+from parkway import cli_check, cli_grants, cli_handlers, cli_up, cli_webhooks, cli_workers
 from parkway.children import child_environment
 from parkway.cli_migrate import cmd_migrate, database_shown
 from parkway.errors import ParkwayError
@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_workers.add_commands(sub.add_parser)
     cli_check.add_commands(sub.add_parser)
     cli_webhooks.add_commands(sub.add_parser)
+    cli_handlers.add_commands(sub.add_parser)
     cli_up.add_commands(sub.add_parser)
     demo = sub.add_parser(
         "demo",

@@ -25,11 +25,13 @@ STEPS_QUEUE = "parkway.steps"
 CONTINUATIONS_QUEUE = "parkway.continuations"
 SWEEP_QUEUE = "parkway.sweep"
 WEBHOOKS_QUEUE = "parkway.webhooks"
+PUSH_QUEUE = "parkway.push"
 
 RUN_STEP = "parkway.run_step"
 RESUME_STEP = "parkway.resume_step"
 SWEEP = "parkway.sweep"
 DELIVER_WEBHOOK = "parkway.deliver_webhook"
+PUSH_STEP = "parkway.push_step"
 
 BROKER_CONNECT_TIMEOUT_S = 2.0  # one connect to the broker, at most (a local or LAN Redis answers in ms)
 
@@ -69,13 +71,16 @@ def configure(app: Celery, settings: Settings) -> None:
         result_backend=None,
         task_serializer="json",
         accept_content=["json"],
-        task_queues=tuple(_queue(q) for q in (STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE)),
+        task_queues=tuple(
+            _queue(q) for q in (STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE, PUSH_QUEUE)
+        ),
         task_default_queue=CONTINUATIONS_QUEUE,
         task_routes={
             RUN_STEP: {"queue": STEPS_QUEUE},
             RESUME_STEP: {"queue": CONTINUATIONS_QUEUE},
             SWEEP: {"queue": SWEEP_QUEUE},
             DELIVER_WEBHOOK: {"queue": WEBHOOKS_QUEUE},  # a slow receiver never holds up a continuation
+            PUSH_STEP: {"queue": PUSH_QUEUE},  # nor a slow push handler (tasks.push)
         },
         task_publish_retry_policy={"max_retries": 3, "interval_start": 0.1, "interval_step": 0.5},
         # A lost broker connection leaves running bodies alone (Celery 6 turns this on by default): the
@@ -87,7 +92,7 @@ def configure(app: Celery, settings: Settings) -> None:
         worker_send_task_events=False,
         task_send_sent_event=False,
         worker_hijack_root_logger=False,
-        imports=["tasks.worker", "tasks.webhooks", "beat.sweep", *settings.import_modules],
+        imports=["tasks.worker", "tasks.webhooks", "tasks.push", "beat.sweep", *settings.import_modules],
         # Each worker also consumes a queue of its own: where a worker that does not run a version hands a
         # delivery on to one that does (tasks.worker).
         worker_direct=True,

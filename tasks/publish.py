@@ -9,11 +9,13 @@ from functools import cache
 from celery.utils.nodenames import worker_direct
 from kombu.exceptions import OperationalError
 
-from models.store import Due
+from models.store import PUSH_NODE, Due
 from parkway.crash import crash_point
 from tasks.celery_app import (
     CONTINUATIONS_QUEUE,
     DELIVER_WEBHOOK,
+    PUSH_QUEUE,
+    PUSH_STEP,
     RESUME_STEP,
     RUN_STEP,
     STEPS_QUEUE,
@@ -59,14 +61,16 @@ def publish(
     broker dropped since its last use (a broker restart, a connection closed by its operator) is found
     dead only by the send: the rest of the batch then goes once more on a new connection, so a live
     broker never leaves a continuation to the sweep. Returns how many were sent.
-    ``node``: each to that worker's own queue instead, marked as handed on (``HANDED_ON``).
+    ``node``: each to that worker's own queue instead, marked as handed on (``HANDED_ON``); a push handler's
+    node (``push:<id>``): each as a ``parkway.push_step`` task on the push queue (``tasks.push``).
     """
     batch = list(items)
     if not batch:
         return 0
     sent = 0
     broker_errors = _broker_errors()
-    to, headers = (worker_direct(node), {HANDED_ON: True}) if node else (None, None)
+    pushed = node is not None and node.startswith(PUSH_NODE)
+    to, headers = (worker_direct(node), {HANDED_ON: True}) if node and not pushed else (None, None)
     for last_try in (False, True):
         reused, dropped = False, (OperationalError,)
         try:
@@ -80,6 +84,8 @@ def publish(
                     crash_point("publish.before_send")
                     continuation_id, kind, reprs = shown(item)
                     name, queue = (RUN_STEP, STEPS_QUEUE) if kind == "start" else (RESUME_STEP, CONTINUATIONS_QUEUE)
+                    if pushed:
+                        name, queue = PUSH_STEP, PUSH_QUEUE
                     app.send_task(name, args=[continuation_id], queue=to or queue, producer=producer, retry=retry,
                                   headers=headers, **reprs)  # fmt: skip
                     sent += 1

@@ -86,7 +86,7 @@ def lease_due(serves: list[str], *, n: int, lease_s: float) -> list[Item]:
             claim = store.load_claim(session, held.continuation)
         reason = refusal(claim)
         if reason is None:
-            items.append(_item(held, claim))
+            items.append(item_of(claim, held.lease_id, held.lease_expires_at))
             continue
         with single_statement() as conn:
             store.give_up(conn, held.continuation.id, reason=reason, execution_id=held.lease_id)
@@ -94,8 +94,9 @@ def lease_due(serves: list[str], *, n: int, lease_s: float) -> list[Item]:
     return items
 
 
-def _item(held: store.Leased, claim: store.Claim) -> Item:
-    row = held.continuation
+def item_of(claim: store.Claim, lease_id: str, lease_expires_at: datetime) -> Item:
+    """The item of a claimed continuation, its answers unsealed (for a lease call, or a push's POST)."""
+    row = claim.continuation
     resume = row.kind == ContinuationKind.RESUME
     name, _, version = row.name.partition("@")
     answers = {
@@ -110,11 +111,11 @@ def _item(held: store.Leased, claim: store.Claim) -> Item:
         }
         for key, a in unsealed(claim.answers).items()
     }
-    return Item(lease_id=held.lease_id, kind=row.kind, run_id=row.run_id, step_id=row.step_id,
+    return Item(lease_id=lease_id, kind=row.kind, run_id=row.run_id, step_id=row.step_id,
                 attempt=max(row.attempts, 1), name=name, version=int(version) if resume and version else None,
                 key=row.name, payload=None if resume else claim.step.payload,
                 snapshot=claim.step.snapshot if resume else None, answers=answers if resume else None,
-                lease_expires_at=held.lease_expires_at)  # fmt: skip
+                lease_expires_at=lease_expires_at)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- a lease's calls
@@ -152,20 +153,27 @@ def heartbeat(lease_id: str, *, lease_s: float) -> datetime:
 def release(lease_id: str, reason: str | None) -> store.LeaseState:
     """claimed -> ready, the attempt counted (``store.release_claim``); out of attempts, the run is
     interrupted as after a crash loop (``store.give_up_exhausted``). Returns the state after."""
-    cid = store.continuation_of(lease_id)
     why = f"released by its remote worker: {reason}" if reason else "released by its remote worker"
-    with single_statement() as conn:
-        released = store.release_claim(conn, cid, execution_id=lease_id, reason=why)
-    if not released:
+    if not give_back(lease_id, why):
         held(lease_id)  # raises
-    with single_statement() as conn:
-        dead = store.give_up_exhausted(conn, cid, max_attempts=get_settings().max_attempts)
-    if dead is not None:
-        given_up(dead.reason, dead.run_id, {"continuation_id": cid, "execution_id": lease_id})
     with single_statement() as conn:
         state = store.lease_state(conn, lease_id)
     assert state is not None
     return state
+
+
+def give_back(lease_id: str, why: str) -> bool:
+    """claimed -> ready by the lease holding it, the attempt counted, noting ``why``; out of attempts, the run
+    is interrupted as after a crash loop (``store.give_up_exhausted``). ``False`` when it held it no more."""
+    cid = store.continuation_of(lease_id)
+    with single_statement() as conn:
+        if not store.release_claim(conn, cid, execution_id=lease_id, reason=why):
+            return False
+    with single_statement() as conn:
+        dead = store.give_up_exhausted(conn, cid, max_attempts=get_settings().max_attempts)
+    if dead is not None:
+        given_up(dead.reason, dead.run_id, {"continuation_id": cid, "execution_id": lease_id})
+    return True
 
 
 # --------------------------------------------------------------------------- completing

@@ -30,6 +30,8 @@ class Sent:
     latency_ms: int
     error: str | None = None
     retry_after_s: float | None = None
+    body: bytes = b""  # what was read of the answer (up to the bound)
+    cut: bool = False  # the answer went past the bound or the deadline: ``body`` is not all of it
 
     @property
     def ok(self) -> bool:
@@ -54,10 +56,20 @@ def client() -> httpx.Client:
     return httpx.Client(timeout=get_settings().webhook_timeout_s, follow_redirects=False, trust_env=False)
 
 
-def post(http: httpx.Client, url: str, *, secrets: list[str], msg_id: str, body: bytes) -> Sent:
+def post(
+    http: httpx.Client,
+    url: str,
+    *,
+    secrets: list[str],
+    msg_id: str,
+    body: bytes,
+    max_bytes: int = MAX_RESPONSE_BYTES,
+    agent: str = "parkway-webhooks",
+) -> Sent:
     """POST ``body`` to ``url`` through ``http``, signed with each secret (a rotation's overlap:
     space-separated signatures, any of which verifies); never raises for what the network or the receiver
-    did. The address is checked on every request, and the request goes to the checked address."""
+    did. The address is checked on every request, and the request goes to the checked address. The answer's
+    body is read up to ``max_bytes``."""
     settings = get_settings()
     started = time.monotonic()
     timestamp = int(time.time())
@@ -66,7 +78,7 @@ def post(http: httpx.Client, url: str, *, secrets: list[str], msg_id: str, body:
         "webhook-id": msg_id,
         "webhook-timestamp": str(timestamp),
         "webhook-signature": " ".join(signature(secret, msg_id, timestamp, body) for secret in secrets),
-        "user-agent": "parkway-webhooks",
+        "user-agent": agent,
     }
     try:
         _, host, port = split_url(url)
@@ -78,13 +90,14 @@ def post(http: httpx.Client, url: str, *, secrets: list[str], msg_id: str, body:
         headers["host"] = parts.netloc.rsplit("@", 1)[-1]
         # Connect to the checked address; TLS still names (and verifies) the host of the URL.
         with http.stream("POST", pinned, content=body, headers=headers, extensions={"sni_hostname": host}) as answer:
-            read, deadline = 0, started + settings.webhook_timeout_s
+            read, cut, deadline = bytearray(), False, started + settings.webhook_timeout_s
             for chunk in answer.iter_bytes():  # a receiver trickling its answer is cut off, not waited for
-                read += len(chunk)
-                if read >= MAX_RESPONSE_BYTES or time.monotonic() > deadline:
+                read += chunk
+                if len(read) > max_bytes or time.monotonic() > deadline:
+                    cut = True
                     break
             retry_after = _retry_after(answer.headers.get("retry-after")) if answer.status_code == 429 else None
-            return Sent(answer.status_code, _ms(started), retry_after_s=retry_after)
+            return Sent(answer.status_code, _ms(started), retry_after_s=retry_after, body=bytes(read), cut=cut)
     except UnsafeUrl as exc:
         return Sent(None, _ms(started), error=str(exc))
     except httpx.TimeoutException:

@@ -89,7 +89,7 @@ class Prepared:
 
 def execute(continuation_id: str, *, handed_on: bool = False) -> str:
     """Claim, run and commit one continuation; returns what happened (for logs and tests). ``handed_on``:
-    a worker that does not run this version sent it here (``_hand_on``).
+    a worker that does not run this version sent it here (``hand_on``).
 
     In a Celery task the ids go into the task's log context, which lasts until Celery has written its own
     line about the task: that one line (``Task … succeeded in …s: 'committed'``) then carries the run,
@@ -178,10 +178,20 @@ def _claim(
         if isinstance(prepared, Prepared):
             return prepared
         if isinstance(prepared, Elsewhere):
-            return _hand_on(claim, execution_id, extra, handed_on=handed_on)
-        with single_statement() as conn:  # each give-up is one statement: a whole unit of work
-            store.give_up(conn, continuation_id, reason=prepared, execution_id=execution_id)
-        return given_up(prepared, claim.run_id, extra)
+            return hand_on(claim, execution_id, extra, handed_on=handed_on)
+        return give_up(claim, prepared, execution_id, extra)
+    return unclaimed(continuation_id, max_attempts, extra)
+
+
+def give_up(claim: Claim, reason: str, execution_id: str, extra: dict[str, Any]) -> str:
+    """claimed -> dead with ``reason``: a claimed continuation that can no longer be driven."""
+    with single_statement() as conn:  # each give-up is one statement: a whole unit of work
+        store.give_up(conn, claim.continuation.id, reason=reason, execution_id=execution_id)
+    return given_up(reason, claim.run_id, extra)
+
+
+def unclaimed(continuation_id: str, max_attempts: int, extra: dict[str, Any]) -> str:
+    """A delivery that claimed nothing: a duplicate, or out of attempts (given up, as after a crash loop)."""
     with single_statement() as conn:
         dead = store.give_up_exhausted(conn, continuation_id, max_attempts=max_attempts)
     if dead is None:
@@ -243,7 +253,7 @@ def refusal(claim: Claim) -> str | None:
     return None
 
 
-def _hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_on: bool) -> str:
+def hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_on: bool) -> str:
     """A claimed continuation whose step or version this worker does not run: nothing runs and no attempt
     is spent. The fleet decides (``store.serving``): a live worker that runs it gets it on its own queue
     (once: one handed on already is left to the sweep, so two workers never pass it back and forth); none
@@ -253,9 +263,7 @@ def _hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_o
         fleet = store.serving(conn, row.kind, row.name, continuation_id=row.id)
     reason = fleet.fails_closed(get_settings().version_grace_s)
     if reason is not None:
-        with single_statement() as conn:
-            store.give_up(conn, row.id, reason=reason, execution_id=execution_id)
-        return given_up(reason, claim.run_id, extra)
+        return give_up(claim, reason, execution_id, extra)
     with single_statement() as conn:
         remote = fleet.node is None and fleet.remote  # only remote workers serve it: theirs to lease from now on
         if not store.release_claim(conn, row.id, execution_id=execution_id, reason=None, spent=False, remote=remote):

@@ -183,7 +183,7 @@ class Stack:
         worker = self._spawn(
             name,
             ["worker", "-l", "info", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
-             "-Q", "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks",
+             "-Q", "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks,parkway.push",
              "--without-gossip", "--without-mingle", *([] if heartbeat else ["--without-heartbeat"])],
             env,
         )  # fmt: skip

@@ -71,6 +71,17 @@ from models.store.projections import (
     lock_run_for_projection,
     record_schedule_history,
 )
+from models.store.push import (
+    PUSH_NODE,
+    Target,
+    count_push,
+    create_handler,
+    delete_handler,
+    handler_serving,
+    list_handlers,
+    push_counts,
+    push_node,
+)
 from models.store.quorum import answer
 from models.store.reviews import (
     interrupt_review,
@@ -114,6 +125,7 @@ from models.store.workers import Advert, Serving, WorkerView, advertise, live_wo
 
 __all__ = [
     "ANSWERERS",
+    "PUSH_NODE",
     "Act",
     "Actor",
     "Advert",
@@ -142,6 +154,7 @@ __all__ = [
     "StepLike",
     "StepOutcome",
     "StepRef",
+    "Target",
     "WorkerView",
     "advance",
     "advertise",
@@ -161,11 +174,14 @@ __all__ = [
     "consume",
     "consume_and_finish_run",
     "continuation_of",
+    "count_push",
     "create_grant",
+    "create_handler",
     "create_principal",
     "create_run",
     "create_webhook",
     "delegate",
+    "delete_handler",
     "delete_webhook",
     "due_webhooks",
     "erase_secrets",
@@ -177,6 +193,7 @@ __all__ = [
     "finish_run",
     "give_up",
     "give_up_exhausted",
+    "handler_serving",
     "holds_live_claim",
     "interaction_id",
     "interaction_state",
@@ -186,6 +203,7 @@ __all__ = [
     "is_granted",
     "lease",
     "lease_state",
+    "list_handlers",
     "live_workers",
     "load_claim",
     "lock_run_for_projection",
@@ -199,6 +217,8 @@ __all__ = [
     "principal_by_name",
     "principal_ref_by_name",
     "prune_deliveries",
+    "push_counts",
+    "push_node",
     "receipt_of",
     "record_deliveries",
     "record_failure",

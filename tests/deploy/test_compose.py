@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 from parkway.errors import ConfigError
 from parkway.placeholders import is_placeholder, placeholder_problems
 from parkway.settings import Settings
-from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE
+from tasks.celery_app import CONTINUATIONS_QUEUE, PUSH_QUEUE, STEPS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE
 from tasks.celery_app import app as celery_app
 from tests.deploy.flower import flower_command
 from tests.support import ROOT, Stack
@@ -33,7 +33,7 @@ from tests.support import ROOT, Stack
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 APP_SERVICES = ("migrate", "api", "worker", "beat", "flower")
-QUEUES = {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE}
+QUEUES = {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE, PUSH_QUEUE}
 # Options whose value is where a process listens or who may log in: the deployment's to choose.
 PER_DEPLOYMENT = {"--host", "--port", "--address", "--basic-auth"}
 # What `parkway up` gives a child in its environment instead (FLOWER_BASIC_AUTH: never on a command line).

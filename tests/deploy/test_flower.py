@@ -23,6 +23,7 @@ from api.metrics import queue_depths
 from parkway.settings import get_settings
 from tasks.celery_app import (
     CONTINUATIONS_QUEUE,
+    PUSH_QUEUE,
     RESUME_STEP,
     RUN_STEP,
     STEPS_QUEUE,
@@ -158,7 +159,7 @@ def test_flower__lists_the_worker_and_its_named_queues(flower: Flower, worker: W
     info = wait_for(lambda: listed_worker(flower, worker), timeout=60, what="flower to list the worker")
     names = {queue["name"] for queue in info["active_queues"]}
     direct = {name for name in names if name.endswith(".dq2")}
-    assert names - direct == {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE}
+    assert names - direct == {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE, PUSH_QUEUE}
     assert len(direct) == 1  # its own queue, where a worker that lacks a version hands a delivery on to it
     assert {RUN_STEP, RESUME_STEP, SWEEP} <= set(info["registered"])
 

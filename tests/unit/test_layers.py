@@ -22,6 +22,7 @@ CLI = (  # the CLI and its demo
     "parkway.cli_migrate",
     "parkway.cli_up",
     "parkway.cli_webhooks",
+    "parkway.cli_handlers",
     "parkway.cli_workers",
     "parkway.cli_check",
     "parkway.children",

@@ -154,6 +154,41 @@ export type GrantPage = {
   next: string | null;
 };
 
+export type HandlerCreate = {
+  /** an http(s) URL (the webhooks' rules) */
+  url: string;
+  /** step names (`deploy.plan`) and continuation keys (`deploy.decide@1`) POSTed to the URL */
+  serves: Array<unknown>;
+};
+
+export type HandlerCreated = {
+  id: string;
+  url: string;
+  serves: Array<string>;
+  /** POSTs made to it */
+  attempts: number;
+  /** POSTs that brought no committable outcome (retried, failed or interrupted) */
+  failures: number;
+  created_at: string;
+  /** `whsec_` + base64: the key its requests are signed with, in this response only */
+  secret: string;
+};
+
+export type HandlerList = {
+  items: Array<HandlerOut>;
+};
+
+export type HandlerOut = {
+  id: string;
+  url: string;
+  serves: Array<string>;
+  /** POSTs made to it */
+  attempts: number;
+  /** POSTs that brought no committable outcome (retried, failed or interrupted) */
+  failures: number;
+  created_at: string;
+};
+
 export type Health = {
   status: "ok";
 };

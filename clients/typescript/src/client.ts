@@ -4,6 +4,8 @@ import type {
   AnswerReceiptOut,
   CancelReceiptOut,
   EventPage,
+  HandlerCreated,
+  HandlerList,
   InteractionOut,
   InteractionPage,
   RunOut,
@@ -164,6 +166,22 @@ export class Parkway {
   /** The live workers, Celery and remote (admin). */
   listWorkers(): Promise<WorkerPage> {
     return this.request("GET", "/v1/workers");
+  }
+
+  /** Register a push handler (admin): Parkway POSTs the items of `serves` to `url`; its `secret` (for
+   * `pushHandler`) is in this answer only. */
+  createPushHandler(url: string, serves: string[]): Promise<HandlerCreated> {
+    return this.request("POST", "/v1/handlers", { body: { url, serves } });
+  }
+
+  /** The push handlers (admin), never a secret. */
+  listPushHandlers(): Promise<HandlerList> {
+    return this.request("GET", "/v1/handlers");
+  }
+
+  /** Remove a push handler (admin). */
+  async deletePushHandler(handlerId: string): Promise<void> {
+    await this.request("DELETE", `/v1/handlers/${encodeURIComponent(handlerId)}`);
   }
 
   // ------------------------------------------------------------------ the worker protocol

@@ -1,9 +1,14 @@
 // The client against a real stack (uvicorn, a Celery worker and beat, PostgreSQL), started by
 // tests/acceptance/test_typescript_client.py, which passes the URL and the tokens in the environment.
 import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { after, test as nodeTest } from "node:test";
 import {
   complete,
+  nodeListener,
+  park,
+  pushHandler,
   Conflict,
   Forbidden,
   Gone,
@@ -305,4 +310,42 @@ test("the API's errors arrive typed, with their status, code and state", async (
   await assert.rejects(agent.answer(answered.id, { responseId: "agent", value: "now" }), Forbidden);
   await assert.rejects(workerClient.heartbeat(`${"0".repeat(32)}.${"0".repeat(16)}`), NotFound);
   await assert.rejects(human.lease({ worker: "a-person", serves: ["ts.anything"], wait_s: 0 }), Forbidden);
+});
+
+test("a push handler on Node's http server: Parkway POSTs the step and its continuation, each committed once", async () => {
+  const step = unique("ts.pushed");
+  const got: string[] = [];
+  let handle: ReturnType<typeof pushHandler> = async () => new Response(null, { status: 503 });
+  const server = createServer(nodeListener((request) => handle(request)));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/parkway`;
+  try {
+    const made = await admin.createPushHandler(url, [step, `${step}.after@1`]);
+    assert.match(made.secret, /^whsec_/);
+    handle = pushHandler({
+      secret: made.secret,
+      serves: {
+        [step]: (ctx, payload: { n: number }) => {
+          got.push(`start:${ctx.attempt}:${payload.n}`);
+          return park({ continuation: `${step}.after@1`, snapshot: { n: payload.n }, interactions: [WINDOW] });
+        },
+        [`${step}.after@1`]: (ctx, snapshot: { n: number }, answers) => {
+          got.push(`resume:${ctx.attempt}:${snapshot.n}`);
+          return complete({ n: snapshot.n, when: answers.window?.value });
+        },
+      },
+    });
+    const run = await agent.startRun({ workflow: step, target: TARGET, payload: { n: 7 } });
+    const parked = await runReaches(run.id, "waiting");
+    const pending = await human.listInteractions({ status: "pending", run_id: parked.id });
+    assert.deepEqual(pending.items.map((i) => i.key), ["window"]);
+    await answerAll({ id: parked.id, status: "waiting", interactions: pending.items }, { window: "now" });
+    assert.deepEqual((await runReaches(run.id, "completed")).result, { n: 7, when: "now" });
+    assert.deepEqual(got, ["start:1:7", "resume:1:7"]);
+    const listed = (await admin.listPushHandlers()).items.find((h) => h.id === made.id);
+    assert.deepEqual([listed?.attempts, listed?.failures], [2, 0]);
+    await admin.deletePushHandler(made.id);
+  } finally {
+    server.close();
+  }
 });

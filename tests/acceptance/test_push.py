@@ -1,0 +1,228 @@
+"""Push handlers end to end (docs/worker-protocol.md, "Push"): a real worker subprocess POSTs the work of a
+step or continuation to a handler started by the test on 127.0.0.1, which verifies every request with the
+``standardwebhooks`` package and answers what the test scripted; the answer is committed once, retried with
+the same ``webhook-id``, fails the run, or interrupts it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import standardwebhooks
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from models.tables import Event, LeaseReceipt
+from parkway.db import transaction
+from tasks.sdk import answer
+from tasks.serving import step_served
+from tests.support import HUMAN, Stack, new_response_id, run_row, start, wait_parked, wait_status
+
+DROP = -1  # close the connection without answering
+SLOW = -2  # answer 200 after PARKWAY_WEBHOOK_TIMEOUT_S (2 s): a timeout
+
+
+@dataclass
+class Handler:
+    """A push handler on 127.0.0.1: answers ``script`` in turn (a status and a body), then ``last``."""
+
+    script: list[tuple[int, Any]] = field(default_factory=list)
+    last: tuple[int, Any] = (200, {"type": "complete", "result": "done"})
+    secret: str = ""
+    got: list[dict[str, Any]] = field(default_factory=list)  # verified requests: webhook-id, item
+    unverified: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}/push"
+
+    def answer(self, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
+        with self.lock:
+            try:
+                item = standardwebhooks.Webhook(self.secret).verify(body, headers)
+            except standardwebhooks.WebhookVerificationError:
+                self.unverified += 1
+                return 401, {"error": "unverified"}
+            self.got.append({"id": headers["webhook-id"], "item": item})
+            return self.script.pop(0) if self.script else self.last
+
+
+@pytest.fixture
+def handler() -> Iterator[Handler]:
+    handler = Handler()
+
+    class Http(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            status, answer = handler.answer({k.lower(): v for k, v in self.headers.items()}, body)
+            if status == DROP:
+                self.close_connection = True
+                return
+            if status == SLOW:
+                threading.Event().wait(3)
+                status = 200
+            raw = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    handler.server = ThreadingHTTPServer(("127.0.0.1", 0), Http)
+    threading.Thread(target=handler.server.serve_forever, daemon=True).start()
+    yield handler
+    handler.server.shutdown()
+    handler.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def worker(stack: Stack):  # type: ignore[no-untyped-def]
+    return stack.start_worker(PARKWAY_IMPORTS="tests.workflows")
+
+
+def register(client: TestClient, handler: Handler, serves: list[str]) -> dict[str, Any]:
+    made = client.post("/v1/handlers", json={"url": handler.url, "serves": serves})
+    assert made.status_code == 201, made.text
+    handler.secret = made.json()["secret"]
+    return dict(made.json())
+
+
+def receipts(run_id: str) -> int:
+    with transaction() as session:
+        return int(session.scalar(select(func.count()).where(LeaseReceipt.run_id == run_id)) or 0)
+
+
+def completed_events(run_id: str) -> int:
+    with transaction() as session:
+        found = select(func.count()).where(Event.run_id == run_id, Event.type == "run.completed")
+        return int(session.scalar(found) or 0)
+
+
+def test_push__a_step_and_its_continuation_are_posted_and_committed_once(
+    stack: Stack, worker: Any, client: TestClient, handler: Handler
+) -> None:
+    # Given a push handler serving a step and the continuation it parks on
+    made = register(client, handler, ["push.ask", "push.ask_after@1"])
+    question = {"kind": "question", "key": "ok", "prompt": "Go?", "target": "team:ops",
+                "schema": {"type": "object", "properties": {"go": {"type": "boolean"}}}}  # fmt: skip
+    handler.script = [(200, {"type": "park", "continuation": "push.ask_after@1", "snapshot": {"n": 1},
+                             "interactions": [question]})]  # fmt: skip
+
+    # When a run of the step starts (nothing in Python serves it), is parked by the handler, and is answered
+    run_id = start("push.ask", {"n": 1})
+    asked = wait_parked(run_id)
+    answer(asked["ok"].id, {"go": True}, response_id=new_response_id(), principal=HUMAN)
+    wait_status(run_id, "completed")
+
+    # Then the handler got the start item, then the resume item with the answer, each signed
+    assert handler.unverified == 0
+    items = [r["item"] for r in handler.got]
+    assert [(i["kind"], i["key"], i["attempt"]) for i in items] == [("start", "push.ask", 1),
+                                                                   ("resume", "push.ask_after@1", 1)]  # fmt: skip
+    assert items[0]["payload"] == {"n": 1} and items[1]["snapshot"] == {"n": 1}
+    assert items[1]["answers"]["ok"]["value"] == {"go": True}
+    assert handler.got[1]["id"] == f"push_{items[1]['lease_id'].split('.')[0]}"
+
+    # And each was committed once: one receipt per push, one completion
+    assert run_row(run_id).result == "done"
+    assert (receipts(run_id), completed_events(run_id)) == (2, 1)
+    listed = [h for h in client.get("/v1/handlers").json()["items"] if h["id"] == made["id"]]
+    assert [(h["attempts"], h["failures"], "secret" in h) for h in listed] == [(2, 0, False)]
+    assert any(w["node"] == f"push:{made['id']}" for w in client.get("/v1/workers").json()["items"])
+
+
+def test_push__a_timeout_a_5xx_and_a_lost_connection_are_retried_with_the_same_id(
+    stack: Stack, worker: Any, client: TestClient, handler: Handler
+) -> None:
+    # Given a handler that answers 500, drops the connection, answers too late, then completes
+    made = register(client, handler, ["push.retry"])
+    handler.script = [(500, {}), (DROP, None), (SLOW, {"type": "complete", "result": "late"})]
+
+    # When a run of its step starts
+    run_id = start("push.retry", {})
+
+    # Then it completes with the fourth answer, committed once
+    wait_status(run_id, "completed", timeout=60)
+    assert run_row(run_id).result == "done"
+    assert (receipts(run_id), completed_events(run_id)) == (1, 1)
+
+    # And every attempt carried the same webhook-id, its attempt counted
+    assert len({r["id"] for r in handler.got}) == 1 and len(handler.got) == 4
+    assert [r["item"]["attempt"] for r in handler.got] == [1, 2, 3, 4]
+
+    # And /metrics counts the attempts and failures by handler
+    metrics = client.get("/metrics").text
+    assert f'parkway_push_attempts_total{{handler="{made["id"]}"}} 4.0' in metrics
+    assert f'parkway_push_failures_total{{handler="{made["id"]}"}} 3.0' in metrics
+
+
+def test_push__an_answer_that_is_no_outcome_fails_the_run(
+    stack: Stack, worker: Any, client: TestClient, handler: Handler
+) -> None:
+    # Given a handler that answers garbage, then JSON of no outcome, then an outcome that cannot be committed
+    register(client, handler, ["push.bad"])
+    handler.script = [(200, b"<html>oops</html>"), (200, {"type": "explode"}),
+                      (200, {"type": "park", "continuation": "push.bad@1", "interactions": []})]  # fmt: skip
+
+    # When three runs of its step start, one after the other
+    runs = []
+    for _ in range(3):
+        runs.append(start("push.bad", {}))
+        wait_status(runs[-1], "failed")
+
+    # Then each failed once, with an error that says what the handler answered; nothing was retried
+    errors = [run_row(run_id).error or "" for run_id in runs]
+    assert "answered 200 with not JSON" in errors[0]
+    assert "answered 200 with not an outcome" in errors[1]
+    assert "answered 200 with an outcome that cannot be committed (Park needs at least one" in errors[2]
+    assert len(handler.got) == 3 and all(receipts(run_id) == 1 for run_id in runs)
+
+
+def test_push__410_interrupts_this_version_is_gone_and_out_of_attempts_interrupts(
+    stack: Stack, worker: Any, client: TestClient, handler: Handler
+) -> None:
+    # Given a handler that answers 410 once, then 503 to everything
+    register(client, handler, ["push.gone"])
+    handler.script = [(410, {})]
+    handler.last = (503, {})
+
+    # When a run of its step starts: interrupted, with the reason named
+    gone = start("push.gone", {})
+    wait_status(gone, "interrupted")
+    assert "this version is gone" in (run_row(gone).reason or "")
+    assert len(handler.got) == 1
+
+    # When another starts: retried until out of attempts (PARKWAY_MAX_ATTEMPTS 5), then interrupted
+    dead = start("push.gone", {})
+    wait_status(dead, "interrupted", timeout=60)
+    assert "answered 503" in (run_row(dead).reason or "")
+    assert len(handler.got) == 1 + 5
+    assert len({r["id"] for r in handler.got[1:]}) == 1
+
+
+def test_push__a_handler_url_follows_the_webhooks_rules_and_a_removed_one_serves_nothing(
+    client: TestClient, handler: Handler
+) -> None:
+    before = client.get("/v1/handlers").json()["items"]
+    refused = client.post("/v1/handlers", json={"url": "http://10.1.2.3/push", "serves": ["x"]})
+    assert refused.status_code == 422 and "PARKWAY_WEBHOOK_ALLOWED_NETWORKS" in refused.text
+    bad = client.post("/v1/handlers", json={"url": "http://127.0.0.1:9/push", "serves": ["x@0"]})
+    assert bad.status_code == 422
+    assert client.get("/v1/handlers").json()["items"] == before  # nothing stored
+
+    made = register(client, handler, ["push.removed"])
+    assert client.delete(f"/v1/handlers/{made['id']}").status_code == 204
+    assert client.delete(f"/v1/handlers/{made['id']}").status_code == 404
+    assert step_served("push.removed") is False  # a start is refused (422), as for a name nothing serves
+    assert not any(w["node"] == f"push:{made['id']}" for w in client.get("/v1/workers").json()["items"])
