@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get("BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS_HOST_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
 SECRET_KEY = "bench-secret-key-" + "b" * 40
-QUEUES = "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks"
+QUEUES = "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks,parkway.push"
 
 _started = time.monotonic()
 _procs: list[subprocess.Popen[bytes]] = []

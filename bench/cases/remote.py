@@ -1,6 +1,7 @@
 """Remote handlers (issue 33): answer → continuation consumed by a Node pull agent (the TypeScript client's
 ``worker()``, ``bench/remote_agent.mjs``) beside the same answers consumed by the Celery workers, in one run,
-their order alternating by rep; CPU per completion of each, and answer → handler start at a steady rate.
+and (c) the same answers pushed to a Node push handler, their order rotating by rep; CPU per completion of
+each, and answer → handler start at a steady rate.
 
 The Python path is the throughput case's (``bench.done@1``, run by ``celery worker -c 2``). The agent serves
 ``bench.rdone@1``, which no Celery worker serves: a continuation on it is remote when the answer makes it due
@@ -8,11 +9,15 @@ The Python path is the throughput case's (``bench.done@1``, run by ``celery work
 with the answer. The answers are the SDK's, made by this process as in the throughput case; the agent talks
 to a ``uvicorn api.app:app`` of the case. Both consumers stay up through both variants (what idles counts).
 
-The push mode (issue 33 §4) is not on this branch: no push variant.
+The push handler (``bench/push_handler.mjs``: the client's ``pushHandler`` + ``nodeListener`` on
+``http.createServer``, a process of its own) serves ``bench.pdone@1``, registered as a push handler on its
+loopback URL (``PARKWAY_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8`` for every child): a Celery worker that claims
+its continuation hands it on to ``parkway.push``, whose task POSTs the item, signed, and commits the answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -29,7 +34,7 @@ from bench.cases.common import Bench, CpuMeter, loadavg, park_many, ratio, wait_
 from bench.cases.httpapi import api_server
 from bench.cases.latency import latency_parkway, paced
 from bench.cases.throughput import run_parkway_throughput
-from bench.harness import ROOT, log, proc_cpu_ms, spawn, stop_process
+from bench.harness import ROOT, free_port, log, proc_cpu_ms, spawn, stop_process
 from bench.stats import percentile
 from bench.workflows import DONE
 from models import store
@@ -37,14 +42,17 @@ from parkway.db import transaction
 from parkway.tokens import hash_token
 
 REMOTE_KEY = "bench.rdone@1"
+PUSH_KEY = "bench.pdone@1"
 AGENT = ROOT / "bench" / "remote_agent.mjs"
+PUSH_HANDLER = ROOT / "bench" / "push_handler.mjs"
 CLIENT_BUILT = ROOT / "clients" / "typescript" / "dist" / "index.js"
 LEASE_ROUTES = ("/v1/worker/lease", "/v1/worker/leases/*/complete", "/v1/worker/leases/*/heartbeat")
 
 
 @dataclass
 class Agent:
-    """The Node agent subprocess and what it counted (``stats()`` asks it, on SIGUSR2)."""
+    """A Node subprocess (the pull agent or the push handler) and what it counted (``stats()`` asks it, on
+    SIGUSR2)."""
 
     proc: Any
     stats_path: Path
@@ -72,24 +80,41 @@ def worker_token() -> str:
 
 
 @contextmanager
-def node_agent(bench: Bench, base_url: str) -> Iterator[Agent]:
-    """Start ``node bench/remote_agent.mjs`` and wait until its first lease call advertised the key."""
+def node_process(bench: Bench, script: Path, name: str, **extra: str) -> Iterator[Agent]:
+    """Start ``node <script>`` and wait until it printed "ready"; its stats go to ``<name>-stats.json``."""
     if not CLIENT_BUILT.exists():
         raise RuntimeError(f"{CLIENT_BUILT.relative_to(ROOT)} is missing: make clients/typescript/.built first")
     out = bench.services.out_dir / "logs"
-    stats_path = out / "remote-agent-stats.json"
-    env = bench.services.child_env(
-        PARKWAY_URL=base_url, PARKWAY_TOKEN=worker_token(), BENCH_KEY=REMOTE_KEY,
-        BENCH_CONCURRENCY=str(bench.args.remote_concurrency), BENCH_STATS=str(stats_path),
-    )  # fmt: skip
-    log_path = out / "remote-agent.log"
-    proc = spawn(["node", str(AGENT)], env=env, log_path=log_path)
+    stats_path = out / f"{name}-stats.json"
+    log_path = out / f"{name}.log"
+    proc = spawn(["node", str(script)], env=bench.services.child_env(BENCH_STATS=str(stats_path), **extra),
+                 log_path=log_path)  # fmt: skip
     try:
         wait_count(lambda: int("ready" in log_path.read_text(errors="replace")) if log_path.exists() else 0,
-                   1, timeout=60, what="the Node agent's first lease", services=bench.services)  # fmt: skip
+                   1, timeout=60, what=f"the {name} to be ready", services=bench.services)  # fmt: skip
         yield Agent(proc, stats_path)
     finally:
         stop_process(proc, grace_s=10)
+
+
+def node_agent(bench: Bench, base_url: str) -> contextlib.AbstractContextManager[Agent]:
+    """``node bench/remote_agent.mjs``, ready once its first lease call advertised the key."""
+    return node_process(bench, AGENT, "remote-agent", PARKWAY_URL=base_url, PARKWAY_TOKEN=worker_token(),
+                        BENCH_KEY=REMOTE_KEY, BENCH_CONCURRENCY=str(bench.args.remote_concurrency))  # fmt: skip
+
+
+def push_handler(bench: Bench) -> contextlib.AbstractContextManager[Agent]:
+    """``node bench/push_handler.mjs`` on a free loopback port, registered (as ``POST /v1/handlers`` does)
+    as the push handler of ``bench.pdone@1`` before anything parks on it."""
+    from models import webhooks
+    from parkway.crypto import seal
+
+    port = free_port()
+    secret = webhooks.new_secret()
+    with transaction() as session:
+        store.create_handler(session, url=f"http://127.0.0.1:{port}/", serves=[PUSH_KEY], secret_sealed=seal(secret))
+    return node_process(bench, PUSH_HANDLER, "push-handler", BENCH_PORT=str(port), BENCH_SECRET=secret,
+                        BENCH_KEY=PUSH_KEY)  # fmt: skip
 
 
 def counted(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
@@ -101,29 +126,55 @@ def counted(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def throughput_pair(bench: Bench, agent: Agent, rep: int) -> None:
-    """One rep: the Python path and the pull agent, each on N fresh parked steps, side by side."""
+@dataclass
+class Consumers:
+    """The Node processes beside the Celery workers: the pull agent and the push handler."""
+
+    pull: Agent
+    push: Agent
+
+    def of(self, variant: str) -> Agent | None:
+        return {"pull": self.pull, "push": self.push}.get(variant)
+
+    def cpu_ms(self) -> dict[str, float]:
+        return {"agent": self.pull.cpu_ms(), "handler": self.push.cpu_ms()}
+
+
+VARIANTS = ("python", "pull", "push")
+KEYS = {"python": DONE, "pull": REMOTE_KEY, "push": PUSH_KEY}
+LABELS = {
+    "python": "Python path (Celery -c 2)",
+    "pull": "pull agent (Node worker())",
+    "push": "push handler (Node pushHandler)",
+}
+PARTS = ("workers", "postgres", "api", "agent", "handler", "producer")
+
+
+def throughput_reps(bench: Bench, nodes: Consumers, rep: int) -> None:
+    """One rep: the Python path, the pull agent and the push handler, each on N fresh parked steps, in an
+    order rotating by rep."""
     n = bench.args.n
     rates: dict[str, float] = {}
     cpus: dict[str, float] = {}
-    for variant in ("python", "pull") if rep % 2 == 0 else ("pull", "python"):
-        before, agent_ms = agent.stats(), agent.cpu_ms()
+    for variant in VARIANTS[rep % 3 :] + VARIANTS[: rep % 3]:
+        node = nodes.of(variant)
+        before, node_ms = (node.stats() if node else {}), nodes.cpu_ms()
         with CpuMeter(bench) as meter:
-            key = REMOTE_KEY if variant == "pull" else DONE
-            rates[variant], _ = run_parkway_throughput(bench, n, http_base=None, continuation=key, label=variant)
-        agent_per = (agent.cpu_ms() - agent_ms) / n
+            rates[variant], _ = run_parkway_throughput(bench, n, http_base=None, continuation=KEYS[variant],
+                                                       label=variant)  # fmt: skip
         per = meter.per_unit(n)
-        per["agent"] = agent_per
-        per["total"] += agent_per
+        for part, ms in nodes.cpu_ms().items():
+            per[part] = (ms - node_ms[part]) / n
+            per["total"] += per[part]
         cpus[variant] = per["total"]
-        requests = counted(before, agent.stats())
+        requests = counted(before, node.stats()) if node else {}
         bench.record("remote", {"variant": variant, "rep": rep, "per_s": rates[variant], "cpu": per,
-                                "agent_requests": requests, "load": loadavg()})  # fmt: skip
-        label = "Python path (Celery -c 2)" if variant == "python" else "pull agent (Node worker())"
+                                "node_requests": requests, "load": loadavg()})  # fmt: skip
+        label = LABELS[variant]
         bench.metric("remote", f"{label}: completions/s", "/s").add(rates[variant])
-        for kind in ("total", "workers", "postgres", "api", "agent", "producer"):
+        for kind in ("total", *PARTS):
             bench.metric("remote", f"{label}: CPU per completion, {kind}", "ms").add(per[kind])
-        line = ", ".join(f"{k} {per[k]:.1f}" for k in ("workers", "postgres", "api", "agent", "producer"))
+        line = ", ".join(f"{k} {per[k]:.1f}" for k in PARTS)
         log(f"    {variant:6}: {rates[variant]:7.0f} /s; CPU per completion {per['total']:.1f} ms ({line})")
         if variant == "pull":
             trips = sum(requests.get(r, 0) for r in LEASE_ROUTES)
@@ -132,18 +183,25 @@ def throughput_pair(bench: Bench, agent: Agent, rep: int) -> None:
                 requests["lease items"] / max(1, requests["lease calls"])
             )
             log(f"    pull requests: {json.dumps(requests)} ({trips / n:.2f} per completion)")
-    bench.metric("remote", "ratio pull ÷ Python path, completions/s", "x", ">= 0.5").add(
-        ratio(rates["pull"], rates["python"])
-    )
-    bench.metric("remote", "ratio pull ÷ Python path, CPU per completion", "x").add(ratio(cpus["pull"], cpus["python"]))
+        if variant == "push":
+            posts = {r: v for r, v in requests.items() if r.startswith("push ")}  # by status answered
+            bench.metric("remote", "push: POSTs per completion", "").add(sum(posts.values()) / n)
+            log(f"    push POSTs answered: {json.dumps(posts)}")
+    for variant in ("pull", "push"):
+        bench.metric("remote", f"ratio {variant} ÷ Python path, completions/s", "x", ">= 0.5").add(
+            ratio(rates[variant], rates["python"])
+        )
+        bench.metric("remote", f"ratio {variant} ÷ Python path, CPU per completion", "x").add(
+            ratio(cpus[variant], cpus["python"])
+        )
 
 
-def latency_pull(bench: Bench, agent: Agent, count: int, rate: float) -> list[float]:
-    """Answers at ``rate``/s, open loop: answer returned → the agent's handler started, ms."""
+def latency_node(bench: Bench, node: Agent, key: str, count: int, rate: float) -> list[float]:
+    """Answers at ``rate``/s, open loop: answer returned → the Node handler started, ms."""
     from tasks import sdk
 
-    parked = park_many(bench, count, continuation=REMOTE_KEY)
-    agent.stats()  # forget the starts before these
+    parked = park_many(bench, count, continuation=key)
+    node.stats()  # forget the starts before these
     returned: dict[str, float] = {}
 
     def answer(p: seed.Parked) -> None:
@@ -154,46 +212,52 @@ def latency_pull(bench: Bench, agent: Agent, count: int, rate: float) -> list[fl
     started: dict[str, float] = {}
 
     def seen() -> int:
-        for line in agent.stats()["starts"]:
+        for line in node.stats()["starts"]:
             step_id, _, at = line.partition(" ")
             started[step_id] = float(at)
         return len(started)
 
-    wait_count(seen, count, timeout=max(120, count / 5), what="pull handler starts", services=bench.services,
+    wait_count(seen, count, timeout=max(120, count / 5), what=f"{key} handler starts", services=bench.services,
                poll=0.5)  # fmt: skip
     return [(started[p.step_id] - returned[p.step_id]) * 1000 for p in parked]
 
 
+def latency_reps(bench: Bench, nodes: Consumers, rep: int, count: int, rate: float) -> None:
+    """One rep of answer → handler start, the three variants in an order rotating by rep."""
+    for variant in VARIANTS[rep % 3 :] + VARIANTS[: rep % 3]:
+        node = nodes.of(variant)
+        if node is None:
+            values = latency_parkway(bench, count, rate)["return_to_start"]
+        else:
+            values = latency_node(bench, node, KEYS[variant], count, rate)
+        for q in (50, 99):
+            bench.metric("remote", f"{LABELS[variant]}: answer → handler start p{q} @{rate:g}/s", "ms").add(
+                percentile(values, q)
+            )
+        log(f"    {variant:6} →start p50/p99: {percentile(values, 50):.1f}/{percentile(values, 99):.1f} ms")
+
+
 def case_remote(bench: Bench) -> None:
     args = bench.args
-    log(f"== remote: N={args.n}, {args.reps} reps; Celery -c 2 beside a Node pull agent "
-        f"(concurrency {args.remote_concurrency}); no push variant (not on this branch)")  # fmt: skip
-    bench.skipped["remote.push"] = "the push mode (issue 33 §4) is not on this branch"
+    log(f"== remote: N={args.n}, {args.reps} reps; Celery -c 2 (on parkway.push too) beside a Node pull agent "
+        f"(concurrency {args.remote_concurrency}) and a Node push handler")  # fmt: skip
+    bench.services.env.setdefault("PARKWAY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8")  # the push handler's address
     bench.services.start_worker()
     with api_server(bench) as base_url:
         if base_url is None:
             bench.skipped["remote"] = bench.skipped.pop("throughput.http", "the API did not start")
             return
-        with node_agent(bench, base_url) as agent:
+        with node_agent(bench, base_url) as pull, push_handler(bench) as push:
+            nodes = Consumers(pull, push)
             for rep in range(args.reps):
                 log(f"  rep {rep + 1}/{args.reps} (load {loadavg()})")
-                throughput_pair(bench, agent, rep)
-            capacity = bench.metrics[("remote", "pull agent (Node worker()): completions/s")].values
+                throughput_reps(bench, nodes, rep)
+            capacity = [v for variant in ("pull", "push")
+                        for v in bench.metrics[("remote", f"{LABELS[variant]}: completions/s")].values]  # fmt: skip
             rate = min(args.latency_rate, max(5.0, round(0.5 * min(capacity))))
             count = max(100, int(rate * args.latency_seconds))
-            log(f"  answer → handler start at {rate:g}/s ({count} answers; half the pull agent's slowest rate)")
+            log(f"  answer → handler start at {rate:g}/s ({count} answers; half the slowest remote rate)")
             for rep in range(args.reps):
-                if rep % 2:
-                    python = latency_parkway(bench, count, rate)["return_to_start"]
-                    pull = latency_pull(bench, agent, count, rate)
-                else:
-                    pull = latency_pull(bench, agent, count, rate)
-                    python = latency_parkway(bench, count, rate)["return_to_start"]
-                for label, values in (("pull agent", pull), ("Python path", python)):
-                    for q in (50, 99):
-                        bench.metric("remote", f"{label}: answer → handler start p{q} @{rate:g}/s", "ms").add(
-                            percentile(values, q)
-                        )
-                log(f"    →start p50/p99: pull {percentile(pull, 50):.1f}/{percentile(pull, 99):.1f} ms, "
-                    f"Python {percentile(python, 50):.1f}/{percentile(python, 99):.1f} ms")  # fmt: skip
+                log(f"  latency rep {rep + 1}/{args.reps} (load {loadavg()})")
+                latency_reps(bench, nodes, rep, count, rate)
     bench.services.stop_workers()
