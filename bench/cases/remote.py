@@ -1,13 +1,12 @@
-"""Remote handlers (issue 33): answer → continuation consumed by a Node pull agent (the TypeScript client's
-``worker()``, ``bench/remote_agent.mjs``) beside the same answers consumed by the Celery workers, in one run,
-and (c) the same answers pushed to a Node push handler, their order rotating by rep; CPU per completion of
-each, and answer → handler start at a steady rate.
+"""Remote handlers (issue 33): answer → continuation consumed (a) by the Celery workers, (b) by a Node pull
+agent (the TypeScript client's ``worker()``, ``bench/remote_agent.mjs``) and (c) by a Node push handler, in
+one run, their order rotating by rep; CPU per completion of each, and answer → handler start at a steady rate.
 
 The Python path is the throughput case's (``bench.done@1``, run by ``celery worker -c 2``). The agent serves
 ``bench.rdone@1``, which no Celery worker serves: a continuation on it is remote when the answer makes it due
 (``models.store.workers.remote_only``) and only lease calls take it. Its body is ``bench.done``'s: complete
 with the answer. The answers are the SDK's, made by this process as in the throughput case; the agent talks
-to a ``uvicorn api.app:app`` of the case. Both consumers stay up through both variants (what idles counts).
+to a ``uvicorn api.app:app`` of the case. All three consumers stay up through every variant (what idles counts).
 
 The push handler (``bench/push_handler.mjs``: the client's ``pushHandler`` + ``nodeListener`` on
 ``http.createServer``, a process of its own) serves ``bench.pdone@1``, registered as a push handler on its
