@@ -18,12 +18,14 @@ handler's secret, ``webhook-id`` = ``push_<continuation id>``: the same on every
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import secrets
 from datetime import timedelta
 from typing import Any
 
+import httpx
 from pydantic import TypeAdapter, ValidationError
 
 from models import store
@@ -47,6 +49,13 @@ log = logging.getLogger("parkway.push")
 GONE = "this version is gone"  # the reason of a step whose push handler answered 410
 MAX_ANSWER_BYTES = 1024 * 1024  # an outcome is read this far (the API's own body bound)
 _ITEM = TypeAdapter(Item)
+
+
+@functools.cache
+def _http() -> httpx.Client:
+    """The HTTP client of this worker process, made on its first push: pushes reuse its kept-alive
+    connections to the handlers (a client built per push cost more than the push: bench/RESULTS.md)."""
+    return client()
 
 
 def message_id(continuation_id: str) -> str:
@@ -81,9 +90,8 @@ def push(continuation_id: str) -> str:
     if target is None:  # removed since: whoever serves it now gets it
         return hand_on(claim, lease_id, extra, handed_on=True)
     item = item_of(claim, lease_id, utcnow() + timedelta(seconds=lease_s))
-    with client() as http:
-        sent = post(http, target.url, secrets=[unseal(target.secret_sealed)], msg_id=message_id(continuation_id),
-                    body=_ITEM.dump_json(item), max_bytes=MAX_ANSWER_BYTES, agent="parkway-push")  # fmt: skip
+    sent = post(_http(), target.url, secrets=[unseal(target.secret_sealed)], msg_id=message_id(continuation_id),
+                body=_ITEM.dump_json(item), max_bytes=MAX_ANSWER_BYTES, agent="parkway-push")  # fmt: skip
     outcome, good = answered(sent, target.id, row.name)
     with single_statement() as conn:
         store.count_push(conn, target.id, failed=not good)
