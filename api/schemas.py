@@ -10,9 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from models.access import InteractionView, RunView, public_value, redacted
 from models.history import RunLine
 from models.outcome import Park as ParkOutcome
-from models.principals import GrantInfo
 from models.status import normalize_run_status
-from models.tables import Grant, Review, Step, ToolCall
+from models.tables import Review, Step, ToolCall
 
 # Text columns cannot hold NUL (PostgreSQL refuses it): every string the API stores or looks up excludes it.
 TEXT = r"^[^\x00]*$"
@@ -380,53 +379,3 @@ class RunPage(BaseModel):
 class InteractionPage(BaseModel):
     items: list[InteractionOut]
     next: str | None = Field(description="pass back as `?cursor=` for the next page; null on the last")
-
-
-# --------------------------------------------------------------------------- principals and grants
-
-
-class PrincipalCreate(Body):
-    kind: PrincipalKindLiteral
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")
-
-
-class PrincipalCreated(BaseModel):
-    id: str
-    kind: PrincipalKindLiteral
-    name: str
-    token: str = Field(description="shown once; only its hash is stored")
-
-
-class GrantCreate(Body):
-    principal: str = Field(min_length=1, max_length=200, pattern=TEXT, description="the principal's name")
-    target: str = Field(min_length=1, max_length=200, pattern=TEXT, description="e.g. `team:ops`, `user:ana`")
-
-
-class GrantOut(BaseModel):
-    id: str
-    principal: str
-    target: str
-    created_at: datetime
-    revoked_at: datetime | None
-
-    @classmethod
-    def of(cls, grant: Grant | GrantInfo, principal: str) -> GrantOut:
-        return cls(
-            id=grant.id,
-            principal=principal,
-            target=grant.target,
-            created_at=grant.created_at,
-            revoked_at=grant.revoked_at,
-        )
-
-
-# --------------------------------------------------------------------------- health
-
-
-class Health(BaseModel):
-    status: Literal["ok"]
-
-
-class Readiness(BaseModel):
-    status: Literal["ready"]
-    schema_revision: str

@@ -8,10 +8,11 @@ from fastapi import Path, Query, Response
 from pydantic import BaseModel, Field
 
 from api import errors
+from api.admin_schemas import GrantCreate, GrantOut
 from api.deps import AdminDep, CursorParam, LimitParam, SessionDep
 from api.errors import ApiError, documented
 from api.input import checked_router
-from api.schemas import ID, TEXT, GrantCreate, GrantOut
+from api.schemas import ID, TEXT
 from models import access, principals, store
 from parkway.db import transaction
 

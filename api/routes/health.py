@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import Response
 
 from api import errors
+from api.admin_schemas import Health, Readiness
 from api.errors import ApiError, documented
 from api.input import checked_router
 from api.metrics import REGISTRY
-from api.schemas import Health, Readiness
 from parkway.db import failure_line, get_engine
 from parkway.migrate import head_revision, schema_problem
 

@@ -10,10 +10,11 @@ from fastapi import Path, Response
 from pydantic import BaseModel, Field
 
 from api import errors
+from api.admin_schemas import PrincipalCreate, PrincipalCreated
 from api.deps import AdminDep, CursorParam, LimitParam, SessionDep
 from api.errors import ApiError, documented
 from api.input import checked_router
-from api.schemas import ID, PrincipalCreate, PrincipalCreated, PrincipalKindLiteral
+from api.schemas import ID, PrincipalKindLiteral
 from models import principals, store
 from models.principals import PrincipalInfo
 from parkway.db import transaction

@@ -17,10 +17,10 @@ from sqlalchemy import ARRAY, Integer, String, Table, and_, any_, bindparam, fun
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
+from models.fleet_tables import LeaseReceipt
 from models.status import ContinuationKind, ContinuationStatus
 from models.store.claims import Claimed, claimable, live_claim
 from models.store.sql import CONT, RUN, Executor, skip_locked, word, words
-from models.tables import LeaseReceipt
 
 RECEIPTS = cast(Table, LeaseReceipt.__table__)
 _KEYS = ARRAY(String(200))

@@ -21,9 +21,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
+from models.fleet_tables import AdvertisedVersion, Worker
 from models.status import ContinuationKind
 from models.store.sql import CONT, Executor
-from models.tables import AdvertisedVersion, Worker
 
 WORKERS = cast(Table, Worker.__table__)
 ADVERTISED = cast(Table, AdvertisedVersion.__table__)

@@ -17,7 +17,8 @@ import standardwebhooks
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from models.tables import Event, LeaseReceipt
+from models.fleet_tables import LeaseReceipt
+from models.tables import Event
 from parkway.db import transaction
 from tasks.sdk import answer
 from tasks.serving import step_served

@@ -15,7 +15,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select, text, update
 
-from models.tables import Continuation, Interaction, LeaseReceipt, ToolCall
+from models.fleet_tables import LeaseReceipt
+from models.tables import Continuation, Interaction, ToolCall
 from parkway.db import transaction
 from tasks.publish import publish
 from tests.api.conftest import ApiServer, make_admin

@@ -21,7 +21,8 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from models.tables import LeaseReceipt, ToolCall
+from models.fleet_tables import LeaseReceipt
+from models.tables import ToolCall
 from parkway.db import transaction
 from tests.api.conftest import ApiServer, make_admin
 from tests.support import ROOT, TARGET, Stack, child_env, event_types, run_row, wait_for

@@ -16,8 +16,8 @@ from beat.sweep import run_sweep
 from models import event_log, store
 from models import status as st
 from models.base import Base, utcnow
+from models.fleet_tables import AdvertisedVersion
 from models.tables import (
-    AdvertisedVersion,
     Continuation,
     Event,
     Interaction,
