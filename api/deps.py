@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from api import errors
 from api.errors import ApiError
+from api.schemas import TEXT
 from models import access
 from models.tables import Principal
 from parkway.db import read_statement, session_factory
@@ -126,3 +127,5 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 # the API did not hand out is refused by ``api.errors`` (422 ``invalid_cursor``), wherever a list reads it.
 CursorParam = Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,500}$", description="a list's `next`")]
 LimitParam = Annotated[int, Query(ge=1, le=200)]
+# A list's filter by a name or target: text as the API stores it (no NUL), at most 200 characters.
+TextFilter = Annotated[str | None, Query(max_length=200, pattern=TEXT)]

@@ -12,6 +12,7 @@ from api.deps import (
     LimitParam,
     PrincipalDep,
     SessionDep,
+    TextFilter,
     TokenDep,
     admitted,
     authenticate,
@@ -23,7 +24,6 @@ from api.input import checked_router
 from api.metrics import ANSWERS
 from api.schemas import (
     ID,
-    TEXT,
     AnswerIn,
     AnswerReceiptOut,
     CancelIn,
@@ -56,7 +56,7 @@ def list_interactions(
     principal: PrincipalDep,
     session: SessionDep,
     status: StatusFilter | None = None,
-    target: Annotated[str | None, Query(max_length=200, pattern=TEXT)] = None,
+    target: TextFilter = None,
     run_id: Annotated[str | None, Query(pattern=ID)] = None,
     cursor: CursorParam = None,
     limit: LimitParam = 50,

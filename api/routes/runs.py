@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Header, Path, Query
+from fastapi import Header, Path
 
 from api import errors
-from api.deps import AgentDep, CursorParam, LimitParam, PrincipalDep, SessionDep
+from api.deps import AgentDep, CursorParam, LimitParam, PrincipalDep, SessionDep, TextFilter
 from api.errors import ApiError, documented
 from api.input import checked_router
 from api.schemas import ID, TEXT, RunCreate, RunLineOut, RunOut, RunPage, RunStatusLiteral
@@ -69,8 +69,8 @@ def list_runs(
     principal: PrincipalDep,
     session: SessionDep,
     status: RunStatusLiteral | None = None,
-    workflow: Annotated[str | None, Query(max_length=200, pattern=TEXT)] = None,
-    target: Annotated[str | None, Query(max_length=200, pattern=TEXT)] = None,
+    workflow: TextFilter = None,
+    target: TextFilter = None,
     cursor: CursorParam = None,
     limit: LimitParam = 50,
 ) -> RunPage:
