@@ -155,8 +155,6 @@ KNOWN_WHAT_IF = {
     "answer-autocommit": "the answer's two statements each in autocommit, without BEGIN and COMMIT (what a "
     "pending-interactions counter on the step would allow; safe here only because every bench step waits on one "
     "question)",
-    "webhook-one-client": "the delivery task's POSTs share one httpx.Client per worker process (keep-alive) instead "
-    "of one per delivery run",
 }
 
 
@@ -209,30 +207,6 @@ def _apply_what_if() -> None:
         import tasks.worker
 
         tasks.worker.project_soon = lambda record: None  # type: ignore[assignment]
-
-    if "webhook-one-client" in WHAT_IF:
-        _one_webhook_client()
-
-
-def _one_webhook_client() -> None:
-    """``tasks.webhook_http`` seeing an ``httpx`` whose ``Client(...)`` is one client of the process, left open."""
-    import contextlib
-    import types
-
-    import httpx
-
-    import tasks.webhook_http
-
-    shared: list[httpx.Client] = []
-
-    def client(**kwargs: Any) -> contextlib.nullcontext[httpx.Client]:
-        if not shared:
-            shared.append(httpx.Client(**kwargs))
-        return contextlib.nullcontext(shared[0])
-
-    tasks.webhook_http.httpx = types.SimpleNamespace(  # type: ignore[assignment]
-        Client=client, TimeoutException=httpx.TimeoutException, HTTPError=httpx.HTTPError
-    )
 
 
 _apply_what_if()

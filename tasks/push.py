@@ -25,7 +25,6 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
-import httpx
 from pydantic import TypeAdapter, ValidationError
 
 from models import store
@@ -41,7 +40,7 @@ from tasks.projection import project_soon
 from tasks.publish import publish
 from tasks.remote import Item, digest, give_back, item_of
 from tasks.serving import sent_outcome
-from tasks.webhook_http import PHASES, Sent, client, post
+from tasks.webhook_http import PHASES, Connections, Sent, client, post
 from tasks.worker import give_up, hand_on, refusal, unclaimed
 
 log = logging.getLogger("parkway.push")
@@ -52,9 +51,9 @@ _ITEM = TypeAdapter(Item)
 
 
 @functools.cache
-def _http() -> httpx.Client:
-    """The HTTP client of this worker process, made on its first push: pushes reuse its kept-alive
-    connections to the handlers (a client built per push cost more than the push: bench/RESULTS.md)."""
+def _http() -> Connections:
+    """The connections of this worker process, made on its first push: pushes reuse them, kept alive to
+    the handlers (bench/RESULTS.md)."""
     return client()
 
 

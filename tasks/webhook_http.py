@@ -1,25 +1,34 @@
 """One webhook request: signed as the Standard Webhooks specification says, sent to the address checked at
-connect time, no redirect followed, the response body read up to a bound."""
+connect time, no redirect followed, the response body read up to a bound.
+
+Requests go through the standard library's ``http.client`` on kept-alive connections (``Connections``):
+a request is one write and one read on a socket already open, so sending an event costs little beside the
+event itself (bench/RESULTS.md, "Webhooks")."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
+import http.client
+import socket
+import ssl
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-import httpx
-
-from parkway.netguard import UnsafeUrl, checked_addresses, split_url
+from parkway.netguard import Address, UnsafeUrl, checked_addresses, split_url
 from parkway.settings import get_settings
 
 MAX_RESPONSE_BYTES = 64 * 1024  # a receiver's answer is read this far, then the connection closed
-# httpx bounds each phase (connect, send, each read) by the timeout, not the request: with the body's reading
-# cut at the timeout too, one request lasts at most this many timeouts (the delivery claim's lease covers it).
+# The timeout bounds each phase (connect, send, each read), not the request: with the body's reading cut at
+# the timeout too, one request lasts at most this many timeouts (the delivery claim's lease covers it).
 PHASES = 4
+CHUNK = 16 * 1024
+# A kept-alive connection the receiver closed while it was idle fails like this on its next request,
+# before the request reached anyone: sent again once, on a new connection.
+STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
 
 @dataclass(frozen=True)
@@ -50,14 +59,63 @@ def signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(digest).decode()
 
 
-def client() -> httpx.Client:
-    """The HTTP client of one delivery run: its requests to the receiver share kept-alive connections (one
-    client per request cost more than the request itself: bench/RESULTS.md, "Webhooks")."""
-    return httpx.Client(timeout=get_settings().webhook_timeout_s, follow_redirects=False, trust_env=False)
+class _Pinned(http.client.HTTPConnection):
+    """A connection to a checked address that names the URL's host (``Host``; over TLS the server name,
+    verified against the certificate)."""
+
+    def __init__(self, address: Address, host: str, port: int, timeout: float, tls: ssl.SSLContext | None):
+        super().__init__(host, port, timeout=timeout)
+        self.address, self.tls = address, tls
+
+    def connect(self) -> None:
+        sock = socket.create_connection((str(self.address), self.port), self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host) if self.tls else sock
+
+
+class Connections:
+    """The kept-alive connections of one sender (a delivery run, or a worker process's pushes): one per
+    origin and checked address, opened on first use, dropped when the answer says so or was cut."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._open: dict[tuple[str, str, int, Address], _Pinned] = {}
+        self._tls: ssl.SSLContext | None = None
+
+    def __enter__(self) -> Connections:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for connection in self._open.values():
+            connection.close()
+        self._open.clear()
+
+    def connection(self, scheme: str, host: str, port: int, address: Address) -> tuple[_Pinned, bool]:
+        """The open connection to that origin at that address, or a new one; ``True`` if it was open."""
+        key = (scheme, host, port, address)
+        if key in self._open:
+            return self._open[key], True
+        if scheme == "https" and self._tls is None:
+            self._tls = ssl.create_default_context()
+        self._open[key] = _Pinned(address, host, port, self.timeout_s, self._tls if scheme == "https" else None)
+        return self._open[key], False
+
+    def drop(self, scheme: str, host: str, port: int, address: Address) -> None:
+        connection = self._open.pop((scheme, host, port, address), None)
+        if connection is not None:
+            connection.close()
+
+
+def client() -> Connections:
+    """The sender of one delivery run: its requests to a receiver share a kept-alive connection."""
+    return Connections(get_settings().webhook_timeout_s)
 
 
 def post(
-    http: httpx.Client,
+    sender: Connections,
     url: str,
     *,
     secrets: list[str],
@@ -66,11 +124,10 @@ def post(
     max_bytes: int = MAX_RESPONSE_BYTES,
     agent: str = "parkway-webhooks",
 ) -> Sent:
-    """POST ``body`` to ``url`` through ``http``, signed with each secret (a rotation's overlap:
+    """POST ``body`` to ``url`` through ``sender``, signed with each secret (a rotation's overlap:
     space-separated signatures, any of which verifies); never raises for what the network or the receiver
     did. The address is checked on every request, and the request goes to the checked address. The answer's
     body is read up to ``max_bytes``."""
-    settings = get_settings()
     started = time.monotonic()
     timestamp = int(time.time())
     headers = {
@@ -81,29 +138,69 @@ def post(
         "user-agent": agent,
     }
     try:
-        _, host, port = split_url(url)
-        address = checked_addresses(host, port, settings.webhook_networks)[0]
-        parts = urlsplit(url)
-        pinned = urlunsplit(
-            parts._replace(netloc=f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}")
-        )
-        headers["host"] = parts.netloc.rsplit("@", 1)[-1]
-        # Connect to the checked address; TLS still names (and verifies) the host of the URL.
-        with http.stream("POST", pinned, content=body, headers=headers, extensions={"sni_hostname": host}) as answer:
-            read, cut, deadline = bytearray(), False, started + settings.webhook_timeout_s
-            for chunk in answer.iter_bytes():  # a receiver trickling its answer is cut off, not waited for
-                read += chunk
-                if len(read) > max_bytes or time.monotonic() > deadline:
-                    cut = True
-                    break
-            retry_after = _retry_after(answer.headers.get("retry-after")) if answer.status_code == 429 else None
-            return Sent(answer.status_code, _ms(started), retry_after_s=retry_after, body=bytes(read), cut=cut)
+        scheme, host, port = split_url(url)
+        origin = (scheme, host, port, checked_addresses(host, port, get_settings().webhook_networks)[0])
+        return _exchange(sender, origin, _target(url), headers, body, max_bytes, started)
     except UnsafeUrl as exc:
         return Sent(None, _ms(started), error=str(exc))
-    except httpx.TimeoutException:
-        return Sent(None, _ms(started), error=f"timed out after {settings.webhook_timeout_s:g} s")
-    except httpx.HTTPError as exc:
+    except TimeoutError:
+        return Sent(None, _ms(started), error=f"timed out after {sender.timeout_s:g} s")
+    except (OSError, http.client.HTTPException) as exc:
         return Sent(None, _ms(started), error=f"{type(exc).__name__}: {exc}"[:500])
+
+
+def _exchange(
+    sender: Connections,
+    origin: tuple[str, str, int, Address],
+    target: str,
+    headers: dict[str, str],
+    body: bytes,
+    max_bytes: int,
+    started: float,
+) -> Sent:
+    """One request and its answer on the origin's connection; the connection is dropped after an error, a
+    cut answer, or an answer that closes it."""
+    read, cut, deadline = bytearray(), False, started + sender.timeout_s
+    try:
+        answer = _request(sender, origin, target, headers, body)
+        while chunk := answer.read1(CHUNK):  # a receiver trickling its answer is cut off, not waited for
+            read += chunk
+            if len(read) > max_bytes or time.monotonic() > deadline:
+                cut = True
+                break
+    except BaseException:
+        sender.drop(*origin)
+        raise
+    if cut or answer.will_close:
+        sender.drop(*origin)
+    else:
+        answer.close()  # read to its end: the connection takes the next request
+    retry_after = _retry_after(answer.getheader("retry-after")) if answer.status == 429 else None
+    return Sent(answer.status, _ms(started), retry_after_s=retry_after, body=bytes(read), cut=cut)
+
+
+def _request(
+    sender: Connections, origin: tuple[str, str, int, Address], target: str, headers: dict[str, str], body: bytes
+) -> http.client.HTTPResponse:
+    """Send the request and read the answer's head; on a kept-alive connection the receiver closed while it
+    was idle, once more on a new one."""
+    connection, reused = sender.connection(*origin)
+    try:
+        connection.request("POST", target, body=body, headers=headers)
+        return connection.getresponse()
+    except STALE:
+        if not reused:
+            raise
+    sender.drop(*origin)
+    connection, _ = sender.connection(*origin)
+    connection.request("POST", target, body=body, headers=headers)
+    return connection.getresponse()
+
+
+def _target(url: str) -> str:
+    """The request target of ``url``: its path and query (``/`` when it has no path)."""
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def _ms(started: float) -> int:

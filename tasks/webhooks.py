@@ -18,8 +18,6 @@ import random
 import time
 from typing import Any
 
-import httpx
-
 from models import store, webhooks
 from models.base import utcnow
 from models.status import WebhookStatus
@@ -31,7 +29,7 @@ from parkway.settings import get_settings
 from tasks import webhook_http
 from tasks.celery_app import DELIVER_WEBHOOK, app
 from tasks.publish import publish_webhooks
-from tasks.webhook_http import PHASES, Sent, message_id, post
+from tasks.webhook_http import PHASES, Connections, Sent, message_id, post
 
 log = logging.getLogger("parkway.webhooks")
 
@@ -62,14 +60,14 @@ def deliver(webhook_id: str, *, budget_s: float = BUDGET_S) -> str:
             log.debug("webhook %s is not due, or held by another attempt", webhook_id)
             return "not claimed"
         secrets = _signing_secrets(hook)
-    with webhook_http.client() as http:
-        return _deliver_claimed(webhook_id, token, secrets, http, lease_s=lease_s, budget_s=budget_s)
+    with webhook_http.client() as sender:
+        return _deliver_claimed(webhook_id, token, secrets, sender, lease_s=lease_s, budget_s=budget_s)
 
 
 def _deliver_claimed(
-    webhook_id: str, token: str, secrets: list[str], http: httpx.Client, *, lease_s: float, budget_s: float
+    webhook_id: str, token: str, secrets: list[str], sender: Connections, *, lease_s: float, budget_s: float
 ) -> str:
-    """Send the claimed subscription's due events through ``http`` until done, failed or out of budget.
+    """Send the claimed subscription's due events through ``sender`` until done, failed or out of budget.
 
     The 2xx answers of a batch move the cursor, and go into the delivery log, in one transaction
     (``_settle``): at the batch's end, before a failure is recorded, and whenever half a claim lease has
@@ -92,7 +90,7 @@ def _deliver_claimed(
         lines: list[DeliveryLine] = []
         settled_at = time.monotonic()
         for seq, body in bodies:
-            sent = post(http, url, secrets=secrets, msg_id=message_id(webhook_id, seq), body=body)
+            sent = post(sender, url, secrets=secrets, msg_id=message_id(webhook_id, seq), body=body)
             if not sent.ok:
                 if not _settle(webhook_id, token, cursor=cursor, lines=lines, lease_s=lease_s):
                     return _stop(webhook_id, token)
