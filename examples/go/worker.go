@@ -145,10 +145,12 @@ func (w *Worker) Run(stop context.Context) error {
 	}
 	sort.Strings(serves)
 	waitS := 0.0 // the first call comes back at once: from then on the API knows what this process serves
-	backoff := 500 * time.Millisecond
+	backoff, advertised := 500*time.Millisecond, false
 	for stop.Err() == nil {
 		request := map[string]any{"worker": w.Name, "serves": serves, "max": 1, "wait_s": waitS, "lease_s": w.LeaseS}
-		var page struct{ Items []Item }
+		var page struct {
+			Items []Item `json:"items"`
+		}
 		err := w.Client.post(stop, "/v1/worker/lease", time.Duration(waitS+15)*time.Second, request, &page)
 		if err != nil {
 			if stop.Err() != nil {
@@ -167,8 +169,9 @@ func (w *Worker) Run(stop context.Context) error {
 			backoff = min(backoff*2, 10*time.Second)
 			continue
 		}
-		if waitS == 0 {
+		if !advertised {
 			log.Printf("serving %s as %s", strings.Join(serves, ", "), w.Name)
+			advertised = true
 		}
 		waitS, backoff = w.WaitS, 500*time.Millisecond
 		for _, item := range page.Items {
@@ -241,18 +244,21 @@ func (w *Worker) complete(held context.Context, item Item, outcome Outcome) {
 			RunStatus string `json:"run_status"`
 		}
 		err := w.Client.post(held, leasePath(item, "complete"), 15*time.Second, map[string]any{"outcome": outcome}, &receipt)
-		var apiErr *APIError
-		switch {
-		case err == nil:
+		if err == nil {
 			log.Printf("%s of run %s: %s, run %s", item.Key, item.RunID, outcome["type"], receipt.RunStatus)
 			return
-		case errors.As(err, &apiErr) && (apiErr.Status == 409 || apiErr.Status == 410):
+		}
+		var apiErr *APIError
+		errors.As(err, &apiErr)
+		switch {
+		case apiErr == nil || apiErr.Status >= 500: // it may not have arrived: sent again below
+		case apiErr.Status == 409 || apiErr.Status == 410:
 			log.Printf("completion of %s for run %s refused (%v): another worker or the run's end won", item.Key, item.RunID, err)
 			return
-		case apiErr != nil && apiErr.Status == 422 && outcome["type"] != "fail":
+		case apiErr.Status == 422 && outcome["type"] != "fail":
 			outcome = Fail(fmt.Sprintf("%s returned an outcome the API refused: %s", item.Key, apiErr.Detail))
 			continue
-		case apiErr != nil && apiErr.Status < 500:
+		default:
 			log.Printf("completion of %s for run %s failed (%v): left to its lease", item.Key, item.RunID, err)
 			return
 		}
