@@ -84,6 +84,7 @@ LONG_MODULES = (
     "tests/cli/test_refusals.py",
     "tests/cli/test_walkthrough.py",
     "tests/api/test_event_soak.py",
+    "tests/acceptance/test_go_example.py",
 )
 
 

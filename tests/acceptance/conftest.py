@@ -1,15 +1,35 @@
-"""Acceptance fixtures: tests that start their own workers stop every one of them, before and after."""
+"""Acceptance fixtures: tests that start their own workers stop every one of them, before and after; the
+principals and the lease receipts of the tests of agents in other languages (TypeScript, Go)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import func, select
 
+from models.fleet_tables import LeaseReceipt
+from parkway.db import transaction
 from tests.acceptance.webhook_receiver import Receiver
 from tests.api.conftest import make_admin
-from tests.support import Stack
+from tests.support import TARGET, Stack
+
+
+def remote_principals(http: httpx.Client, *, admin: str, agent: str, human: str, worker: str) -> dict[str, str]:
+    """Tokens by name for an agent in another language: an admin; an agent and a person granted on the
+    target, and a worker, made over the API by the admin."""
+    made = {admin: make_admin(admin)}
+    auth = {"Authorization": f"Bearer {made[admin]}"}
+    for kind, name in (("agent", agent), ("human", human), ("worker", worker)):
+        answer = http.post("/v1/principals", json={"kind": kind, "name": name}, headers=auth)
+        assert answer.status_code == 201, answer.text
+        made[name] = answer.json()["token"]
+    for name in (agent, human):
+        grant = http.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=auth)
+        assert grant.status_code == 201, grant.text
+    return made
 
 
 @pytest.fixture
@@ -35,3 +55,9 @@ def receiver() -> Iterator[Receiver]:
     receiver = Receiver().start()
     yield receiver
     receiver.stop()
+
+
+def lease_receipts(run_id: str) -> int:
+    """How many completions of the run's leases were committed (one receipt each)."""
+    with transaction() as session:
+        return int(session.scalar(select(func.count()).where(LeaseReceipt.run_id == run_id)) or 0)

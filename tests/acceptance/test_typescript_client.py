@@ -11,10 +11,9 @@ import re
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.acceptance.conftest import make_admin
+from tests.acceptance.conftest import remote_principals
 from tests.api.conftest import ApiServer
 from tests.support import ROOT, TARGET, Stack
 
@@ -31,20 +30,6 @@ def build() -> Path:
     return CLIENT / "build-test"
 
 
-def tokens(http: httpx.Client) -> dict[str, str]:
-    """An admin; an agent and a person granted on the target, and a worker, made over the API by the admin."""
-    made = {ADMIN: make_admin(ADMIN)}
-    admin = {"Authorization": f"Bearer {made[ADMIN]}"}
-    for kind, name in (("agent", AGENT), ("human", HUMAN), ("worker", WORKER)):
-        answer = http.post("/v1/principals", json={"kind": kind, "name": name}, headers=admin)
-        assert answer.status_code == 201, answer.text
-        made[name] = answer.json()["token"]
-    for name in (AGENT, HUMAN):
-        grant = http.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=admin)
-        assert grant.status_code == 201, grant.text
-    return made
-
-
 @pytest.mark.timeout(480)
 def test_typescript_client__its_node_tests_pass_against_a_real_stack(stack: Stack) -> None:
     compiled = build()
@@ -55,7 +40,7 @@ def test_typescript_client__its_node_tests_pass_against_a_real_stack(stack: Stac
         stack.start_worker()
         stack.start_beat()
         with server.client() as http:
-            made = tokens(http)
+            made = remote_principals(http, admin=ADMIN, agent=AGENT, human=HUMAN, worker=WORKER)
         env = {
             **os.environ,
             "PARKWAY_URL": server.url,

@@ -1,0 +1,3 @@
+module parkway.example/triage
+
+go 1.19
