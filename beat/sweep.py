@@ -18,7 +18,7 @@ from models.store import Due
 from parkway.crash import crash_point
 from parkway.db import database_unavailable, failure_line, single_statement, transaction
 from parkway.settings import get_settings
-from tasks.celery_app import CONTINUATIONS_QUEUE, SWEEP, SWEEP_QUEUE, app
+from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP, SWEEP_QUEUE, app
 from tasks.projection import project, project_quietly
 from tasks.publish import publish, publish_webhooks
 
@@ -120,13 +120,20 @@ def should_chain(report: SweepReport, chained: int, sent_before: int = 0) -> boo
 
 def continuations_queued() -> int | None:
     """Messages waiting in the continuations queue (``None`` when the broker cannot tell)."""
+    return queued(CONTINUATIONS_QUEUE)
+
+
+def queued(*queues: str) -> int | None:
+    """Messages waiting in these queues together (``None`` when the broker cannot tell)."""
     try:
         with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=0)  # one connect: a broker that is down costs one timeout
             # Declared as configured (idempotent; a passive declare fails where no worker declared it yet).
-            ok = app.amqp.queues[CONTINUATIONS_QUEUE].bind(conn.default_channel).queue_declare()
-            return int(ok.message_count)
+            return sum(
+                int(app.amqp.queues[name].bind(conn.default_channel).queue_declare().message_count) for name in queues
+            )
     except Exception:
-        log.warning("could not read the continuations queue length; not chaining a sweep pass", exc_info=True)
+        log.warning("could not read the length of %s", ", ".join(queues), exc_info=True)
         return None
 
 
@@ -275,9 +282,12 @@ def _team_timers(report: SweepReport, *, batch: int) -> None:
 
 
 def _stale_ready(report: SweepReport, *, batch: int, older_than_s: float) -> list[Due]:
-    """Category 1: ready continuations not enqueued recently (publish lost, broker flushed) → again."""
+    """Category 1: ready continuations not enqueued recently (publish lost, broker flushed) → again; no more
+    of them than the steps and continuations queues cannot be holding (a broker that cannot tell: up to the
+    batch). A backlog older than the delay is not lost: sent again, it would grow with each pass."""
+    waiting = queued(STEPS_QUEUE, CONTINUATIONS_QUEUE) or 0
     with transaction() as session:
-        rows = store.mark_for_republish(session, older_than_s=older_than_s, batch=batch)
+        rows = store.mark_for_republish(session, older_than_s=older_than_s, batch=batch, queued=waiting)
     report.counts["republished"] += len(rows)
     return rows
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, false, null, or_, select, true, union_all, update
+from sqlalchemy import and_, bindparam, false, func, null, or_, select, true, union_all, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -19,34 +19,47 @@ from models.tables import Continuation, Interaction, SweepTotal
 DUE_COLUMNS = (CONT.c.id, CONT.c.kind, CONT.c.run_id, CONT.c.step_id, CONT.c.name)  # as ``Due``'s fields
 
 
+# Category 1's rows: ready, published (or re-stamped) more than ``:older_than_s`` ago. A remote continuation
+# is leased over HTTP, never published (``ix_continuations_ready`` leaves it out).
+_STALE_READY = and_(
+    CONT.c.status == word(ContinuationStatus.READY),
+    ~CONT.c.remote,
+    or_(CONT.c.enqueued_at.is_(None), CONT.c.enqueued_at < db_now("older_than_s")),
+)
+
+
 def _mark_for_republish() -> Any:
-    stale = or_(CONT.c.enqueued_at.is_(None), CONT.c.enqueued_at < db_now("older_than_s"))
-    # A remote continuation is leased over HTTP, never published (``ix_continuations_ready`` leaves it out).
-    ready = and_(CONT.c.status == word(ContinuationStatus.READY), ~CONT.c.remote)
     # A CTE, run once: as an ``IN`` subquery it may be run again for each row, and a run again skips the
     # rows this statement already updated, then locks the next ones (every stale row, not a batch).
     batch = skip_locked(
-        select(CONT.c.id).where(ready, stale).order_by(CONT.c.enqueued_at.asc().nulls_first()).limit(bindparam("n"))
+        select(CONT.c.id).where(_STALE_READY).order_by(CONT.c.enqueued_at.asc().nulls_first()).limit(bindparam("n"))
     ).cte("batch")
     return (
         update(CONT)
-        .where(CONT.c.id == batch.c.id, ready, stale)
+        .where(CONT.c.id == batch.c.id, _STALE_READY)
         .values(enqueued_at=db_now(), publishes=CONT.c.publishes + 1)
         .returning(*DUE_COLUMNS)
     )
 
 
 _MARK_FOR_REPUBLISH = _mark_for_republish()
+_COUNT_STALE = select(func.count()).select_from(select(CONT.c.id).where(_STALE_READY).limit(bindparam("n")).subquery())
 
 
-def mark_for_republish(session: Session, *, older_than_s: float, batch: int) -> list[Due]:
+def mark_for_republish(session: Session, *, older_than_s: float, batch: int, queued: int = 0) -> list[Due]:
     """ready -> ready, re-stamped, for up to ``batch`` continuations not enqueued in the last
-    ``older_than_s`` seconds of the database's clock: one statement; returns them to publish (none: nothing
-    stale).
+    ``older_than_s`` seconds of the database's clock, oldest first, and no more of them than the ``queued``
+    messages of the broker's queues leave unaccounted for: behind a backlog, stale rows' messages are still
+    waiting, and publishing them again would only feed it. Returns them to publish (none: nothing stale).
 
     Concurrent sweeps skip each other's locked rows and the CAS on ``enqueued_at`` keeps one winner.
     """
-    rows = session.execute(_MARK_FOR_REPUBLISH, {"older_than_s": -older_than_s, "n": batch})
+    params = {"older_than_s": -older_than_s}
+    if queued > 0:
+        batch = min(batch, session.execute(_COUNT_STALE, {**params, "n": batch + queued}).scalar_one() - queued)
+        if batch <= 0:
+            return []
+    rows = session.execute(_MARK_FOR_REPUBLISH, {**params, "n": batch})
     return [Due(*r) for r in rows]
 
 

@@ -7,14 +7,16 @@ from typing import Any
 
 import pytest
 
-from tests.integration.helpers import Sent, make_actors
+from tests.integration.helpers import Sent, make_actors, purge_queues
 
 
 @pytest.fixture(autouse=True)
 def sent(monkeypatch: pytest.MonkeyPatch) -> Sent:
-    """Record every task publish instead of sending it (no worker consumes in these tests)."""
+    """Record every task publish instead of sending it (no worker consumes in these tests); the broker's
+    queues start empty, as the sweep reads their length (``purge_queues``)."""
     from tasks.celery_app import app
 
+    purge_queues()
     record = Sent()
 
     def send_task(name: str, args: Any = None, kwargs: Any = None, **options: Any) -> None:

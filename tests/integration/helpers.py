@@ -172,6 +172,15 @@ def count_runs() -> int:
     return count(Run)
 
 
+def purge_queues() -> None:
+    """Empty the broker's queues (this test process's own Redis database), as a flushed broker would be."""
+    from tasks.celery_app import app
+
+    with app.connection_for_write() as conn:
+        for queue in app.amqp.queues.values():
+            queue.bind(conn.default_channel).purge()
+
+
 @dataclass
 class Sent:
     """Tasks published through ``app.send_task`` during a test: ``(task name, continuation id, queue)``."""

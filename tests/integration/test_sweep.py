@@ -11,13 +11,13 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import DBAPIError
 
-from beat.sweep import SweepReport, run_sweep
+from beat.sweep import SweepReport, queued, run_sweep
 from models import store
 from models.base import utcnow
 from models.tables import Continuation, Grant, Step
 from parkway.db import transaction
 from parkway.settings import get_settings, reset_settings
-from tasks.celery_app import RESUME_STEP, RUN_STEP
+from tasks.celery_app import RESUME_STEP, RUN_STEP, STEPS_QUEUE, app
 from tasks.sdk import Gone, answer
 from tasks.worker import execute
 from tests.integration.helpers import (
@@ -30,6 +30,7 @@ from tests.integration.helpers import (
     interaction,
     live_grant_ids,
     parked,
+    purge_queues,
     step,
 )
 from tests.support import (
@@ -116,6 +117,35 @@ def test_sweep__republishes_a_ready_continuation_older_than_the_reenqueue_delay(
     assert execute(cid) == "committed"
     assert execute(cid) == "duplicate"
     assert run_row(row.run_id).status == "completed"
+
+
+def test_sweep__a_backlog_older_than_the_delay_is_not_sent_again_only_what_the_broker_lost(
+    actors_db: str, sent: Sent
+) -> None:
+    # Given three started runs whose messages really wait in the steps queue (nothing consumes here), stale
+    ids = _start_ids(3)
+    for cid in ids:
+        type(app).send_task(app, RUN_STEP, args=[cid], queue=STEPS_QUEUE)
+    assert queued(STEPS_QUEUE) == 3
+    pass_time(get_settings().reenqueue_after_s + 1)
+    sent.clear()
+
+    # When a sweep runs, none is sent again: the queue holds a message for each (a backlog, not a loss)
+    assert _counts(run_sweep())["republished"] == 0
+    assert sent.calls == [] and [continuation(c).publishes for c in ids] == [1, 1, 1]
+
+    # When the broker loses them and one comes back: two sent again (the oldest), what the queue cannot hold
+    purge_queues()
+    type(app).send_task(app, RUN_STEP, args=[ids[2]], queue=STEPS_QUEUE)
+    assert _counts(run_sweep())["republished"] == 2
+    assert sent.ids() == ids[:2]
+
+    # And after a flush with nothing left, all of the stale ones
+    purge_queues()
+    pass_time(get_settings().reenqueue_after_s + 1)
+    sent.clear()
+    assert _counts(run_sweep())["republished"] == 3
+    assert sorted(sent.ids()) == sorted(ids)
 
 
 def test_sweep__republishes_a_resume_continuation_to_the_continuations_queue(actors_db: str, sent: Sent) -> None:
