@@ -1,6 +1,7 @@
 """A team's wait on the Decisions page in a real headless Chromium (docs/teams.md), against a real ``uvicorn
 api.app:app`` and a real ``celery worker``: the quorum's progress follows the others' approvals live, without
-a reload, and the approval that completes it, made on the page, resumes the run once."""
+a reload, and the approval that completes it, made on the page, resumes the run once; the run's page (saved
+to $PARKWAY_TEST_ARTIFACTS/teams-run.png) lists each response."""
 
 from __future__ import annotations
 
@@ -60,3 +61,4 @@ def test_quorum__progress_follows_the_others_approvals_live_and_the_last_approva
         in site.css(f'[data-team-of="{iid}"] p.team').text
     )
     assert site.console_errors() == []
+    site.screenshot("teams-run.png")

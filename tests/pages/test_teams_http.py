@@ -125,6 +125,8 @@ def test_run_page__lists_each_response_the_decision_and_its_level_and_the_delega
     team = _text(re.search(rf'<tr class="team" data-team-of="{iid}">(.*?)</tr>', page, re.S).group(1))  # type: ignore[union-attr]
     assert f"2 of 2 answered: {bo}, {cy}" in team and f"decided by {cy} at level 0" in team, team
     assert f"{HUMAN} handed it to {cy}: “bo's pair”" in team, team
+    # And the timeline says who responded and who handed it on
+    assert f"“pin” responded by {bo} (1 of 2)" in _text(page) and f"“pin” delegated by {HUMAN} to {cy}" in _text(page)
     # A sensitive value is on no page: the run's, its live parts, the Decisions page
     shown_pages = (page, client.get(f"/runs/{run_id}/parts").text, pending_page, handed.text, client.get(PAGE).text)
     assert not [pin for pin in pins.values() for shown in shown_pages if pin in shown]
