@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 import tests.team_workflows  # noqa: F401  (registers the team workflows in this process)
 from api.routes.events import _poll
+from beat.sweep import run_sweep
 from models import event_log
 from models.tables import Principal
 from parkway.db import transaction
@@ -19,7 +20,7 @@ from tests.api.conftest import ADMIN, HUMAN, Actors, drive
 from tests.api.test_teams import people
 from tests.pages.conftest import Forms, start_driven
 from tests.pages.test_decisions_http import PAGE, form_of, notice, sign_in
-from tests.support import TARGET, interactions
+from tests.support import TARGET, interactions, pass_time
 
 
 def test_decisions__a_quorum_card_says_what_is_in_and_a_person_can_delegate(client: TestClient, actors: Actors) -> None:
@@ -157,3 +158,30 @@ def test_decisions_stream__delivers_a_team_waits_events_to_the_people_it_names(
     assert {"interaction.responded", "interaction.delegated"} <= set(seen(HUMAN))
     assert {"interaction.responded", "interaction.delegated"} <= set(seen(bo)), seen(bo)
     assert "interaction.delegated" in seen(cy), seen(cy)
+
+
+def test_escalated_wait__the_card_and_the_run_page_say_the_level_reached_and_at_which_level_it_was_decided(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a 2-of-n approval that opens to bo (no grant) after 300 s, and those 300 s passed
+    (bo,) = people(client, actors, 1, granted=False)
+    run_id = start_driven(client, actors, "teams.approve",
+                          {"target": TARGET, "quorum": 2, "escalate": [[300, [bo]]], "expires_in": 3600})  # fmt: skip
+    iid = interactions(run_id)["deploy"].id
+    pass_time(301)
+    run_sweep()
+    assert interactions(run_id)["deploy"].level == 1
+    # Then the human's card says the level reached and whom it brought in
+    sign_in(client, actors.tokens[HUMAN])
+    assert _team_line(client.get(PAGE).text, iid).endswith(f"you may approve · level 1 reached ({bo})")
+    # When the human, then bo, approve, the run page says who decided at which level, and each response's level
+    for who in (HUMAN, bo):
+        body = {"response_id": f"esc-{who}", "value": {"approved": True}}
+        got = client.post(f"/v1/interactions/{iid}/answer", json=body, headers=actors.auth(who))
+        assert got.status_code == 200, got.text
+    drive(run_id)
+    page = client.get(f"/runs/{run_id}").text
+    team = _text(re.search(rf'<tr class="team" data-team-of="{iid}">(.*?)</tr>', page, re.S).group(1))  # type: ignore[union-attr]
+    assert f"2 of 2 approved: {HUMAN}, {bo} · decided by {bo} at level 1 · level 1 reached ({bo})" in team, team
+    assert f"{bo} approved at" in team and "level 1" in team
+    assert f"“deploy” escalated to level 1 ({bo})" in _text(page)
