@@ -15,7 +15,7 @@ from typing import Any, Literal
 from fastapi import Request, Response
 from sqlalchemy.orm import Session
 
-from api.pages import forms
+from api.pages import forms, teams
 from api.pages.render import render, run_status
 from api.pages.session import CSRF_FIELD, NONCE_COOKIE, csrf_token, session_id
 from models import access, cursors, event_log, history
@@ -52,22 +52,30 @@ class Card:
     ended: str | None = None  # why it is not answerable, for the "no longer answerable" list
     form: forms.Field | None = None
     response_id: str = ""
+    me: str = ""  # the signed-in person's name: their own response to a quorum wait is shown as theirs
 
     @property
     def i(self) -> Any:
         return self.view.interaction
 
     @property
+    def team(self) -> teams.Team:
+        return teams.Team(self.view)
+
+    @property
     def progress(self) -> str | None:
-        """What a quorum wait has and still needs: "2 of 3 approved: ana, bo" (None for a first-wins wait)."""
-        if self.i.quorum <= 1:
-            return None
-        if self.i.kind == InteractionKind.PERMISSION:
-            names = [r.principal for r in self.view.responses if (r.value or {}).get("approved")]
-            verb = "approved"
-        else:
-            names, verb = [r.principal for r in self.view.responses], "answered"
-        return f"{len(names)} of {self.i.quorum} {verb}" + (f": {', '.join(names)}" if names else "")
+        """What a quorum wait has: "2 of 3 approved: ana, bo" (None for a first-wins wait)."""
+        return self.team.progress
+
+    @property
+    def needed(self) -> str | None:
+        """What it still needs, and whether the person responded: "1 more needed; you may approve"."""
+        return self.team.needed(self.me)
+
+    @property
+    def answerable(self) -> bool:
+        """Whether the card offers the person an answer: pending, and not yet responded to by them."""
+        return self.ended is None and self.team.mine(self.me) is None
 
     @property
     def decision(self) -> str:
@@ -89,10 +97,10 @@ class RunCard:
     cancel_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
-def _card(view: InteractionView, runs: dict[str, Run]) -> Card:
+def _card(view: InteractionView, runs: dict[str, Run], me: str) -> Card:
     interaction = view.interaction
     run = runs.get(interaction.run_id)
-    card = Card(view=view, run=run, run_status=run_status(run))
+    card = Card(view=view, run=run, run_status=run_status(run), me=me)
     if interaction.status != InteractionStatus.PENDING:
         card.ended = interaction.status
     elif card.run_status in RUN_TERMINAL:
@@ -147,8 +155,8 @@ def decisions_page(
             closed = [v for v in closed if v.interaction.target in targets]
         run_ids = [v.interaction.run_id for v in [*page.items, *closed]]
         runs = access.runs_by_id(session, [*run_ids, *([notice.run_id] if notice and notice.run_id else [])])
-    pending = [_card(v, runs) for v in page.items]
-    closed_cards = [_card(v, runs) for v in closed]
+    pending = [_card(v, runs, principal.name) for v in page.items]
+    closed_cards = [_card(v, runs, principal.name) for v in closed]
     ended = [c for c in pending if c.ended] + [c for c in closed_cards if c.i.status not in DECIDED]
     notice_run = runs.get(notice.run_id) if notice and notice.run_id else None
     context = {
@@ -174,7 +182,7 @@ def run_card(request: Request, principal: Principal, run_id: str, view: View) ->
     with transaction() as session:
         page = history.pending(session, principal, mine=view == "mine", run_id=run_id, limit=PENDING_LIMIT)
         runs = access.runs_by_id(session, [run_id])
-    cards = [card for card in (_card(v, runs) for v in page.items) if not card.ended]
+    cards = [card for card in (_card(v, runs, principal.name) for v in page.items) if not card.ended]
     if not cards:
         return Response(status_code=204, headers={"Cache-Control": "no-store"})
     context = {**_forms(request), "card": _by_run(cards)[0]}

@@ -14,11 +14,12 @@ from typing import Annotated
 from fastapi import Path, Query, Request, Response
 
 from api.input import checked_router
-from api.pages import texts
+from api.pages import teams, texts
 from api.pages.render import login_page, render, run_status
 from api.pages.session import CSRF_FIELD, NONCE_COOKIE, csrf_token, session_id, signed_in
 from api.pages.timeline import lines
-from models import access, cursors, event_log, history
+from models import access, cursors, event_log, history, team_views
+from models.access import InteractionView
 from models.status import RUN_TERMINAL, RunStatus
 from models.tables import Principal, Run
 from parkway.db import transaction
@@ -107,17 +108,27 @@ def show_run(request: Request, run_id: RunId) -> Response:
     run, code = _readable(principal, run_id)
     if run is None:
         return _problem(request, principal, run_id, code)
-    with transaction() as session:
-        story = history.run_history(session, principal, run.id)
+    story, team = _story(principal, run.id)
     return _page(
         request,
         principal,
         "run.html",
         h=story,
+        teams=team,
         status=run_status(story.run),
         lines=lines(story.events),
         stream_url=f"/decisions/stream?after={story.cursor}",
     )
+
+
+def _story(principal: Principal, run_id: str) -> tuple[history.History, dict[str, teams.Team]]:
+    """The run's history, and the team of each of its interactions the caller may read (its responses,
+    level, decision and delegations: two reads for the whole run)."""
+    with transaction() as session:
+        story = history.run_history(session, principal, run_id)
+        views = [InteractionView(a.interaction, a.answered_by) for a in story.interactions]
+        team_views.fill(session, views)
+    return story, {v.interaction.id: teams.Team(v) for v in views}
 
 
 def _fragment_of(request: Request, run_id: str) -> tuple[Principal, Run] | Response:
@@ -135,9 +146,8 @@ def parts(request: Request, run_id: RunId) -> Response:
     found = _fragment_of(request, run_id)
     if isinstance(found, Response):
         return found
-    with transaction() as session:
-        story = history.run_history(session, found[0], found[1].id)
-    return render(request, "_run_parts.html", {"h": story, "status": run_status(story.run)})
+    story, team = _story(found[0], found[1].id)
+    return render(request, "_run_parts.html", {"h": story, "teams": team, "status": run_status(story.run)})
 
 
 @router.get("/{run_id}/timeline")

@@ -14,6 +14,16 @@ ANSWERED = "Answered “{prompt}”. The run resumes once every question of its 
 APPROVED = "Approved: {prompt}"
 REJECTED = "Rejected: {prompt}"
 RECORDED = "Your response to “{prompt}” is recorded; it needs {quorum} responses in all."
+# A team's wait (docs/teams.md), on its card and on the run page.
+PROGRESS = "{n} of {m} {verdict}"
+PROGRESS_REJECTED = " · rejected: {names}"
+STILL_NEEDED = "{k} more needed"
+YOU_MAY = "; you may {act}"
+YOU_DID = "; you {verdict}"
+LEVEL = "level {level} reached ({who})"
+DECIDED_BY = "decided by {by} at level {level}"
+HANDED = "{by} handed it to {to}"
+
 DELEGATED = "Handed “{prompt}” to {to}: they may answer it now (you still may too)."
 CANCELED = "Canceled. The run {run} and every question still open in its step are canceled."
 

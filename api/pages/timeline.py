@@ -29,6 +29,23 @@ class Line:
         return self.event.type.split(".", 1)[0]
 
 
+def _of(d: dict[str, Any]) -> str:
+    return f" ({d['responses']} of {d['quorum']})" if d.get("quorum") else ""
+
+
+def _to(d: dict[str, Any]) -> str:
+    to = d.get("to")
+    return ", ".join(map(str, to)) if isinstance(to, list) else str(to or "")
+
+
+# A team's wait (docs/teams.md): who responded, handed it on, or was brought in.
+TEAM = {
+    "responded": lambda d: f"responded{_by(d, 'principal')}{_of(d)}",
+    "delegated": lambda d: f"delegated{_by(d, 'by')} to {_to(d)}",
+    "escalated": lambda d: f"escalated to level {d.get('level')} ({_to(d)})",
+}
+
+
 def _quoted(data: dict[str, Any], name: str) -> str:
     value = data.get(name)
     return f"“{value}”" if value not in (None, "") else ""
@@ -60,6 +77,8 @@ def describe(event: Event) -> str:
         return f"{d.get('name', '')}{_why(d)}"
     if event.type == "interaction.asked":
         return f"{d.get('kind', 'prompt')} {_quoted(d, 'key')} for {d.get('target', '')}"
+    if kind == "interaction" and what in TEAM:
+        return f"{_quoted(d, 'key')} {TEAM[what](d)}"
     if kind == "interaction":
         return f"{_quoted(d, 'key')} {what}{_by(d, 'answered_by')}{_by(d, 'canceled_by')}{_why(d)}"
     if kind == "toolcall":

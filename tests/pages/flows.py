@@ -1,5 +1,6 @@
 """Workflows of the Decisions page tests (imported by the API and worker subprocesses through
-PARKWAY_IMPORTS=tests.workflows,tests.pages.flows, and by the test process through conftest)."""
+PARKWAY_IMPORTS=tests.workflows,tests.pages.flows,tests.team_workflows, and by the test process through
+conftest)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from tasks.sdk import Complete, Context, Next, Park, Permission, Question, continuation, step
 
-IMPORTS = "tests.workflows,tests.pages.flows"
+IMPORTS = "tests.workflows,tests.pages.flows,tests.team_workflows"
 
 PLAN_SCHEMA = {
     "type": "object",

@@ -3,14 +3,24 @@ response recorded towards the quorum, and the delegate form."""
 
 from __future__ import annotations
 
+import html
+import json
+import re
+
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 import tests.team_workflows  # noqa: F401  (registers the team workflows in this process)
-from tests.api.conftest import ADMIN, HUMAN, Actors
+from api.routes.events import _poll
+from beat.sweep import run_sweep
+from models import event_log
+from models.tables import Principal
+from parkway.db import transaction
+from tests.api.conftest import ADMIN, HUMAN, Actors, drive
 from tests.api.test_teams import people
 from tests.pages.conftest import Forms, start_driven
 from tests.pages.test_decisions_http import PAGE, form_of, notice, sign_in
-from tests.support import TARGET, interactions
+from tests.support import TARGET, interactions, pass_time
 
 
 def test_decisions__a_quorum_card_says_what_is_in_and_a_person_can_delegate(client: TestClient, actors: Actors) -> None:
@@ -35,3 +45,143 @@ def test_decisions__a_quorum_card_says_what_is_in_and_a_person_can_delegate(clie
                       headers=actors.auth(bo))  # fmt: skip
     assert got.json()["status"] == "answered", got.text
     assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()["answered_by"] == bo
+
+
+def _text(page: str) -> str:
+    """A page's text as a person reads it (tags dropped, spaces collapsed)."""
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page)))
+
+
+def _team_line(page: str, interaction_id: str) -> str:
+    """What a card says of its wait's team (progress, what is still needed, the level)."""
+    found = re.search(rf'data-interaction="{interaction_id}".*?<p class="team"[^>]*>(.*?)</p>', page, re.S)
+    assert found, page[:3000]
+    return _text(found.group(1)).strip()
+
+
+def test_decisions__a_quorum_card_says_what_is_still_needed_and_no_second_form_once_responded(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a 3-of-n approval that one colleague has approved over the API
+    (bo,) = people(client, actors, 1)
+    run_id = start_driven(client, actors, "teams.approve", {"target": TARGET, "quorum": 3})
+    iid = interactions(run_id)["deploy"].id
+    got = client.post(f"/v1/interactions/{iid}/answer", json={"response_id": "bo-1", "value": {"approved": True}},
+                      headers=actors.auth(bo))  # fmt: skip
+    assert got.json()["status"] == "pending", got.text
+    sign_in(client, actors.tokens[HUMAN])
+
+    # Then the human's card says what is in, what is still needed, and that they may approve
+    page = client.get(PAGE).text
+    assert _team_line(page, iid) == f"1 of 3 approved: {bo} — 2 more needed; you may approve"
+    assert f"/decisions/interactions/{iid}/answer" in Forms(page).forms
+
+    # When the human approves on the page, the card says so and offers no answer form again
+    answered = client.post(f"{PAGE}/interactions/{iid}/answer", data={**form_of(page, iid), "decision": "approve"})
+    assert answered.status_code == 200, notice(answered.text)
+    assert _team_line(answered.text, iid) == f"2 of 3 approved: {bo}, {HUMAN} — 1 more needed; you approved"
+    assert f"/decisions/interactions/{iid}/answer" not in Forms(answered.text).forms
+    assert f"/decisions/interactions/{iid}/delegate" in Forms(answered.text).forms  # still theirs to hand on
+    # And its run's card, as the live page fetches it, says the same
+    card = client.get(f"{PAGE}/runs/{run_id}/card").text
+    assert _team_line(card, iid).endswith("1 more needed; you approved")
+    assert f"/decisions/interactions/{iid}/answer" not in Forms(card).forms
+
+
+def test_run_page__lists_each_response_the_decision_and_its_level_and_the_delegations_never_a_secret(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a question needing two responses (a note and a sensitive pin)
+    (bo,) = people(client, actors, 1)
+    (cy,) = people(client, actors, 1, granted=False)
+    run_id = start_driven(client, actors, "teams.ask", {"target": TARGET, "quorum": 2})
+    iid = interactions(run_id)["pin"].id
+    pins = {bo: "731902", cy: "518337"}
+
+    def respond(who: str, note: str) -> str:
+        body = {"response_id": f"r-{who}", "value": {"note": note, "pin": pins[who]}}
+        got = client.post(f"/v1/interactions/{iid}/answer", json=body, headers=actors.auth(who))
+        assert got.status_code == 200, got.text
+        return str(got.json()["status"])
+
+    # When bo responds, the human hands the prompt to cy (no grant), and cy's response decides
+    assert respond(bo, "from bo") == "pending"
+    sign_in(client, actors.tokens[HUMAN])
+    pending_page = client.get(PAGE).text
+    assert f"1 of 2 answered: {bo}" in _team_line(pending_page, iid)
+    delegate = Forms(pending_page).forms[f"/decisions/interactions/{iid}/delegate"]
+    handed = client.post(f"{PAGE}/interactions/{iid}/delegate", data={**delegate, "to": cy, "note": "bo's pair"})
+    assert handed.status_code == 200, notice(handed.text)
+    assert respond(cy, "from cy") == "answered"
+    drive(run_id)
+
+    # Then the run page lists each response: who, the value as readers see it, when, at which level
+    page = client.get(f"/runs/{run_id}").text
+    rows = re.findall(r'<li class="response"[^>]*data-principal="([^"]+)"[^>]*>(.*?)</li>', page, re.S)
+    assert [who for who, _ in rows] == [bo, cy], page[:3000]
+    for (_, row), note in zip(rows, ("from bo", "from cy"), strict=True):
+        shown = _text(row)
+        assert note in shown and '"pin": "***"' in shown and "level 0" in shown, shown
+    # And the decision with who made it and at which level, and the delegation with its note
+    team = _text(re.search(rf'<tr class="team" data-team-of="{iid}">(.*?)</tr>', page, re.S).group(1))  # type: ignore[union-attr]
+    assert f"2 of 2 answered: {bo}, {cy}" in team and f"decided by {cy} at level 0" in team, team
+    assert f"{HUMAN} handed it to {cy}: “bo's pair”" in team, team
+    # And the timeline says who responded and who handed it on
+    assert f"“pin” responded by {bo} (1 of 2)" in _text(page) and f"“pin” delegated by {HUMAN} to {cy}" in _text(page)
+    # A sensitive value is on no page: the run's, its live parts, the Decisions page
+    shown_pages = (page, client.get(f"/runs/{run_id}/parts").text, pending_page, handed.text, client.get(PAGE).text)
+    assert not [pin for pin in pins.values() for shown in shown_pages if pin in shown]
+
+
+def test_decisions_stream__delivers_a_team_waits_events_to_the_people_it_names(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a 2-of-n approval naming bo, who holds no grant on its target, and the stream's cursor now
+    bo, cy = people(client, actors, 2, granted=False)
+    with transaction() as session:
+        after = event_log.stream_cursor(session)
+    run_id = start_driven(client, actors, "teams.approve", {"target": TARGET, "quorum": 2, "assignees": [bo]})
+    iid = interactions(run_id)["deploy"].id
+    # When the human approves, and hands the prompt to cy
+    got = client.post(f"/v1/interactions/{iid}/answer", json={"response_id": "ana-1", "value": {"approved": True}},
+                      headers=actors.auth(HUMAN))  # fmt: skip
+    assert got.json()["status"] == "pending", got.text
+    handed = client.post(f"/v1/interactions/{iid}/delegate", json={"to": cy}, headers=actors.auth(HUMAN))
+    assert handed.status_code == 200, handed.text
+
+    # Then the poll behind the Decisions page's stream gives bo and cy the wait's events, as it does the human
+    def seen(name: str) -> list[str]:
+        polled = _poll(lambda session: session.scalar(select(Principal).where(Principal.name == name)), after)
+        assert polled is not None
+        return [json.loads(data)["type"] for _, data in polled[0] if json.loads(data)["run_id"] == run_id]
+
+    assert {"interaction.responded", "interaction.delegated"} <= set(seen(HUMAN))
+    assert {"interaction.responded", "interaction.delegated"} <= set(seen(bo)), seen(bo)
+    assert "interaction.delegated" in seen(cy), seen(cy)
+
+
+def test_escalated_wait__the_card_and_the_run_page_say_the_level_reached_and_at_which_level_it_was_decided(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a 2-of-n approval that opens to bo (no grant) after 300 s, and those 300 s passed
+    (bo,) = people(client, actors, 1, granted=False)
+    run_id = start_driven(client, actors, "teams.approve",
+                          {"target": TARGET, "quorum": 2, "escalate": [[300, [bo]]], "expires_in": 3600})  # fmt: skip
+    iid = interactions(run_id)["deploy"].id
+    pass_time(301)
+    run_sweep()
+    assert interactions(run_id)["deploy"].level == 1
+    # Then the human's card says the level reached and whom it brought in
+    sign_in(client, actors.tokens[HUMAN])
+    assert _team_line(client.get(PAGE).text, iid).endswith(f"you may approve · level 1 reached ({bo})")
+    # When the human, then bo, approve, the run page says who decided at which level, and each response's level
+    for who in (HUMAN, bo):
+        body = {"response_id": f"esc-{who}", "value": {"approved": True}}
+        got = client.post(f"/v1/interactions/{iid}/answer", json=body, headers=actors.auth(who))
+        assert got.status_code == 200, got.text
+    drive(run_id)
+    page = client.get(f"/runs/{run_id}").text
+    team = _text(re.search(rf'<tr class="team" data-team-of="{iid}">(.*?)</tr>', page, re.S).group(1))  # type: ignore[union-attr]
+    assert f"2 of 2 approved: {HUMAN}, {bo} · decided by {bo} at level 1 · level 1 reached ({bo})" in team, team
+    assert f"{bo} approved at" in team and "level 1" in team
+    assert f"“deploy” escalated to level 1 ({bo})" in _text(page)
