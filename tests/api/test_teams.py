@@ -383,3 +383,31 @@ def test_delegate__a_disabled_delegate_may_no_longer_answer_and_an_admin_reassig
     read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
     assert [(d["to"], d["by"]) for d in read["delegations"]] == [(bo, ana), (cy, ADMIN)]
     assert result(run_id)[1]["answered_by"] == cy
+
+
+def test_readme__a_two_person_approval_with_an_escalation(client: TestClient, actors: Actors) -> None:
+    # Given the README's workflow: two of on-call must approve; after an hour the leads may approve too
+    (ana,) = people(client, actors, 1)
+    (lee,) = people(client, actors, 1, granted=False)
+    leads = f"team:leads-{uuid.uuid4().hex[:6]}"
+    assert client.post("/v1/grants", json={"principal": lee, "target": leads}, headers=actors.auth(ADMIN)).is_success
+    made = client.post("/v1/runs", json={"workflow": "release.request", "target": TARGET, "payload": {
+        "service": "api", "oncall": TARGET, "leads": leads}}, headers=actors.auth(AGENT))  # fmt: skip
+    assert made.status_code == 201, made.text
+    run_id = made.json()["id"]
+    drive(run_id)
+    (asked,) = interactions(run_id).values()
+
+    # When one on-call engineer approves: pending; ten minutes on, a reminder; an hour on, the leads' level
+    assert answer(client, actors, asked.id, ana, YES).json()["status"] == "pending"
+    pass_time(601)
+    run_sweep()
+    assert asked.id not in listed(client, actors, lee)
+    pass_time(3000)
+    run_sweep()
+    assert asked.id in listed(client, actors, lee)
+    # Then a lead's approval is the second: the step resumes once, with both and the level each came at
+    assert answer(client, actors, asked.id, lee, YES).json()["status"] == "answered"
+    assert result(run_id) == ("completed", {"deployed": True, "service": "api", "approvals": [[ana, 0], [lee, 1]]})
+    types = event_types(run_id)
+    assert [types.count(t) for t in ("interaction.reminded", "interaction.escalated", "step.resumed")] == [1, 1, 1]
