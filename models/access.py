@@ -7,8 +7,9 @@ grant hides rows at the next request. The rules:
 - a run is visible to whoever holds a live grant on the run's target (its owner too) (its events:
   ``models.event_log``);
 - an interaction is visible to whoever holds a live grant on the interaction's target, to the people it
-  names (assignees, escalation levels, delegates: ``team_views.naming``), and to the agent that owns its
-  run while that agent holds a live grant on the run's target.
+  names (assignees, delegates, escalation levels reached: ``team_views.naming``), to whoever holds a live
+  grant on a target an escalation level reached names, and to the agent that owns its run while that
+  agent holds a live grant on the run's target.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     func,
+    literal,
     literal_column,
     or_,
     select,
@@ -34,7 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from models import fleet, paging, team_views
-from models.cursors import position_cursor, read_placed_position
+from models.cursors import position_cursor, ranked_cursor, read_placed_position
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, SweepTotal, ToolCall
 
@@ -55,6 +57,7 @@ class Page(Generic[T]):
 class InteractionView:
     interaction: Interaction
     answered_by: str | None
+    names_me: bool = False  # in the caller's "mine" view, it names the caller (``history.pending``)
     # Its team (models/team_views.py ``fill``): empty until filled.
     responses: list[team_views.ResponseView] = field(default_factory=list)
     assignees: list[str] = field(default_factory=list)
@@ -122,7 +125,7 @@ def interaction_visible(principal: Principal) -> ColumnElement[bool]:
         return true()
     granted = Interaction.target.in_(live_targets(principal))
     if principal.kind != PrincipalKind.AGENT:
-        return or_(granted, Interaction.id.in_(team_views.naming(principal.id)))
+        return or_(granted, team_views.naming(principal.id, live_targets(principal)))
     owns = and_(Run.owner_id == principal.id, Run.target.in_(live_targets(principal)))
     return or_(granted, owns)
 
@@ -221,8 +224,9 @@ def list_interactions(
     cursor: str | None,
     limit: int,
 ) -> Page[InteractionView]:
-    """Interactions the caller may see, oldest first, ``limit`` at a time: a page per granted target (a
-    person), of the caller's own runs (an agent) or of all (an admin), merged (``models.paging``)."""
+    """Interactions the caller may see, oldest first, ``limit`` at a time: a page per granted target and
+    one of the waits that name the caller or are escalated to a granted target (a person), of the
+    caller's own runs (an agent) or of all (an admin), merged (``models.paging``)."""
     after = read_placed_position(cursor) if cursor is not None else None
     where: list[ColumnElement[bool]] = [Interaction.run_id == run_id] if run_id is not None else []
     targets = None
@@ -236,21 +240,32 @@ def list_interactions(
     keys = paging.interaction_keys(
         where, targets=targets, status=status, after=after, n=limit + 1, of_runs=agent, one_run=run_id is not None
     )
+    if targets is not None:
+        named = [*where, *([Interaction.target == target] if target is not None else [])]
+        pages = [paging.answerer_keys(named, **by, status=status, after=after, n=limit + 1)
+                 for by in team_views.naming_pages(principal.id, live_targets(principal))]  # fmt: skip
+        keys = paging.merged_keys([keys, *pages], limit + 1)
     return interaction_page(session, keys, limit)
 
 
 def interaction_page(session: Session, keys: Any, limit: int) -> Page[InteractionView]:
     """The interactions of ``keys`` (``paging.interaction_keys`` of ``limit + 1``) with who answered each,
-    oldest first; ``next`` when there are more."""
+    oldest first (keys with a ``rank``, ``paging.ranked_keys``: rank 0 first, marked ``names_me``);
+    ``next`` when there are more."""
+    rank = keys.c.rank if "rank" in keys.c else literal(None)
     rows = session.execute(
-        select(Interaction, Principal.name)
+        select(Interaction, Principal.name, rank)
         .join(keys, keys.c.id == Interaction.id)
         .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
-        .order_by(*LISTED_ORDER)
+        .order_by(*([keys.c.rank] if "rank" in keys.c else []), *LISTED_ORDER)
     ).all()
-    items = team_views.fill(session, [InteractionView(r[0], r[1]) for r in rows[:limit]])
-    last = items[-1].interaction if len(rows) > limit and items else None
-    return Page(items, position_cursor(last.created_at, last.id, last.position) if last is not None else None)
+    items = team_views.fill(session, [InteractionView(r[0], r[1], names_me=r[2] == 0) for r in rows[:limit]])
+    if len(rows) <= limit or not items:
+        return Page(items, None)
+    last, last_rank = items[-1].interaction, rows[limit - 1][2]
+    if last_rank is None:
+        return Page(items, position_cursor(last.created_at, last.id, last.position))
+    return Page(items, ranked_cursor(last_rank, last.created_at, last.id, last.position))
 
 
 # --------------------------------------------------------------------------- metrics

@@ -1,6 +1,7 @@
 """Checks of the parts of an outcome (``models.outcome``) the store keeps in columns: each raises
 ``WorkflowError`` with a sentence naming the problem, before anything commits (a Python body's outcome is
-then its own ``Fail``; a remote worker's is refused with 422)."""
+then its own ``Fail``; a remote worker's is refused with 422). ``unanswerable`` is the one that reads the
+database: who could ever answer a Park's waits."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from sqlalchemy import Connection, Integer, String, and_, column, func, literal, select, union_all, values
+from sqlalchemy.orm import Session
 
 from models.answers import PERMISSION_SCHEMA
 from models.jsonsafe import json_problem, text_problem
 from models.outcome import InteractionSpec, Permission, Question
-from models.status import InteractionKind
+from models.status import InteractionKind, PrincipalKind
+from models.tables import Grant, Principal
 from parkway.errors import WorkflowError
 
 MAX_EXPIRES_IN_S = 366 * 24 * 3600  # a wait longer than a year is a unit mistake, not a plan
@@ -135,11 +139,56 @@ def team_fields(item: Any, *, permission: bool) -> dict[str, Any]:
             "remind_after": reminders, "escalate": escalate, "reject": reject}  # fmt: skip
 
 
-def named(items: Sequence[Any]) -> list[str]:
-    """Every principal a Park's waits name (assignees, escalation levels), once each, in order."""
-    names = [name for item in items for name in item.assignees]
-    names += [name for item in items for _, to in item.escalate if not isinstance(to, str) for name in to]
-    return list(dict.fromkeys(names))
+def _who_is_asked(items: Sequence[Any]) -> list[tuple[int, str, str]]:
+    """``(wait, "name" or "target", value)`` for each principal a Park's waits name and each target whose
+    grants may answer (the wait's own, unless its assignees alone may; its escalation levels')."""
+    rows: list[tuple[int, str, str]] = []
+    for k, item in enumerate(items):
+        rows += [(k, "name", name) for name in item.assignees]
+        rows += [] if item.assignees_only else [(k, "target", item.target)]
+        for _, to in item.escalate:
+            rows += [(k, "target", to)] if isinstance(to, str) else [(k, "name", name) for name in to]
+    return rows
+
+
+def _unanswerable_read(rows: list[tuple[int, str, str]]) -> Any:
+    """One statement: per wait, the live people (humans, admins) who could ever answer it, counted once
+    however many ways (``people``), and the names that are no live person's (``missing``)."""
+    asked = values(column("wait", Integer), column("kind", String), column("value", String), name="asked").data(rows)
+    live = and_(
+        Principal.disabled_at.is_(None), Principal.kind.in_([PrincipalKind.HUMAN.value, PrincipalKind.ADMIN.value])
+    )
+    named = select(asked.c.wait, asked.c.value, Principal.id).outerjoin(
+        Principal, and_(asked.c.kind == literal("name"), Principal.name == asked.c.value, live)
+    )
+    granted = (
+        select(asked.c.wait, literal(None, String), Grant.principal_id)
+        .join(Grant, and_(asked.c.kind == literal("target"), Grant.target == asked.c.value, Grant.revoked_at.is_(None)))
+        .join(Principal, and_(Principal.id == Grant.principal_id, live))
+    )
+    each = union_all(named.where(asked.c.kind == literal("name")), granted).subquery("each")
+    missing = func.array_agg(each.c[1]).filter(and_(each.c[1].is_not(None), each.c[2].is_(None)))
+    return select(each.c[0], func.count(each.c[2].distinct()), missing).group_by(each.c[0]).order_by(each.c[0])
+
+
+def unanswerable(session: Connection | Session, items: Sequence[Question | Permission]) -> str | None:
+    """A sentence naming what no one could ever answer in a Park's waits, or ``None``: a name that is not a
+    live human or admin, or a quorum larger than the live people who could ever answer the wait (granted on
+    its target, unless its assignees alone may, or on an escalation target; an assignee; named by a level),
+    read in one statement; none for a Park that names no one and needs no quorum."""
+    rows = _who_is_asked(items)
+    if not any(kind == "name" for _, kind, _ in rows) and all(item.quorum <= 1 for item in items):
+        return None
+    found = {wait: (people, missing or []) for wait, people, missing in session.execute(_unanswerable_read(rows))}
+    missing = list(dict.fromkeys(name for _, names in found.values() for name in names))
+    if missing:
+        return f"Park names {', '.join(missing)}: not a live human or admin principal"
+    for k, item in enumerate(items):
+        people = found.get(k, (0, []))[0]
+        if item.quorum > people:
+            return (f"interaction {item.key}: quorum {item.quorum} is more than the {people} principals who could"
+                    " ever answer (live people granted on its targets, assignees, escalation levels)")  # fmt: skip
+    return None
 
 
 def interaction_specs(items: Sequence[Question | Permission]) -> list[InteractionSpec]:

@@ -37,6 +37,20 @@ def read_placed_position(cursor: str) -> tuple[datetime, int, str]:
     return at, place, id_
 
 
+def ranked_cursor(rank: int, at: datetime, id_: str, place: int) -> str:
+    """The cursor of a row in a list ordered by (rank, time, place, id): a list of pages shown in turn."""
+    return _encode(json.dumps([at.isoformat(), rank, place, id_], separators=(",", ":")))
+
+
+def read_ranked_position(cursor: str) -> tuple[int, tuple[datetime, int, str]]:
+    """The rank and (time, place, id) of ``ranked_cursor``; ``InvalidCursor`` for anything else."""
+    at, rank, place, id_ = _read_values(cursor, 4)
+    for number in (rank, place):
+        if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number < 2**31:
+            raise _refused(cursor)
+    return rank, (at, place, id_)
+
+
 def _read_values(cursor: str, n: int) -> list[Any]:
     """The ``n`` values of a position cursor, its time parsed and its id checked."""
     try:

@@ -9,8 +9,7 @@ from __future__ import annotations
 from sqlalchemy import ColumnElement, and_, exists, or_, select, true
 from sqlalchemy.orm import Session, aliased
 
-from models import team_views
-from models.access import Page, live_targets, run_visible
+from models.access import Page, interaction_visible, run_visible
 from models.horizon import final_below
 from models.status import PrincipalKind
 from models.tables import Event, Interaction, Principal, Run
@@ -57,15 +56,14 @@ def visible_events(
 
 def event_visible(principal: Principal) -> ColumnElement[bool]:
     """SQL condition on ``Event`` joined with its ``Run``: every event of a run the caller may see, and the
-    events of an interaction it may see (``interaction.*``, naming it in ``data``): granted on its target,
-    or, for a person, named by it (``team_views.naming``: assignees, escalation levels, delegates), so
-    whoever may answer a prompt follows it live even without a grant on its run's target."""
+    events of an interaction it may read (``interaction.*``, naming it in ``data``; ``access.interaction_visible``:
+    granted on its target, or, for a person, named by it), so whoever may answer a prompt follows it live
+    even without a grant on its run's target."""
     if principal.kind == PrincipalKind.ADMIN:
         return true()
-    readable: ColumnElement[bool] = Interaction.target.in_(live_targets(principal))
-    if principal.kind != PrincipalKind.AGENT:
-        readable = or_(readable, Interaction.id.in_(team_views.naming(principal.id)))
-    of_interaction = exists().where(Interaction.id == Event.data["interaction_id"].as_string(), readable)
+    of_interaction = exists().where(
+        Interaction.id == Event.data["interaction_id"].as_string(), interaction_visible(principal)
+    )
     return or_(run_visible(principal), and_(Event.type.startswith("interaction."), of_interaction))
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, literal, select, union
+from sqlalchemy import func, literal, select
 from sqlalchemy.orm import Session, aliased
 
-from models import access, event_log, fleet, paging
+from models import access, event_log, fleet, paging, team_views
 from models.access import InteractionView, Page
-from models.cursors import position_cursor, read_placed_position, read_position
+from models.cursors import position_cursor, read_placed_position, read_position, read_ranked_position
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Event, Grant, Interaction, Principal, Review, Run, Step, ToolCall
 
@@ -167,26 +167,52 @@ def pending(
     cursor: str | None = None,
     limit: int,
 ) -> Page[InteractionView]:
-    """Pending interactions the caller may read, oldest first; ``mine``: only those for a target the
-    caller holds a live grant on (an admin sees every other one only when asking for all). Read as
-    ``access.list_interactions`` reads them: a page per granted target, or of all, merged."""
+    """Pending interactions the caller may read, oldest first. ``mine``: only those for the caller: what
+    names the caller first (an assignee, a delegate, a named escalation level reached; ``names_me``), then
+    what their live grants give them (a granted target, an escalation to one); an admin sees every other
+    one only when asking for all. Read as ``access.list_interactions`` reads them: a page per granted
+    target, one of the waits that name the caller, or of all, merged."""
     live = access.live_targets(principal)
     where = [Interaction.run_id == run_id] if run_id is not None else []
+    if mine and principal.kind in (PrincipalKind.HUMAN, PrincipalKind.ADMIN):
+        return access.interaction_page(session, _for_me_first(principal, run_id, cursor, limit + 1), limit)
     after = read_placed_position(cursor) if cursor is not None else None
 
     def keys(where: list[Any], targets: Any, of_runs: bool = False) -> Any:
         return paging.interaction_keys(where, targets=targets, status=InteractionStatus.PENDING, after=after,
                                        n=limit + 1, of_runs=of_runs, one_run=run_id is not None)  # fmt: skip
 
-    if principal.kind == PrincipalKind.ADMIN and not mine:
+    if principal.kind == PrincipalKind.ADMIN:
         page = keys(where, None)
-    elif principal.kind != PrincipalKind.AGENT or mine:
-        page = keys(where, live)  # what a person may read, and what is for the caller: its granted targets
-    else:  # an agent: its granted targets, and its own runs' while granted on the run's target
+    elif principal.kind == PrincipalKind.HUMAN:  # its granted targets, and what names it or escalates to them
+        named = [paging.answerer_keys(where, **by, status=InteractionStatus.PENDING, after=after, n=limit + 1)
+                 for by in team_views.naming_pages(principal.id, live)]  # fmt: skip
+        page = paging.merged_keys([keys(where, live), *named], limit + 1)
+    elif principal.kind == PrincipalKind.AGENT and not mine:  # and its own runs' while granted on their target
         owned = keys([*where, Run.owner_id == principal.id, Run.target.in_(live)], None, of_runs=True)
-        both = union(select(keys(where, live)), select(owned)).subquery("both")
-        page = select(both).order_by(both.c.created_at, both.c.position, both.c.id).limit(limit + 1).subquery("page")
+        page = paging.merged_keys([keys(where, live), owned], limit + 1)
+    else:
+        page = keys(where, live)
     return access.interaction_page(session, page, limit)
+
+
+def _for_me_first(principal: Principal, run_id: str | None, cursor: str | None, n: int) -> Any:
+    """The first ``n`` keys of a person's "mine" view (``paging.ranked_keys``): rank 0, the pending waits
+    that name them; rank 1, those of their granted targets or escalated to one that do not. A cursor of
+    rank 1 resumes there: nothing of rank 0 is left."""
+    rank, after = read_ranked_position(cursor) if cursor is not None else (0, None)
+    live, pending = access.live_targets(principal), InteractionStatus.PENDING
+    where = [Interaction.run_id == run_id] if run_id is not None else []
+    pages = []
+    if rank == 0:
+        named = paging.answerer_keys(where, principal_id=principal.id, status=pending, after=after, n=n)
+        pages.append((0, named))
+    rest, rest_after = [*where, ~team_views.naming(principal.id)], after if rank == 1 else None
+    granted = paging.interaction_keys(rest, targets=live, status=pending, after=rest_after, n=n,
+                                      one_run=run_id is not None)  # fmt: skip
+    escalated = paging.answerer_keys(rest, targets=live, status=pending, after=rest_after, n=n)
+    pages.append((1, paging.merged_keys([granted, escalated], n)))
+    return paging.ranked_keys(pages, n)
 
 
 def cancel_via(session: Session, principal: Principal, run_id: str) -> str | None:

@@ -8,8 +8,13 @@ from its range of an index ordered like the page, ``LIMIT n`` each (a ``LATERAL`
 pages are merged and cut to ``n``: the cost follows the keys and the page, never the table. A read with
 one key is that one range (an admin's list, a target filter); a read of one run's rows sorts that run's.
 
-The indexes (migrations 0012, 0015): interactions by (target, status, created_at, position, id) and
-(status, created_at, position, id), runs by (target, created_at, id) and (created_at, id).
+The waits that name a person, or are escalated to a target they are granted on (docs/teams.md), are one
+more page (``answerer_keys``): their answerer rows found by principal or by target, sorted; it costs what
+names the caller, never the table. Pages of different sources are merged by ``merged_keys``.
+
+The indexes (migrations 0012, 0015, 0016, 0018): interactions by (target, status, created_at, position, id)
+and (status, created_at, position, id), runs by (target, created_at, id) and (created_at, id), answerers
+by principal and by target.
 """
 
 from __future__ import annotations
@@ -18,10 +23,25 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, FromClause, Select, String, Subquery, column, select, true, tuple_, values
+from sqlalchemy import (
+    ColumnElement,
+    FromClause,
+    Select,
+    String,
+    Subquery,
+    column,
+    literal,
+    select,
+    true,
+    tuple_,
+    union,
+    union_all,
+    values,
+)
 
 from models.status import InteractionStatus
 from models.tables import Interaction, Run
+from models.team_tables import InteractionAnswerer
 
 Position = tuple[datetime, str]  # (created_at, id) of the last run of the previous page
 Placed = tuple[datetime, int, str]  # (created_at, position, id) of the last interaction of the previous page
@@ -62,6 +82,56 @@ def interaction_keys(
     if after is not None:
         page = page.where(tuple_(Interaction.created_at, Interaction.position, Interaction.id) > tuple_(*after))
     return _merged(page, keys, n, descending=False)
+
+
+def answerer_keys(
+    where: Sequence[ColumnElement[bool]],
+    *,
+    principal_id: str | None = None,
+    targets: Select[Any] | None = None,
+    status: str | None,
+    after: Placed | None,
+    n: int,
+) -> Subquery:
+    """The first ``n`` keys, oldest first, of the interactions after ``after`` that match ``where`` and
+    ``status`` and are named, at a level they reached, by an answerer row that names ``principal_id`` (an
+    assignee, a delegate, a named escalation level), or else a target among ``targets`` (an escalation to
+    a team: a page per target, merged)."""
+    rows = InteractionAnswerer
+    keys: list[FromClause] = []
+    page = (
+        select(Interaction.created_at, Interaction.position, Interaction.id)
+        .join(rows, rows.interaction_id == Interaction.id)
+        .where(rows.level <= Interaction.level, *where)
+    )
+    if principal_id is not None:
+        page = page.where(rows.principal_id == principal_id)
+    else:
+        assert targets is not None, "answerer_keys names a principal or targets"
+        granted = targets.distinct().subquery("escalated_to")
+        keys.append(granted)
+        page = page.where(rows.target == granted.c[0])
+    if status is not None:
+        page = page.where(Interaction.status == status)
+    if after is not None:
+        page = page.where(tuple_(Interaction.created_at, Interaction.position, Interaction.id) > tuple_(*after))
+    return _merged(page.distinct(), keys, n, descending=False)
+
+
+def merged_keys(pages: Sequence[Subquery], n: int) -> Subquery:
+    """The first ``n`` keys, oldest first, of the union of interaction ``pages`` (each of those functions),
+    a key in two of them once."""
+    both = union(*(select(page) for page in pages)).subquery("both")
+    return select(both).order_by(both.c.created_at, both.c.position, both.c.id).limit(n).subquery("page")
+
+
+def ranked_keys(pages: Sequence[tuple[int, Subquery]], n: int) -> Subquery:
+    """The first ``n`` keys of ``(rank, page)`` pages (each cut to ``n``, no two sharing a key), each key with
+    its page's ``rank``, in the order (rank, created_at, position, id): the lowest rank's page whole first."""
+    ranked = union_all(*(select(literal(rank).label("rank"), *page.c) for rank, page in pages))
+    both = ranked.subquery("ranked")
+    order = (both.c.rank, both.c.created_at, both.c.position, both.c.id)
+    return select(both).order_by(*order).limit(n).subquery("page")
 
 
 def run_keys(

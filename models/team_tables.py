@@ -54,4 +54,6 @@ class InteractionAnswerer(Base):
         Index("ix_interaction_answerers_interaction", "interaction_id"),
         # "for me": the waits that name a principal (the Decisions page, listings).
         Index("ix_interaction_answerers_principal", "principal_id", postgresql_where=text("principal_id IS NOT NULL")),
+        # "escalated to a target I am granted on": the waits whose levels name a target (0018).
+        Index("ix_interaction_answerers_target", "target", postgresql_where=text("target IS NOT NULL")),
     )

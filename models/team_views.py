@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, Select, and_, exists, false, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from models.status import AnswererSource, InteractionStatus
-from models.tables import Principal
+from models.tables import Interaction, Principal
 from models.team_tables import InteractionAnswerer, InteractionResponse
 
 if TYPE_CHECKING:
@@ -80,6 +80,30 @@ def _the_answer(view: InteractionView) -> list[ResponseView]:
     return [ResponseView(view.answered_by, i.value, i.answered_at, i.answered_level or 0)]
 
 
-def naming(principal_id: str) -> Any:
-    """The ids of the waits that name ``principal_id`` as an answerer (any source, any level)."""
-    return select(InteractionAnswerer.interaction_id).where(InteractionAnswerer.principal_id == principal_id)
+_ROWS = InteractionAnswerer.__table__
+_NAMING = _ROWS.alias("naming")
+
+
+def names(principal_id: str | None, targets: Select[Any] | None = None, rows: Any = _ROWS) -> ColumnElement[bool]:
+    """SQL condition on an answerer row (of ``rows``) joined with its ``Interaction``: the row names
+    ``principal_id`` (an assignee, a delegate, a named escalation level) or a target among ``targets`` (a
+    select of the caller's live targets: an escalation to a team), at a level the wait has reached."""
+    who: list[ColumnElement[bool]] = []
+    if principal_id is not None:
+        who.append(rows.c.principal_id == principal_id)
+    if targets is not None:
+        who.append(rows.c.target.in_(targets))
+    return and_(or_(*who) if who else false(), rows.c.level <= Interaction.level)
+
+
+def naming_pages(principal_id: str, targets: Select[Any]) -> list[dict[str, Any]]:
+    """What names the caller, as the two pages a listing reads (``paging.answerer_keys``), each on its own
+    index: the rows that name the caller, those that name a target among ``targets``."""
+    return [{"principal_id": principal_id}, {"targets": targets}]
+
+
+def naming(principal_id: str | None, targets: Select[Any] | None = None) -> ColumnElement[bool]:
+    """SQL condition on ``Interaction``: a row of its answerers ``names`` the caller (one probe of
+    ``ix_interaction_answerers_interaction``)."""
+    found = exists().where(_NAMING.c.interaction_id == Interaction.id, names(principal_id, targets, _NAMING))
+    return found.correlate_except(_NAMING)

@@ -4,8 +4,7 @@ outcome are judged by (``sent_outcome``)."""
 
 from __future__ import annotations
 
-from models import store
-from models.checks import named
+from models import checks, store
 from models.outcome import Outcome, Park, Permission
 from models.status import ContinuationKind
 from parkway.db import single_statement
@@ -45,18 +44,14 @@ def sent_outcome(outcome: Outcome, where: str) -> Outcome:
         if not continuation_served(outcome.continuation):
             raise InvalidOutcome(f"continuation {outcome.continuation} is not served by any live worker",
                                  {"continuation": outcome.continuation})  # fmt: skip
-        problem = unknown_people(outcome)
+        problem = unanswerable(outcome)
         if problem is not None:
             raise InvalidOutcome(problem)
     return outcome
 
 
-def unknown_people(park: Park) -> str | None:
-    """A sentence naming the principals ``park``'s waits name (assignees, escalation levels) that are not live
-    people, who could never answer; ``None`` when there are none."""
-    names = named(park.interactions)
-    if not names:
-        return None
+def unanswerable(park: Park) -> str | None:
+    """A sentence naming what no one could ever answer in ``park``'s waits (a name that is not a live person,
+    a quorum larger than who could ever answer: ``checks.unanswerable``); ``None`` when there is none."""
     with single_statement() as conn:
-        missing = store.not_people(conn, names)
-    return f"Park names {', '.join(missing)}: not a live human or admin principal" if missing else None
+        return checks.unanswerable(conn, park.interactions)

@@ -33,7 +33,7 @@ from tasks.outcomes import (
 from tasks.projection import project_quietly, project_soon
 from tasks.publish import HANDED_ON, publish
 from tasks.sdk import Context
-from tasks.serving import step_served, unknown_people
+from tasks.serving import step_served, unanswerable
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 from tasks.tooltypes import PossiblyRan
 
@@ -281,9 +281,9 @@ def hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_on
 
 
 def _people(outcome: Result) -> Result:
-    """A Park whose waits name principals (assignees, escalation levels) that are not live people fails with
-    a sentence naming them: they could never answer."""
-    problem = unknown_people(outcome) if isinstance(outcome, Park) else None
+    """A Park whose waits no one could answer (a name that is not a live person, a quorum larger than who
+    could ever answer: ``serving.unanswerable``) fails with a sentence naming it."""
+    problem = unanswerable(outcome) if isinstance(outcome, Park) else None
     return outcome if problem is None else Fail(storable_text(problem))
 
 

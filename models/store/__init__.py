@@ -104,7 +104,7 @@ from models.store.sweep import (
     release_expired_claim,
     release_expired_claims,
 )
-from models.store.teams import Delegation, delegate, not_people
+from models.store.teams import Delegation, delegate
 from models.store.timers import escalate_due, remind_due
 from models.store.webhooks import (
     DeliveryLine,
@@ -211,7 +211,6 @@ __all__ = [
     "mark_revocation_swept",
     "new_id",
     "next_step",
-    "not_people",
     "outstanding_leases",
     "park",
     "principal_by_name",

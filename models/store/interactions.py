@@ -52,12 +52,13 @@ def may_answer(principal_id: Any, *, every_level: bool = False) -> Any:
     any level, reached or not). The first test decides a wait with no team options, as before."""
     only_assignees = INTER.c.team["assignees_only"].as_boolean().is_(True)
     level = true() if every_level else ANSWERER.c.level <= INTER.c.level
+    # Correlated explicitly: across a LATERAL (a caller given by name) it would otherwise read every principal.
     named = exists().where(
         ANSWERER.c.interaction_id == INTER.c.id,
         level,
         or_(ANSWERER.c.principal_id == principal_id,
             and_(ANSWERER.c.target.is_not(None), _live_grant(principal_id, ANSWERER.c.target))),
-    )  # fmt: skip
+    ).correlate_except(ANSWERER)  # fmt: skip
     return or_(and_(_live_grant(principal_id, INTER.c.target), ~only_assignees), named)
 
 

@@ -27,15 +27,6 @@ from models.store.sql import ANSWERER, PRIN, Executor, word, words
 from parkway.errors import Conflict, Gone, InvalidDelegation, NotFound
 
 _PEOPLE = (PRIN.c.disabled_at.is_(None), PRIN.c.kind.in_(words((PrincipalKind.HUMAN, PrincipalKind.ADMIN))))
-_NAMED = select(PRIN.c.name).where(PRIN.c.name.in_(bindparam("names", expanding=True)), *_PEOPLE)
-
-
-def not_people(session: Executor, names: Sequence[str]) -> list[str]:
-    """Of ``names``, those no live human or admin has (they could never answer): what a park refuses."""
-    if not names:
-        return []
-    found = set(session.execute(_NAMED, {"names": list(names)}).scalars())
-    return [name for name in names if name not in found]
 
 
 def _named_rows(iid: str, source: AnswererSource, level: int, names: Sequence[str]) -> Any:

@@ -7,14 +7,21 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 import tests.team_workflows  # noqa: F401  (registers the team workflows in this process)
 from beat.sweep import run_sweep
-from models.tables import Run
+from models import history, store
+from models.tables import Interaction, Run
 from parkway.db import transaction
+from parkway.errors import Forbidden
+from tasks import sdk
 from tests.api.conftest import ADMIN, AGENT, Actors, drive
 from tests.support import TARGET, event_types, interactions, pass_time
+
+IDS: dict[str, str] = {}  # principal ids by name, of those people() made
 
 
 def people(client: TestClient, actors: Actors, count: int, *, granted: bool = True) -> list[str]:
@@ -25,10 +32,41 @@ def people(client: TestClient, actors: Actors, count: int, *, granted: bool = Tr
         made = client.post("/v1/principals", json={"kind": "human", "name": name}, headers=admin)
         assert made.status_code == 201, made.text
         actors.tokens[name] = made.json()["token"]
+        IDS[name] = made.json()["id"]
         if granted:
             grant = client.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=admin)
             assert grant.status_code == 201, grant.text
+            actors.grants[name] = grant.json()["id"]
     return names
+
+
+def listed(client: TestClient, actors: Actors, name: str, query: str = "?status=pending") -> list[str]:
+    """The ids ``GET /v1/interactions`` lists for ``name``, every page followed."""
+    ids: list[str] = []
+    path: str | None = f"/v1/interactions{query}&limit=7"
+    while path is not None:
+        page = client.get(path, headers=actors.auth(name))
+        assert page.status_code == 200, page.text
+        ids += [i["id"] for i in page.json()["items"]]
+        cursor = page.json()["next"]
+        path = None if cursor is None else f"/v1/interactions{query}&limit=7&cursor={cursor}"
+    return ids
+
+
+def for_me(name: str, *, mine: bool = True, limit: int = 3) -> list[tuple[str, bool]]:
+    """The Decisions page's pending list for ``name`` (its ``mine`` view, or all), every page followed:
+    (id, names_me) each."""
+    seen: list[tuple[str, bool]] = []
+    cursor = None
+    while True:
+        with transaction() as session:
+            caller = store.principal_by_name(session, name)
+            assert caller is not None
+            page = history.pending(session, caller, mine=mine, cursor=cursor, limit=limit)
+            seen += [(v.interaction.id, v.names_me) for v in page.items]
+        if page.next is None:
+            return seen
+        cursor = page.next
 
 
 def start(client: TestClient, actors: Actors, workflow: str, **payload: Any) -> tuple[str, str]:
@@ -228,3 +266,148 @@ def test_reminders_and_escalation__each_written_once_under_concurrent_sweeps(
     read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
     assert (read["answered_by"], read["answered_level"]) == (bo, 1)
     assert result(run_id)[1]["responses"][0]["level"] == 1
+
+
+def test_listing__what_names_a_person_and_what_escalated_to_their_team_lists_without_a_grant_on_the_target(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a wait on team:ops naming ana (no grant on it), escalating to a team cy is granted on at 300s,
+    # then to bo by name at 600s
+    ana, bo, cy = people(client, actors, 3, granted=False)
+    leads = f"team:leads-{uuid.uuid4().hex[:6]}"
+    grant = client.post("/v1/grants", json={"principal": cy, "target": leads}, headers=actors.auth(ADMIN))
+    assert grant.status_code == 201, grant.text
+    _, iid = start(client, actors, "teams.approve", assignees=[ana], escalate=[[300, leads], [600, [bo]]],
+                   expires_in=3600)  # fmt: skip
+
+    # The assignee lists it (any status too); the levels not reached yet neither list nor read it
+    assert listed(client, actors, ana) == [iid]
+    assert listed(client, actors, ana, "?target=team:ops") == [iid]
+    assert iid in listed(client, actors, ana, "?run_id=" + interactions_run(iid))
+    assert (listed(client, actors, cy), listed(client, actors, bo)) == ([], [])
+    assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(cy)).status_code == 403
+    assert for_me(ana) == [(iid, True)] and for_me(cy) == []
+
+    # When the first level is reached: cy's team lists it (a grant gives it, not a name); bo still not
+    pass_time(301)
+    run_sweep()
+    assert listed(client, actors, cy) == [iid] and listed(client, actors, bo) == []
+    assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(cy)).status_code == 200
+    assert for_me(cy) == [(iid, False)]
+    # When the second is reached: bo, named by it, lists it as his
+    pass_time(300)
+    run_sweep()
+    assert listed(client, actors, bo) == [iid] and for_me(bo) == [(iid, True)]
+
+    # And once cy answers it, it leaves the pending lists, and stays readable to whoever it named
+    assert answer(client, actors, iid, cy, YES).json()["status"] == "answered"
+    assert (listed(client, actors, ana), for_me(ana)) == ([], [])
+    assert listed(client, actors, ana, "?status=answered") == [iid]
+
+
+def interactions_run(iid: str) -> str:
+    with transaction() as session:
+        run_id = session.scalar(select(Interaction.run_id).where(Interaction.id == iid))
+        assert run_id is not None
+        return run_id
+
+
+def test_decisions__for_me_lists_what_names_the_person_before_what_only_their_grants_give(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given two waits on ana's team: the older one for the team, the newer one naming her
+    (ana,) = people(client, actors, 1)
+    _, older = start(client, actors, "teams.approve")
+    _, named = start(client, actors, "teams.approve", assignees=[ana])
+
+    # Then "mine" shows the one naming her first (marked so), then the team's, each once, page after page
+    mine = for_me(ana)
+    assert mine[0] == (named, True)
+    assert (older, False) in mine and [i for i, _ in mine].count(named) == 1
+    assert all(not names_me for _, names_me in mine[1:])
+    # While "all" and the API's list keep the oldest first
+    every = [i for i, _ in for_me(ana, mine=False)]
+    assert every.index(older) < every.index(named) and every.count(named) == 1
+    api = listed(client, actors, ana)
+    assert api.index(older) < api.index(named) and api.count(named) == 1
+
+
+def test_delegate__revoking_the_delegates_grant_leaves_the_delegation_the_delegators_ends_its_access(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given ana delegated a wait on her team to bo, who is on the team too
+    ana, bo, cy = people(client, actors, 3)
+    run_id, iid = start(client, actors, "teams.approve")
+    made = client.post(f"/v1/interactions/{iid}/delegate", json={"to": bo}, headers=actors.auth(ana))
+    assert made.status_code == 200, made.text
+
+    # When the admin revokes the grants on the team of all three
+    for name in (ana, bo, cy):
+        assert client.delete(f"/v1/grants/{actors.grants[name]}", headers=actors.auth(ADMIN)).status_code == 204
+
+    # Then the delegator and the colleague may no longer answer, nor list it
+    assert answer(client, actors, iid, ana, YES).status_code == 403
+    assert answer(client, actors, iid, cy, YES).status_code == 403
+    assert iid not in listed(client, actors, ana) and iid not in listed(client, actors, cy)
+    # And the delegate still may: the delegation names him, whatever his grants
+    assert listed(client, actors, bo) == [iid]
+    assert answer(client, actors, iid, bo, YES).json()["status"] == "answered"
+    assert result(run_id)[1]["answered_by"] == bo
+
+
+def test_delegate__a_disabled_delegate_may_no_longer_answer_and_an_admin_reassigns(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given ana delegated a wait to bo (no grant), and bo was disabled since
+    (ana,) = people(client, actors, 1)
+    bo, cy = people(client, actors, 2, granted=False)
+    run_id, iid = start(client, actors, "teams.approve")
+    made = client.post(f"/v1/interactions/{iid}/delegate", json={"to": bo}, headers=actors.auth(ana))
+    assert made.status_code == 200, made.text
+    assert client.delete(f"/v1/principals/{IDS[bo]}", headers=actors.auth(ADMIN)).status_code == 204
+
+    # Then bo may not answer: his token is refused, and by name (the SDK) he is no live principal
+    assert answer(client, actors, iid, bo, YES).status_code == 401
+    with pytest.raises(Forbidden):
+        sdk.answer(iid, YES, response_id="r-bo", principal=bo)
+    # Nor may the wait be handed to him again
+    again = client.post(f"/v1/interactions/{iid}/delegate", json={"to": bo}, headers=actors.auth(ADMIN))
+    assert again.status_code == 422, again.text
+
+    # When an admin (not granted on the team) reassigns it to cy
+    moved = client.post(f"/v1/interactions/{iid}/delegate", json={"to": cy, "note": "bo left"},
+                        headers=actors.auth(ADMIN))  # fmt: skip
+    assert moved.status_code == 200 and moved.json()["by"] == ADMIN, moved.text
+    # Then cy may answer, and the record shows both hand-overs
+    assert answer(client, actors, iid, cy, YES).json()["status"] == "answered"
+    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
+    assert [(d["to"], d["by"]) for d in read["delegations"]] == [(bo, ana), (cy, ADMIN)]
+    assert result(run_id)[1]["answered_by"] == cy
+
+
+def test_readme__a_two_person_approval_with_an_escalation(client: TestClient, actors: Actors) -> None:
+    # Given the README's workflow: two of on-call must approve; after an hour the leads may approve too
+    (ana,) = people(client, actors, 1)
+    (lee,) = people(client, actors, 1, granted=False)
+    leads = f"team:leads-{uuid.uuid4().hex[:6]}"
+    assert client.post("/v1/grants", json={"principal": lee, "target": leads}, headers=actors.auth(ADMIN)).is_success
+    made = client.post("/v1/runs", json={"workflow": "release.request", "target": TARGET, "payload": {
+        "service": "api", "oncall": TARGET, "leads": leads}}, headers=actors.auth(AGENT))  # fmt: skip
+    assert made.status_code == 201, made.text
+    run_id = made.json()["id"]
+    drive(run_id)
+    (asked,) = interactions(run_id).values()
+
+    # When one on-call engineer approves: pending; ten minutes on, a reminder; an hour on, the leads' level
+    assert answer(client, actors, asked.id, ana, YES).json()["status"] == "pending"
+    pass_time(601)
+    run_sweep()
+    assert asked.id not in listed(client, actors, lee)
+    pass_time(3000)
+    run_sweep()
+    assert asked.id in listed(client, actors, lee)
+    # Then a lead's approval is the second: the step resumes once, with both and the level each came at
+    assert answer(client, actors, asked.id, lee, YES).json()["status"] == "answered"
+    assert result(run_id) == ("completed", {"deployed": True, "service": "api", "approvals": [[ana, 0], [lee, 1]]})
+    types = event_types(run_id)
+    assert [types.count(t) for t in ("interaction.reminded", "interaction.escalated", "step.resumed")] == [1, 1, 1]

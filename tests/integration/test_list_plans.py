@@ -36,6 +36,7 @@ from tests.support import ADMIN, AGENT, HUMAN
 WAITS = 30_000  # pending interactions, one per waiting run
 DONE = 30_000  # answered interactions of completed runs, older
 TARGETS = 50  # the human and the agent hold a grant on each
+NAMED = 40  # waits that name the human, and waits escalated to a target it is granted on
 PAGE = 50
 TABLES = ("interactions", "runs")
 
@@ -77,8 +78,23 @@ def _seed() -> None:
                      f"{target}, '{status}', 'k@1', {at} {series}"),
                 params,
             )  # fmt: skip
+        # Waits that name people (docs/teams.md): most name someone else, a few the human; escalations to
+        # targets none of the callers hold, and a few to one the human holds.
+        session.execute(
+            text("INSERT INTO principals (id, kind, name, created_at) VALUES ('p-other', 'human', 'other', now())")
+        )
+        answerers = ("INSERT INTO interaction_answerers (interaction_id, source, level, principal_id, target, at) "
+                     "SELECT 'wi' || g, {source}, {level}, {principal}, {target}, now() {series}")  # fmt: skip
+        for source, level, principal, target_, n in (
+            ("'assignee'", "0", "'p-other'", "NULL", WAITS),
+            ("'delegate'", "0", ":h", "NULL", NAMED),
+            ("'escalation'", "1", "NULL", "'team:e' || (g % 500)", WAITS),
+            ("'escalation'", "0", "NULL", "'team:t' || (g % :t)", NAMED),
+        ):
+            sql = answerers.format(source=source, level=level, principal=principal, target=target_, series=series)
+            session.execute(text(sql), {"n": n, "t": TARGETS, "h": ids[HUMAN]})
     with get_engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM ANALYZE runs, steps, interactions, grants"))
+        conn.execute(text("VACUUM ANALYZE runs, steps, interactions, grants, interaction_answerers"))
 
 
 @pytest.fixture(scope="module")
@@ -212,11 +228,14 @@ def _decisions(name: str, *, mine: bool = True, run_id: str | None = None) -> tu
     return name, call
 
 
-def _after(session: Session, sql: str) -> str:
-    """The cursor of a row ten pages in (from its position, as a ``next`` encodes it)."""
-    from models.cursors import position_cursor
+def _after(session: Session, sql: str, ranked: bool) -> str:
+    """The cursor of a row ten pages in (from its position, as a ``next`` encodes it; ``ranked``: in the
+    "for me" view, among the waits that do not name the caller)."""
+    from models.cursors import position_cursor, ranked_cursor
 
     row = session.execute(text(sql)).one()
+    if ranked:
+        return ranked_cursor(1, row.created_at, row.id, row.position)
     return position_cursor(row.created_at, row.id, getattr(row, "position", None))
 
 
@@ -227,6 +246,7 @@ TENTH_PENDING = (
 TENTH_RUN = "SELECT created_at, id FROM runs ORDER BY created_at DESC, id DESC OFFSET 500 LIMIT 1"
 
 BY_TARGET, BY_TIME, BY_RUN = "ix_interactions_target_listed", "ix_interactions_listed", "ix_interactions_run_id"
+NAMING, ESCALATED = "ix_interaction_answerers_principal", "ix_interaction_answerers_target"
 RUNS_BY_TARGET, RUNS_BY_TIME = "ix_runs_target_listed", "ix_runs_listed"
 
 CASES: dict[str, tuple[tuple[str, ListCall], str, str | None]] = {
@@ -237,6 +257,8 @@ CASES: dict[str, tuple[tuple[str, ListCall], str, str | None]] = {
     "interactions: human, answered": (_interactions(HUMAN, status="answered"), BY_TARGET, None),
     "interactions: human, target": (_interactions(HUMAN, target="team:t7"), BY_TARGET, None),
     "interactions: human, run": (_interactions(HUMAN, run_id="wr77"), BY_RUN, None),
+    "interactions: human, pending, what names it": (_interactions(HUMAN, status="pending"), NAMING, None),
+    "interactions: human, pending, escalated to it": (_interactions(HUMAN, status="pending"), ESCALATED, None),
     "interactions: admin, pending": (_interactions(ADMIN, status="pending"), BY_TIME, None),
     "interactions: admin, pending, 10th page": (_interactions(ADMIN, status="pending"), BY_TIME, TENTH_PENDING),
     "interactions: admin, any status": (_interactions(ADMIN), BY_TIME, None),
@@ -255,6 +277,9 @@ CASES: dict[str, tuple[tuple[str, ListCall], str, str | None]] = {
     "runs: agent, status": (_runs(AGENT, status="waiting"), RUNS_BY_TARGET, None),
     "decisions: human, for me": (_decisions(HUMAN), BY_TARGET, None),
     "decisions: human, for me, 10th page": (_decisions(HUMAN), BY_TARGET, TENTH_PENDING),
+    "decisions: human, for me, what names it first": (_decisions(HUMAN), NAMING, None),
+    "decisions: human, for me, escalated to it": (_decisions(HUMAN), ESCALATED, None),
+    "decisions: human, all, what names it": (_decisions(HUMAN, mine=False), NAMING, None),
     "decisions: human, all": (_decisions(HUMAN, mine=False), BY_TARGET, None),
     "decisions: admin, all": (_decisions(ADMIN, mine=False), BY_TIME, None),
     "decisions: admin, all, 10th page": (_decisions(ADMIN, mine=False), BY_TIME, TENTH_PENDING),
@@ -273,7 +298,7 @@ def test_plan__lists_and_pages_read_their_index_in_order_never_every_row(
     cursor = None
     if tenth is not None:
         with transaction() as session:
-            cursor = _after(session, tenth)
+            cursor = _after(session, tenth, ranked=case.startswith("decisions") and "for me" in case)
 
     # When the read's statements are planned
     plans = plans_of(lambda session: call(session, seeded[name], cursor))
