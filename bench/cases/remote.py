@@ -122,7 +122,7 @@ def counted(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
     routes = set(before["requests"]) | set(after["requests"])
     out = {r: after["requests"].get(r, 0) - before["requests"].get(r, 0) for r in routes}
     for key in ("calls", "items", "empty", "chained"):
-        out[f"lease {key}"] = after["leased"][key] - before["leased"][key]
+        out[f"lease {key}"] = after["leased"].get(key, 0) - before["leased"].get(key, 0)  # the push handler: none
     return out
 
 
