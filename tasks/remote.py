@@ -219,17 +219,16 @@ def complete(lease_id: str, outcome: Outcome, then: Ask | None = None) -> Comple
     run out). Raises ``InvalidOutcome`` (nothing committed, lease kept), ``LeaseLost`` or ``RunEnded``, and
     leases nothing then."""
     sent = digest(outcome)
-    with single_statement() as conn:
-        state = store.lease_state(conn, lease_id)
-    if state is None or not state.held:  # completed already (the exact retry?), or lost
+    with read_statement() as conn:
+        found = store.held_claim(conn, lease_id)
+    if found is None or not found[0].held:  # completed already (the exact retry?), or lost
         earlier = _receipt(lease_id, sent)
         if earlier is not None:
             return Completed(earlier, [])
-        _holding(lease_id, state)  # raises
-    assert state is not None
+        _holding(lease_id, found and found[0])  # raises
+    assert found is not None
+    state, claim = found
     checked = sent_outcome(outcome, f"remote {state.kind} {state.name}")
-    with read_statement() as conn:
-        claim = store.load_claim(conn, state.claimed)
     committed = store.commit_outcome(claim, checked, execution_id=lease_id,
                                      completion=store.Completion(lease_id, sent))  # fmt: skip
     if committed is None or committed.receipt is None:

@@ -143,6 +143,37 @@ def lease_state(session: Executor, lease_id: str) -> LeaseState | None:
                       row.kind, row.name)  # fmt: skip
 
 
+def _held_claim() -> Any:
+    """The lease's continuation, whether the lease holds it, and what its body read (``with_context``)."""
+    row = select(
+        CONT.c.id,
+        CONT.c.run_id,
+        CONT.c.step_id,
+        CONT.c.kind,
+        CONT.c.name,
+        CONT.c.attempts,
+        CONT.c.status,
+        live_claim(bindparam("lease_id", type_=String)).label("held"),
+    ).where(CONT.c.id == bindparam("cid"))
+    claimed = row.cte("claimed")
+    return with_context(claimed).add_columns(claimed.c.status.label("c_status"), claimed.c.held.label("c_held"))
+
+
+_HELD_CLAIM = DriverStatement(_held_claim())
+
+
+def held_claim(conn: Connection, lease_id: str) -> tuple[LeaseState, Claim] | None:
+    """``lease_state`` and the claim a completion commits with (``load_claim``), read in one statement;
+    ``None`` when no continuation has that id."""
+    rows = _HELD_CLAIM.rows(conn, {"cid": continuation_of(lease_id), "lease_id": lease_id})
+    if not rows:
+        return None
+    [(claim, row)] = claims_of(rows)
+    state = LeaseState(row.c_id, row.c_status, bool(row.c_held), row.c_attempts, row.c_run_id, row.run_status,
+                       row.c_step_id, row.c_kind, row.c_name)  # fmt: skip
+    return state, claim
+
+
 @dataclass(frozen=True)
 class Receipt:
     """What a completion committed, as the lease's caller gets it (again, on an exact retry)."""
@@ -157,10 +188,13 @@ class Receipt:
     committed_at: datetime
 
 
+_RECORD = insert(RECEIPTS)  # built once: its parameters are the receipt's fields
+
+
 def record_receipt(session: Session, receipt: Receipt) -> None:
     """none -> recorded: the completion's receipt, in the transaction of its consume (the lease id is the
     key: a second completion of one lease cannot commit, its consume's CAS already lost)."""
-    session.execute(insert(RECEIPTS).values(**receipt.__dict__))
+    session.execute(_RECORD, receipt.__dict__)
 
 
 def receipt_of(session: Executor, lease_id: str) -> Receipt | None:

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from models.clock import db_now
 from models.fleet_tables import AdvertisedVersion, Worker
 from models.status import ContinuationKind
+from models.store.driver import DriverStatement
 from models.store.sql import CONT, Executor
 
 WORKERS = cast(Table, Worker.__table__)
@@ -87,7 +88,7 @@ def _advertise() -> Any:
     return select(worker.c.id).add_cte(seen, forgotten)
 
 
-_ADVERTISE = _advertise()
+_ADVERTISE = DriverStatement(_advertise())
 
 
 def advertise(conn: Executor, advert: Advert) -> None:
@@ -98,7 +99,7 @@ def advertise(conn: Executor, advert: Advert) -> None:
     params = {"id": advert.id, "node": advert.node, "pid": advert.pid, "steps": list(advert.steps),
               "conts": list(advert.continuations), "ttl_s": advert.ttl_s, "remote": advert.remote,
               "refresh_s": -advert.refresh_s}  # fmt: skip
-    conn.execute(_ADVERTISE, params)
+    _ADVERTISE.rows(conn, params)
 
 
 def withdraw(conn: Executor, worker_id: str) -> bool:
