@@ -26,7 +26,9 @@ def checked_serves(serves: list[Any]) -> None:
             raise ValueError(f"{key!r}: a continuation key is name@version, the version an integer >= 1")
 
 
-class LeaseIn(Body):
+class LeaseAsk(Body):
+    """What a lease call asks for, and what a completion's `lease` asks for: the next items."""
+
     worker: str = Field(
         min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:/-]*$",
         description="a stable name of this worker process: how it shows in `GET /v1/workers`",
@@ -39,13 +41,16 @@ class LeaseIn(Body):
     max: int = Field(
         1, ge=0, le=100, description="at most this many items; 0: lease nothing, only advertise (a busy worker)"
     )
-    wait_s: float = Field(20.0, ge=0, le=30, description="a long poll: wait this long for an item to come due")
     lease_s: float = LEASE_S
 
     @model_validator(mode="after")
-    def _keys(self) -> LeaseIn:
+    def _keys(self) -> LeaseAsk:
         checked_serves(self.serves)
         return self
+
+
+class LeaseIn(LeaseAsk):
+    wait_s: float = Field(20.0, ge=0, le=30, description="a long poll: wait this long for an item to come due")
 
 
 class AnswerOut(BaseModel):
@@ -89,6 +94,11 @@ class HeartbeatOut(BaseModel):
 
 class CompleteIn(Body):
     outcome: OutcomeJSON = Field(description="park | next | complete | fail, by its `type`")
+    lease: LeaseAsk | None = Field(
+        None,
+        description="also lease the next items (as `POST /v1/worker/lease` with `wait_s` 0), handed out "
+        "in the answer of the request that commits: a busy worker makes one request per item",
+    )
 
 
 class ReceiptOut(BaseModel):
@@ -100,6 +110,11 @@ class ReceiptOut(BaseModel):
     outcome: Literal["park", "next", "complete", "fail"]
     run_status: str = Field(description="the run's status right after this commit")
     committed_at: datetime
+    items: list[ItemOut] = Field(
+        default_factory=list,
+        description="the next items the completion's `lease` took (never on an exact retry: the items of an "
+        "answer that was lost come back when their leases run out)",
+    )
 
 
 class ReleaseIn(Body):

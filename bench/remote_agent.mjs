@@ -14,7 +14,7 @@ const env = (name) => {
 };
 
 const requests = {};
-const leased = { calls: 0, empty: 0, items: 0 };
+const leased = { calls: 0, empty: 0, items: 0, chained: 0 }; // chained: items a completion's answer carried
 let starts = [];
 const platformFetch = globalThis.fetch.bind(globalThis);
 
@@ -27,6 +27,9 @@ async function countingFetch(url, init) {
     leased.calls += 1;
     leased.items += body.items.length;
     if (body.items.length === 0) leased.empty += 1;
+  }
+  if (route === "/v1/worker/leases/*/complete" && response.ok) {
+    leased.chained += ((await response.clone().json()).items ?? []).length;
   }
   return response;
 }

@@ -19,7 +19,7 @@ from models import journal, store
 from models.outcome import OUTCOME, Outcome
 from models.status import RUN_TERMINAL, ContinuationKind, ToolPhase
 from models.tables import ToolCall
-from parkway.db import single_statement, transaction
+from parkway.db import read_statement, single_statement, transaction
 from parkway.errors import InvalidOutcome, LeaseLost, NotFound, RunEnded
 from parkway.settings import get_settings
 from tasks.projection import project_soon
@@ -44,13 +44,34 @@ def split_serves(serves: list[str]) -> tuple[list[str], list[str]]:
 
 
 def advertise(principal_id: str, worker: str, serves: list[str]) -> None:
-    """A lease call is the remote worker's heartbeat in the registry (``store.advertise``, ``remote``)."""
+    """A lease call is the remote worker's heartbeat in the registry (``store.advertise``, ``remote``): the
+    row is rewritten only when what it serves changed or its heartbeat is older than a quarter of its TTL,
+    so a busy worker's lease calls and completions read it and write nothing."""
     steps, continuations = split_serves(serves)
+    ttl_s = get_settings().remote_worker_ttl_s
     advert = store.Advert(id=worker_row_id(principal_id, worker), node=worker, pid=0, steps=tuple(steps),
-                          continuations=tuple(continuations), ttl_s=get_settings().remote_worker_ttl_s,
-                          remote=True)  # fmt: skip
-    with single_statement() as conn:
+                          continuations=tuple(continuations), ttl_s=ttl_s, remote=True,
+                          refresh_s=ttl_s / 4)  # fmt: skip
+    with single_statement(durable=False) as conn:  # a heartbeat lost in a crash is made again by the next call
         store.advertise(conn, advert)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A lease call's question: who asks (its principal and the name it gives itself), what it serves, up to
+    how many items, under leases of how long."""
+
+    principal_id: str
+    worker: str
+    serves: list[str]
+    n: int
+    lease_s: float
+
+
+def lease(ask: Ask) -> list[Item]:
+    """Advertise what the caller serves, then lease up to ``ask.n`` items due now (``lease_due``)."""
+    advertise(ask.principal_id, ask.worker, ask.serves)
+    return lease_due(ask.serves, n=ask.n, lease_s=ask.lease_s) if ask.n else []
 
 
 @dataclass(frozen=True)
@@ -72,25 +93,25 @@ class Item:
 
 
 def lease_due(serves: list[str], *, n: int, lease_s: float) -> list[Item]:
-    """Up to ``n`` due continuations of the keys served, each under a lease of ``lease_s`` (``store.lease``);
-    one that can no longer be driven (its run ended, its owner lost the grant) is given up as the Celery
-    worker gives it up, and not handed out."""
+    """Up to ``n`` due continuations of the keys served, each under a lease of ``lease_s``, with what their
+    bodies read, in one statement (``store.lease``); one that can no longer be driven (its run ended, its
+    owner lost the grant) is given up as the Celery worker gives it up, and not handed out. A lease lost in
+    a database crash is recovered by design, as a claim: no WAL-flush wait."""
     steps, continuations = split_serves(serves)
     settings = get_settings()
-    with single_statement() as conn:
+    with single_statement(durable=False) as conn:
         leased = store.lease(conn, steps=steps, continuations=continuations, n=n, lease_s=lease_s,
                              max_attempts=settings.max_attempts)  # fmt: skip
     items = []
     for held in leased:
-        with transaction() as session:
-            claim = store.load_claim(session, held.continuation)
+        claim = held.claim
         reason = refusal(claim)
         if reason is None:
             items.append(item_of(claim, held.lease_id, held.lease_expires_at))
             continue
         with single_statement() as conn:
-            store.give_up(conn, held.continuation.id, reason=reason, execution_id=held.lease_id)
-        given_up(reason, claim.run_id, {"continuation_id": held.continuation.id, "execution_id": held.lease_id})
+            store.give_up(conn, claim.continuation.id, reason=reason, execution_id=held.lease_id)
+        given_up(reason, claim.run_id, {"continuation_id": claim.continuation.id, "execution_id": held.lease_id})
     return items
 
 
@@ -183,26 +204,39 @@ def digest(outcome: Outcome) -> str:
     return hashlib.sha256(store.canonical_json(OUTCOME.dump_python(outcome, mode="json")).encode()).hexdigest()
 
 
-def complete(lease_id: str, outcome: Outcome) -> store.Receipt:
+@dataclass(frozen=True)
+class Completed:
+    """A completion's answer: its receipt, and the next items its ``lease`` took (none on an exact retry)."""
+
+    receipt: store.Receipt
+    items: list[Item]
+
+
+def complete(lease_id: str, outcome: Outcome, then: Ask | None = None) -> Completed:
     """The outcome committed exactly once for the lease (``store.commit_outcome``, with its receipt); the
-    exact retry returns the same receipt. Raises ``InvalidOutcome`` (nothing committed, lease kept),
-    ``LeaseLost`` or ``RunEnded``."""
+    exact retry returns the same receipt. ``then``: lease the next items after the commit, only in the call
+    that committed (a retry's answer carries none: the items of a lost answer come back when their leases
+    run out). Raises ``InvalidOutcome`` (nothing committed, lease kept), ``LeaseLost`` or ``RunEnded``, and
+    leases nothing then."""
     sent = digest(outcome)
-    earlier = _receipt(lease_id, sent)
-    if earlier is not None:
-        return earlier
-    state = held(lease_id)
+    with read_statement() as conn:
+        found = store.held_claim(conn, lease_id)
+    if found is None or not found[0].held:  # completed already (the exact retry?), or lost
+        earlier = _receipt(lease_id, sent)
+        if earlier is not None:
+            return Completed(earlier, [])
+        _holding(lease_id, found and found[0])  # raises
+    assert found is not None
+    state, claim = found
     checked = sent_outcome(outcome, f"remote {state.kind} {state.name}")
-    with transaction() as session:
-        claim = store.load_claim(session, state.claimed)
     committed = store.commit_outcome(claim, checked, execution_id=lease_id,
                                      completion=store.Completion(lease_id, sent))  # fmt: skip
     if committed is None or committed.receipt is None:
-        return _receipt(lease_id, sent) or _lost(lease_id)
+        return Completed(_receipt(lease_id, sent) or _lost(lease_id), [])
     publish([(c.id, c.kind) for c in committed.due], retry=False)  # once: the sweep relays a lost publish
     if committed.ended is not None:
         project_soon(committed.ended)
-    return committed.receipt
+    return Completed(committed.receipt, lease(then) if then is not None else [])
 
 
 def _receipt(lease_id: str, sent: str) -> store.Receipt | None:

@@ -17,6 +17,7 @@ from api.protocol_schemas import (
     HeartbeatIn,
     HeartbeatOut,
     ItemOut,
+    LeaseAsk,
     LeaseIn,
     LeasePage,
     ReceiptOut,
@@ -48,17 +49,17 @@ LEASE_ERRORS = documented(401, 403, 404, 409, 410, 413, 422)
 async def lease_work(body: LeaseIn, principal: WorkerDep) -> LeasePage:
     """Every call advertises `serves` for `worker` in the worker registry: remote workers show in
     `GET /v1/workers`, and what they serve counts as served (a start, a park, fail-closed)."""
-    await in_thread(remote.advertise, principal.id, body.worker, body.serves)
-    if body.max == 0:
-        return LeasePage(items=[])
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.wait_s
-    while True:
-        items = await in_thread(_lease, body)
-        left = deadline - loop.time()
-        if items or left <= 0:
-            return LeasePage(items=[ItemOut.model_validate(item) for item in items])
+    items = await in_thread(remote.lease, asked(body, principal))
+    while not items and body.max > 0 and (left := deadline - loop.time()) > 0:
         await asyncio.sleep(min(POLL_S, left))
+        items = await in_thread(_lease, body)
+    return LeasePage(items=[ItemOut.model_validate(item) for item in items])
+
+
+def asked(body: LeaseAsk, principal: Principal) -> remote.Ask:
+    return remote.Ask(principal.id, body.worker, body.serves, body.max, body.lease_s)
 
 
 def _lease(body: LeaseIn) -> list[remote.Item]:
@@ -84,11 +85,15 @@ async def heartbeat(lease_id: LeaseId, body: HeartbeatIn, _: WorkerDep) -> Heart
     summary="Commit the item's outcome exactly once (the exact retry gets the same receipt)",
     responses=LEASE_ERRORS,
 )
-async def complete(lease_id: LeaseId, body: CompleteIn, _: WorkerDep) -> ReceiptOut:
+async def complete(lease_id: LeaseId, body: CompleteIn, principal: WorkerDep) -> ReceiptOut:
     """409 when the lease was lost (or completed with another outcome), 410 when the run ended, 422 for an
-    outcome that cannot be committed: nothing is committed then, and a 422 keeps the lease."""
-    receipt = await in_thread(remote.complete, lease_id, body.outcome)
-    return ReceiptOut.model_validate(receipt)
+    outcome that cannot be committed: nothing is committed then (nor leased), and a 422 keeps the lease.
+    With `lease`, the answer that commits also carries the next items (one request per item)."""
+    then = None if body.lease is None else asked(body.lease, principal)
+    done = await in_thread(remote.complete, lease_id, body.outcome, then)
+    receipt = ReceiptOut.model_validate(done.receipt)
+    receipt.items = [ItemOut.model_validate(item) for item in done.items]
+    return receipt
 
 
 @router.post(

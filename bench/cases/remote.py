@@ -117,11 +117,12 @@ def push_handler(bench: Bench) -> contextlib.AbstractContextManager[Agent]:
 
 
 def counted(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
-    """The agent's HTTP requests by route, and its lease calls, between two ``stats()``."""
+    """The agent's HTTP requests by route, its lease calls and the items they brought, and the items its
+    completions' answers brought (``chained``), between two ``stats()``."""
     routes = set(before["requests"]) | set(after["requests"])
     out = {r: after["requests"].get(r, 0) - before["requests"].get(r, 0) for r in routes}
-    for key in ("calls", "items", "empty"):
-        out[f"lease {key}"] = after["leased"][key] - before["leased"][key]
+    for key in ("calls", "items", "empty", "chained"):
+        out[f"lease {key}"] = after["leased"].get(key, 0) - before["leased"].get(key, 0)  # the push handler: none
     return out
 
 
@@ -180,6 +181,9 @@ def throughput_reps(bench: Bench, nodes: Consumers, rep: int) -> None:
             bench.metric("remote", "pull: HTTP requests per completion", "").add(trips / n)
             bench.metric("remote", "pull: items per lease call", "").add(
                 requests["lease items"] / max(1, requests["lease calls"])
+            )
+            bench.metric("remote", "pull: share of items handed out by a completion's answer", "").add(
+                requests["lease chained"] / n
             )
             log(f"    pull requests: {json.dumps(requests)} ({trips / n:.2f} per completion)")
         if variant == "push":

@@ -169,6 +169,22 @@ def _claimed(row: Any) -> Claimed:
     return Claimed(*(getattr(row, f"c_{name}") for name in _CLAIMED_COLUMNS))
 
 
+def with_context(claimed: Any) -> Any:
+    """The joined read of ``load_claim`` for every row of ``claimed`` (a CTE of claimed continuations: a
+    claim's ``RETURNING`` of id, run_id, step_id, kind, name, attempts), with the claim's own columns as
+    ``c_<name>``: many claims and what their bodies read in one statement (``claims_of`` groups its rows)."""
+    return _claim_context(claimed)
+
+
+def claims_of(rows: Sequence[Row[Any]]) -> list[tuple[Claim, Row[Any]]]:
+    """The claims of a ``with_context`` statement's rows (a row per interaction), each with its first row,
+    in the order they came."""
+    by_id: dict[str, list[Row[Any]]] = {}
+    for row in rows:
+        by_id.setdefault(row.c_id, []).append(row)
+    return [(_claim_from_rows(_claimed(group[0]), group), group[0]) for group in by_id.values()]
+
+
 def claim(
     session: Session | Connection, continuation_id: str, *, execution_id: str, lease_s: float, max_attempts: int
 ) -> Row[Any] | None:
@@ -184,7 +200,7 @@ def claim(
     ).first()
 
 
-def load_claim(session: Session, continuation: Row[Any] | Claimed) -> Claim:
+def load_claim(session: Executor, continuation: Row[Any] | Claimed) -> Claim:
     """Everything the body needs and the refusal checks read, in one joined read after the claim (see
     ``_claim_context``)."""
     return _claim_from_rows(continuation, session.execute(_CLAIM_CONTEXT, {"sid": continuation.step_id}).all())

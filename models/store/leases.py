@@ -13,13 +13,29 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import ARRAY, Integer, String, Table, and_, any_, bindparam, func, insert, literal, or_, select, update
+from sqlalchemy import (
+    ARRAY,
+    Connection,
+    Integer,
+    String,
+    Table,
+    and_,
+    any_,
+    bindparam,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
 from models.fleet_tables import LeaseReceipt
 from models.status import ContinuationKind, ContinuationStatus
-from models.store.claims import Claimed, claimable, live_claim
+from models.store.claims import Claim, Claimed, claimable, claims_of, live_claim, with_context
+from models.store.driver import DriverStatement
 from models.store.sql import CONT, RUN, Executor, skip_locked, word, words
 
 RECEIPTS = cast(Table, LeaseReceipt.__table__)
@@ -56,27 +72,36 @@ def _lease() -> Any:
     )  # fmt: skip
 
 
-_LEASE = _lease()
+def _lease_with_context() -> Any:
+    """The lease (``_lease``) and the read of what each leased body needs (``with_context``), one statement."""
+    leased = _lease().cte("claimed")
+    return with_context(leased).add_columns(
+        leased.c.claimed_by.label("c_claimed_by"), leased.c.lease_expires_at.label("c_lease_expires_at")
+    )
+
+
+_LEASE = DriverStatement(_lease_with_context())
 
 
 @dataclass(frozen=True)
 class Leased:
-    """A continuation a remote worker now holds: the claim's row, its lease id and when the lease ends."""
+    """A continuation a remote worker now holds: the claim (with what its body reads), its lease id and when
+    the lease ends."""
 
-    continuation: Claimed
+    claim: Claim
     lease_id: str
     lease_expires_at: datetime
 
 
 def lease(
-    conn: Executor, *, steps: list[str], continuations: list[str], n: int, lease_s: float, max_attempts: int
+    conn: Connection, *, steps: list[str], continuations: list[str], n: int, lease_s: float, max_attempts: int
 ) -> list[Leased]:
-    """ready|claimed (lease expired) -> claimed for up to ``n`` remote continuations the caller serves, one
-    statement; two concurrent calls never take the same row (``SKIP LOCKED``, then the claim's CAS). An empty
-    list: nothing is due for these keys."""
+    """ready|claimed (lease expired) -> claimed for up to ``n`` remote continuations the caller serves, and
+    what their bodies read, one statement in autocommit; two concurrent calls never take the same row
+    (``SKIP LOCKED``, then the claim's CAS). An empty list: nothing is due for these keys."""
     params = {"steps": steps, "conts": continuations, "n": n, "lease_s": lease_s, "max_attempts": max_attempts}
-    rows = conn.execute(_LEASE, params).all()
-    return [Leased(Claimed(*row[:6]), row.claimed_by, row.lease_expires_at) for row in rows]
+    rows = _LEASE.rows(conn, params)
+    return [Leased(claim, row.c_claimed_by, row.c_lease_expires_at) for claim, row in claims_of(rows)]
 
 
 @dataclass(frozen=True)
@@ -118,6 +143,37 @@ def lease_state(session: Executor, lease_id: str) -> LeaseState | None:
                       row.kind, row.name)  # fmt: skip
 
 
+def _held_claim() -> Any:
+    """The lease's continuation, whether the lease holds it, and what its body read (``with_context``)."""
+    row = select(
+        CONT.c.id,
+        CONT.c.run_id,
+        CONT.c.step_id,
+        CONT.c.kind,
+        CONT.c.name,
+        CONT.c.attempts,
+        CONT.c.status,
+        live_claim(bindparam("lease_id", type_=String)).label("held"),
+    ).where(CONT.c.id == bindparam("cid"))
+    claimed = row.cte("claimed")
+    return with_context(claimed).add_columns(claimed.c.status.label("c_status"), claimed.c.held.label("c_held"))
+
+
+_HELD_CLAIM = DriverStatement(_held_claim())
+
+
+def held_claim(conn: Connection, lease_id: str) -> tuple[LeaseState, Claim] | None:
+    """``lease_state`` and the claim a completion commits with (``load_claim``), read in one statement;
+    ``None`` when no continuation has that id."""
+    rows = _HELD_CLAIM.rows(conn, {"cid": continuation_of(lease_id), "lease_id": lease_id})
+    if not rows:
+        return None
+    [(claim, row)] = claims_of(rows)
+    state = LeaseState(row.c_id, row.c_status, bool(row.c_held), row.c_attempts, row.c_run_id, row.run_status,
+                       row.c_step_id, row.c_kind, row.c_name)  # fmt: skip
+    return state, claim
+
+
 @dataclass(frozen=True)
 class Receipt:
     """What a completion committed, as the lease's caller gets it (again, on an exact retry)."""
@@ -132,10 +188,13 @@ class Receipt:
     committed_at: datetime
 
 
+_RECORD = insert(RECEIPTS)  # built once: its parameters are the receipt's fields
+
+
 def record_receipt(session: Session, receipt: Receipt) -> None:
     """none -> recorded: the completion's receipt, in the transaction of its consume (the lease id is the
     key: a second completion of one lease cannot commit, its consume's CAS already lost)."""
-    session.execute(insert(RECEIPTS).values(**receipt.__dict__))
+    session.execute(_RECORD, receipt.__dict__)
 
 
 def receipt_of(session: Executor, lease_id: str) -> Receipt | None:

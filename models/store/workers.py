@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import String, Table, any_, bindparam, delete, exists, func, literal, select, union_all
+from sqlalchemy import String, Table, any_, bindparam, delete, exists, func, literal, or_, select, union_all
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from models.clock import db_now
 from models.fleet_tables import AdvertisedVersion, Worker
 from models.status import ContinuationKind
+from models.store.driver import DriverStatement
 from models.store.sql import CONT, Executor
 
 WORKERS = cast(Table, Worker.__table__)
@@ -41,6 +42,7 @@ class Advert:
     continuations: tuple[str, ...]
     ttl_s: float  # live this long after each heartbeat
     remote: bool = False  # leases over HTTP (docs/worker-protocol.md): never handed work through Celery
+    refresh_s: float = 0  # an unchanged advertisement younger than this is left as it is (nothing written)
 
 
 def live() -> Any:
@@ -60,10 +62,16 @@ def _advertise() -> Any:
         continuations=bindparam("conts", type_=keys), started_at=db_now(), heartbeat_at=db_now(),
         expires_at=db_now("ttl_s"), remote=bindparam("remote"),
     )  # fmt: skip
+    stale = WORKERS.c.heartbeat_at <= db_now("refresh_s")  # -refresh_s: older than the refresh interval
+    changed = or_(
+        WORKERS.c.steps.is_distinct_from(row.excluded.steps),
+        WORKERS.c.continuations.is_distinct_from(row.excluded.continuations),
+    )
     worker = row.on_conflict_do_update(
         index_elements=[WORKERS.c.id],
         set_={"heartbeat_at": db_now(), "expires_at": row.excluded.expires_at, "steps": row.excluded.steps,
               "continuations": row.excluded.continuations},
+        where=or_(stale, changed),
     ).returning(WORKERS.c.id).cte("worker")  # fmt: skip
     # In one order (kind, then the sorted keys), so two workers' upserts of the same rows never deadlock.
     seen_rows = union_all(
@@ -72,22 +80,26 @@ def _advertise() -> Any:
     )
     upsert = pg_insert(ADVERTISED).from_select(["kind", "key", "last_seen_at"], seen_rows)
     seen = upsert.on_conflict_do_update(
-        index_elements=[ADVERTISED.c.kind, ADVERTISED.c.key], set_={"last_seen_at": upsert.excluded.last_seen_at}
+        index_elements=[ADVERTISED.c.kind, ADVERTISED.c.key],
+        set_={"last_seen_at": upsert.excluded.last_seen_at},
+        where=ADVERTISED.c.last_seen_at <= db_now("refresh_s"),
     ).cte("seen")
     forgotten = delete(WORKERS).where(WORKERS.c.expires_at < db_now(-FORGET_AFTER_S)).cte("forgotten")
     return select(worker.c.id).add_cte(seen, forgotten)
 
 
-_ADVERTISE = _advertise()
+_ADVERTISE = DriverStatement(_advertise())
 
 
 def advertise(conn: Executor, advert: Advert) -> None:
     """none|live|expired -> live for the worker ``advert.id``, its keys replaced and its heartbeat stamped;
     each key's ``last_seen_at`` -> now. One statement: the start and every heartbeat (a worker whose row
-    was forgotten, or whose heartbeats stopped for a while, is simply live again)."""
+    was forgotten, or whose heartbeats stopped for a while, is simply live again). A row (or key) stamped
+    within ``advert.refresh_s`` and serving the same keys is left as it is."""
     params = {"id": advert.id, "node": advert.node, "pid": advert.pid, "steps": list(advert.steps),
-              "conts": list(advert.continuations), "ttl_s": advert.ttl_s, "remote": advert.remote}  # fmt: skip
-    conn.execute(_ADVERTISE, params)
+              "conts": list(advert.continuations), "ttl_s": advert.ttl_s, "remote": advert.remote,
+              "refresh_s": -advert.refresh_s}  # fmt: skip
+    _ADVERTISE.rows(conn, params)
 
 
 def withdraw(conn: Executor, worker_id: str) -> bool:

@@ -12,8 +12,9 @@ from sqlalchemy import func, select
 
 from models.fleet_tables import LeaseReceipt
 from parkway.db import transaction
+from tests.acceptance.protocol_support import Proto
 from tests.acceptance.webhook_receiver import Receiver
-from tests.api.conftest import make_admin
+from tests.api.conftest import ApiServer, make_admin
 from tests.support import TARGET, Stack
 
 
@@ -61,3 +62,21 @@ def lease_receipts(run_id: str) -> int:
     """How many completions of the run's leases were committed (one receipt each)."""
     with transaction() as session:
         return int(session.scalar(select(func.count()).where(LeaseReceipt.run_id == run_id)) or 0)
+
+
+@pytest.fixture(scope="module")
+def proto(stack: Stack) -> Iterator[Proto]:
+    """A uvicorn of its own and a Celery worker, and the tokens of a worker, an agent, a human and an admin;
+    its keys advertised (a module's tests share it)."""
+    api = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-proto.log").start()
+    celery = stack.start_worker()
+    try:
+        with api.client() as http:
+            roles = ("admin", "agent", "human", "worker")
+            made = remote_principals(http, **{role: f"proto-{role}" for role in roles})
+            proto = Proto(http=http, tokens={role: made[f"proto-{role}"] for role in roles}, celery=celery)
+            assert proto.lease(wait_s=0) == []  # advertises what it serves: from now on its keys are served
+            yield proto
+    finally:
+        api.stop()
+        celery.kill()

@@ -4,115 +4,18 @@ the remote worker driven with httpx as a TypeScript or Go agent would (docs/work
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import func, select, text, update
 
-from models.fleet_tables import LeaseReceipt
 from models.tables import Continuation, Interaction, ToolCall
 from parkway.db import transaction
 from tasks.publish import publish
-from tests.api.conftest import ApiServer, make_admin
-from tests.support import TARGET, Stack, Worker, continuations, event_types, pass_time, run_row, wait_for
-
-DECIDE = "proto.decide@1"  # a continuation only the remote worker serves
-PLAN = "proto.plan"  # a step only the remote worker serves
-SERVES = [PLAN, DECIDE]
-QUESTION = {"kind": "question", "key": "otp", "prompt": "The code?", "target": TARGET,
-            "schema": {"type": "object", "properties": {"code": {"type": "string"}, "note": {"type": "string"}}},
-            "sensitive": ["code"]}  # fmt: skip
-
-
-@dataclass
-class Proto:
-    http: httpx.Client
-    tokens: dict[str, str]
-    celery: Worker
-
-    def call(self, method: str, path: str, who: str, body: Any = None, **kwargs: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.tokens[who]}", **kwargs.pop("headers", {})}
-        return self.http.request(method, path, json=body, headers=headers, **kwargs)
-
-    def lease(self, *, wait_s: float = 10, lease_s: float = 30, n: int = 1, worker: str = "ts-agent-1") -> list[Any]:
-        body = {"worker": worker, "serves": SERVES, "max": n, "wait_s": wait_s, "lease_s": lease_s}
-        got = self.call("POST", "/v1/worker/lease", "worker", body)
-        assert got.status_code == 200, got.text
-        return list(got.json()["items"])
-
-    def lease_one(self, run_id: str, **kwargs: Any) -> dict[str, Any]:
-        """Lease until the item of ``run_id`` comes (items of other runs are given back)."""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            for item in self.lease(**kwargs):
-                if item["run_id"] == run_id:
-                    return dict(item)
-                self.release(item["lease_id"])
-        raise AssertionError(f"no item of run {run_id} was leased")
-
-    def complete(self, lease_id: str, outcome: Any) -> httpx.Response:
-        return self.call("POST", f"/v1/worker/leases/{lease_id}/complete", "worker", {"outcome": outcome})
-
-    def release(self, lease_id: str, reason: str | None = None) -> httpx.Response:
-        return self.call("POST", f"/v1/worker/leases/{lease_id}/release", "worker", {"reason": reason})
-
-    def park(self, key: str | None = None, interactions: list[Any] | None = None) -> str:
-        body = {"workflow": "proto.outside", "payload": {"from": "ts"}, "target": TARGET,
-                "park": {"continuation": DECIDE, "snapshot": {"cmd": "deploy api"},
-                         "interactions": interactions or [QUESTION]}}  # fmt: skip
-        made = self.call("POST", "/v1/runs", "agent", body, headers={"Idempotency-Key": key or uuid.uuid4().hex})
-        assert made.status_code == 201, made.text
-        return str(made.json()["id"])
-
-    def answer(self, run_id: str, value: Any, key: str = "otp") -> None:
-        run = self.call("GET", f"/v1/runs/{run_id}", "human").json()
-        iid = next(i["id"] for i in run["interactions"] if i["key"] == key)
-        done = self.call("POST", f"/v1/interactions/{iid}/answer", "human", {"response_id": uuid.uuid4().hex,
-                                                                               "value": value})  # fmt: skip
-        assert done.status_code == 200, done.text
-
-    def run(self, run_id: str) -> dict[str, Any]:
-        return dict(self.call("GET", f"/v1/runs/{run_id}", "human").json())
-
-    def due(self) -> str:
-        """A run parked from outside and answered: its resume is due for the remote worker."""
-        run_id = self.park()
-        self.answer(run_id, {"code": "123456", "note": "ok"})
-        return run_id
-
-
-@pytest.fixture(scope="module")
-def proto(stack: Stack) -> Iterator[Proto]:
-    api = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-proto.log").start()
-    celery = stack.start_worker()
-    try:
-        with api.client() as http:
-            tokens = {"admin": make_admin("proto-admin")}
-            admin = {"Authorization": f"Bearer {tokens['admin']}"}
-            for who, kind in (("agent", "agent"), ("human", "human"), ("worker", "worker")):
-                made = http.post("/v1/principals", json={"kind": kind, "name": f"proto-{who}"}, headers=admin)
-                assert made.status_code == 201, made.text
-                tokens[who] = made.json()["token"]
-            for who in ("agent", "human"):
-                granted = http.post("/v1/grants", json={"principal": f"proto-{who}", "target": TARGET}, headers=admin)
-                assert granted.status_code == 201, granted.text
-            proto = Proto(http=http, tokens=tokens, celery=celery)
-            assert proto.lease(wait_s=0) == []  # advertises what it serves: from now on its keys are served
-            yield proto
-    finally:
-        api.stop()
-        celery.kill()
-
-
-def receipts(run_id: str) -> int:
-    with transaction() as session:
-        return int(session.scalar(select(func.count()).where(LeaseReceipt.run_id == run_id)) or 0)
+from tests.acceptance.protocol_support import DECIDE, PLAN, QUESTION, SERVES, Proto, receipts
+from tests.support import TARGET, continuations, event_types, pass_time, run_row, wait_for
 
 
 def test_park_from_outside__answer__resume_leased_with_answers__completed_once(proto: Proto) -> None:

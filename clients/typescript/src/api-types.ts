@@ -47,6 +47,8 @@ export type Complete = {
 export type CompleteIn = {
   /** park | next | complete | fail, by its `type` */
   outcome: Park | Next | Complete | Fail;
+  /** also lease the next items (as `POST /v1/worker/lease` with `wait_s` 0), handed out in the answer of the request that commits: a busy worker makes one request per item */
+  lease?: LeaseAsk | null;
 };
 
 export type ContinuationEvent = {
@@ -369,6 +371,18 @@ export type ItemOut = {
   lease_expires_at: string;
 };
 
+/** What a lease call asks for, and what a completion's `lease` asks for: the next items. */
+export type LeaseAsk = {
+  /** a stable name of this worker process: how it shows in `GET /v1/workers` */
+  worker: string;
+  /** what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys (`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call */
+  serves: Array<unknown>;
+  /** at most this many items; 0: lease nothing, only advertise (a busy worker) */
+  max?: number;
+  /** how long the lease lasts without a heartbeat, in seconds */
+  lease_s?: number;
+};
+
 export type LeaseIn = {
   /** a stable name of this worker process: how it shows in `GET /v1/workers` */
   worker: string;
@@ -376,10 +390,10 @@ export type LeaseIn = {
   serves: Array<unknown>;
   /** at most this many items; 0: lease nothing, only advertise (a busy worker) */
   max?: number;
-  /** a long poll: wait this long for an item to come due */
-  wait_s?: number;
   /** how long the lease lasts without a heartbeat, in seconds */
   lease_s?: number;
+  /** a long poll: wait this long for an item to come due */
+  wait_s?: number;
 };
 
 export type LeasePage = {
@@ -482,6 +496,8 @@ export type ReceiptOut = {
   /** the run's status right after this commit */
   run_status: string;
   committed_at: string;
+  /** the next items the completion's `lease` took (never on an exact retry: the items of an answer that was lost come back when their leases run out) */
+  items?: Array<ItemOut>;
 };
 
 export type ReleaseIn = {

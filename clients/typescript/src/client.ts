@@ -14,7 +14,7 @@ import type {
 } from "./api-types.js";
 import { errorFor } from "./errors.js";
 import type { Interaction } from "./outcomes.js";
-import type { Item, LeaseRequest, Receipt, ToolIntent, ToolState } from "./protocol.js";
+import type { Item, LeaseRequest, NextLease, Receipt, ToolIntent, ToolState } from "./protocol.js";
 import type { Outcome } from "./outcomes.js";
 import { streamEvents, type StreamedEvent, type StreamOptions } from "./sse.js";
 
@@ -196,9 +196,11 @@ export class Parkway {
     return this.request("POST", `${leasePath(leaseId)}/heartbeat`, { body: leaseS === undefined ? {} : { lease_s: leaseS } });
   }
 
-  /** Commit the outcome once; the exact retry gets the same receipt; a lost lease 409, an ended run 410. */
-  completeLease(leaseId: string, outcome: Outcome): Promise<Receipt> {
-    return this.request("POST", `${leasePath(leaseId)}/complete`, { body: { outcome } });
+  /** Commit the outcome once; the exact retry gets the same receipt; a lost lease 409, an ended run 410.
+   * With `lease`, the receipt's `items` are the next items due now, leased by the call that committed (none
+   * on the exact retry, nor with a 409/410/422). */
+  completeLease(leaseId: string, outcome: Outcome, lease?: NextLease): Promise<Receipt> {
+    return this.request("POST", `${leasePath(leaseId)}/complete`, { body: lease === undefined ? { outcome } : { outcome, lease } });
   }
 
   /** Give the item back (counted as an attempt). */

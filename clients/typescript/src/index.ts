@@ -18,7 +18,7 @@ export type {
   Permission,
   Question,
 } from "./outcomes.js";
-export type { Answer, Answers, Item, LeaseRequest, Receipt, ToolIntent, ToolState } from "./protocol.js";
+export type { Answer, Answers, Item, LeaseRequest, NextLease, Receipt, ToolIntent, ToolState } from "./protocol.js";
 export { nodeListener, pushHandler } from "./push.js";
 export type { FetchHandler, PushOptions } from "./push.js";
 export { sign, verify, WebhookVerificationError } from "./signature.js";

@@ -7,7 +7,7 @@ import { Context, errorText } from "./context.js";
 import { Conflict, Forbidden, Gone, Invalid, ParkwayError, Unauthorized, Unavailable } from "./errors.js";
 import { runHandler, type Serves } from "./handlers.js";
 import { fail, type Outcome } from "./outcomes.js";
-import type { Item, Receipt } from "./protocol.js";
+import type { Item, NextLease, Receipt } from "./protocol.js";
 import { sleep } from "./sse.js";
 
 export interface WorkerOptions {
@@ -176,21 +176,42 @@ class PullLoop implements Worker {
     return { completed: this.#completed, abandoned };
   }
 
-  /** One item: heartbeat while its handler runs, then complete with its outcome unless the lease was lost. */
-  async #serve(item: Item): Promise<void> {
+  /** One slot: serve the item, then each next item its completion leased (one request per item while busy). */
+  async #serve(first: Item): Promise<void> {
+    for (let item: Item | undefined = first; item; ) item = await this.#serveOne(item);
+  }
+
+  /** One item: heartbeat while its handler runs, then complete with its outcome unless the lease was lost;
+   * the completion asks for the next item, returned to serve in this slot (given back if the loop stopped). */
+  async #serveOne(item: Item): Promise<Item | undefined> {
     const lost = new AbortController();
     const gone = AbortSignal.any([lost.signal, this.#abandon.signal]);
     const beat = setInterval(() => void this.#heartbeat(item, lost), (this.#leaseS * 1000) / 3);
     gone.addEventListener("abort", () => clearInterval(beat), { once: true });
     try {
       const outcome = await runHandler(this.#serves, item, new Context(item, this.#client, gone));
-      if (gone.aborted) return;
+      if (gone.aborted) return undefined;
       const receipt = await this.#complete(item, outcome, gone);
-      if (receipt) this.#completed += 1;
+      if (!receipt) return undefined;
+      this.#completed += 1;
+      const items = receipt.items ?? [];
+      const kept = this.#stopping.signal.aborted ? 0 : 1; // it asked for one, while not stopping
+      for (const extra of items.slice(kept)) void this.#giveBack(extra);
+      return items.slice(0, kept)[0];
     } catch (error) {
       this.#log(`${item.key} of run ${item.run_id}: ${errorText(error)}`);
     } finally {
       clearInterval(beat);
+    }
+    return undefined;
+  }
+
+  /** An item leased after the stop began: given back at once rather than left to its lease. */
+  async #giveBack(item: Item): Promise<void> {
+    try {
+      await this.#client.releaseLease(item.lease_id, "the worker is stopping");
+    } catch (error) {
+      this.#log(`giving back ${item.key} of run ${item.run_id} failed (${errorText(error)}): it comes back after its lease`);
     }
   }
 
@@ -207,13 +228,19 @@ class PullLoop implements Worker {
     }
   }
 
+  /** A completion's `lease`: the next item for the slot it frees, unless the loop is stopping. */
+  #nextLease(): NextLease | undefined {
+    if (this.#stopping.signal.aborted) return undefined;
+    return { worker: this.#name, serves: Object.keys(this.#serves), max: 1, lease_s: this.#leaseS };
+  }
+
   /** Complete, retrying what may not have arrived (the exact retry gets the same receipt). A 422 (the
    * handler's outcome is invalid) completes as `fail` with the API's reason, so the run does not loop. */
   async #complete(item: Item, outcome: Outcome, gone: AbortSignal): Promise<Receipt | null> {
     let backoffMs = 250;
     for (;;) {
       try {
-        return await this.#client.completeLease(item.lease_id, outcome);
+        return await this.#client.completeLease(item.lease_id, outcome, this.#nextLease());
       } catch (error) {
         if (error instanceof Conflict || error instanceof Gone) {
           this.#log(`completion of ${item.key} for run ${item.run_id} refused (${error.status} ${error.code}): another worker or the run's end won`);

@@ -37,6 +37,7 @@ import {
   TARGET,
   unique,
   waitFor,
+  WORKER_TOKEN,
   workerClient,
 } from "./helpers.js";
 
@@ -178,6 +179,42 @@ test("a handler running past its lease keeps it by heartbeats (run once, while a
   } finally {
     await Promise.all(workers.map((w) => w.stop()));
   }
+});
+
+test("a busy worker gets each next item in its completion's answer: one request per item after its first lease", async () => {
+  const key = `${unique("ts.busy")}@1`;
+  await workerClient.lease({ worker: unique("ts-advertiser"), serves: [key], max: 0, wait_s: 0 }); // served: parks accepted
+  const runIds: string[] = [];
+  for (let i = 0; i < 4; i++) {
+    const parked = await startParkedWhenServed({ workflow: unique("ts.busy"), target: TARGET, park: { continuation: key, interactions: [WINDOW] } });
+    await answerAll(parked, { window: "now" });
+    runIds.push(parked.id);
+  }
+  const counted = { leaseCalls: 0, leased: 0, completions: 0, chained: 0 };
+  const counting: typeof fetch = async (url, init) => {
+    const response = await fetch(url, init);
+    const path = new URL(String(url)).pathname;
+    if (response.ok && (path === "/v1/worker/lease" || path.endsWith("/complete"))) {
+      const items = ((await response.clone().json()) as { items?: unknown[] }).items ?? [];
+      if (path === "/v1/worker/lease") (counted.leaseCalls += 1), (counted.leased += items.length);
+      else (counted.completions += 1), (counted.chained += items.length);
+    }
+    return response;
+  };
+  const client = new Parkway({ url: BASE_URL, token: WORKER_TOKEN, fetch: counting });
+  const served: string[] = [];
+  const running = worker({
+    client, serves: { [key]: (ctx) => (served.push(ctx.runId), complete({ attempt: ctx.attempt })) }, name: unique("ts-busy"),
+    concurrency: 1, waitS: 1, leaseS: 5, handleSignals: false, log: () => undefined,
+  });
+  try {
+    for (const runId of runIds) assert.deepEqual((await runReaches(runId, "completed")).result, { attempt: 1 });
+  } finally {
+    await running.stop();
+  }
+  assert.deepEqual([...served].sort(), [...runIds].sort());
+  // The first item came by a lease call; each next one in the answer of the completion before it.
+  assert.deepEqual([counted.leased, counted.completions, counted.chained], [1, 4, 3]);
 });
 
 test("the exact retry of a completion gets the same receipt; another outcome for it is 409", async () => {
