@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import Depends, Path
+from fastapi import Depends, Path, Request
 
 from api.deps import in_thread, require
 from api.errors import documented
@@ -46,14 +46,17 @@ LEASE_ERRORS = documented(401, 403, 404, 409, 410, 413, 422)
     summary="Lease up to `max` due items of what the caller serves, waiting up to `wait_s` for one (long poll)",
     responses=documented(401, 403, 413, 422),
 )
-async def lease_work(body: LeaseIn, principal: WorkerDep) -> LeasePage:
+async def lease_work(body: LeaseIn, principal: WorkerDep, request: Request) -> LeasePage:
     """Every call advertises `serves` for `worker` in the worker registry: remote workers show in
-    `GET /v1/workers`, and what they serve counts as served (a start, a park, fail-closed)."""
+    `GET /v1/workers`, and what they serve counts as served (a start, a park, fail-closed). A long poll
+    whose caller has gone stops looking: what it leased then would reach no one until its lease ran out."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.wait_s
     items = await in_thread(remote.lease, asked(body, principal))
     while not items and body.max > 0 and (left := deadline - loop.time()) > 0:
         await asyncio.sleep(min(POLL_S, left))
+        if await request.is_disconnected():
+            break
         items = await in_thread(_lease, body)
     return LeasePage(items=[ItemOut.model_validate(item) for item in items])
 

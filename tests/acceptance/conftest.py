@@ -8,10 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
 
-from models.fleet_tables import LeaseReceipt
-from parkway.db import transaction
 from tests.acceptance.protocol_support import Proto
 from tests.acceptance.webhook_receiver import Receiver
 from tests.api.conftest import ApiServer, make_admin
@@ -56,12 +53,6 @@ def receiver() -> Iterator[Receiver]:
     receiver = Receiver().start()
     yield receiver
     receiver.stop()
-
-
-def lease_receipts(run_id: str) -> int:
-    """How many completions of the run's leases were committed (one receipt each)."""
-    with transaction() as session:
-        return int(session.scalar(select(func.count()).where(LeaseReceipt.run_id == run_id)) or 0)
 
 
 @pytest.fixture(scope="module")

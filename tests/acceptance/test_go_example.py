@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.acceptance.conftest import lease_receipts, remote_principals
+from tests.acceptance.conftest import remote_principals
+from tests.acceptance.protocol_support import receipts
 from tests.api.conftest import ApiServer
 from tests.support import ROOT, TARGET, Stack, Worker, continuations, event_types, wait_for
 
@@ -118,7 +119,7 @@ def test_go_example__parks_its_question__completes_once_with_the_answer(triage: 
     assert (done["status"], done["result"]) == ("completed", {"ticket": 4711, "priority": "high", "by": HUMAN}), (
         worker.text()
     )
-    assert lease_receipts(run_id) == 2  # the park and the completion, one lease each
+    assert receipts(run_id) == 2  # the park and the completion, one lease each
     assert [c.attempts for c in continuations(run_id)] == [1, 1]
     assert event_types(run_id).count("run.completed") == 1
     assert worker.alive(), worker.text()

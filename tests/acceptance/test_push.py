@@ -17,11 +17,11 @@ import standardwebhooks
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from models.fleet_tables import LeaseReceipt
 from models.tables import Event
 from parkway.db import transaction
 from tasks.sdk import answer
 from tasks.serving import step_served
+from tests.acceptance.protocol_support import receipts
 from tests.support import HUMAN, Stack, new_response_id, run_row, start, wait_parked, wait_status
 
 DROP = -1  # close the connection without answering
@@ -97,11 +97,6 @@ def register(client: TestClient, handler: Handler, serves: list[str]) -> dict[st
     assert made.status_code == 201, made.text
     handler.secret = made.json()["secret"]
     return dict(made.json())
-
-
-def receipts(run_id: str) -> int:
-    with transaction() as session:
-        return int(session.scalar(select(func.count()).where(LeaseReceipt.run_id == run_id)) or 0)
 
 
 def completed_events(run_id: str) -> int:

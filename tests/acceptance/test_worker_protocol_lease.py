@@ -4,10 +4,13 @@ unchanged. Real uvicorn, real Celery worker, the remote worker driven with httpx
 
 from __future__ import annotations
 
+import json
+import re
+import socket
 from typing import Any
 
-from tests.acceptance.protocol_support import Proto, receipts
-from tests.support import continuations, run_row
+from tests.acceptance.protocol_support import SERVES, Proto, receipts
+from tests.support import continuations, run_row, wait_for
 
 
 def statuses(*run_ids: str) -> list[str]:
@@ -72,3 +75,40 @@ def test_refused_completion_with_lease__409_410_422__leases_nothing(proto: Proto
     assert statuses(waiting_run, held_run) == ["ready", "claimed"]
     assert proto.complete(held["lease_id"], {"type": "complete"}).status_code == 200
     assert proto.lease_one(waiting_run)["attempt"] == 1
+
+
+LEASE_CALLS = re.compile(
+    r'^parkway_http_request_duration_seconds_count\{method="POST",route="/v1/worker/lease",status="200"\} (\S+)$', re.M
+)
+
+
+def lease_calls_answered(proto: Proto) -> float:
+    """Lease calls the API has finished (its request metric's count)."""
+    found = LEASE_CALLS.search(proto.http.get("/metrics").text)
+    return float(found.group(1)) if found else 0.0
+
+
+def abandoned_long_poll(proto: Proto, worker: str) -> None:
+    """A long poll for what the proto worker serves, its connection closed once the API has taken it (the
+    poll's first look advertised ``worker``), as by an agent that was stopped while it waited."""
+    body = json.dumps({"worker": worker, "serves": SERVES, "max": 100, "wait_s": 30, "lease_s": 60}).encode()
+    head = (f"POST /v1/worker/lease HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {proto.tokens['worker']}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")  # fmt: skip
+    url = proto.http.base_url
+    with socket.create_connection((url.host, url.port)) as sock:
+        sock.sendall(head.encode() + body)
+        wait_for(lambda: worker in proto.call("GET", "/v1/workers", "admin").text, what="the poll to be taken")
+
+
+def test_a_long_poll_whose_worker_is_gone_ends_and_leases_nothing(proto: Proto) -> None:
+    # Given a long poll (30 s) whose worker hung up while it waited
+    before = lease_calls_answered(proto)
+    abandoned_long_poll(proto, "gone-agent")
+    # Then the API stops it, long before its 30 s (what it would lease would reach no one)
+    wait_for(lambda: lease_calls_answered(proto) > before, timeout=10, what="the abandoned long poll to end")
+    # And a resume that falls due after that goes to the next lease call
+    run_id = proto.due()
+    items = proto.lease(wait_s=5, n=100)
+    assert run_id in [item["run_id"] for item in items]
+    for item in items:
+        assert proto.release(item["lease_id"]).status_code == 200
