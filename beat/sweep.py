@@ -54,6 +54,7 @@ class SweepReport:
     duration_s: float = 0.0
     batch: int = 0
     published: int = 0  # messages this pass sent
+    queued: int | None = None  # messages the steps and continuations queues held (None: the broker did not say)
 
     @property
     def full(self) -> bool:
@@ -62,7 +63,7 @@ class SweepReport:
 
     def line(self) -> str:
         parts = " ".join(f"{k}={v}" for k, v in self.counts.items())
-        return f"sweep pass: {parts} duration_ms={self.duration_s * 1000:.1f}"
+        return f"sweep pass: {parts} queued={self.queued} duration_ms={self.duration_s * 1000:.1f}"
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.counts, "duration_s": round(self.duration_s, 4)}
@@ -285,9 +286,9 @@ def _stale_ready(report: SweepReport, *, batch: int, older_than_s: float) -> lis
     """Category 1: ready continuations not enqueued recently (publish lost, broker flushed) → again; no more
     of them than the steps and continuations queues cannot be holding (a broker that cannot tell: up to the
     batch). A backlog older than the delay is not lost: sent again, it would grow with each pass."""
-    waiting = queued(STEPS_QUEUE, CONTINUATIONS_QUEUE) or 0
+    report.queued = queued(STEPS_QUEUE, CONTINUATIONS_QUEUE)
     with transaction() as session:
-        rows = store.mark_for_republish(session, older_than_s=older_than_s, batch=batch, queued=waiting)
+        rows = store.mark_for_republish(session, older_than_s=older_than_s, batch=batch, queued=report.queued or 0)
     report.counts["republished"] += len(rows)
     return rows
 

@@ -43,18 +43,33 @@ def _mark_for_republish() -> Any:
 
 
 _MARK_FOR_REPUBLISH = _mark_for_republish()
-_COUNT_STALE = select(func.count()).select_from(select(CONT.c.id).where(_STALE_READY).limit(bindparam("n")).subquery())
+_FRESH_READY = and_(
+    CONT.c.status == word(ContinuationStatus.READY),
+    ~CONT.c.remote,
+    CONT.c.enqueued_at >= db_now("older_than_s"),
+)
+
+
+def _count_up_to(where: Any) -> Any:
+    """How many continuations match, counted up to ``:n`` (an index range, never the whole table)."""
+    return select(func.count()).select_from(select(CONT.c.id).where(where).limit(bindparam("n")).subquery())
+
+
+_COUNT_STALE, _COUNT_FRESH = _count_up_to(_STALE_READY), _count_up_to(_FRESH_READY)
 
 
 def mark_for_republish(session: Session, *, older_than_s: float, batch: int, queued: int = 0) -> list[Due]:
     """ready -> ready, re-stamped, for up to ``batch`` continuations not enqueued in the last
-    ``older_than_s`` seconds of the database's clock, oldest first, and no more of them than the ``queued``
-    messages of the broker's queues leave unaccounted for: behind a backlog, stale rows' messages are still
-    waiting, and publishing them again would only feed it. Returns them to publish (none: nothing stale).
+    ``older_than_s`` seconds of the database's clock, oldest first; returns them to publish (none: nothing
+    stale). ``queued``: the messages the broker's queues hold. Those that fresh continuations do not account
+    for may be stale ones' (a backlog older than the delay): that many stale rows are left to them, as
+    publishing them again would only feed the backlog.
 
     Concurrent sweeps skip each other's locked rows and the CAS on ``enqueued_at`` keeps one winner.
     """
     params = {"older_than_s": -older_than_s}
+    if queued > 0:
+        queued -= session.execute(_COUNT_FRESH, {**params, "n": queued}).scalar_one()
     if queued > 0:
         batch = min(batch, session.execute(_COUNT_STALE, {**params, "n": batch + queued}).scalar_one() - queued)
         if batch <= 0:
