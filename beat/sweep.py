@@ -133,8 +133,8 @@ def queued(*queues: str) -> int | None:
             return sum(
                 int(app.amqp.queues[name].bind(conn.default_channel).queue_declare().message_count) for name in queues
             )
-    except Exception:
-        log.warning("could not read the length of %s", ", ".join(queues), exc_info=True)
+    except Exception as exc:  # every pass reads it: one line while the broker is down, not a traceback each time
+        log.warning("could not read the length of %s (%s: %s)", ", ".join(queues), type(exc).__name__, exc)
         return None
 
 
