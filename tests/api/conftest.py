@@ -129,7 +129,10 @@ class ApiServer:
                 start_new_session=True,
             )
         if wait:
-            wait_for(self.ready, timeout=40, what=f"uvicorn on {self.url}")
+            try:
+                wait_for(self.ready, timeout=40, what=f"uvicorn on {self.url}")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; its log ends:\n{self.text()[-3000:]}") from None
         return self
 
     def ready(self) -> bool:
