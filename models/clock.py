@@ -29,13 +29,16 @@ class _DbNow(FunctionElement[datetime]):
     inherit_cache = True
 
 
-def db_now(plus_s: float | str | None = None) -> ColumnElement[datetime]:
-    """The database's clock; ``plus_s`` seconds later when given: a number, or the name of a bound
-    parameter that carries the seconds (a statement built once, e.g. the claim's ``"lease_s"``)."""
+def db_now(plus_s: float | str | ColumnElement[float] | None = None) -> ColumnElement[datetime]:
+    """The database's clock; ``plus_s`` seconds later when given: a number, the name of a bound parameter
+    that carries the seconds (a statement built once, e.g. the claim's ``"lease_s"``), or a column of them
+    (``NULL`` seconds: ``NULL``)."""
     if plus_s is None:
         return _DbNow()
     if isinstance(plus_s, str):
         return _DbNow(bindparam(plus_s, type_=Float))
+    if isinstance(plus_s, ColumnElement):
+        return _DbNow(plus_s)
     return _DbNow(bindparam(None, float(plus_s), type_=Float))
 
 

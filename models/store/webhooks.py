@@ -10,9 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import case, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    Integer,
+    String,
+    Table,
+    Text,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
@@ -192,26 +208,39 @@ class DeliveryLine:
     next_attempt_in_s: float | None = None
 
 
+_LINE_COLUMNS = {"seq": BigInteger, "attempt": Integer, "status_code": Integer, "latency_ms": Integer, "error": Text,
+                 "next_attempt_in_s": Float}  # fmt: skip
+
+
+def _record_lines() -> Any:
+    """``record_deliveries``' statement: the lines given as one array per column, so it is compiled once
+    and sent once whatever their number (a multi-row VALUES is compiled anew for each batch)."""
+    given = func.unnest(
+        *(bindparam(name, type_=ARRAY(kind)) for name, kind in _LINE_COLUMNS.items())
+    ).table_valued(*_LINE_COLUMNS).render_derived(name="given")  # fmt: skip
+    lines = select(
+        bindparam("webhook_id", type_=String),
+        given.c.seq,
+        given.c.attempt,
+        db_now(),
+        given.c.status_code,
+        given.c.latency_ms,
+        given.c.error,
+        db_now(given.c.next_attempt_in_s),
+    )
+    names = ["webhook_id", "seq", "attempt", "at", "status_code", "latency_ms", "error", "next_attempt_at"]
+    return insert(cast(Table, WebhookDelivery.__table__)).from_select(names, lines)
+
+
+_RECORD_LINES = _record_lines()
+
+
 def record_deliveries(session: Session, webhook_id: str, lines: Sequence[DeliveryLine]) -> None:
-    """Lines of the delivery log, in one statement."""
+    """Lines of the delivery log, in one statement, stamped with the database's clock."""
     if not lines:
         return
-    session.execute(
-        insert(WebhookDelivery).values(
-            [
-                {
-                    "webhook_id": webhook_id,
-                    "seq": line.seq,
-                    "attempt": line.attempt,
-                    "status_code": line.status_code,
-                    "latency_ms": line.latency_ms,
-                    "error": line.error,
-                    "next_attempt_at": None if line.next_attempt_in_s is None else db_now(line.next_attempt_in_s),
-                }
-                for line in lines
-            ]
-        )
-    )
+    arrays = {name: [getattr(line, name) for line in lines] for name in _LINE_COLUMNS}
+    session.execute(_RECORD_LINES, {"webhook_id": webhook_id, **arrays})
 
 
 def due_webhooks(session: Session, *, batch: int, republish_after_s: float) -> list[str]:
