@@ -3,7 +3,8 @@ connect time, no redirect followed, the response body read up to a bound.
 
 Requests go through the standard library's ``http.client`` on kept-alive connections (``Connections``):
 a request is one write and one read on a socket already open, so sending an event costs little beside the
-event itself (bench/RESULTS.md, "Webhooks")."""
+event itself (bench/RESULTS.md, "Webhooks"). The host is resolved and its address checked when a connection
+opens; a connection is used for ``MAX_AGE_S`` at most, so a DNS answer that changed is seen that soon."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import http.client
 import socket
 import ssl
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
-from parkway.netguard import Address, UnsafeUrl, checked_addresses, split_url
+from parkway.netguard import Address, Network, UnsafeUrl, checked_addresses, split_url
 from parkway.settings import get_settings
 
 MAX_RESPONSE_BYTES = 64 * 1024  # a receiver's answer is read this far, then the connection closed
@@ -29,6 +31,8 @@ CHUNK = 16 * 1024
 # A kept-alive connection the receiver closed while it was idle fails like this on its next request,
 # before the request reached anyone: sent again once, on a new connection.
 STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+MAX_AGE_S = 60.0  # a kept-alive connection is reused this long, then the host resolved and checked again
+Origin = tuple[str, str, int]  # scheme, host, port
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class _Pinned(http.client.HTTPConnection):
     def __init__(self, address: Address, host: str, port: int, timeout: float, tls: ssl.SSLContext | None):
         super().__init__(host, port, timeout=timeout)
         self.address, self.tls = address, tls
+        self.opened = time.monotonic()
 
     def connect(self) -> None:
         sock = socket.create_connection((str(self.address), self.port), self.timeout)
@@ -75,11 +80,12 @@ class _Pinned(http.client.HTTPConnection):
 
 class Connections:
     """The kept-alive connections of one sender (a delivery run, or a worker process's pushes): one per
-    origin and checked address, opened on first use, dropped when the answer says so or was cut."""
+    origin, to the address its host resolved to and that was checked when it opened; dropped when the answer
+    says so or was cut, and not reused past ``max_age_s``."""
 
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self._open: dict[tuple[str, str, int, Address], _Pinned] = {}
+    def __init__(self, timeout_s: float, allowed: Sequence[Network], *, max_age_s: float = MAX_AGE_S) -> None:
+        self.timeout_s, self.allowed, self.max_age_s = timeout_s, allowed, max_age_s
+        self._open: dict[Origin, _Pinned] = {}
         self._tls: ssl.SSLContext | None = None
 
     def __enter__(self) -> Connections:
@@ -93,25 +99,31 @@ class Connections:
             connection.close()
         self._open.clear()
 
-    def connection(self, scheme: str, host: str, port: int, address: Address) -> tuple[_Pinned, bool]:
-        """The open connection to that origin at that address, or a new one; ``True`` if it was open."""
-        key = (scheme, host, port, address)
-        if key in self._open:
-            return self._open[key], True
+    def connection(self, origin: Origin) -> tuple[_Pinned, bool]:
+        """The origin's open connection, or a new one to its host's checked address (``UnsafeUrl`` when it
+        may not be reached); ``True`` if it was open."""
+        open_one = self._open.get(origin)
+        if open_one is not None and time.monotonic() - open_one.opened < self.max_age_s:
+            return open_one, True
+        self.drop(origin)
+        scheme, host, port = origin
+        address = checked_addresses(host, port, self.allowed)[0]
         if scheme == "https" and self._tls is None:
             self._tls = ssl.create_default_context()
-        self._open[key] = _Pinned(address, host, port, self.timeout_s, self._tls if scheme == "https" else None)
-        return self._open[key], False
+        self._open[origin] = _Pinned(address, host, port, self.timeout_s, self._tls if scheme == "https" else None)
+        return self._open[origin], False
 
-    def drop(self, scheme: str, host: str, port: int, address: Address) -> None:
-        connection = self._open.pop((scheme, host, port, address), None)
+    def drop(self, origin: Origin) -> None:
+        connection = self._open.pop(origin, None)
         if connection is not None:
             connection.close()
 
 
 def client() -> Connections:
-    """The sender of one delivery run: its requests to a receiver share a kept-alive connection."""
-    return Connections(get_settings().webhook_timeout_s)
+    """A sender with this process's settings: the requests of one delivery run (or of a worker process's
+    pushes) to one receiver share a kept-alive connection."""
+    settings = get_settings()
+    return Connections(settings.webhook_timeout_s, settings.webhook_networks)
 
 
 def post(
@@ -126,8 +138,8 @@ def post(
 ) -> Sent:
     """POST ``body`` to ``url`` through ``sender``, signed with each secret (a rotation's overlap:
     space-separated signatures, any of which verifies); never raises for what the network or the receiver
-    did. The address is checked on every request, and the request goes to the checked address. The answer's
-    body is read up to ``max_bytes``."""
+    did. The request goes to the address checked when its connection opened. The answer's body is read up
+    to ``max_bytes``."""
     started = time.monotonic()
     timestamp = int(time.time())
     headers = {
@@ -138,9 +150,7 @@ def post(
         "user-agent": agent,
     }
     try:
-        scheme, host, port = split_url(url)
-        origin = (scheme, host, port, checked_addresses(host, port, get_settings().webhook_networks)[0])
-        return _exchange(sender, origin, _target(url), headers, body, max_bytes, started)
+        return _exchange(sender, split_url(url), _target(url), headers, body, max_bytes, started)
     except UnsafeUrl as exc:
         return Sent(None, _ms(started), error=str(exc))
     except TimeoutError:
@@ -151,7 +161,7 @@ def post(
 
 def _exchange(
     sender: Connections,
-    origin: tuple[str, str, int, Address],
+    origin: Origin,
     target: str,
     headers: dict[str, str],
     body: bytes,
@@ -169,10 +179,10 @@ def _exchange(
                 cut = True
                 break
     except BaseException:
-        sender.drop(*origin)
+        sender.drop(origin)
         raise
     if cut or answer.will_close:
-        sender.drop(*origin)
+        sender.drop(origin)
     else:
         answer.close()  # read to its end: the connection takes the next request
     retry_after = _retry_after(answer.getheader("retry-after")) if answer.status == 429 else None
@@ -180,19 +190,19 @@ def _exchange(
 
 
 def _request(
-    sender: Connections, origin: tuple[str, str, int, Address], target: str, headers: dict[str, str], body: bytes
+    sender: Connections, origin: Origin, target: str, headers: dict[str, str], body: bytes
 ) -> http.client.HTTPResponse:
     """Send the request and read the answer's head; on a kept-alive connection the receiver closed while it
     was idle, once more on a new one."""
-    connection, reused = sender.connection(*origin)
+    connection, reused = sender.connection(origin)
     try:
         connection.request("POST", target, body=body, headers=headers)
         return connection.getresponse()
     except STALE:
         if not reused:
             raise
-    sender.drop(*origin)
-    connection, _ = sender.connection(*origin)
+    sender.drop(origin)
+    connection, _ = sender.connection(origin)
     connection.request("POST", target, body=body, headers=headers)
     return connection.getresponse()
 

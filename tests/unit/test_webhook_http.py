@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-from tasks.webhook_http import client, post
+from tasks.webhook_http import Connections, client, post
 
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
@@ -102,3 +102,17 @@ def test_post__a_receiver_that_is_not_there_is_an_error() -> None:
     with client() as sender:
         sent = post(sender, url, secrets=[SECRET], msg_id="msg_none", body=b"{}")
     assert sent.status_code is None and sent.error and "ConnectionRefused" in sent.error
+
+
+def test_connections__a_connection_is_not_reused_past_its_age() -> None:
+    with receiver(per_connection=100) as r, client() as defaults:
+        with Connections(defaults.timeout_s, defaults.allowed, max_age_s=0) as sender:
+            assert send(sender, r.url, 3) == [200, 200, 200]
+    assert r.connections == 3  # each request resolved, checked and connected anew
+
+
+def test_post__an_address_outside_the_allowed_networks_is_refused_before_connecting() -> None:
+    with receiver(per_connection=100) as r, Connections(5.0, allowed=[]) as sender:
+        sent = post(sender, r.url, secrets=[SECRET], msg_id="msg_private", body=b"{}")
+    assert sent.status_code is None and sent.error and "loopback" in sent.error
+    assert r.connections == 0
