@@ -105,9 +105,9 @@ def test_post__a_receiver_that_is_not_there_is_an_error() -> None:
 
 
 def test_connections__a_connection_is_not_reused_past_its_age() -> None:
-    with receiver(per_connection=100) as r, client() as defaults:
-        with Connections(defaults.timeout_s, defaults.allowed, max_age_s=0) as sender:
-            assert send(sender, r.url, 3) == [200, 200, 200]
+    defaults = client()
+    with receiver(per_connection=100) as r, Connections(defaults.timeout_s, defaults.allowed, max_age_s=0) as sender:
+        assert send(sender, r.url, 3) == [200, 200, 200]
     assert r.connections == 3  # each request resolved, checked and connected anew
 
 
