@@ -142,10 +142,11 @@ def park_many(
 class CpuMeter:
     """CPU time (user + system, from /proc) the bench's processes spend on a run: the workers (main and
     pool children), this database's PostgreSQL backends, the private Redis (with --private-redis) and the
-    producer (this process). Per unit of work it does not depend on how busy the machine is."""
+    producer (this process), and ``others`` by name (a process of the case's own, such as a webhook receiver).
+    Per unit of work it does not depend on how busy the machine is."""
 
-    def __init__(self, bench: Bench) -> None:
-        self.bench = bench
+    def __init__(self, bench: Bench, others: dict[str, int] | None = None) -> None:
+        self.bench, self.others = bench, others or {}
         self.start: dict[str, dict[int, float]] = {}
 
     def _pg_pids(self) -> list[int]:
@@ -165,6 +166,7 @@ class CpuMeter:
             "redis": {redis_pid: proc_cpu_ms(redis_pid)} if redis_pid else {},
             "producer": {0: (lambda t: (t.user + t.system) * 1000)(os.times())},
             "api": {self.bench.api_pid: proc_cpu_ms(self.bench.api_pid)} if self.bench.api_pid else {},
+            **{name: {pid: proc_cpu_ms(pid)} for name, pid in self.others.items()},
         }
 
     def __enter__(self) -> CpuMeter:

@@ -101,12 +101,20 @@ def run_baseline_throughput(bench: Bench, n: int) -> float:
 
 
 def run_parkway_throughput(
-    bench: Bench, n: int, *, http_base: str | None, continuation: str = DONE, label: str | None = None
+    bench: Bench,
+    n: int,
+    *,
+    http_base: str | None,
+    continuation: str = DONE,
+    label: str | None = None,
+    parked: list[seed.Parked] | None = None,
 ) -> tuple[float, float]:
     """Answers of ``n`` steps parked on ``continuation`` (by the SDK, or over HTTP at ``http_base``) until
-    every continuation they made due is consumed: whoever consumes it (the remote case: a Node agent)."""
-    parked, seconds = seed.timed(park_many, bench, n, continuation=continuation)
-    log(f"    seeded {n} parked steps in {seconds:.1f}s")
+    every continuation they made due is consumed: whoever consumes it (the remote case: a Node agent).
+    ``parked``: the ``n`` steps, parked beforehand by the caller (else parked here, before the clock starts)."""
+    if parked is None:
+        parked, seconds = seed.timed(park_many, bench, n, continuation=continuation)
+        log(f"    seeded {n} parked steps in {seconds:.1f}s")
     before = seed.count_consumed_resumes()
     if http_base is None:
         fn = answer_fn(seed.HUMAN)

@@ -16,11 +16,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from sqlalchemy import text
 
 from bench import seed
-from bench.cases.common import Bench, loadavg, ratio
+from bench.cases.common import Bench, CpuMeter, loadavg, park_many, ratio
 from bench.cases.throughput import run_parkway_throughput
 from bench.harness import free_port, log, spawn, stop_process
 from models import store
@@ -41,9 +42,15 @@ COUNT_BETWEEN = text("SELECT count(*) FROM events WHERE seq > :a AND seq <= :b")
 BEHIND = text("SELECT count(*) FROM webhooks WHERE id = ANY(:ids) AND cursor < :newest")
 
 
+@dataclass(frozen=True)
+class Receiver:
+    url: str
+    pid: int
+
+
 @contextmanager
-def receiver(bench: Bench) -> Iterator[str]:
-    """The receiver subprocess (bench/receiver.py); yields its URL."""
+def receiver(bench: Bench) -> Iterator[Receiver]:
+    """The receiver subprocess (bench/receiver.py)."""
     port = free_port()
     proc = spawn([sys.executable, "-m", "bench.receiver", str(port)], env=bench.services.child_env(),
                  log_path=bench.services.out_dir / "logs" / "receiver.log")  # fmt: skip
@@ -57,7 +64,7 @@ def receiver(bench: Bench) -> Iterator[str]:
                 raise RuntimeError("the webhook receiver did not start") from None
             time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}/hook"
+        yield Receiver(f"http://127.0.0.1:{port}/hook", proc.pid)
     finally:
         stop_process(proc, grace_s=2)
 
@@ -125,21 +132,23 @@ def write_events(count: int) -> int:
     return newest()
 
 
-def deliveries_per_s(bench: Bench, url: str, subscriptions: int, events: int) -> float:
+def deliveries_per_s(bench: Bench, to: Receiver, subscriptions: int, events: int) -> tuple[float, dict[str, float]]:
     """A backlog of ``events`` for each of ``subscriptions`` (made before the events), then their delivery
-    tasks published as the sweep does: deliveries per second until every cursor is at the newest event."""
-    ids = subscribe(url, subscriptions)
+    tasks published as the sweep does: deliveries per second until every cursor is at the newest event, and
+    the CPU each delivery cost (ms, by process kind: the receiver's too)."""
+    ids = subscribe(to.url, subscriptions)
     try:
         upto = write_events(events)
-        t0 = time.time()
-        publish_webhooks(ids)
-        t1 = wait_caught_up(ids, upto, timeout=max(300.0, subscriptions * events / 20))
+        with CpuMeter(bench, others={"receiver": to.pid}) as meter:
+            t0 = time.time()
+            publish_webhooks(ids)
+            t1 = wait_caught_up(ids, upto, timeout=max(300.0, subscriptions * events / 20))
     finally:
         unsubscribe(ids)
-    rate = subscriptions * events / (t1 - t0)
+    rate, cpu = subscriptions * events / (t1 - t0), meter.per_unit(subscriptions * events)
     bench.record("webhooks", {"variant": f"deliver x{subscriptions}", "events": events, "seconds": t1 - t0,
-                              "per_s": rate, "load": loadavg()})  # fmt: skip
-    return rate
+                              "per_s": rate, "cpu_ms": cpu, "load": loadavg()})  # fmt: skip
+    return rate, cpu
 
 
 class LagSampler:
@@ -179,14 +188,32 @@ class LagSampler:
         ]
 
 
-def with_subscription(bench: Bench, url: str, n: int) -> tuple[float, dict[str, float]]:
-    """The throughput case with one subscription on; its rate, and how far the subscription trailed (it is
-    deleted at the run's end, caught up or not: a delivery in flight then stops within one batch)."""
+def answer_and_consume(
+    bench: Bench, to: Receiver, n: int, *, subscribed: bool
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """The throughput case (``n`` steps parked, then answered until consumed), with one subscription on
+    when ``subscribed``: its rate, the subscription's lag, and the CPU per answer → consume. The subscription
+    is made once the steps are parked, so it delivers what the answers write (not the parking that sets the
+    case up)."""
+    parked = park_many(bench, n)
+    with CpuMeter(bench, others={"receiver": to.pid}) as meter:
+        if subscribed:
+            rate, lag = with_subscription(bench, to.url, parked)
+        else:
+            (rate, _), lag = run_parkway_throughput(bench, n, http_base=None, parked=parked), {}
+    return rate, lag, meter.per_unit(n)
+
+
+def with_subscription(bench: Bench, url: str, parked: list[seed.Parked]) -> tuple[float, dict[str, float]]:
+    """The throughput case on ``parked`` with one subscription on; its rate, and how far the subscription
+    trailed (it is deleted at the run's end, caught up or not: a delivery in flight then stops within one
+    batch)."""
     (webhook_id,) = subscribe(url, 1)
+    n = len(parked)
     try:
         first = newest()
         with LagSampler(webhook_id) as sampler:
-            rate, _ = run_parkway_throughput(bench, n, http_base=None)
+            rate, _ = run_parkway_throughput(bench, n, http_base=None, parked=parked)
             run_s = time.monotonic() - sampler.started
         with transaction() as session:
             cursor = int(
@@ -215,6 +242,10 @@ def _count_between(first: int, upto: int) -> int:
     return int(found)
 
 
+def _split(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{kind} {cpu[kind]:.2f} ms" for kind in ("workers", "receiver", "postgres", "producer"))
+
+
 def case_webhooks(bench: Bench) -> None:
     args = bench.args
     n, backlog = args.n, args.webhook_events
@@ -232,21 +263,25 @@ def case_webhooks(bench: Bench) -> None:
         note="median of the samples in each quarter of the run",
     )  # fmt: skip
     bench.services.env.setdefault("PARKWAY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8")  # the receiver's address
-    with receiver(bench) as url:
+    with receiver(bench) as to:
         bench.services.start_worker()
         for rep in range(args.reps):
             log(f"  rep {rep + 1}/{args.reps} (load {loadavg()})")
-            one_m.add(deliveries_per_s(bench, url, 1, backlog))
-            ten_m.add(deliveries_per_s(bench, url, 10, backlog))
-            log(f"    deliveries/s: one subscription {one_m.values[-1]:.0f}, ten {ten_m.values[-1]:.0f}")
+            for count, metric in ((1, one_m), (10, ten_m)):
+                rate, cpu = deliveries_per_s(bench, to, count, backlog)
+                metric.add(rate)
+                for kind in ("workers", "receiver", "postgres"):
+                    bench.metric("webhooks", f"CPU per delivery x{count}, {kind}", "ms").add(cpu[kind])
+                log(f"    deliveries/s, {count} subscription(s): {rate:.0f}; CPU per delivery {_split(cpu)}")
         with beat(bench):
             for rep in range(args.reps):
                 rates: dict[str, float] = {}
                 for variant in ("none", "one") if rep % 2 == 0 else ("one", "none"):
+                    rates[variant], lag, cpu = answer_and_consume(bench, to, n, subscribed=variant == "one")
+                    bench.metric("webhooks", f"CPU per answer→consume, {variant} subscription", "ms").add(cpu["total"])
+                    log(f"    {variant} subscription: CPU per answer→consume {cpu['total']:.2f} ms, {_split(cpu)}")
                     if variant == "none":
-                        rates[variant], _ = run_parkway_throughput(bench, n, http_base=None)
                         continue
-                    rates[variant], lag = with_subscription(bench, url, n)
                     growth_m.add(lag["growth"])
                     for key, name, unit in (
                         ("events_per_s", "events written /s during the run", "/s"),
