@@ -8,7 +8,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
+from models import store
+from models.webhook_tables import Webhook
+from parkway.db import transaction
 from tests.acceptance.protocol_support import Proto
 from tests.acceptance.webhook_receiver import Receiver
 from tests.api.conftest import ApiServer, make_admin
@@ -48,11 +52,16 @@ def client(stack: Stack) -> Iterator[TestClient]:
 
 
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    """A webhook receiver on 127.0.0.1 of this test's own (tests/acceptance/webhook_receiver.py)."""
+def receiver(stack: Stack) -> Iterator[Receiver]:
+    """A webhook receiver on 127.0.0.1 of this test's own (tests/acceptance/webhook_receiver.py). Its
+    subscriptions go with it: on the module's database they would go on delivering to a closed port, and
+    their ``webhook.failing`` land in the next test's runs."""
     receiver = Receiver().start()
     yield receiver
     receiver.stop()
+    with transaction() as session:
+        for webhook_id in session.scalars(select(Webhook.id).where(Webhook.url == receiver.url)).all():
+            store.delete_webhook(session, webhook_id)
 
 
 @pytest.fixture(scope="module")

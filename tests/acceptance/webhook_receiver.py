@@ -164,4 +164,7 @@ def complete_and_deliver(receiver: Receiver, run_ids: list[str], *, timeout: flo
         wait_status(run_id, "completed", timeout=timeout)
         expected = run_events(run_id)
         delivered = lambda: receiver.of_run(run_id) == expected  # noqa: B023, E731
-        wait_for(delivered, sweep=sweep, timeout=timeout, what="every event delivered")
+        try:
+            wait_for(delivered, sweep=sweep, timeout=timeout, what="every event delivered")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: of run {run_id}, {receiver.of_run(run_id)} != {expected}") from None
