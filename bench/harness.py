@@ -21,11 +21,12 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
+from parkway.children import QUEUES  # every named queue (bench/overhead_workers.py reads it here)
+
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get("BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS_HOST_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
 SECRET_KEY = "bench-secret-key-" + "b" * 40
-QUEUES = "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks,parkway.push"
 
 _started = time.monotonic()
 _procs: list[subprocess.Popen[bytes]] = []
@@ -303,14 +304,14 @@ class Services:
         env.update(extra)
         return env
 
-    def start_worker(self, *, wait: bool = True) -> Worker:
+    def start_worker(self, *, wait: bool = True, queues: str = QUEUES) -> Worker:
         # A new name (and log) per start: "ready." in an old log must not count for a new worker.
         self.started += 1
         name = f"bench{self.started}"
         cmd = [
             sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", "worker",
             "-l", self.loglevel, "-P", "prefork", "-c", str(self.concurrency), "-n", f"{name}@%h",
-            "-Q", QUEUES, "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-Q", queues, "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip
         # SIGTERM when the bench dies: a warm shutdown that also takes the pool children down.
         proc = spawn(

@@ -19,7 +19,12 @@ from typing import IO, Any
 from parkway.logfiles import BoundedLog
 
 ROOT = Path(__file__).resolve().parent.parent
-QUEUES = "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks,parkway.push"
+# The worker runs steps, continuations and the sweep; the outbound worker, a process of its own, makes the HTTP
+# requests out of Parkway (webhook deliveries, pushes to push handlers), so a receiver that is slow or never
+# answers holds one of its processes, never one of the worker's. ``parkway demo``'s workers consume both.
+WORK_QUEUES = "parkway.steps,parkway.continuations,parkway.sweep"
+OUTBOUND_QUEUES = "parkway.webhooks,parkway.push"
+QUEUES = f"{WORK_QUEUES},{OUTBOUND_QUEUES}"
 
 
 def _die_with_parent() -> Callable[[], None] | None:

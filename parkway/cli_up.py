@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from parkway import cli_bootstrap, cli_check, embedded, logfiles, valkey
-from parkway.children import QUEUES, Child, child_environment, http_problem, stop_children, stop_signals
+from parkway.children import (
+    OUTBOUND_QUEUES,
+    WORK_QUEUES,
+    Child,
+    child_environment,
+    http_problem,
+    stop_children,
+    stop_signals,
+)
 from parkway.cli_migrate import cmd_migrate, database_shown
 from parkway.errors import ConfigError
 from parkway.locks import hold_for_life
@@ -80,8 +88,9 @@ def _commands(
     commands: dict[str, tuple[list[str], Sequence[str], dict[str, str]]] = {}
     commands["api"] = ([py, "-m", "uvicorn", "api.app:app", "--host", args.host, "--port", str(args.port),
                         "--timeout-graceful-shutdown", "5"], [API_LISTENING], env)  # fmt: skip
-    commands["worker"] = ([*celery, "worker", "-l", "info", "-c", str(args.concurrency), "-Q", QUEUES],
-                          [" ready."], env)  # fmt: skip
+    for name, queues in (("worker", WORK_QUEUES), ("outbound", OUTBOUND_QUEUES)):
+        commands[name] = ([*celery, "worker", "-l", "info", "-c", str(args.concurrency), "-n", f"{name}@%h",
+                           "-Q", queues], [" ready."], env)  # fmt: skip
     commands["beat"] = ([*celery, "beat", "-l", "info"], ["beat: Starting"], env)
     if flower_auth is not None:
         # Never an open Flower, and its login never on a command line (ps shows those): Flower reads it
@@ -96,7 +105,7 @@ def _commands(
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    """Migrate, then run the embedded broker, API, worker, beat and Flower until Ctrl-C / SIGTERM,
+    """Migrate, then run the embedded broker, API, worker, outbound worker, beat and Flower until Ctrl-C / SIGTERM,
     restarting a child that dies (until one dies too often)."""
     from parkway.settings import get_settings
 
@@ -127,7 +136,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     ready_lines = {
         "broker": f"broker ready: {valkey.describe(home)}",
         "api": f"api ready: {shown_api}  (docs {shown_api}/docs, OpenAPI {shown_api}/openapi.json)",
-        "worker": f"worker ready: queues {QUEUES.replace(',', ', ')}",
+        "worker": f"worker ready: queues {WORK_QUEUES.replace(',', ', ')}",
+        "outbound": f"outbound ready: queues {OUTBOUND_QUEUES.replace(',', ', ')} (webhook deliveries, pushes)",
         "beat": f"beat ready: recovery sweep every {settings.sweep_interval_s:g}s",
     }
     flower_where = ""
@@ -151,6 +161,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         # API is ready when /readyz says so (its schema current, the broker reachable), not merely alive.
         "api": lambda: said("api", API_LISTENING) or http_problem(f"{api_url}/readyz"),
         "worker": lambda: said("worker", " ready."),
+        "outbound": lambda: said("outbound", " ready."),
         "beat": lambda: said("beat", "beat: Starting"),
         "flower": lambda: said("flower", FLOWER_LISTENING) or http_problem(f"{flower_url}/healthcheck"),
     }
@@ -226,7 +237,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def add_commands(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     up = add_parser(
         "up",
-        help="run the whole stack on this machine (broker, API, worker, beat, Flower)",
+        help="run the whole stack on this machine (broker, API, worker, outbound worker, beat, Flower)",
         description="Migrate, then run the embedded broker (unless PARKWAY_BROKER_URL is set), the API, a "
         "worker, beat and Flower until Ctrl-C or SIGTERM. A child that dies is restarted (after 1s, 2s, 4s …) "
         "unless it was restarted --restarts times within --restart-window seconds: then everything stops, "
@@ -239,7 +250,9 @@ def add_commands(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     up.add_argument("--port", type=int, default=8000, help="the API's port (default 8000)")
     up.add_argument("--flower-port", type=int, default=5555, help="Flower's port on 127.0.0.1 (default 5555)")
     up.add_argument("--no-flower", dest="flower", action="store_false", help="do not start Flower")
-    up.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
+    up.add_argument(
+        "--concurrency", type=int, default=2, help="processes of the worker and of the outbound worker (default 2 each)"
+    )
     up.add_argument("--grace", type=float, default=30.0, help="seconds children get to stop after SIGTERM")
     up.add_argument("--restarts", type=int, default=5, help="restarts of one child allowed within the window (5)")
     up.add_argument("--restart-window", type=float, default=60.0, help="the window of --restarts, seconds (60)")

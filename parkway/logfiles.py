@@ -1,5 +1,5 @@
 """The children's logs of ``parkway up``: one file each under ``<PARKWAY_HOME>/logs`` (``api.log``,
-``worker.log``, ``beat.log``, ``flower.log``, ``broker.log``), bounded in size, and ``parkway logs``,
+``worker.log``, ``outbound.log``, ``beat.log``, ``flower.log``, ``broker.log``), bounded in size, and ``parkway logs``,
 which prints and follows them.
 
 A file that reaches ``MAX_BYTES`` becomes ``<name>.log.1`` (replacing the one before) and a new file starts:
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-NAMES = ("api", "worker", "beat", "flower", "broker")
+NAMES = ("api", "worker", "outbound", "beat", "flower", "broker")
 MAX_BYTES = 10 * 1024 * 1024
 POLL_S = 0.2
 

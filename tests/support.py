@@ -22,6 +22,7 @@ from sqlalchemy import TextClause, select, text
 
 from models import store
 from models.tables import Continuation, Event, Interaction, Run
+from parkway.children import QUEUES
 from parkway.db import read_statement, transaction
 from tests.workflows import EFFECTS_DDL
 
@@ -175,15 +176,23 @@ class Stack:
     # ----------------------------------------------------------------- processes
 
     def start_worker(
-        self, *, concurrency: int = 2, wait: bool = True, heartbeat: bool = False, **env: str | None
+        self,
+        *,
+        concurrency: int = 2,
+        wait: bool = True,
+        heartbeat: bool = False,
+        queues: str = QUEUES,
+        **env: str | None,
     ) -> Worker:
-        """A real ``celery worker`` subprocess (prefork) consuming the four named queues. ``heartbeat``: as
-        ``parkway up`` runs it, with worker events on, so a monitor can turn task events on at run time."""
+        """A real ``celery worker`` subprocess (prefork) consuming ``queues`` (all the named ones unless told:
+        ``WORK_QUEUES`` and ``OUTBOUND_QUEUES`` are the worker's and the outbound worker's of ``parkway up``).
+        ``heartbeat``: as ``parkway up`` runs it, with worker events on, so a monitor can turn task events on
+        at run time."""
         name = f"w{len(self.workers)}-{uuid.uuid4().hex[:6]}"
         worker = self._spawn(
             name,
             ["worker", "-l", "info", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
-             "-Q", "parkway.steps,parkway.continuations,parkway.sweep,parkway.webhooks,parkway.push",
+             "-Q", queues,
              "--without-gossip", "--without-mingle", *([] if heartbeat else ["--without-heartbeat"])],
             env,
         )  # fmt: skip

@@ -2,9 +2,10 @@
 subscription behind the throughput case (sampled while it runs); and answer → continuation throughput with
 one subscription on, beside none, in the same run (their order alternating by rep).
 
-The workers consume ``parkway.webhooks`` too, as deployed (``parkway up``, docker-compose): deliveries share
-the two pool processes with continuations. A ``celery beat`` of the case sends the sweep, which is what
-publishes deliveries (``PARKWAY_SWEEP_INTERVAL_S``, 5 s unless set).
+Deliveries run on an outbound worker of their own beside the worker, as deployed (``parkway up``,
+docker-compose), each ``-c 2``: they share the machine's cores with continuations, not their processes. A
+``celery beat`` of the case sends the sweep, which is what publishes deliveries (``PARKWAY_SWEEP_INTERVAL_S``, 5 s
+unless set).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bench.cases.throughput import run_parkway_throughput
 from bench.harness import free_port, log, spawn, stop_process
 from models import store
 from models.webhooks import new_secret
+from parkway.children import OUTBOUND_QUEUES, WORK_QUEUES
 from parkway.crypto import seal
 from parkway.db import get_engine, transaction
 from parkway.settings import get_settings
@@ -251,7 +253,7 @@ def case_webhooks(bench: Bench) -> None:
     n, backlog = args.n, args.webhook_events
     log(
         f"== webhooks: backlog {backlog} events; throughput N={n}, {args.reps} reps; sweep every "
-        f"{get_settings().sweep_interval_s:g}s; workers -c 2 on every queue"
+        f"{get_settings().sweep_interval_s:g}s; a worker and an outbound worker, -c 2 each"
     )
     one_m = bench.metric("webhooks", "deliveries/s, one subscription", "/s")
     ten_m = bench.metric("webhooks", "deliveries/s, ten subscriptions (all of them)", "/s")
@@ -264,7 +266,8 @@ def case_webhooks(bench: Bench) -> None:
     )  # fmt: skip
     bench.services.env.setdefault("PARKWAY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8")  # the receiver's address
     with receiver(bench) as to:
-        bench.services.start_worker()
+        bench.services.start_worker(queues=WORK_QUEUES)
+        bench.services.start_worker(queues=OUTBOUND_QUEUES)
         for rep in range(args.reps):
             log(f"  rep {rep + 1}/{args.reps} (load {loadavg()})")
             for count, metric in ((1, one_m), (10, ten_m)):

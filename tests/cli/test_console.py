@@ -42,7 +42,7 @@ def test_up__flower_lists_the_queues_of_the_embedded_broker_and_an_idle_stack_pr
         # Then it shuts the leftover down, runs its own embedded Valkey first, and says which workflows and
         # versions it loaded
         assert leftover.wait(timeout=10) == 0 and f"shut down the {valkey.describe(home)} an earlier" in stdout
-        assert list(pids) == ["broker", "api", "worker", "beat", "flower"], stdout
+        assert list(pids) == ["broker", "api", "worker", "outbound", "beat", "flower"], stdout
         assert f"+ {valkey.describe(home)}; Ctrl-C stops everything" in stdout, stdout
         assert re.search(r"workflows from PARKWAY_IMPORTS=tests.workflows: steps [^;]*t\.ask_one[,;]", stdout), stdout
         assert re.search(r"continuations .*t\.one_done@1(,|$)", stdout, re.MULTILINE), stdout

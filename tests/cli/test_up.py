@@ -55,9 +55,9 @@ def test_up__embedded_defaults__serves_a_run_end_to_end_and_stops_cleanly_on_sig
     stdout = up.stdout()
     pids = child_pids(stdout)
     up.groups = list(pids.values())
-    assert set(pids) == {"broker", "api", "worker", "beat", "flower"}, stdout
+    assert set(pids) == {"broker", "api", "worker", "outbound", "beat", "flower"}, stdout
     assert "parkway up: starting broker (pid" in stdout
-    for name in ("broker", "api", "worker", "beat", "flower"):
+    for name in ("broker", "api", "worker", "outbound", "beat", "flower"):
         assert f"parkway up: {name} ready" in stdout
     assert f"api ready: {up.api}" in stdout
     postgres = embedded.postmaster(embedded.data_dir(up.home))
@@ -224,7 +224,7 @@ def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path, h
     pids = child_pids(stdout)
     # Then it says which child died, stops the others, and exits non-zero with nothing left behind
     assert code == 1, stdout + stderr[-3000:]
-    assert set(pids) == {"broker", "api", "worker", "beat"}, stdout
+    assert set(pids) == {"broker", "api", "worker", "outbound", "beat"}, stdout
     assert "api exited during startup" in stdout, stdout
     assert "api ready" not in stdout, "another server's answer is not this API being ready"
     assert "flower" not in stdout

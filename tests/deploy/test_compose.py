@@ -22,6 +22,7 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
+from parkway.children import OUTBOUND_QUEUES, WORK_QUEUES
 from parkway.errors import ConfigError
 from parkway.placeholders import is_placeholder, placeholder_problems
 from parkway.settings import Settings
@@ -32,7 +33,7 @@ from tests.support import ROOT, Stack
 
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
-APP_SERVICES = ("migrate", "api", "worker", "beat", "flower")
+APP_SERVICES = ("migrate", "api", "worker", "outbound", "beat", "flower")
 QUEUES = {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE, PUSH_QUEUE}
 # Options whose value is where a process listens or who may log in: the deployment's to choose.
 PER_DEPLOYMENT = {"--host", "--port", "--address", "--basic-auth"}
@@ -115,10 +116,13 @@ def parse(command: list[str]) -> tuple[str, list[str], dict[str, str | bool]]:
 
 
 def role(command: list[str]) -> str:
-    """Which compose service a command is: ``api`` for uvicorn, else Celery's or parkway's subcommand."""
-    program, positional, _ = parse(command)
+    """Which compose service a command is: ``api`` for uvicorn, ``outbound`` for a worker on the outbound
+    queues alone, else Celery's or parkway's subcommand."""
+    program, positional, options = parse(command)
     if program == "uvicorn":
         return "api"
+    if positional[:1] == ["worker"] and options.get("-Q") == OUTBOUND_QUEUES:
+        return "outbound"
     return positional[0] if program in ("celery", "parkway") and positional else program
 
 
@@ -157,7 +161,8 @@ def suite_commands(recorded: list[list[str]], tmp_path: Path) -> dict[str, list[
 
     unused = "postgresql+psycopg://nobody@127.0.0.1:1/none"  # no process is started: Popen is a recorder
     stack = Stack(broker="filesystem", database_url=unused, broker_url="", home=tmp_path, logs=tmp_path)
-    stack.start_worker(wait=False)
+    stack.start_worker(wait=False, queues=WORK_QUEUES)  # as tests/acceptance/test_outbound.py runs them
+    stack.start_worker(wait=False, queues=OUTBOUND_QUEUES)
     stack.start_beat()
     stack.parkway("migrate")
     ApiServer(database_url=unused, log=tmp_path / "api.log").start(wait=False)
@@ -222,7 +227,7 @@ def test_compose__each_app_service_runs_an_entry_point_the_suite_runs(
 def test_compose__services_parkway_up_also_runs_use_its_entry_points(
     parkway_up_commands: dict[str, list[str]],
 ) -> None:
-    assert {"api", "worker", "beat"} <= set(parkway_up_commands)
+    assert {"api", "worker", "outbound", "beat"} <= set(parkway_up_commands)
     for service in set(APP_SERVICES) & set(parkway_up_commands):
         assert_same_entry_point(service, parkway_up_commands[service], "parkway up")
         assert not IN_ENVIRONMENT & set(parse(parkway_up_commands[service])[2]), parkway_up_commands[service]
@@ -236,11 +241,15 @@ def test_compose__migrate_is_the_parkway_migrate_command() -> None:
     assert parkway.cli.build_parser().parse_args(["migrate"]).fn is parkway.cli.cmd_migrate
 
 
-def test_compose__worker_consumes_the_named_queues_and_beat_stays_out_of_it() -> None:
-    _, _, options = parse(argv("worker"))
-    assert set(str(options["-Q"]).split(",")) == QUEUES
+def test_compose__the_workers_consume_the_named_queues_between_them_and_beat_stays_out_of_them() -> None:
+    consumed = {service: set(str(parse(argv(service))[2]["-Q"]).split(",")) for service in ("worker", "outbound")}
+    assert consumed == {
+        "worker": {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE},
+        "outbound": {WEBHOOKS_QUEUE, PUSH_QUEUE},
+    }
     assert {queue.name for queue in celery_app.conf.task_queues} == QUEUES
-    assert not {"-B", "--beat"} & set(options), "an embedded beat would be a second scheduler"
+    for service in consumed:
+        assert not {"-B", "--beat"} & set(parse(argv(service))[2]), "an embedded beat would be a second scheduler"
 
 
 # --------------------------------------------------------------------------- environment
@@ -376,7 +385,7 @@ def test_compose__dependencies_wait_for_health_or_successful_completion() -> Non
             else:
                 assert SERVICES[dependency].get("restart") == "no", f"{dependency} must be one-shot"
     assert SERVICES["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
-    for service in ("api", "worker", "beat"):
+    for service in ("api", "worker", "outbound", "beat"):
         depends = SERVICES[service]["depends_on"]
         assert depends["migrate"]["condition"] == "service_completed_successfully", service
         assert depends["redis"]["condition"] == "service_healthy", service
@@ -398,8 +407,9 @@ def test_compose__postgres_redis_and_api_have_healthchecks() -> None:
     assert "get" in api.openapi()["paths"]["/healthz"]
 
 
-def test_compose__worker_stops_warm_on_sigterm_with_a_grace_period() -> None:
-    worker = SERVICES["worker"]
+@pytest.mark.parametrize("service", ["worker", "outbound"])
+def test_compose__workers_stop_warm_on_sigterm_with_a_grace_period(service: str) -> None:
+    worker = SERVICES[service]
     assert worker["stop_signal"] == "SIGTERM"
     assert seconds(worker["stop_grace_period"]) >= 60
 
