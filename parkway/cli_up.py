@@ -105,8 +105,8 @@ def _commands(
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    """Migrate, then run the embedded broker, API, worker, outbound worker, beat and Flower until Ctrl-C / SIGTERM,
-    restarting a child that dies (until one dies too often)."""
+    """Migrate, then run the embedded broker, API, worker, outbound worker, beat and Flower until Ctrl-C /
+    SIGTERM, restarting a child that dies (until one dies too often)."""
     from parkway.settings import get_settings
 
     settings = get_settings()
@@ -239,7 +239,8 @@ def add_commands(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
         "up",
         help="run the whole stack on this machine (broker, API, worker, outbound worker, beat, Flower)",
         description="Migrate, then run the embedded broker (unless PARKWAY_BROKER_URL is set), the API, a "
-        "worker, beat and Flower until Ctrl-C or SIGTERM. A child that dies is restarted (after 1s, 2s, 4s …) "
+        "worker, an outbound worker (webhook deliveries and pushes), beat and Flower until Ctrl-C or SIGTERM. "
+        "A child that dies is restarted (after 1s, 2s, 4s …) "
         "unless it was restarted --restarts times within --restart-window seconds: then everything stops, "
         "exit 1. On the first start of an empty embedded database it makes an admin, an agent and a human "
         "(granted on target 'example') and prints their tokens, only then. The console shows only parkway "

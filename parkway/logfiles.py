@@ -1,6 +1,6 @@
 """The children's logs of ``parkway up``: one file each under ``<PARKWAY_HOME>/logs`` (``api.log``,
-``worker.log``, ``outbound.log``, ``beat.log``, ``flower.log``, ``broker.log``), bounded in size, and ``parkway logs``,
-which prints and follows them.
+``worker.log``, ``outbound.log``, ``beat.log``, ``flower.log``, ``broker.log``), bounded in size, and
+``parkway logs``, which prints and follows them.
 
 A file that reaches ``MAX_BYTES`` becomes ``<name>.log.1`` (replacing the one before) and a new file starts:
 at most twice ``MAX_BYTES`` per child on disk.
