@@ -351,9 +351,9 @@ def test_compose__every_interpolated_variable_is_documented_in_env_example() -> 
     assert variables <= set(ENV_EXAMPLE)
 
 
-def test_compose__workspaces_are_a_volume_shared_by_the_api_and_the_worker() -> None:
+def test_compose__workspaces_are_a_volume_shared_by_every_process_that_ends_runs() -> None:
     workspace = ENV_EXAMPLE["PARKWAY_WORKSPACE_DIR"]
-    for service in ("api", "worker"):
+    for service in ("api", "worker", "outbound"):  # outbound: a push handler's outcome may end its run
         targets = {mount.split(":")[1] for mount in SERVICES[service]["volumes"]}
         assert workspace in targets, service
 
