@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -224,13 +225,22 @@ def http_ok(url: str, timeout: float = 1.0) -> bool:
     return http_problem(url, timeout) is None
 
 
+@functools.cache
+def _probe() -> Any:
+    """One HTTP client for every probe of this process (``httpx.get`` makes one, and a TLS context, per call:
+    polled while a child starts, that takes CPU from the child)."""
+    import httpx
+
+    return httpx.Client()
+
+
 def http_problem(url: str, timeout: float = 1.0) -> str | None:
     """``None`` when ``url`` answers 200; else why not: the answer's ``detail`` (Parkway's error bodies) or
     its status, or that nothing answered."""
     import httpx
 
     try:
-        response = httpx.get(url, timeout=timeout)
+        response = _probe().get(url, timeout=timeout)
     except httpx.HTTPError as exc:
         return f"{url} does not answer ({type(exc).__name__})"
     if response.status_code == 200:

@@ -93,6 +93,11 @@ def drive(run_id: str, *, rounds: int = 10) -> None:
 # --------------------------------------------------------------------------- a real uvicorn
 
 
+# One client for every readiness probe: ``httpx.get`` makes a client (and loads a TLS context) per call,
+# which, polled while uvicorn starts, takes the CPU that uvicorn needs to start.
+PROBE = httpx.Client()
+
+
 @dataclass
 class ApiServer:
     """``uvicorn api.app:app`` in a subprocess of its own process group."""
@@ -140,7 +145,7 @@ class ApiServer:
         if self.proc.poll() is not None:
             raise AssertionError(f"uvicorn exited with {self.proc.returncode}:\n{self.text()[-3000:]}")
         try:
-            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+            return PROBE.get(f"{self.url}/healthz", timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
 
