@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 from sqlalchemy import TextClause, select, text
 
@@ -31,6 +32,10 @@ T = TypeVar("T")
 
 AGENT, HUMAN, STRANGER, ADMIN = "bot", "ana", "eve", "boss"
 TARGET = "team:ops"
+
+# One client for every readiness probe: ``httpx.get`` makes a client (and loads a TLS context) per call,
+# which, polled while a server starts, takes the CPU that the server needs to start.
+PROBE = httpx.Client()
 
 
 def unavailable(pg_url: str, redis_url: str | None = None) -> str | None:

@@ -24,7 +24,7 @@ from parkway.db import transaction
 from parkway.tokens import hash_token, new_token
 from tasks.worker import execute
 from tests.proxy import free_port
-from tests.support import ROOT, TARGET, Stack, child_env, wait_for
+from tests.support import PROBE, ROOT, TARGET, Stack, child_env, wait_for
 
 AGENT, HUMAN, STRANGER, ADMIN, AGENT2 = "api-bot", "api-ana", "api-eve", "api-root", "api-bot2"
 
@@ -91,11 +91,6 @@ def drive(run_id: str, *, rounds: int = 10) -> None:
 
 
 # --------------------------------------------------------------------------- a real uvicorn
-
-
-# One client for every readiness probe: ``httpx.get`` makes a client (and loads a TLS context) per call,
-# which, polled while uvicorn starts, takes the CPU that uvicorn needs to start.
-PROBE = httpx.Client()
 
 
 @dataclass

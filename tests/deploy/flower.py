@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import ROOT
+from tests.support import PROBE, ROOT
 
 
 def free_port() -> int:
@@ -75,7 +75,7 @@ class Flower:
     ) -> httpx.Response:
         """GET with Flower's credentials, others (``auth``), or none at all (``anonymous``)."""
         credentials = None if anonymous else auth or self.auth
-        return httpx.get(f"{self.url}{path}", auth=credentials, params=params, timeout=timeout)
+        return PROBE.get(f"{self.url}{path}", auth=credentials, params=params, timeout=timeout)
 
     def api(self, path: str, **params: Any) -> Any:
         response = self.get(path, **params)
