@@ -34,14 +34,14 @@ def _unreachable(exc: Exception) -> str | None:
 
 
 def cmd_token_create(args: argparse.Namespace) -> int:
-    from models import store
+    from models.store.principals import create_principal
     from parkway.db import get_engine, transaction
     from parkway.migrate import require_current_schema
 
     require_current_schema(get_engine())
     token = new_token()
     with transaction() as session:
-        principal = store.create_principal(session, kind=args.kind, name=args.name, token_hash=hash_token(token))
+        principal = create_principal(session, kind=args.kind, name=args.name, token_hash=hash_token(token))
     if principal is None:
         print(f"parkway token create: the name {args.name!r} is taken", file=sys.stderr)
         return 1
@@ -51,13 +51,14 @@ def cmd_token_create(args: argparse.Namespace) -> int:
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
     """Disable the principal: its token gets 401 from now on, its grants are revoked, its page sessions end."""
-    from models import principals, store
+    from models import principals
+    from models.store.principals import principal_by_name
     from parkway.db import get_engine, transaction
     from parkway.migrate import require_current_schema
 
     require_current_schema(get_engine())
     with transaction() as session:
-        found = store.principal_by_name(session, args.name)
+        found = principal_by_name(session, args.name)
         if found is None:
             print(f"parkway token revoke: no principal is named {args.name!r}", file=sys.stderr)
             return 1
@@ -69,14 +70,15 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
 
 def cmd_token_rotate(args: argparse.Namespace) -> int:
     """Give the principal a new token, printed once on stdout alone; the old one stops working."""
-    from models import principals, store
+    from models import principals
+    from models.store.principals import principal_by_name
     from parkway.db import get_engine, transaction
     from parkway.migrate import require_current_schema
 
     require_current_schema(get_engine())
     token = new_token()
     with transaction() as session:
-        found = store.principal_by_name(session, args.name)
+        found = principal_by_name(session, args.name)
         rotated = principals.rotate_token(session, found.id, hash_token(token)) if found is not None else None
     if rotated is None:
         why = "is disabled" if found is not None else "does not exist"

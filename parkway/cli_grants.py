@@ -48,7 +48,8 @@ def _ready() -> None:
 
 def cmd_grant_create(args: argparse.Namespace) -> int:
     """Give a live principal a target; the new grant's id alone on stdout."""
-    from models import principals, store
+    from models import principals
+    from models.store.principals import create_grant, principal_by_name
     from parkway.db import transaction
 
     _ready()
@@ -56,10 +57,10 @@ def cmd_grant_create(args: argparse.Namespace) -> int:
         # The principal's row locked: a grant cannot be made for it while it is being disabled.
         principal = principals.live_principal_for_update(session, args.principal)
         if principal is None:
-            disabled = store.principal_by_name(session, args.principal) is not None
+            disabled = principal_by_name(session, args.principal) is not None
             why = "is disabled" if disabled else "does not exist (parkway token create makes one)"
             return _fail("grant create", f"the principal {args.principal!r} {why}", 1)
-        grant = store.create_grant(session, principal_id=principal.id, target=args.target)
+        grant = create_grant(session, principal_id=principal.id, target=args.target)
         grant_id = grant.id
     print(grant_id)
     return 0
@@ -87,12 +88,13 @@ def cmd_grant_list(args: argparse.Namespace) -> int:
 
 
 def cmd_grant_revoke(args: argparse.Namespace) -> int:
-    from models import access, store
+    from models import access
+    from models.store.principals import revoke_grant
     from parkway.db import transaction
 
     _ready()
     with transaction() as session:
-        revoked = store.revoke_grant(session, args.grant_id)
+        revoked = revoke_grant(session, args.grant_id)
         found = access.grant_by_id(session, args.grant_id)
         if found is None:
             return _fail("grant revoke", f"no grant has the id {args.grant_id!r} (parkway grant list --all)", 1)
