@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from models import store
 from models.clock import db_now
 from models.status import ContinuationKind, ContinuationStatus, InteractionStatus, PrincipalKind, RunStatus, StepStatus
-from models.store.sql import CONT
+from models.store.sql import CONT, skip_locked, word, words
 from models.store.workers import ADVERTISED, advertises, live, unserved_reason
 from models.tables import Grant, Interaction, Principal, Run, Step
 
@@ -47,12 +47,12 @@ def _owner_granted() -> Any:
     """The run's owner holds a live grant on its target (admins hold every target), as the claim reads it
     (``models.store.claims``): keep the two the same."""
     return or_(
-        _P.c.kind == store.word(PrincipalKind.ADMIN),
+        _P.c.kind == word(PrincipalKind.ADMIN),
         exists().where(_G.c.principal_id == _P.c.id, _G.c.target == _R.c.target, _G.c.revoked_at.is_(None)),
     )
 
 
-_PENDING = _I.c.status == store.word(InteractionStatus.PENDING)
+_PENDING = _I.c.status == word(InteractionStatus.PENDING)
 
 
 def _distinct(rows: Any, reason: Any) -> list[Wait]:
@@ -70,7 +70,7 @@ def parked_keys() -> Any:
     keys = first.order_by(_I.c.continuation).limit(1).cte("parked_keys", recursive=True)
     following = (
         select(later.c.continuation)
-        .where(later.c.status == store.word(InteractionStatus.PENDING), later.c.continuation > keys.c.key)
+        .where(later.c.status == word(InteractionStatus.PENDING), later.c.continuation > keys.c.key)
         .order_by(later.c.continuation)
         .limit(1)
         .scalar_subquery()
@@ -124,12 +124,12 @@ def unserved_waits(session: Session, *, grace_s: float, batch: int) -> list[Wait
 def _remote_keys() -> Any:
     """Every key remote continuations are due on, once each: a skip scan of ``ix_continuations_remote``."""
     later = CONT.alias("later")
-    ready = CONT.c.status == store.word(ContinuationStatus.READY)
+    ready = CONT.c.status == word(ContinuationStatus.READY)
     first = select(CONT.c.name.label("key")).where(CONT.c.remote, ready).order_by(CONT.c.name).limit(1)
     keys = first.cte("remote_keys", recursive=True)
     following = (
         select(later.c.name)
-        .where(later.c.remote, later.c.status == store.word(ContinuationStatus.READY), later.c.name > keys.c.key)
+        .where(later.c.remote, later.c.status == word(ContinuationStatus.READY), later.c.name > keys.c.key)
         .order_by(later.c.name)
         .limit(1)
         .scalar_subquery()
@@ -144,7 +144,7 @@ def _unserved_remote() -> Any:
     keys = _remote_keys()
     work = (
         select(CONT.c.id, CONT.c.kind, CONT.c.name)
-        .where(CONT.c.remote, CONT.c.status == store.word(ContinuationStatus.READY), CONT.c.name == keys.c.key,
+        .where(CONT.c.remote, CONT.c.status == word(ContinuationStatus.READY), CONT.c.name == keys.c.key,
                CONT.c.created_at < db_now("grace"))
         .order_by(CONT.c.created_at)
         .limit(bindparam("n", type_=Integer))
@@ -198,7 +198,7 @@ def _revocations() -> Any:
     concurrent sweep holds."""
     again = _G.alias("again")
     granted = or_(
-        _P.c.kind == store.word(PrincipalKind.ADMIN),
+        _P.c.kind == word(PrincipalKind.ADMIN),
         exists().where(again.c.principal_id == _G.c.principal_id, again.c.target == _G.c.target,
                        again.c.revoked_at.is_(None)),
     )  # fmt: skip
@@ -216,7 +216,7 @@ def _live_runs() -> Any:
     """Up to ``:n`` runs of owner ``:pid`` on ``:target`` that have not ended (``ix_runs_live_owner``), each
     with the step it waits on when it has a pending interaction (else NULL: running, or its wait answered)."""
     waiting_on = select(_I.c.step_id).where(_I.c.run_id == _R.c.id, _PENDING).limit(1).scalar_subquery()
-    live_status = _R.c.status.in_(store.words((RunStatus.RUNNING, RunStatus.WAITING)))
+    live_status = _R.c.status.in_(words((RunStatus.RUNNING, RunStatus.WAITING)))
     return (
         select(_R.c.id, waiting_on)
         .where(_R.c.owner_id == bindparam("pid"), _R.c.target == bindparam("target"), _R.c.completed_at.is_(None))
@@ -260,9 +260,9 @@ def _locking() -> Any:
     ).exists()
     served = exists().where(live(), advertises(ContinuationKind.RESUME, bindparam("version")))
     parked = select(_S.c.id, revoked.label("revoked"), served.label("served")).where(
-        _S.c.id == bindparam("sid"), _S.c.status == store.word(StepStatus.PARKED)
+        _S.c.id == bindparam("sid"), _S.c.status == word(StepStatus.PARKED)
     )
-    return store.skip_locked(parked)
+    return skip_locked(parked)
 
 
 _LOCKING = _locking()

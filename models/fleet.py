@@ -18,15 +18,14 @@ from typing import Any, cast
 from sqlalchemy import Table, distinct, exists, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
-from models import store
 from models.fail_closed import parked_keys
 from models.status import ContinuationKind, ContinuationStatus, InteractionStatus
-from models.store.sql import CONT
+from models.store.sql import CONT, word, words
 from models.store.workers import advertises, live
 from models.tables import Interaction
 
 _I = cast(Table, Interaction.__table__)
-_PENDING = _I.c.status == store.word(InteractionStatus.PENDING)
+_PENDING = _I.c.status == word(InteractionStatus.PENDING)
 _RESUME = ContinuationKind.RESUME.value
 
 
@@ -73,8 +72,8 @@ def _versions() -> Any:
     due = (
         select(CONT.c.name, literal(0), func.count())
         .where(
-            CONT.c.status.in_(store.words((ContinuationStatus.READY, ContinuationStatus.CLAIMED))),
-            CONT.c.kind == store.word(_RESUME),
+            CONT.c.status.in_(words((ContinuationStatus.READY, ContinuationStatus.CLAIMED))),
+            CONT.c.kind == word(_RESUME),
         )
         .group_by(CONT.c.name)
     )

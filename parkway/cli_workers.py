@@ -25,13 +25,14 @@ def _json(value: Any) -> Any:
 
 def cmd_workers(args: argparse.Namespace) -> int:
     """One line per live worker and its keys under it, then each version parked or due work needs."""
-    from models import fleet, store
+    from models import fleet
+    from models.store.workers import live_workers
     from parkway.db import get_engine, transaction
     from parkway.migrate import require_current_schema
 
     require_current_schema(get_engine())
     with transaction() as session:
-        workers = store.live_workers(session)
+        workers = live_workers(session)
         loads = fleet.versions(session)
     if args.json:
         listing = {"items": [dataclasses.asdict(w) for w in workers], "next": None,
