@@ -8,12 +8,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from parkway import cli_check, cli_grants, cli_handlers, cli_up, cli_webhooks, cli_workers
 from parkway.children import child_environment
 from parkway.cli_migrate import cmd_migrate, database_shown
-from parkway.errors import ParkwayError
+from parkway.errors import ConfigError, ParkwayError
 from parkway.tokens import hash_token, new_token
 
 if TYPE_CHECKING:
@@ -110,6 +111,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(keep=args.keep, verbose=args.verbose)
 
 
+# The commands that may make a home (the first ``parkway up`` or ``migrate``; the demo's is its own). Every other
+# command uses the stack's: found from here up (``settings.nearest_home``), never a new one started silently.
+MAKES_HOME = {"up", "migrate", "demo"}
+READS_FILES_ONLY = {"logs"}
+
+
+def _in_home(command: str) -> None:
+    """Refuse a command run where no home is (the embedded defaults); start the embedded PostgreSQL for a
+    command that needs it and is not running, and stop it when this process exits."""
+    from parkway import embedded
+    from parkway.settings import get_settings, is_home
+
+    settings = get_settings()
+    if not settings.embedded_database or command in MAKES_HOME:
+        return
+    home = Path(settings.home).resolve()
+    if not is_home(home):
+        where = (f"PARKWAY_HOME={settings.home} holds none" if "PARKWAY_HOME" in os.environ
+                 else f"none in {Path.cwd()} or a folder above it (a var/ that `parkway up` made)")  # fmt: skip
+        raise ConfigError(f"no Parkway home: {where}; run it inside the project, or set PARKWAY_HOME "
+                          "or PARKWAY_DATABASE_URL")  # fmt: skip
+    if command not in READS_FILES_ONLY:
+        embedded.start_for_process(settings.embedded_dir)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parkway", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -163,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     setup_logging()
     try:
+        _in_home(args.command)
         code: int = args.fn(args)
     except ParkwayError as exc:
         print(f"parkway {args.command}: {exc}", file=sys.stderr)

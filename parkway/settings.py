@@ -16,8 +16,19 @@ from parkway import embedded, valkey
 from parkway.errors import ConfigError
 
 DEFAULT_HOME = Path("var")
+HOME_MARKS = ("secret.key", "postgres")  # what a home that ``parkway up`` or ``parkway migrate`` used holds
 DATABASE_SCHEMES = {"postgresql", "postgres"}  # with or without a driver: psycopg 3 is used either way
 PLACEHOLDER_KEYS = {"change-me", "changeme", "secret", "please-change-me-to-a-long-random-string"}
+
+
+def is_home(path: Path) -> bool:
+    return any((path / mark).exists() for mark in HOME_MARKS)
+
+
+def nearest_home(start: Path) -> Path | None:
+    """``var`` of the nearest directory from ``start`` up that holds a Parkway home, as git finds ``.git``: a
+    command run anywhere inside the project uses the project's home (``PARKWAY_HOME`` unset)."""
+    return next((d / DEFAULT_HOME for d in (start, *start.parents) if is_home(d / DEFAULT_HOME)), None)
 
 
 class Settings(BaseSettings):
@@ -41,7 +52,7 @@ class Settings(BaseSettings):
     remote_worker_ttl_s: float = Field(default=60.0, gt=0)
     db_pool_size: int = Field(default=10, ge=1, le=500)
     workspace_dir: str = ""  # empty: ``workspaces`` under ``home``
-    home: str = str(DEFAULT_HOME)
+    home: str = Field(default_factory=lambda: str(nearest_home(Path.cwd()) or DEFAULT_HOME))
     crash_at: str = ""
     # Webhooks (docs/webhooks.md): CIDRs a URL may reach although private, the retry delays, the timeout.
     webhook_allowed_networks: str = ""

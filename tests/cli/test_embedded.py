@@ -83,3 +83,33 @@ def test_embedded__that_cannot_start_is_one_line_naming_why_and_its_log(empty_ho
     assert lines[0].startswith(f"parkway migrate: {embedded.describe(directory)} cannot start: "), lines
     assert lines[0].endswith(f"(its log: {directory / 'log'})"), lines
     assert embedded.postmaster(directory) is None
+
+
+def test_cli__finds_its_projects_home_from_a_subfolder_and_never_starts_a_second(home: Path, tmp_path: Path) -> None:
+    # Given a project whose var/ is a home that `parkway up` made (PARKWAY_HOME unset), and a folder outside any
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (project / "examples" / "go").mkdir(parents=True)
+    elsewhere.mkdir()
+    (project / "var").symlink_to(home)
+    directory = embedded.data_dir(home)
+    assert parkway("migrate", env=embedded_env(), cwd=project).returncode == 0
+
+    # When a command runs in a subfolder of the project
+    made = parkway("token", "create", "--kind", "agent", "--name", "found", env=embedded_env(),
+                   cwd=project / "examples" / "go")  # fmt: skip
+    # Then it used the project's home (its database holds the principal), made no home of its own there, and
+    # stopped the PostgreSQL it started
+    assert made.returncode == 0 and made.stdout.startswith("pk_"), made.stderr
+    assert not (project / "examples" / "go" / "var").exists()
+    assert embedded.postmaster(directory) is None
+    with embedded.running(directory), create_engine(embedded.url(directory)).connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM principals WHERE name = 'found'")).scalar_one() == 1
+
+    # When one runs outside any project: one line says where it looked, exit 2, and nothing is started or made
+    lost = parkway("token", "create", "--kind", "agent", "--name", "lost", env=embedded_env(), cwd=elsewhere)
+    assert lost.returncode == 2 and lost.stdout == "", lost.stdout
+    assert lost.stderr.strip() == (
+        f"parkway token: no Parkway home: none in {elsewhere} or a folder above it (a var/ that `parkway up` made); "
+        "run it inside the project, or set PARKWAY_HOME or PARKWAY_DATABASE_URL"
+    ), lost.stderr
+    assert list(elsewhere.iterdir()) == []
