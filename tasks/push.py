@@ -11,6 +11,8 @@ handler's secret, ``webhook-id`` = ``push_<continuation id>``: the same on every
 - a 2xx whose body is not JSON, not an outcome, or one that cannot be committed: the run **fails** with the
   error (the handler's code answered it: the workflow's verdict, as a Python body returning a bad outcome);
 - a 410: the step is **interrupted**, "this version is gone" (the handler no longer runs it);
+- answers that hold sensitive values, for a handler whose URL is plain http outside the allowed networks:
+  nothing is sent, and the step is **interrupted** with ``EXPOSED`` (no retry would send them either);
 - anything else (a timeout, a lost connection, a 5xx, another status): the claim released with the attempt
   counted, due again when the sweep publishes it (``PARKWAY_REENQUEUE_AFTER_S``); out of attempts, the run is
   interrupted as after a crash loop.
@@ -34,6 +36,7 @@ from models.outcome import OUTCOME, Fail, Outcome
 from parkway.crypto import unseal
 from parkway.db import single_statement, transaction
 from parkway.errors import InvalidOutcome
+from parkway.netguard import Exposed
 from parkway.settings import get_settings
 from tasks.celery_app import PUSH_STEP, app
 from tasks.projection import project_soon
@@ -46,6 +49,8 @@ from tasks.worker import give_up, hand_on, refusal, unclaimed
 log = logging.getLogger("parkway.push")
 
 GONE = "this version is gone"  # the reason of a step whose push handler answered 410
+# The reason of a step whose answers hold sensitive values that its push handler's URL may not receive.
+EXPOSED = "sensitive values go to a push handler only over https or to an allowed network"
 MAX_ANSWER_BYTES = 1024 * 1024  # an outcome is read this far (the API's own body bound)
 _ITEM = TypeAdapter(Item)
 
@@ -88,15 +93,28 @@ def push(continuation_id: str) -> str:
         target = store.handler_serving(conn, row.name)
     if target is None:  # removed since: whoever serves it now gets it
         return hand_on(claim, lease_id, extra, handed_on=True)
-    item = item_of(claim, lease_id, utcnow() + timedelta(seconds=lease_s))
-    sent = post(_http(), target.url, secrets=[unseal(target.secret_sealed)], msg_id=message_id(continuation_id),
-                body=_ITEM.dump_json(item), max_bytes=MAX_ANSWER_BYTES, agent="parkway-push")  # fmt: skip
+    try:
+        sent = _post(claim, target, lease_id, lease_s)
+    except Exposed as exc:  # nothing sent, and no retry would send it: the system's verdict, as after a 410
+        log.warning("push handler %s: %s; not sent", target.id, exc, extra={**extra, "action": "push"})
+        why = f"{EXPOSED}: push handler {target.id} is plain http outside PARKWAY_WEBHOOK_ALLOWED_NETWORKS"
+        return _commit(claim, lease_id, store.Interruption(why), extra)
     outcome, good = answered(sent, target.id, row.name)
     with single_statement() as conn:
         store.count_push(conn, target.id, failed=not good)
     if outcome is None:
         return _retry(lease_id, _failure(sent, target.id), extra)
     return _commit(claim, lease_id, outcome, extra)
+
+
+def _post(claim: store.Claim, target: store.Target, lease_id: str, lease_s: float) -> Sent:
+    """POST the claimed continuation's item to its handler, signed; ``Exposed`` (nothing sent) when it holds
+    sensitive values that the handler's URL may not receive (``webhook_http.post``, ``confidential``)."""
+    sensitive = any(answer.sealed is not None for answer in claim.answers.values())  # item_of unseals them
+    item = item_of(claim, lease_id, utcnow() + timedelta(seconds=lease_s))
+    return post(_http(), target.url, secrets=[unseal(target.secret_sealed)],
+                msg_id=message_id(claim.continuation.id), body=_ITEM.dump_json(item), max_bytes=MAX_ANSWER_BYTES,
+                agent="parkway-push", confidential=sensitive)  # fmt: skip
 
 
 def answered(sent: Sent, handler_id: str, key: str) -> tuple[Outcome | store.Interruption | None, bool]:

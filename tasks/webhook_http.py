@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
-from parkway.netguard import Address, Network, UnsafeUrl, checked_addresses, split_url
+from parkway import netguard
+from parkway.netguard import Address, Exposed, Network, UnsafeUrl, checked_addresses, split_url
 from parkway.settings import get_settings
 
 MAX_RESPONSE_BYTES = 64 * 1024  # a receiver's answer is read this far, then the connection closed
@@ -99,19 +100,26 @@ class Connections:
             connection.close()
         self._open.clear()
 
-    def connection(self, origin: Origin) -> tuple[_Pinned, bool]:
+    def connection(self, origin: Origin, *, confidential: bool = False) -> tuple[_Pinned, bool]:
         """The origin's open connection, or a new one to its host's checked address (``UnsafeUrl`` when it
-        may not be reached); ``True`` if it was open."""
-        open_one = self._open.get(origin)
-        if open_one is not None and time.monotonic() - open_one.opened < self.max_age_s:
-            return open_one, True
+        may not be reached); ``True`` if it was open. ``confidential``: ``Exposed`` unless that address may
+        receive sensitive values (``netguard.confidential``)."""
+        held = self._open.get(origin)
+        reused = held is not None and time.monotonic() - held.opened < self.max_age_s
+        connection = held if held is not None and reused else self._opened(origin)
+        if confidential and not netguard.confidential(origin[0], connection.address, self.allowed):
+            raise Exposed(f"{origin[1]!r} is plain http to {connection.address}, outside the allowed networks")
+        return connection, reused
+
+    def _opened(self, origin: Origin) -> _Pinned:
+        """A new connection (not connected yet) to the origin's host's checked address, in place of any other."""
         self.drop(origin)
         scheme, host, port = origin
         address = checked_addresses(host, port, self.allowed)[0]
         if scheme == "https" and self._tls is None:
             self._tls = ssl.create_default_context()
         self._open[origin] = _Pinned(address, host, port, self.timeout_s, self._tls if scheme == "https" else None)
-        return self._open[origin], False
+        return self._open[origin]
 
     def drop(self, origin: Origin) -> None:
         connection = self._open.pop(origin, None)
@@ -135,11 +143,13 @@ def post(
     body: bytes,
     max_bytes: int = MAX_RESPONSE_BYTES,
     agent: str = "parkway-webhooks",
+    confidential: bool = False,
 ) -> Sent:
     """POST ``body`` to ``url`` through ``sender``, signed with each secret (a rotation's overlap:
     space-separated signatures, any of which verifies); never raises for what the network or the receiver
     did. The request goes to the address checked when its connection opened. The answer's body is read up
-    to ``max_bytes``."""
+    to ``max_bytes``. ``confidential`` (the body holds sensitive values): ``Exposed`` is raised, before
+    anything is sent, when the URL is plain http to an address outside the allowed networks."""
     started = time.monotonic()
     timestamp = int(time.time())
     headers = {
@@ -150,7 +160,8 @@ def post(
         "user-agent": agent,
     }
     try:
-        return _exchange(sender, split_url(url), _target(url), headers, body, max_bytes, started)
+        request = _Request(split_url(url), _target(url), headers, body, confidential)
+        return _exchange(sender, request, max_bytes, started)
     except UnsafeUrl as exc:
         return Sent(None, _ms(started), error=str(exc))
     except TimeoutError:
@@ -159,51 +170,52 @@ def post(
         return Sent(None, _ms(started), error=f"{type(exc).__name__}: {exc}"[:500])
 
 
-def _exchange(
-    sender: Connections,
-    origin: Origin,
-    target: str,
-    headers: dict[str, str],
-    body: bytes,
-    max_bytes: int,
-    started: float,
-) -> Sent:
+@dataclass(frozen=True)
+class _Request:
+    """One POST, as ``_exchange`` sends it."""
+
+    origin: Origin
+    target: str  # path and query
+    headers: dict[str, str]
+    body: bytes
+    confidential: bool  # only to an address sensitive values may go to (``Connections.connection``)
+
+
+def _exchange(sender: Connections, request: _Request, max_bytes: int, started: float) -> Sent:
     """One request and its answer on the origin's connection; the connection is dropped after an error, a
     cut answer, or an answer that closes it."""
     read, cut, deadline = bytearray(), False, started + sender.timeout_s
     try:
-        answer = _request(sender, origin, target, headers, body)
+        answer = _request(sender, request)
         while chunk := answer.read1(CHUNK):  # a receiver trickling its answer is cut off, not waited for
             read += chunk
             if len(read) > max_bytes or time.monotonic() > deadline:
                 cut = True
                 break
     except BaseException:
-        sender.drop(origin)
+        sender.drop(request.origin)
         raise
     if cut or answer.will_close:
-        sender.drop(origin)
+        sender.drop(request.origin)
     else:
         answer.close()  # read to its end: the connection takes the next request
     retry_after = _retry_after(answer.getheader("retry-after")) if answer.status == 429 else None
     return Sent(answer.status, _ms(started), retry_after_s=retry_after, body=bytes(read), cut=cut)
 
 
-def _request(
-    sender: Connections, origin: Origin, target: str, headers: dict[str, str], body: bytes
-) -> http.client.HTTPResponse:
+def _request(sender: Connections, request: _Request) -> http.client.HTTPResponse:
     """Send the request and read the answer's head; on a kept-alive connection the receiver closed while it
     was idle, once more on a new one."""
-    connection, reused = sender.connection(origin)
+    connection, reused = sender.connection(request.origin, confidential=request.confidential)
     try:
-        connection.request("POST", target, body=body, headers=headers)
+        connection.request("POST", request.target, body=request.body, headers=request.headers)
         return connection.getresponse()
     except STALE:
         if not reused:
             raise
-    sender.drop(origin)
-    connection, _ = sender.connection(origin)
-    connection.request("POST", target, body=body, headers=headers)
+    sender.drop(request.origin)
+    connection, _ = sender.connection(request.origin, confidential=request.confidential)
+    connection.request("POST", request.target, body=request.body, headers=request.headers)
     return connection.getresponse()
 
 

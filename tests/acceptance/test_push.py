@@ -22,7 +22,7 @@ from parkway.db import transaction
 from tasks.sdk import answer
 from tasks.serving import step_served
 from tests.acceptance.protocol_support import receipts
-from tests.support import HUMAN, Stack, new_response_id, run_row, start, wait_parked, wait_status
+from tests.support import HUMAN, Stack, interactions, new_response_id, run_row, start, wait_parked, wait_status
 
 DROP = -1  # close the connection without answering
 SLOW = -2  # answer 200 after PARKWAY_WEBHOOK_TIMEOUT_S (2 s): a timeout
@@ -211,10 +211,13 @@ def test_push__a_handler_url_follows_the_webhooks_rules_and_a_removed_one_serves
     client: TestClient, handler: Handler
 ) -> None:
     before = client.get("/v1/handlers").json()["items"]
-    refused = client.post("/v1/handlers", json={"url": "http://10.1.2.3/push", "serves": ["x"]})
-    assert refused.status_code == 422 and "PARKWAY_WEBHOOK_ALLOWED_NETWORKS" in refused.text
-    bad = client.post("/v1/handlers", json={"url": "http://127.0.0.1:9/push", "serves": ["x@0"]})
-    assert bad.status_code == 422
+    for url, serves, why in (
+        ("http://10.1.2.3/push", "x", "resolves to 10.1.2.3, a private address (PARKWAY_WEBHOOK_ALLOWED_NETWORKS can"),
+        ("http://[64:ff9b::a9fe:a9fe]/push", "x", "the NAT64 form of 169.254.169.254, a link-local address"),
+        ("http://127.0.0.1:9/push", "x@0", "'x@0': a continuation key is name@version"),
+    ):
+        refused = client.post("/v1/handlers", json={"url": url, "serves": [serves]})
+        assert refused.status_code == 422 and why in refused.json()["detail"], refused.text
     assert client.get("/v1/handlers").json()["items"] == before  # nothing stored
 
     made = register(client, handler, ["push.removed"])
@@ -222,3 +225,31 @@ def test_push__a_handler_url_follows_the_webhooks_rules_and_a_removed_one_serves
     assert client.delete(f"/v1/handlers/{made['id']}").status_code == 404
     assert step_served("push.removed") is False  # a start is refused (422), as for a name nothing serves
     assert not any(w["node"] == f"push:{made['id']}" for w in client.get("/v1/workers").json()["items"])
+
+
+def test_push__sensitive_answers_never_go_over_plain_http_outside_the_allowed_networks(
+    stack: Stack, worker: Any, client: TestClient, handler: Handler
+) -> None:
+    # Given a step served by a handler in an allowed network (127.0.0.0/8), which parks it with a sensitive
+    # question, and its continuation served by a handler at a plain http:// URL of a public address
+    register(client, handler, ["push.secret"])
+    public = client.post("/v1/handlers", json={"url": "http://93.184.216.34:9/push", "serves": ["push.secret_after@1"]})
+    assert public.status_code == 201, public.text
+    question = {"kind": "question", "key": "otp", "prompt": "Code?", "target": "team:ops", "sensitive": ["otp"],
+                "schema": {"type": "object", "properties": {"otp": {"type": "string"}}}}  # fmt: skip
+    handler.script = [(200, {"type": "park", "continuation": "push.secret_after@1", "interactions": [question]})]
+
+    # When a run of the step parks and is answered with a sensitive value
+    run_id = start("push.secret", {})
+    asked = wait_parked(run_id)
+    answer(asked["otp"].id, {"otp": "123456"}, response_id=new_response_id(), principal=HUMAN)
+
+    # Then the continuation is not sent: the run is interrupted with the reason, as a system verdict
+    run = wait_status(run_id, "interrupted", timeout=60)
+    assert (
+        f"sensitive values go to a push handler only over https or to an allowed network: push handler "
+        f"{public.json()['id']} is plain http outside PARKWAY_WEBHOOK_ALLOWED_NETWORKS"
+    ) == run.reason
+    listed = {h["id"]: h["attempts"] for h in client.get("/v1/handlers").json()["items"]}
+    assert listed[public.json()["id"]] == 0 and len(handler.got) == 1  # no POST made to it
+    assert interactions(run_id)["otp"].secret is None  # erased with the run's end, never sent

@@ -1,9 +1,12 @@
 """Webhook subscriptions over the API: admins only, the secret shown once and stored sealed, bad input 422
-with nothing stored."""
+with nothing stored; outbound URLs (webhooks and push handlers) checked in every address form when saved,
+and again when a delivery connects."""
 
 from __future__ import annotations
 
 import base64
+import socket
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,9 +14,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from models.webhook_tables import Webhook
+from parkway import netguard
 from parkway.crypto import unseal
 from parkway.db import transaction
+from tasks.webhooks import deliver
 from tests.api.conftest import ADMIN, AGENT, HUMAN, Actors
+from tests.support import TARGET, wait_for
 
 URL = "http://127.0.0.1:9/hook"
 
@@ -149,3 +155,76 @@ def test_metrics__subscriptions_by_state_the_failing_ones_and_the_lag(client: Te
     assert ("parkway_webhook_failing", (("webhook_id", active),)) not in samples
     assert samples[("parkway_webhook_lag_seconds", (("webhook_id", active),))] >= 0
     assert ("parkway_webhook_lag_seconds", (("webhook_id", failing),)) not in samples
+
+
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [
+        ("[64:ff9b::7f00:1]:8000", "64:ff9b::7f00:1, the NAT64 form of 127.0.0.1, a loopback address"),
+        ("[2002:a9fe:a9fe::1]", "2002:a9fe:a9fe::1, the 6to4 form of 169.254.169.254, a link-local address"),
+        ("[::10.1.2.3]", "::a01:203, the IPv4-compatible form of 10.1.2.3, a private address"),
+        ("[::ffff:169.254.169.254]", "::ffff:a9fe:a9fe, the IPv4-mapped form of 169.254.169.254, a link-local address"),
+    ],
+)
+@pytest.mark.parametrize("path", ["/v1/webhooks", "/v1/handlers"])
+def test_outbound_url__an_embedded_ipv4_form_of_a_private_address_is_422_with_the_reason_and_nothing_stored(
+    client: TestClient, actors: Actors, path: str, host: str, why: str
+) -> None:
+    # Given a URL whose host is an IPv6 address carrying a loopback, link-local or private IPv4 address
+    admin, what = actors.auth(ADMIN), ({"events": ["*"]} if path == "/v1/webhooks" else {"serves": ["api.login"]})
+    before = client.get(path, headers=admin).json()["items"]
+
+    # When it is saved as a webhook or as a push handler
+    refused = client.post(path, json={"url": f"http://{host}/hook", **what}, headers=admin)
+
+    # Then it is refused, saying which address it is and why, and nothing is stored
+    assert refused.status_code == 422, refused.text
+    assert why in refused.json()["detail"]
+    assert client.get(path, headers=admin).json()["items"] == before
+
+
+NAME = "receiver.parkway.test"  # a name this test resolves: public when saved, a loopback's NAT64 form later
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.setblocking(False)
+        yield server
+
+
+def test_delivery__a_host_that_resolves_to_an_embedded_loopback_later_is_refused_at_connect(
+    client: TestClient, actors: Actors, listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a subscription saved while its host resolved to a public address
+    port, answers = listener.getsockname()[1], {NAME: "93.184.216.34"}
+    resolve = socket.getaddrinfo
+
+    def resolved(host: str, *args: Any, **kwargs: Any) -> Any:  # the name-resolution step only
+        if host != NAME:
+            return resolve(host, *args, **kwargs)
+        family = socket.AF_INET6 if ":" in answers[NAME] else socket.AF_INET
+        return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (answers[NAME], port))]
+
+    monkeypatch.setattr(netguard.socket, "getaddrinfo", resolved)
+    admin = actors.auth(ADMIN)
+    made = client.post("/v1/webhooks", json={"url": f"http://{NAME}:{port}/hook", "events": ["run.created"]},
+                       headers=admin)  # fmt: skip
+    assert made.status_code == 201, made.text
+    hook_id = made.json()["id"]
+
+    # When it now resolves to 127.0.0.1 through NAT64 (outside 127.0.0.0/8, the allowed network of the tests),
+    # and an event of it is delivered
+    answers[NAME] = "64:ff9b::7f00:1"
+    started = client.post("/v1/runs", json={"workflow": "api.login", "payload": {}, "target": TARGET},
+                          headers=actors.auth(AGENT))  # fmt: skip
+    assert started.status_code == 201, started.text
+    wait_for(lambda: deliver(hook_id) == "retry", what="a failed delivery attempt")
+
+    # Then nothing connected, and the delivery log says why
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    [line] = client.get(f"/v1/webhooks/{hook_id}/deliveries", headers=admin).json()["items"]
+    assert line["status_code"] is None
+    assert "resolves to 64:ff9b::7f00:1, the NAT64 form of 127.0.0.1, a loopback address" in line["error"]
+    assert client.delete(f"/v1/webhooks/{hook_id}", headers=admin).status_code == 204

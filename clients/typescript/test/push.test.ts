@@ -1,10 +1,12 @@
 // The push handler in Node's http server: a signed item runs its handler and answers the outcome; a bad
-// signature is 401 and runs nothing; an unserved key is 410; a thrown error is a `fail` outcome.
+// signature is 401 and runs nothing; an unserved key is 410; a thrown error is a `fail` outcome. Registering
+// one at a URL Parkway may not reach is refused with the reason.
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
-import { complete, nodeListener, pushHandler, sign } from "@parkway/client";
+import { complete, Invalid, nodeListener, pushHandler, sign } from "@parkway/client";
+import { admin } from "./helpers.js";
 
 const SECRET = "whsec_" + Buffer.from("push handler test secret").toString("base64");
 const calls: string[] = [];
@@ -84,4 +86,12 @@ test("push: an unserved key is 410, a thrown error a fail outcome, a body that i
   assert.equal(broken.status, 200);
   assert.deepEqual(await broken.json(), { type: "fail", error: "Error: no such service" });
   assert.equal((await post("[1, 2]")).status, 400);
+});
+
+test("push: a handler URL whose host is an IPv6 form of a loopback address is refused with the reason, nothing stored", async () => {
+  const url = "http://[64:ff9b::7f00:1]:8000/parkway";
+  const refused = await admin.createPushHandler(url, ["push.greet"]).then(() => null, (error: unknown) => error);
+  assert.ok(refused instanceof Invalid && refused.status === 422, String(refused));
+  assert.match(refused.detail, /resolves to 64:ff9b::7f00:1, the NAT64 form of 127\.0\.0\.1, a loopback address/);
+  assert.deepEqual((await admin.listPushHandlers()).items.filter((h) => h.url === url), []);
 });
