@@ -6,6 +6,7 @@ module's database until its run completes. No Celery worker: the agent serves it
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -47,7 +48,9 @@ def run(args: list[str], cwd: Path, timeout: float = 120) -> str:
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An empty npm project outside the checkout, the tarball installed in it, the README's agent compiled
     there (by the checkout's tsc: the project installs nothing but the tarball)."""
-    run(["make", "-s", "ts-pack"], ROOT, timeout=300)
+    with open(CLIENT / "package.json") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one make here at a time: this module's other xdist workers wait
+        run(["make", "-s", "ts-pack"], ROOT, timeout=300)
     tarball = CLIENT / f"parkway-client-{PACKAGE['version']}.tgz"
     project = tmp_path_factory.mktemp("ts-project").resolve()
     assert not project.is_relative_to(ROOT)
