@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Modules go out in collection order, the longest first (LONG_MODULES in tests/conftest.py), not by test count.
 TEST_PARALLEL ?= -n 4 --dist loadfile --no-loadscope-reorder
 
-.PHONY: run test test-postgres lint migrate sweep bench demo clean
+.PHONY: run test test-postgres lint migrate sweep bench demo clean ts-pack
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,12 +19,16 @@ $(RUN_STAMP): pyproject.toml
 	touch $(RUN_STAMP)
 
 # The TypeScript client (clients/typescript): its dev dependencies from the committed lock file (npm ci, again
-# when the lock file changes), then the package and its tests compiled (again when a source changes).
-# tests/acceptance/test_typescript_client.py runs the compiled tests against a real stack.
+# when the lock file changes), then the package (dist/esm, dist/cjs) and its tests compiled (again when a source
+# changes), then the package's npm tarball packed from that build (ts-pack).
+# tests/acceptance/test_typescript_client.py runs the compiled tests against a real stack;
+# tests/acceptance/test_typescript_package.py installs the tarball outside the checkout and runs the README's agent.
 TS := clients/typescript
 TS_DEPS := $(TS)/node_modules/.package-lock.json
 TS_BUILT := $(TS)/.built
-TS_SOURCES := $(wildcard $(TS)/src/*.ts $(TS)/test/*.ts $(TS)/examples/*.ts) $(TS)/tsconfig.json $(TS)/tsconfig.test.json $(TS)/package.json
+TS_SOURCES := $(wildcard $(TS)/src/*.ts $(TS)/test/*.ts $(TS)/examples/*.ts $(TS)/scripts/*.mjs $(TS)/tsconfig*.json) $(TS)/package.json
+TS_VERSION := $(shell sed -n 's/^  "version": "\(.*\)",$$/\1/p' $(TS)/package.json)
+TS_TARBALL := $(TS)/parkway-client-$(TS_VERSION).tgz
 
 # The development extras on top of the package (so it also satisfies `make run`).
 $(STAMP): pyproject.toml
@@ -40,6 +44,15 @@ $(TS_BUILT): $(TS_DEPS) $(TS_SOURCES)
 	cd $(TS) && npm run --silent build:test
 	touch $(TS_BUILT)
 
+# The build above is packed as it is (--ignore-scripts skips prepack's second build of dist/, which would
+# remove it under the node tests running from it); `npm pack` run by hand builds first.
+$(TS_TARBALL): $(TS_BUILT) $(TS)/README.md
+	cd $(TS) && npm pack --ignore-scripts --silent >/dev/null
+
+## ts-pack: the TypeScript client as an npm tarball, clients/typescript/parkway-client-<version>.tgz (its README
+## says how to install it)
+ts-pack: $(TS_TARBALL)
+
 ## run: the whole stack on this machine (embedded PostgreSQL + embedded Valkey broker unless configured); the
 ## package alone is installed, not the development extras
 run: $(RUN_STAMP)
@@ -47,7 +60,7 @@ run: $(RUN_STAMP)
 
 ## test: the whole suite once, on PostgreSQL + Redis. PostgreSQL: PARKWAY_TEST_PG_URL, or 127.0.0.1:5432, or
 ## the embedded one (tests/conftest.py)
-test: $(STAMP) $(TS_BUILT)
+test: $(STAMP) $(TS_BUILT) $(TS_TARBALL)
 	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 ## test-postgres: the same (kept for scripts that call it)
@@ -75,4 +88,4 @@ bench: $(STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist $(TS)/build-test $(TS_BUILT)
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist $(TS)/build-test $(TS_BUILT) $(TS)/*.tgz

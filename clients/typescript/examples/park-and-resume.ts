@@ -23,3 +23,10 @@ const run = await agent.startParked({
   },
 });
 console.log(`run ${run.id} is ${run.status}`); // waiting
+
+// Follow the run's events until it ends: once answered, the continuation above completes it.
+const ends = new Set(["run.completed", "run.failed", "run.canceled", "run.interrupted"]);
+for await (const { event } of agent.stream({ runId: run.id })) if (ends.has(event.type)) break;
+const done = await agent.getRun(run.id);
+console.log(`run ${done.id} is ${done.status}: ${JSON.stringify(done.result ?? done.error)}`);
+await serving.stop();
