@@ -1,7 +1,7 @@
 """Checks of the parts of an outcome (``models.outcome``) the store keeps in columns: each raises
 ``WorkflowError`` with a sentence naming the problem, before anything commits (a Python body's outcome is
 then its own ``Fail``; a remote worker's is refused with 422). ``unanswerable`` is the one that reads the
-database: who could ever answer a Park's waits."""
+database: how many could ever answer a Park's waits."""
 
 from __future__ import annotations
 
@@ -172,17 +172,17 @@ def _unanswerable_read(rows: list[tuple[int, str, str]]) -> Any:
 
 
 def unanswerable(session: Connection | Session, items: Sequence[Question | Permission]) -> str | None:
-    """A sentence naming what no one could ever answer in a Park's waits, or ``None``: a name that is not a
-    live human or admin, or a quorum larger than the live people who could ever answer the wait (granted on
-    its target, unless its assignees alone may, or on an escalation target; an assignee; named by a level),
-    read in one statement; none for a Park that names no one and needs no quorum."""
+    """A sentence naming a wait of a Park whose quorum is larger than the live people who could ever answer
+    it (granted on its target, unless its assignees alone may, or on an escalation target; an assignee;
+    named by a level), read in one statement; ``None`` otherwise, and for a Park that names no one and needs
+    no quorum. A Park naming one who is no live person is the store's to refuse (``store.park``, with that
+    name): it is not judged here."""
     rows = _who_is_asked(items)
     if not any(kind == "name" for _, kind, _ in rows) and all(item.quorum <= 1 for item in items):
         return None
     found = {wait: (people, missing or []) for wait, people, missing in session.execute(_unanswerable_read(rows))}
-    missing = list(dict.fromkeys(name for _, names in found.values() for name in names))
-    if missing:
-        return f"Park names {', '.join(missing)}: not a live human or admin principal"
+    if any(missing for _, missing in found.values()):
+        return None
     for k, item in enumerate(items):
         people = found.get(k, (0, []))[0]
         if item.quorum > people:

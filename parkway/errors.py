@@ -50,6 +50,11 @@ class Forbidden(OutcomeError):
     code = "forbidden"
 
 
+class ParkRefused(Forbidden):
+    """Raised when a park addresses a target its run's owner holds no live grant on, or names as one who may
+    answer a principal who is no live human or admin; nothing of it was stored."""
+
+
 class Unauthenticated(OutcomeError):
     """Raised when no principal holds the token a caller presented."""
 

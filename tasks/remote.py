@@ -216,8 +216,8 @@ def complete(lease_id: str, outcome: Outcome, then: Ask | None = None) -> Comple
     """The outcome committed exactly once for the lease (``store.commit_outcome``, with its receipt); the
     exact retry returns the same receipt. ``then``: lease the next items after the commit, only in the call
     that committed (a retry's answer carries none: the items of a lost answer come back when their leases
-    run out). Raises ``InvalidOutcome`` (nothing committed, lease kept), ``LeaseLost`` or ``RunEnded``, and
-    leases nothing then."""
+    run out). Raises ``InvalidOutcome`` or ``ParkRefused`` (nothing committed, lease kept), ``LeaseLost`` or
+    ``RunEnded``, and leases nothing then."""
     sent = digest(outcome)
     with read_statement() as conn:
         found = store.held_claim(conn, lease_id)
@@ -230,7 +230,7 @@ def complete(lease_id: str, outcome: Outcome, then: Ask | None = None) -> Comple
     state, claim = found
     checked = sent_outcome(outcome, f"remote {state.kind} {state.name}")
     committed = store.commit_outcome(claim, checked, execution_id=lease_id,
-                                     completion=store.Completion(lease_id, sent))  # fmt: skip
+                                     completion=store.Completion(lease_id, sent), raise_refused=True)  # fmt: skip
     if committed is None or committed.receipt is None:
         return Completed(_receipt(lease_id, sent) or _lost(lease_id), [])
     publish([(c.id, c.kind) for c in committed.due], retry=False)  # once: the sweep relays a lost publish

@@ -197,7 +197,8 @@ def start_run(
     remote) and ``Forbidden`` without a grant; nothing is stored then. With ``idempotency_key``, a retry
     returns the same run and a different body raises ``Conflict``. With ``park`` (an agent that runs its
     own loop), the first step is parked at once, in the run's transaction, on a continuation a live worker
-    serves (else ``InvalidOutcome``): its body never runs here.
+    serves (else ``InvalidOutcome``): its body never runs here. The park, too, addresses only targets
+    ``principal`` is granted on and names only live people (else ``ParkRefused``, a ``Forbidden``).
     """
     if park is None and not step_served(workflow):
         raise NotRegistered(f"workflow {workflow} is not a registered step")

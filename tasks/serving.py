@@ -32,7 +32,8 @@ def continuation_served(key: str) -> bool:
 def sent_outcome(outcome: Outcome, where: str) -> Outcome:
     """An outcome sent from outside Python (a remote worker's, or a park at a run's start), checked as a
     body's (``check_outcome``) against what the fleet serves: a ``Next`` to a step that is run, a ``Park`` on
-    a version a live worker serves naming only live people, no permission ``request_id`` (Parkway's own).
+    a version a live worker serves with quorums people could reach, no permission ``request_id`` (Parkway's
+    own). Whom it addresses is the store's to judge as it commits (``store.park``: ``ParkRefused``, 403).
     Raises ``InvalidOutcome`` (422, nothing stored)."""
     try:
         check_outcome(outcome, where, step_known=step_served)
@@ -51,7 +52,7 @@ def sent_outcome(outcome: Outcome, where: str) -> Outcome:
 
 
 def unanswerable(park: Park) -> str | None:
-    """A sentence naming what no one could ever answer in ``park``'s waits (a name that is not a live person,
-    a quorum larger than who could ever answer: ``checks.unanswerable``); ``None`` when there is none."""
+    """A sentence naming a wait of ``park`` that no one could ever answer (a quorum larger than who could
+    ever answer: ``checks.unanswerable``); ``None`` when there is none."""
     with single_statement() as conn:
         return checks.unanswerable(conn, park.interactions)

@@ -281,8 +281,8 @@ def hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_on
 
 
 def _people(outcome: Result) -> Result:
-    """A Park whose waits no one could answer (a name that is not a live person, a quorum larger than who
-    could ever answer: ``serving.unanswerable``) fails with a sentence naming it."""
+    """A Park whose waits no one could answer (a quorum larger than who could ever answer:
+    ``serving.unanswerable``) fails with a sentence naming it."""
     problem = unanswerable(outcome) if isinstance(outcome, Park) else None
     return outcome if problem is None else Fail(storable_text(problem))
 

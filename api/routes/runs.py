@@ -40,7 +40,9 @@ IdempotencyKey = Annotated[
 )
 def start_run(body: RunCreate, agent: AgentDep, idempotency_key: IdempotencyKey = None) -> RunOut:
     """The owner is the authenticated agent; a body naming an `owner` is refused (422). With `park`, the first
-    step is parked at once (one transaction) on a continuation a live worker serves, else 422 naming it."""
+    step is parked at once (one transaction) on a continuation a live worker serves, else 422 naming it; its
+    waits address only targets the agent holds a live grant on and name only live people, else 403 naming
+    what it may not address (nothing stored)."""
     try:
         run_id = sdk.start_run(
             body.workflow,

@@ -28,7 +28,7 @@ from models.store.runs import (
     history_of,
 )
 from models.store.sql import CONT, INTER, STEP, bp, word
-from models.store.steps import next_step_ctes, next_step_params, park_ctes, park_params
+from models.store.steps import REFUSAL_COLUMNS, next_step_ctes, next_step_params, park_ctes, park_params, refuse
 from models.store.teams import name_answerers
 
 # claimed -> consumed, only by the execution holding a live lease (``:eid``, ``live_claim``).
@@ -176,10 +176,10 @@ def consume_and_next_step(
 @cache
 def _consume_and_park(interactions: int, resumed_step: bool) -> DriverStatement:
     consumed, won, resumed = _consuming()
-    parked, ctes = park_ctes(interactions, resumed_step, won, resumed)
+    parked, refusal, ctes = park_ctes(interactions, resumed_step, won, resumed)
     return DriverStatement(
-        select(consumed.c.id.label("consumed"), parked.c.id.label("parked"))
-        .select_from(consumed.outerjoin(parked, true()))
+        select(consumed.c.id.label("consumed"), parked.c.id.label("parked"), *(refusal.c[c] for c in REFUSAL_COLUMNS))
+        .select_from(consumed.outerjoin(parked, true()).outerjoin(refusal, true()))
         .add_cte(_erased_step_secrets(won), *ctes)
     )
 
@@ -197,7 +197,8 @@ def consume_and_park(
 ) -> bool:
     """claimed -> consumed (as ``consume``), the step's sealed values erased and ``park`` (a resumed step's
     wait made on a new step), in one statement; ``False`` when the claim was lost (nothing was written).
-    Run it in a transaction: a step that did not park raises, and the consume rolls back with it."""
+    Run it in a transaction: a step that did not park raises (``ParkRefused`` for a park that addresses
+    what it may not, as ``park``), and the consume rolls back with it."""
     params, events = park_params(step, continuation=continuation, snapshot=snapshot, interactions=interactions,
                                  resumed=from_continuation)  # fmt: skip
     events.insert(0, resumed_event(step.run_id, step.id, step.name, continuation_id))
@@ -205,6 +206,7 @@ def consume_and_park(
     row = _consume_and_park(len(interactions), from_continuation).first(session, params)
     if row is None:
         return False
+    refuse(row)
     if row.parked is None:  # pragma: no cover - the step is not running (interrupted meanwhile): roll back
         raise RuntimeError(f"step {step.id} is not running; cannot park")
     name_answerers(session, params["new_sid"], interactions)

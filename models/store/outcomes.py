@@ -29,6 +29,7 @@ from models.store.reviews import interrupt_review, running_reviews
 from models.store.runs import Due, RunRecord, erase_secrets, finish_run
 from models.store.steps import next_step, park
 from parkway.db import single_statement, transaction
+from parkway.errors import ParkRefused
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,31 @@ def commit_outcome(
     reviews_started: bool = False,
     in_commit: Sequence[Callable[[Session], None]] = (),
     completion: Completion | None = None,
+    raise_refused: bool = False,
 ) -> Committed | None:
     """claimed -> consumed with the step's outcome, committed; ``None`` when the claim was lost (another
     execution owns it now, and nothing was written). ``in_commit`` callbacks run inside the commit unless
-    the run failed or was interrupted; a remote ``completion``'s receipt is written in it."""
+    the run failed or was interrupted; a remote ``completion``'s receipt is written in it.
+
+    A park that addresses what it may not (``ParkRefused``, nothing of it committed) interrupts the run with
+    that reason: the system's verdict, not the workflow's. ``raise_refused``: raised instead, nothing
+    committed and the claim kept (a remote worker's request, answered 403)."""
+    try:
+        return _commit(claim, outcome, execution_id, reviews_started, in_commit, completion)
+    except ParkRefused as refused:
+        if raise_refused:
+            raise
+        return _commit(claim, Interruption(str(refused)), execution_id, reviews_started, (), completion)
+
+
+def _commit(
+    claim: Claim,
+    outcome: StepOutcome,
+    execution_id: str,
+    reviews_started: bool,
+    in_commit: Sequence[Callable[[Session], None]],
+    completion: Completion | None,
+) -> Committed | None:
     reviews = claim.review_running or reviews_started  # otherwise no review of the step can be running
     quiet = (not in_commit or _fails(outcome)) and completion is None  # nothing else is written in the commit
     if not reviews and quiet and not isinstance(outcome, Park):  # a park that did not happen rolls back

@@ -1,7 +1,9 @@
 """A step's outcomes inside its consume: hand over to the next step, or park with its interactions.
 
 Each is one statement of data-modifying CTEs, built once per shape (a park's per number of interactions)
-and run on the driver (``DriverStatement``); its events are one insert, in the order they are listed.
+and run on the driver (``DriverStatement``); its events are one insert, in the order they are listed. A
+park's statement also reads whom it addresses (``_refusal``): every path that parks (a run's start, a
+Python body, a remote worker's or a push handler's outcome) comes here, so the rule is checked once.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import bindparam, exists, func, insert, literal, select, true, union_all, update
+from sqlalchemy import String, and_, bindparam, cast, exists, func, insert, literal, select, true, union_all, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
@@ -20,9 +23,12 @@ from models.status import ContinuationKind, InteractionStatus, RunStatus, StepSt
 from models.store.claims import StepRef
 from models.store.driver import DriverStatement
 from models.store.events import event_params, event_row, events_if
+from models.store.interactions import _live_grant
+from models.store.principals import ANSWERERS
 from models.store.runs import Due, StepLike, ready_continuation
-from models.store.sql import CONT, INTER, RUN, STEP, bp, new_id, word, words
+from models.store.sql import CONT, INTER, PRIN, RUN, STEP, bp, new_id, word, words
 from models.store.teams import name_answerers
+from parkway.errors import ParkRefused
 
 _AT = bp("at", STEP.c.updated_at)
 _STEP_REF = ("id", "run_id", "name", "payload", "snapshot")  # as StepRef's fields
@@ -144,12 +150,52 @@ _INTERACTION_COLUMNS = [
 ]
 
 
-def park_ctes(interactions: int, resumed: bool, gate: Any, *first: Any) -> tuple[Any, list[Any]]:
-    """``park``'s writes, each only if ``gate`` holds, its events after ``first``: the parked step (a CTE
-    of ``StepRef``'s columns, to select from) and the other CTEs. The park of a running step ``:sid`` (CAS
-    running -> parked), or of a resuming one (``resumed``: it -> completed, and a new step ``:new_sid``
-    made parked); its ``interactions``, the run's CAS running -> waiting and the events, each only if the
-    step parked."""
+_OWNER = PRIN.alias("owner")
+
+
+def _live_person(name: Any) -> Any:
+    """Whether a live human or admin (who may answer) is named ``name`` (an expression)."""
+    return exists().where(PRIN.c.name == name, PRIN.c.disabled_at.is_(None), PRIN.c.kind.in_(words(ANSWERERS)))
+
+
+def _first_of(names: str, allowed: Any) -> Any:
+    """The first of the bound list ``:names`` for which ``allowed(name)`` does not hold, or NULL."""
+    listed = (
+        func.unnest(cast(bindparam(names), ARRAY(String))).table_valued("name", with_ordinality="n").render_derived()
+    )
+    refused = select(listed.c.name).where(~allowed(listed.c.name)).order_by(listed.c.n).limit(1)
+    return refused.scalar_subquery()
+
+
+def _refusal() -> Any:
+    """What the park of the run ``:rid`` may not address (``addressed``), one row: its owner's name, the
+    first of ``:targets`` the owner holds no live grant on and the first of ``:people`` who is no live
+    person (each NULL when there is none)."""
+    return (
+        select(
+            _OWNER.c.name.label("owner"),
+            _first_of("targets", lambda target: _live_grant(RUN.c.owner_id, target)).label("refused_target"),
+            _first_of("people", _live_person).label("refused_person"),
+        )
+        .select_from(RUN.join(_OWNER, _OWNER.c.id == RUN.c.owner_id))
+        .where(RUN.c.id == bindparam("rid"))
+        .cte("refusal")
+    )
+
+
+REFUSAL_COLUMNS = ("owner", "refused_target", "refused_person")
+
+
+def park_ctes(interactions: int, resumed: bool, gate: Any, *first: Any) -> tuple[Any, Any, list[Any]]:
+    """``park``'s writes, each only if ``gate`` holds and the park may address all it names, its events
+    after ``first``: the parked step (a CTE of ``StepRef``'s columns, to select from), the ``refusal`` (a
+    CTE of ``REFUSAL_COLUMNS``, to select from) and the other CTEs. The park of a running step ``:sid``
+    (CAS running -> parked), or of a resuming one (``resumed``: it -> completed, and a new step
+    ``:new_sid`` made parked); its ``interactions``, the run's CAS running -> waiting and the events, each
+    only if the step parked."""
+    refusal = _refusal()
+    gate = and_(gate, exists(select(refusal.c.owner).where(refusal.c.refused_target.is_(None),
+                                                             refusal.c.refused_person.is_(None))))  # fmt: skip
     snapshot = {"snapshot": bp("snap", STEP.c.snapshot), "continuation": bp("cont", STEP.c.continuation)}
     ctes = []
     if resumed:
@@ -175,7 +221,34 @@ def park_ctes(interactions: int, resumed: bool, gate: Any, *first: Any) -> tuple
     )
     # step.completed (a resumed step's, whatever its CAS did), step.parked, then each interaction.asked
     events = events_if(*first, *([gate] if resumed else []), won, *(won for _ in range(interactions)))
-    return parked, [*ctes, waiting, events.cte("events")]
+    return parked, refusal, [*ctes, waiting, events.cte("events")]
+
+
+def addressed(specs: Sequence[InteractionSpec]) -> dict[str, list[str]]:
+    """What a park's waits address, as ``_refusal`` binds it: every target (a wait's own, each escalation
+    level's) and every person named (assignees, escalation levels' names), each once, in order."""
+    targets: dict[str, None] = {}
+    people: dict[str, None] = {}
+    for spec in specs:
+        targets[spec.target] = None
+        people.update(dict.fromkeys(spec.assignees))
+        for _, to in spec.escalate:
+            if isinstance(to, str):
+                targets[to] = None
+            else:
+                people.update(dict.fromkeys(to))
+    return {"targets": list(targets), "people": list(people)}
+
+
+def refuse(row: Any) -> None:
+    """Raise ``ParkRefused`` when a row of a park's statement (its ``REFUSAL_COLUMNS``) names what the park
+    may not address: nothing of it was written, and its transaction is to roll back."""
+    if row.refused_target is not None:
+        raise ParkRefused(f"principal {row.owner}, the run's owner, holds no grant on target {row.refused_target}:"
+                          " a run's waits address only targets its owner is granted on")  # fmt: skip
+    if row.refused_person is not None:
+        raise ParkRefused(f"principal {row.refused_person} named by the park is not a live human or admin:"
+                          " a wait names only people who may answer")  # fmt: skip
 
 
 def park_params(
@@ -186,7 +259,7 @@ def park_params(
     parking = new_id() if resumed else step.id
     params: dict[str, Any] = {"sid": step.id, "new_sid": parking, "rid": run_id, "at": utcnow(), "snap": snapshot,
                               "cont": continuation, "name": continuation.split("@", 1)[0], "payload": None,
-                              "res": {"parked": continuation}}  # fmt: skip
+                              "res": {"parked": continuation}, **addressed(interactions)}  # fmt: skip
     events = [event_row(run_id, "step.completed", step_id=step.id, name=step.name)] if resumed else []
     parked_name = params["name"] if resumed else step.name
     events.append(event_row(run_id, "step.parked", step_id=parking, name=parked_name, continuation=continuation))
@@ -205,8 +278,9 @@ def park_params(
 
 @cache
 def _park(interactions: int, resumed: bool) -> DriverStatement:
-    parked, ctes = park_ctes(interactions, resumed, true())
-    return DriverStatement(select(*(parked.c[name] for name in _STEP_REF)).add_cte(*ctes))
+    parked, refusal, ctes = park_ctes(interactions, resumed, true())
+    columns = [*(refusal.c[name] for name in REFUSAL_COLUMNS), *(parked.c[name] for name in _STEP_REF)]
+    return DriverStatement(select(*columns).select_from(refusal.outerjoin(parked, true())).add_cte(*ctes))
 
 
 def park(
@@ -222,12 +296,15 @@ def park(
     -> completed first, the wait made on a new step): one statement. Returns the parked step.
 
     A continuation that parks again does so as a new step (every wait has its own step and at most one
-    continuation).
+    continuation). Raises ``ParkRefused`` (nothing written) when the park addresses a target the run's
+    owner holds no live grant on, or names one who is no live person (``addressed``).
     """
     params, events = park_params(step, continuation=continuation, snapshot=snapshot, interactions=interactions,
                                  resumed=from_continuation)  # fmt: skip
     row = _park(len(interactions), from_continuation).first(session, {**params, **event_params(events)})
-    if row is None:  # pragma: no cover - the consume CAS already proved this execution owns the step
+    if row is not None:
+        refuse(row)
+    if row is None or row.id is None:  # pragma: no cover - the consume CAS already proved this execution owns it
         raise RuntimeError(f"step {step.id} is not running; cannot park")
     name_answerers(session, params["new_sid"], interactions)
-    return StepRef(*row)
+    return StepRef(*row[len(REFUSAL_COLUMNS) :])

@@ -1,7 +1,7 @@
 """Quorum waits on real worker processes (docs/teams.md): many people answer at once, one decision, the
 step resumed exactly once, across a worker's SIGKILL and an API restart; escalation levels and expiry after
-the last one; reminders and levels on the database's clock whatever the worker's; the park-time check of
-who could ever answer."""
+the last one; reminders and levels on the database's clock whatever the worker's; the park-time checks of
+who could ever answer, and of what the run's owner may address."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sqlalchemy import select
 import tests.team_workflows  # noqa: F401  (start() checks the workflow is registered in this process too)
 from beat.sweep import run_sweep
 from models import store
-from models.tables import Interaction
+from models.tables import Interaction, Step
 from parkway.db import transaction
 from parkway.errors import Conflict, Forbidden, Gone, InvalidOutcome
 from parkway.tokens import hash_token, new_token
@@ -35,6 +35,8 @@ from tests.support import (
     continuations,
     event_types,
     pass_time,
+    run_row,
+    run_status,
     start,
     sweeps_done,
     wait_for,
@@ -63,6 +65,16 @@ def granted_people(count: int, target: str = TARGET, *, granted: bool = True) ->
             if granted:
                 store.create_grant(session, principal_id=made.id, target=target)
     return tokens
+
+
+def addressable(prefix: str) -> str:
+    """A new target the suite's agent is granted on: a run's waits address only targets its owner holds."""
+    target = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    with transaction() as session:
+        agent = store.principal_by_name(session, AGENT)
+        assert agent is not None
+        store.create_grant(session, principal_id=agent.id, target=target)
+    return target
 
 
 def wait_row(iid: str) -> Interaction:
@@ -199,10 +211,11 @@ def test_escalation__answered_at_the_level_reached__recorded_with_it(stack: Stac
 def test_escalation__expires_after_the_last_level_and_the_step_resumes_with_expired(
     stack: Stack, worker: Worker
 ) -> None:
-    # Given a wait escalating to bo at 60s and to a team at 120s, expiring at 180s
+    # Given a wait escalating to bo at 60s and to a team (no one on it) at 120s, expiring at 180s
     ana, bo = granted_people(2, granted=False)
+    empty = addressable("team:empty")
     run_id = start("teams.approve", {"target": TARGET, "assignees": [ana], "assignees_only": True,
-                                     "escalate": [[60, [bo]], [120, "team:nobody"]], "expires_in": 180})  # fmt: skip
+                                     "escalate": [[60, [bo]], [120, empty]], "expires_in": 180})  # fmt: skip
     iid = wait_parked(run_id)["deploy"].id
 
     # When each level's time passes: each level is reached in turn, and the wait stays pending
@@ -258,8 +271,9 @@ def test_timers__a_worker_ten_minutes_ahead_writes_reminders_and_levels_by_the_d
 
 
 def test_park__a_quorum_more_than_who_could_ever_answer_is_refused_nothing_stored(stack: Stack, worker: Worker) -> None:
-    # Given a team of two, and cy named but granted on nothing: three people who could ever answer
-    team = f"team:pair-{uuid.uuid4().hex[:6]}"
+    # Given a team of two (the agent granted on it too), and cy named but granted on nothing: three people
+    # who could ever answer
+    team = addressable("team:pair")
     ana, bo = granted_people(2, team)
     (cy,) = granted_people(1, granted=False)
     options = {"target": team, "assignees": [cy, ana], "escalate": [[60, [bo]]], "expires_in": 600}
@@ -290,3 +304,38 @@ def test_park__a_quorum_more_than_who_could_ever_answer_is_refused_nothing_store
     with pytest.raises(InvalidOutcome, match="quorum 3 is more than the 2 principals"):
         start_run("teams.approve", {}, principal=AGENT, target=TARGET,
                   park=Park(continuation="teams.seen@1", interactions=[alone]))  # fmt: skip
+
+
+def _ended_or_parked(run_id: str) -> str:
+    """The run's status once its first step committed (parked, or ended)."""
+    wait_for(lambda: run_status(run_id) != "running", what=f"run {run_id} past its first step")
+    return run_status(run_id)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"target": "team:elsewhere"}, "target team:elsewhere"),
+        ({"target": TARGET, "escalate": [[60, "team:elsewhere"]], "expires_in": 600}, "target team:elsewhere"),
+        ({"target": TARGET, "assignees": ["tq-nobody"]}, "principal tq-nobody"),
+        ({"target": TARGET, "assignees": [AGENT]}, f"principal {AGENT}"),
+    ],
+    ids=["target", "escalation", "unknown-assignee", "agent-assignee"],
+)
+def test_park__from_a_python_body_addressing_what_the_owner_may_not__interrupted_naming_it(
+    stack: Stack, worker: Worker, options: dict[str, Any], named: str
+) -> None:
+    # Given an agent granted on TARGET only, and no live person named tq-nobody
+    # When its Python step parks on another target, escalates to one, or names one who is no live person
+    run_id = start("teams.approve", options)
+
+    # Then the system interrupts the run and its step (authority, not the workflow's verdict), naming it,
+    # and no wait exists
+    assert _ended_or_parked(run_id) == "interrupted"
+    run = run_row(run_id)
+    assert named in (run.reason or ""), run.reason
+    with transaction() as session:
+        steps = session.execute(select(Step.status, Step.reason).where(Step.run_id == run_id)).all()
+        assert [status for status, _ in steps] == ["interrupted"] and named in (steps[0][1] or "")
+        assert session.scalars(select(Interaction.id).where(Interaction.run_id == run_id)).all() == []
+    assert "interaction.asked" not in event_types(run_id)

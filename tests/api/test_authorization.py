@@ -351,10 +351,14 @@ def test_agent_cancels_only_its_own_runs(client: TestClient, actors: Actors) -> 
     with pytest.raises(Forbidden):
         sdk.cancel(iid, response_id=uuid.uuid4().hex, principal=AGENT2)
     assert status_of(iid) == "pending"
-    # The owner cancels, also a question for a target it holds no grant on (its run's authority counts)
+    # The owner cancels, also a question for a target it holds no grant on any more (its run's authority
+    # counts): it parked there while granted, the grant revoked since
     own = cancel_as(client, actors, AGENT, iid)
     assert own.status_code == 200, own.text
+    admin = actors.auth(ADMIN)
+    grant = client.post("/v1/grants", json={"principal": AGENT, "target": "team:finance"}, headers=admin).json()
     elsewhere = park(client, actors, workflow="api.elsewhere", ask="team:finance")
+    assert client.delete(f"/v1/grants/{grant['id']}", headers=admin).status_code == 204
     assert cancel_as(client, actors, AGENT, elsewhere).status_code == 200
     assert status_of(elsewhere) == "canceled"
 

@@ -271,12 +271,13 @@ def test_reminders_and_escalation__each_written_once_under_concurrent_sweeps(
 def test_listing__what_names_a_person_and_what_escalated_to_their_team_lists_without_a_grant_on_the_target(
     client: TestClient, actors: Actors
 ) -> None:
-    # Given a wait on team:ops naming ana (no grant on it), escalating to a team cy is granted on at 300s,
-    # then to bo by name at 600s
+    # Given a wait on team:ops naming ana (no grant on it), escalating to a team cy is granted on at 300s
+    # (the agent too: it addresses only targets it is granted on), then to bo by name at 600s
     ana, bo, cy = people(client, actors, 3, granted=False)
     leads = f"team:leads-{uuid.uuid4().hex[:6]}"
-    grant = client.post("/v1/grants", json={"principal": cy, "target": leads}, headers=actors.auth(ADMIN))
-    assert grant.status_code == 201, grant.text
+    for who in (cy, AGENT):
+        grant = client.post("/v1/grants", json={"principal": who, "target": leads}, headers=actors.auth(ADMIN))
+        assert grant.status_code == 201, grant.text
     _, iid = start(client, actors, "teams.approve", assignees=[ana], escalate=[[300, leads], [600, [bo]]],
                    expires_in=3600)  # fmt: skip
 
@@ -386,11 +387,14 @@ def test_delegate__a_disabled_delegate_may_no_longer_answer_and_an_admin_reassig
 
 
 def test_readme__a_two_person_approval_with_an_escalation(client: TestClient, actors: Actors) -> None:
-    # Given the README's workflow: two of on-call must approve; after an hour the leads may approve too
+    # Given the README's workflow: two of on-call must approve; after an hour the leads may approve too (the
+    # agent granted on both teams it addresses, as the README says)
     (ana,) = people(client, actors, 1)
     (lee,) = people(client, actors, 1, granted=False)
     leads = f"team:leads-{uuid.uuid4().hex[:6]}"
-    assert client.post("/v1/grants", json={"principal": lee, "target": leads}, headers=actors.auth(ADMIN)).is_success
+    for who in (lee, AGENT):
+        grant = client.post("/v1/grants", json={"principal": who, "target": leads}, headers=actors.auth(ADMIN))
+        assert grant.status_code == 201, grant.text
     made = client.post("/v1/runs", json={"workflow": "release.request", "target": TARGET, "payload": {
         "service": "api", "oncall": TARGET, "leads": leads}}, headers=actors.auth(AGENT))  # fmt: skip
     assert made.status_code == 201, made.text
