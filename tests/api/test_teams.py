@@ -14,18 +14,21 @@ from sqlalchemy import select
 import tests.team_workflows  # noqa: F401  (registers the team workflows in this process)
 from beat.sweep import run_sweep
 from models import history, store
+from models.store import PrincipalRef
 from models.tables import Interaction, Run
-from parkway.db import transaction
+from parkway.db import open_transaction, single_statement, transaction
 from parkway.errors import Forbidden
 from tasks import sdk
 from tests.api.conftest import ADMIN, AGENT, Actors, drive
 from tests.support import (
     TARGET,
+    WAITING_ON_A_LOCK,
     Stack,
     continuations,
     event_types,
     interactions,
     pass_time,
+    wait_for,
     wait_parked,
     wait_status,
 )
@@ -495,6 +498,32 @@ def test_delegate__onward_moves_the_place_again_never_around_a_cycle(client: Tes
     assert [(d["by"], d["to"], d["for"]) for d in shown["delegations"]] == [(a, b, a), (b, c, a)]
     assert [(r["principal"], r["for"]) for r in shown["responses"]] == [(c, a), (e, e)]
     assert result(run_id)[0] == "completed"
+
+
+def test_delegate__an_answer_that_waited_for_the_step_while_its_place_moved_gets_403(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a first-wins wait h1 may answer, and h1's delegation to h3 holding the step's lock, not committed
+    (h1,) = people(client, actors, 1)
+    (h3,) = people(client, actors, 1, granted=False)
+    run_id, iid = start(client, actors, "teams.approve")
+    with open_transaction() as holder, ThreadPoolExecutor(1) as pool:
+        store.delegate(holder, iid, principal=PrincipalRef(IDS[h1], h1, "human"), to=h3, note=None)
+        # When h1's answer reads the wait (its snapshot: the place still h1's) and waits for the step's lock
+        answered = pool.submit(sdk.answer, iid, YES, response_id="r-h1", principal=h1)
+
+        def waiting() -> bool:
+            with single_statement() as conn:  # the answer's read by name (its text's start: the rest is cut)
+                return bool(conn.execute(WAITING_ON_A_LOCK, {"like": "SELECT caller.id%"}).all())
+
+        wait_for(waiting, what="the answer waiting for the step's lock")
+        holder.commit()
+        # Then it is refused as a delegator's answer is, and the wait stays h3's to answer
+        with pytest.raises(Forbidden):
+            answered.result(timeout=30)
+    assert answer(client, actors, iid, h3, YES).json()["status"] == "answered"
+    assert [(r["principal"], r["for"]) for r in read(client, actors, iid)["responses"]] == [(h3, h1)]
+    assert result(run_id)[1]["answered_by"] == h3
 
 
 def test_delegate__under_assignees_only_a_delegate_answers_only_in_an_assignees_place(
