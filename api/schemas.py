@@ -114,9 +114,12 @@ class ReviewOut(BaseModel):
 
 class ResponseOut(BaseModel):
     principal: str
+    place: str = Field(serialization_alias="for", description="in whose place: principal's own, or a delegator's")
     value: Any = Field(description='sensitive fields "***" on every read (decrypted only in a worker\'s lease item)')
     at: datetime
     level: int = Field(description="the escalation level of the wait when it came")
+
+    model_config = ConfigDict(serialize_by_alias=True)
 
 
 class EscalationOut(BaseModel):
@@ -125,10 +128,13 @@ class EscalationOut(BaseModel):
 
 
 class DelegationOut(BaseModel):
-    to: str = Field(description="the delegate, who may answer from then on")
-    by: str = Field(description="who delegated (the delegator keeps access)")
+    to: str = Field(description="the delegate, who answers in that place from then on")
+    by: str = Field(description="who delegated: the place is theirs no more")
+    place: str = Field(serialization_alias="for", description="whose place it moved: by's own, or one delegated to by")
     note: str | None
     at: datetime
+
+    model_config = ConfigDict(serialize_by_alias=True)
 
 
 class InteractionOut(BaseModel):
@@ -151,7 +157,7 @@ class InteractionOut(BaseModel):
     created_at: datetime
     closed_at: datetime | None
     reason: str | None
-    quorum: int = Field(description="responses from distinct principals it needs (1: the first response wins)")
+    quorum: int = Field(description="responses in distinct places it needs (1: the first response wins)")
     responses: list[ResponseOut] = Field(description="every response so far, in order; sensitive fields as ***")
     level: int = Field(description="the escalation level reached (0: none yet)")
     answered_level: int | None = Field(description="the level at which the decision came")
@@ -187,14 +193,15 @@ class InteractionOut(BaseModel):
             closed_at=i.closed_at,
             reason=i.reason,
             quorum=i.quorum,
-            responses=[ResponseOut(principal=r.principal, value=redacted(i, r.value), at=r.at, level=r.level)
-                       for r in view.responses],
+            responses=[ResponseOut(principal=r.principal, place=r.place, value=redacted(i, r.value), at=r.at,
+                                   level=r.level) for r in view.responses],
             level=i.level,
             answered_level=i.answered_level,
             assignees=view.assignees,
             assignees_only=bool((i.team or {}).get("assignees_only")),
             escalate=[EscalationOut(**level) for level in (i.team or {}).get("escalate", [])],
-            delegations=[DelegationOut(to=d.to, by=d.by, note=d.note, at=d.at) for d in view.delegations],
+            delegations=[DelegationOut(to=d.to, by=d.by, place=d.place, note=d.note, at=d.at)
+                         for d in view.delegations],
             reminders=i.reminders,
         )  # fmt: skip
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, UTCDateTime, utcnow
@@ -16,12 +16,14 @@ from models.tables import one_of
 
 class InteractionResponse(Base):
     """One principal's response to a wait that needs more than one (``quorum`` > 1): recorded once, its
-    receipt kept for an exact retry. Its sensitive fields are sealed in the interaction's ``secret``."""
+    receipt kept for an exact retry, in the place its principal held (its own, or one delegated to it: one
+    response per place). Its sensitive fields are sealed in the interaction's ``secret``."""
 
     __tablename__ = "interaction_responses"
 
     interaction_id: Mapped[str] = mapped_column(ForeignKey("interactions.id"), primary_key=True)
     principal_id: Mapped[str] = mapped_column(ForeignKey("principals.id"), primary_key=True)
+    place_id: Mapped[str] = mapped_column(ForeignKey("principals.id"))  # whose place it was made in
     response_id: Mapped[str] = mapped_column(String(200))
     response_digest: Mapped[str] = mapped_column(String(64))
     value: Mapped[Any | None] = mapped_column(JSON)  # the clear part (sensitive fields sealed apart)
@@ -30,12 +32,17 @@ class InteractionResponse(Base):
     level: Mapped[int] = mapped_column(Integer)  # the wait's escalation level when it came
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    __table_args__ = (one_of("status", InteractionStatus),)
+    __table_args__ = (
+        one_of("status", InteractionStatus),
+        UniqueConstraint("interaction_id", "place_id"),  # a place counts once towards the quorum
+    )
 
 
 class InteractionAnswerer(Base):
     """Who may answer a wait beyond the grants on its target: a named assignee, an escalation level (a
-    principal or a target, from ``level`` on), or a delegate (with who delegated and their note)."""
+    principal or a target, from ``level`` on), or a delegate: the move of one place (``place_id``, whose
+    place it first was) from who delegated to the delegate, with their note. A place is held by the
+    delegate of its latest move (``store.place_of``)."""
 
     __tablename__ = "interaction_answerers"
 
@@ -46,6 +53,7 @@ class InteractionAnswerer(Base):
     principal_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))
     target: Mapped[str | None] = mapped_column(String(200))  # a grant on it gives access (escalation)
     by_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))  # a delegation's delegator
+    place_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))  # the place a delegation moves
     note: Mapped[str | None] = mapped_column(Text)
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -1,5 +1,6 @@
-"""What the HTTP API and the pages read of a wait's team (docs/teams.md): its responses, the principals it
-names and its delegations. Nothing here writes state; values are read as stored (the caller redacts)."""
+"""What the HTTP API and the pages read of a wait's team (docs/teams.md): its responses and the place each
+was made in, the principals it names, its delegations, and whether a person holds a place on it. Nothing
+here writes state; values are read as stored (the caller redacts)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Select, and_, exists, false, or_, select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, exists, false, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from models.status import AnswererSource, InteractionStatus
+from models.store.interactions import held_by_delegation, place_of
+from models.store.sql import INTER, PRIN
 from models.tables import Interaction, Principal
 from models.team_tables import InteractionAnswerer, InteractionResponse
 
@@ -25,6 +28,7 @@ class ResponseView:
     value: Any  # the clear part as stored: redact before showing
     at: datetime
     level: int
+    place: str  # in whose place it was made: ``principal`` itself, or whoever delegated that place
 
 
 @dataclass(frozen=True)
@@ -33,51 +37,87 @@ class DelegationView:
     by: str
     note: str | None
     at: datetime
+    place: str  # whose place it moved
 
 
-_BY = aliased(Principal)
+_BY, _PLACE = aliased(Principal), aliased(Principal)
 
 
 def fill(session: Session, views: list[InteractionView]) -> list[InteractionView]:
-    """Each view's responses (a quorum wait's rows; the one answer of any other), assignees and
-    delegations: two reads for the whole list, none for a list without quorum or named answerers."""
+    """Each view's responses (a quorum wait's rows; the one answer of any other) with the place each was made
+    in, assignees and delegations: two reads for the whole list, none for a list without quorum or named
+    answerers, and a third when a first-wins wait was decided after a delegation."""
     ids = [v.interaction.id for v in views]
     responses: dict[str, list[ResponseView]] = defaultdict(list)
     if any(v.interaction.quorum > 1 for v in views):
         rows = session.execute(
-            select(InteractionResponse, Principal.name)
+            select(InteractionResponse, Principal.name, _PLACE.name)
             .join(Principal, Principal.id == InteractionResponse.principal_id)
+            .join(_PLACE, _PLACE.id == InteractionResponse.place_id)
             .where(InteractionResponse.interaction_id.in_(ids))
             .order_by(InteractionResponse.at)
         )
-        for r, name in rows:
-            responses[r.interaction_id].append(ResponseView(name, r.value, r.at, r.level))
-    named: dict[str, list[tuple[InteractionAnswerer, str | None, str | None]]] = defaultdict(list)
+        for r, name, place in rows:
+            responses[r.interaction_id].append(ResponseView(name, r.value, r.at, r.level, place))
+    named: dict[str, list[tuple[InteractionAnswerer, str | None, str | None, str | None]]] = defaultdict(list)
     answerers = session.execute(
-        select(InteractionAnswerer, Principal.name, _BY.name)
+        select(InteractionAnswerer, Principal.name, _BY.name, _PLACE.name)
         .outerjoin(Principal, Principal.id == InteractionAnswerer.principal_id)
         .outerjoin(_BY, _BY.id == InteractionAnswerer.by_id)
+        .outerjoin(_PLACE, _PLACE.id == InteractionAnswerer.place_id)
         .where(InteractionAnswerer.interaction_id.in_(ids))
         .order_by(InteractionAnswerer.id)
     )
-    for a, name, by in answerers:
-        named[a.interaction_id].append((a, name, by))
+    for a, name, by, place in answerers:
+        named[a.interaction_id].append((a, name, by, place))
+    for view in views:
+        rows_of = named[view.interaction.id]
+        view.assignees = [name for a, name, _, _ in rows_of if a.source == AnswererSource.ASSIGNEE and name]
+        view.delegations = [DelegationView(name or "", by or "", a.note, a.at, place or by or "")
+                            for a, name, by, place in rows_of if a.source == AnswererSource.DELEGATE]  # fmt: skip
+    delegated = [v.interaction.id for v in views if v.delegations and _answered_first(v)]
+    places = _answered_for(session, delegated) if delegated else {}
     for view in views:
         i = view.interaction
-        view.responses = responses[i.id] if i.quorum > 1 else _the_answer(view)
-        rows_of = named[i.id]
-        view.assignees = [name for a, name, _ in rows_of if a.source == AnswererSource.ASSIGNEE and name]
-        view.delegations = [DelegationView(name or "", by or "", a.note, a.at)
-                            for a, name, by in rows_of if a.source == AnswererSource.DELEGATE]  # fmt: skip
+        view.responses = responses[i.id] if i.quorum > 1 else _the_answer(view, places.get(i.id))
     return views
 
 
-def _the_answer(view: InteractionView) -> list[ResponseView]:
+def _answered_first(view: InteractionView) -> bool:
+    """A first-wins wait that was decided: its one answer is the interaction's own."""
     i = view.interaction
-    if i.status not in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED) or view.answered_by is None:
+    decided = i.status in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED)
+    return i.quorum <= 1 and decided and view.answered_by is not None
+
+
+def _the_answer(view: InteractionView, place: str | None) -> list[ResponseView]:
+    """A first-wins wait's one answer as a response, made in ``place`` (``None``: its answerer's own)."""
+    if not _answered_first(view) or view.answered_by is None:
         return []
+    i = view.interaction
     assert i.answered_at is not None
-    return [ResponseView(view.answered_by, i.value, i.answered_at, i.answered_level or 0)]
+    return [ResponseView(view.answered_by, i.value, i.answered_at, i.answered_level or 0, place or view.answered_by)]
+
+
+_IDS = INTER.c.id.in_(bindparam("ids", expanding=True))
+_ANSWERED_FOR = select(
+    INTER.c.id, select(PRIN.c.name).where(PRIN.c.id == held_by_delegation(INTER.c.answered_by_id)).scalar_subquery()
+).where(_IDS)
+
+
+def _answered_for(session: Session, ids: list[str]) -> dict[str, str]:
+    """Whose place each of these decided first-wins waits was answered in, where it was a delegated one: the
+    place its answerer held by delegation (``held_by_delegation``; a decided wait's places move no more)."""
+    return {iid: place for iid, place in session.execute(_ANSWERED_FOR, {"ids": ids}) if place is not None}
+
+
+_HOLDS = select(INTER.c.id).where(_IDS, place_of(bindparam("pid")).is_not(None))
+
+
+def holding(session: Session, principal_id: str, ids: list[str]) -> set[str]:
+    """Those of the interactions ``ids`` on which ``principal_id`` holds a place (``place_of``): where it
+    may answer or delegate."""
+    return set(session.scalars(_HOLDS, {"ids": ids, "pid": principal_id})) if ids else set()
 
 
 _ROWS = InteractionAnswerer.__table__

@@ -277,9 +277,11 @@ def answer(interaction_id: str, value: Any, *, response_id: str, principal: str 
 
 
 def delegate(interaction_id: str, to: str, *, principal: str | Actor, note: str | None = None) -> dict[str, Any]:
-    """Hand a pending wait to the person ``to`` as well (docs/teams.md): ``principal`` may answer it, or is
-    an admin. Returns ``{interaction_id, to, by, note, at}``; raises ``InvalidAnswer`` (to oneself, or to
-    one who could never answer), ``Conflict``/``Gone`` (the wait ended), ``Forbidden`` or ``NotFound``."""
+    """Move the place ``principal`` holds on a pending wait to the person ``to`` (docs/teams.md): ``to``
+    answers in it, ``principal`` no more. Returns ``{interaction_id, to, by, note, at, place}``; raises
+    ``InvalidAnswer`` (to oneself, to one who could never answer, around a cycle), ``Conflict`` (it
+    responded already; the wait was decided), ``Gone`` (the wait ended), ``Forbidden`` (it holds no place)
+    or ``NotFound``."""
     with transaction() as session:
         made = store.delegate(session, interaction_id, principal=_principal(session, principal), to=to, note=note)
     return dataclasses.asdict(made)

@@ -9,6 +9,7 @@ run's card (``run_card``) by the page's script.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,7 +19,7 @@ from sqlalchemy.orm import Session
 from api.pages import forms, teams
 from api.pages.render import render, run_status
 from api.pages.session import CSRF_FIELD, NONCE_COOKIE, csrf_token, session_id
-from models import access, cursors, event_log, history
+from models import access, cursors, event_log, history, team_views
 from models.access import InteractionView
 from models.base import utcnow
 from models.status import RUN_TERMINAL, InteractionKind, InteractionStatus
@@ -53,6 +54,7 @@ class Card:
     form: forms.Field | None = None
     response_id: str = ""
     me: str = ""  # the signed-in person's name: their own response to a quorum wait is shown as theirs
+    holds: bool = False  # the person holds a place on it (``team_views.holding``): they may answer or delegate
 
     @property
     def i(self) -> Any:
@@ -70,12 +72,13 @@ class Card:
     @property
     def needed(self) -> str | None:
         """What it still needs, and whether the person responded: "1 more needed; you may approve"."""
-        return self.team.needed(self.me)
+        return self.team.needed(self.me, self.holds)
 
     @property
     def answerable(self) -> bool:
-        """Whether the card offers the person an answer: pending, and not yet responded to by them."""
-        return self.ended is None and self.team.mine(self.me) is None
+        """Whether the card offers the person an answer and a delegation: pending, a place of theirs, and not
+        yet responded to by them."""
+        return self.ended is None and self.holds and self.team.mine(self.me) is None
 
     @property
     def decision(self) -> str:
@@ -97,10 +100,10 @@ class RunCard:
     cancel_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
-def _card(view: InteractionView, runs: dict[str, Run], me: str) -> Card:
+def _card(view: InteractionView, runs: dict[str, Run], me: str, held: Collection[str] = ()) -> Card:
     interaction = view.interaction
     run = runs.get(interaction.run_id)
-    card = Card(view=view, run=run, run_status=run_status(run), me=me)
+    card = Card(view=view, run=run, run_status=run_status(run), me=me, holds=interaction.id in held)
     if interaction.status != InteractionStatus.PENDING:
         card.ended = interaction.status
     elif card.run_status in RUN_TERMINAL:
@@ -155,7 +158,8 @@ def decisions_page(
             closed = [v for v in closed if v.interaction.target in targets]
         run_ids = [v.interaction.run_id for v in [*page.items, *closed]]
         runs = access.runs_by_id(session, [*run_ids, *([notice.run_id] if notice and notice.run_id else [])])
-    pending = [_card(v, runs, principal.name) for v in page.items]
+        held = team_views.holding(session, principal.id, [v.interaction.id for v in page.items])
+    pending = [_card(v, runs, principal.name, held) for v in page.items]
     closed_cards = [_card(v, runs, principal.name) for v in closed]
     ended = [c for c in pending if c.ended] + [c for c in closed_cards if c.i.status not in DECIDED]
     notice_run = runs.get(notice.run_id) if notice and notice.run_id else None
@@ -182,7 +186,8 @@ def run_card(request: Request, principal: Principal, run_id: str, view: View) ->
     with transaction() as session:
         page = history.pending(session, principal, mine=view == "mine", run_id=run_id, limit=PENDING_LIMIT)
         runs = access.runs_by_id(session, [run_id])
-    cards = [card for card in (_card(v, runs, principal.name) for v in page.items) if not card.ended]
+        held = team_views.holding(session, principal.id, [v.interaction.id for v in page.items])
+    cards = [card for card in (_card(v, runs, principal.name, held) for v in page.items) if not card.ended]
     if not cards:
         return Response(status_code=204, headers={"Cache-Control": "no-store"})
     context = {**_forms(request), "card": _by_run(cards)[0]}

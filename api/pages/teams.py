@@ -1,6 +1,7 @@
-"""What the pages say of a team's wait (docs/teams.md): each response as readers may see it, the progress
-towards the quorum and what is still needed, the escalation level reached, the decision's level and the
-delegations. Values are shown as the API shows them (``access.redacted``: sensitive fields "***")."""
+"""What the pages say of a team's wait (docs/teams.md): each response as readers may see it and in whose
+place it was made ("bo (for ana)"), the progress towards the quorum and what is still needed, the escalation
+level reached, the decision's level and the delegations. Values are shown as the API shows them
+(``access.redacted``: sensitive fields "***")."""
 
 from __future__ import annotations
 
@@ -43,8 +44,25 @@ class Team:
         return self.view.delegations
 
     def handed(self, delegation: DelegationView) -> str:
-        """One delegation in words: "ana handed it to bo"."""
+        """One delegation in words: "ana handed it to bo", or "bo handed ana's place to cy" for a place moved on."""
+        if delegation.place != delegation.by:
+            return texts.HANDED_ON.format(by=delegation.by, place=delegation.place, to=delegation.to)
         return texts.HANDED.format(by=delegation.by, to=delegation.to)
+
+    @staticmethod
+    def who(response: ResponseView) -> str:
+        """Who responded, and in whose place when not their own: "bo (for ana)"."""
+        if response.place == response.principal:
+            return response.principal
+        return texts.IN_PLACE.format(who=response.principal, place=response.place)
+
+    @property
+    def answerer(self) -> str | None:
+        """Who decided, in whose place: "bo (for ana)" (``None`` until decided)."""
+        if self.view.answered_by is None:
+            return None
+        deciding = next((r for r in self.view.responses if r.principal == self.view.answered_by), None)
+        return self.who(deciding) if deciding is not None else self.view.answered_by
 
     def verdict(self, response: ResponseView) -> str:
         """What one response said, in a word: approved or rejected (a permission), else answered."""
@@ -53,7 +71,7 @@ class Team:
         return "approved" if (response.value or {}).get("approved") else "rejected"
 
     def _names(self, verdict: str) -> list[str]:
-        return [r.principal for r in self.responses if self.verdict(r) == verdict]
+        return [self.who(r) for r in self.responses if self.verdict(r) == verdict]
 
     @property
     def progress(self) -> str | None:
@@ -72,9 +90,9 @@ class Team:
         """``me``'s own response to this quorum wait, if they responded."""
         return next((r for r in self.responses if r.principal == me), None)
 
-    def needed(self, me: str) -> str | None:
-        """What a pending quorum wait still needs, and what ``me`` did or may do: "1 more needed; you may
-        approve" / "... ; you approved"."""
+    def needed(self, me: str, holds: bool) -> str | None:
+        """What a pending quorum wait still needs, and what ``me`` did or may do (``holds``: a place on it):
+        "1 more needed; you may approve" / "... ; you approved" / "1 more needed"."""
         if self.i.quorum <= 1 or self.i.status != InteractionStatus.PENDING:
             return None
         have = len(self._names("approved" if self.permission else "answered"))
@@ -82,6 +100,8 @@ class Team:
         mine = self.mine(me)
         if mine is not None:
             return line + texts.YOU_DID.format(verdict=self.verdict(mine))
+        if not holds:
+            return line
         return line + texts.YOU_MAY.format(act="approve" if self.permission else "answer")
 
     @property
@@ -96,13 +116,13 @@ class Team:
 
     @property
     def decided(self) -> str | None:
-        """Who decided a team's wait and at which level: "decided by bo at level 1" (``None`` until then,
-        and for a first-wins wait that was never escalated: its answer says it all)."""
-        if self.i.status not in DECIDED or self.view.answered_by is None:
+        """Who decided a team's wait, in whose place, and at which level: "decided by bo (for ana) at level 1"
+        (``None`` until then, and for a first-wins wait never escalated nor delegated: its answer says it all)."""
+        if self.i.status not in DECIDED or self.answerer is None:
             return None
-        if self.i.quorum <= 1 and not self.i.answered_level:
+        if self.i.quorum <= 1 and not self.i.answered_level and self.answerer == self.view.answered_by:
             return None
-        return texts.DECIDED_BY.format(by=self.view.answered_by, level=self.i.answered_level or 0)
+        return texts.DECIDED_BY.format(by=self.answerer, level=self.i.answered_level or 0)
 
     @property
     def summary(self) -> list[str]:

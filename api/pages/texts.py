@@ -23,8 +23,10 @@ YOU_DID = "; you {verdict}"
 LEVEL = "level {level} reached ({who})"
 DECIDED_BY = "decided by {by} at level {level}"
 HANDED = "{by} handed it to {to}"
+HANDED_ON = "{by} handed {place}'s place to {to}"
+IN_PLACE = "{who} (for {place})"
 
-DELEGATED = "Handed “{prompt}” to {to}: they may answer it now (you still may too)."
+DELEGATED = "Handed your place on “{prompt}” to {to}: they answer it in your place now, and you no longer may."
 CANCELED = "Canceled. The run {run} and every question still open in its step are canceled."
 
 CONFLICT = "Too late: this prompt was already {status}{by}. Your answer was not recorded."
@@ -39,7 +41,10 @@ GONE_WHY = {
 INVALID = "That answer does not fit the question, so nothing was recorded:"
 NOT_JSON = "{label}: not valid JSON ({problem})"
 NOT_STORABLE = "The answer holds what cannot be stored: {problem}"
-FORBIDDEN = "You hold no grant on this prompt's target any more, so it cannot be answered by you."
+FORBIDDEN = (
+    "You hold no place on this prompt (no grant on its target any more, or you handed your place on), so it"
+    " cannot be answered by you."
+)
 NOT_FOUND = "There is no prompt with that id."
 NO_RUN_PROMPT = "That run has no prompt you may cancel it through."
 

@@ -130,7 +130,7 @@ def cancel(interaction_id: InteractionId, body: CancelIn, principal: PrincipalDe
     "/{interaction_id}/delegate",
     response_model=DelegationReceiptOut,
     operation_id="delegate_interaction",
-    summary="Hand a pending wait to another person too (who may answer it, or an admin); the delegator keeps access",
+    summary="Move the caller's place on a pending wait to another person: they answer in it, the caller no more",
     responses=documented(401, 403, 404, 409, 410, 413, 422, models=errors.INTERACTION_OUTCOMES),
 )
 def delegate(interaction_id: InteractionId, body: DelegateIn, principal: PrincipalDep) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from models.store.interactions import (
     interaction_read,
     interaction_state,
     locking,
+    may_answer,
     read_interaction,
     refuse_ended_wait,
     run_not_ended,
@@ -162,7 +163,8 @@ _ANSWER = (
 
 
 _ANSWER_AND_MAKE_DUE = DriverStatement(
-    closing_makes_due(_ANSWER.where(run_not_ended(INTER.c.run_id)))  # only while the run has not ended
+    # Only while the run has not ended, and the answerer still holds a place (none delegated away meanwhile).
+    closing_makes_due(_ANSWER.where(run_not_ended(INTER.c.run_id), may_answer(bindparam("by"))))
 )
 
 
@@ -191,8 +193,9 @@ def answer_first(
         new_status = InteractionStatus.REJECTED
     decision = Decision(new_status, stored_value, secret, response_id, response_digest, utcnow())
     if close(session, interaction, principal, decision) is None:
-        # The read's snapshot predates its wait for the step's lock: another answer, a cancel or an expiry
-        # may have committed meanwhile, or the run ended. Read again, the lock held, and say which.
+        # The read's snapshot predates its wait for the step's lock: another answer, a cancel, an expiry or a
+        # delegation of the answerer's place may have committed meanwhile, or the run ended. Read again, the
+        # lock held, and say which.
         interaction, _ = read_interaction(session, INTERACTION, interaction_id_, principal, "answer")
         settled = _settled_answer(interaction, response_id, response_digest, principal)
         if settled is not None:

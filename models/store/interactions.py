@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Row, String, and_, bindparam, case, cast, exists, or_, select, true, update
+from sqlalchemy import Row, String, and_, bindparam, case, cast, exists, func, or_, select, true, update
 
 from models.base import utcnow
 from models.clock import db_now
 from models.jsonsafe import canonical_json
-from models.status import RUN_TERMINAL, InteractionStatus, RunStatus, StepStatus
+from models.status import RUN_TERMINAL, AnswererSource, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
 from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
 from models.store.principals import ANSWERERS, Actor, PrincipalRef, live_named, unknown_principal
@@ -45,34 +45,76 @@ def _live_grant(principal_id: Any, target: Any) -> Any:
     return exists().where(*granted).correlate_except(GRANT)
 
 
-def may_answer(principal_id: Any, *, every_level: bool = False) -> Any:
-    """Whether ``principal_id`` may act on the interaction (of the enclosing read) as a person: a live grant
-    on its target (unless its assignees alone may answer), or a row of its answerers that names it or a
-    target it holds a live grant on: an assignee, a delegate, an escalation level reached (``every_level``:
-    any level, reached or not). The first test decides a wait with no team options, as before."""
-    only_assignees = INTER.c.team["assignees_only"].as_boolean().is_(True)
-    level = true() if every_level else ANSWERER.c.level <= INTER.c.level
+_NAMED, _MOVED, _GIVEN = (ANSWERER.alias(name) for name in ("named", "moved", "given"))
+_DELEGATE = word(AnswererSource.DELEGATE)
+
+
+def stands(move: Any) -> Any:
+    """A delegation (``move``, an alias of the answerer rows) still stands: its place has not moved on since.
+    Each place is held by the delegate of its latest move."""
+    later = ANSWERER.alias()
+    return ~exists().where(later.c.interaction_id == move.c.interaction_id, later.c.place_id == move.c.place_id,
+                           later.c.id > move.c.id).correlate_except(later)  # fmt: skip
+
+
+def held_by_delegation(principal_id: Any) -> Any:
+    """The place ``principal_id`` holds on the interaction (of the enclosing read) by delegation: the first of
+    the places moved to it whose move still ``stands``; NULL for none."""
+    held = (
+        select(_MOVED.c.place_id)
+        .where(_MOVED.c.interaction_id == INTER.c.id, _MOVED.c.principal_id == principal_id,
+               _MOVED.c.place_id.is_not(None), stands(_MOVED))
+        .order_by(_MOVED.c.id)
+        .limit(1)
+    )  # fmt: skip
     # Correlated explicitly: across a LATERAL (a caller given by name) it would otherwise read every principal.
+    return held.correlate_except(_MOVED).scalar_subquery()
+
+
+def _own_place(principal_id: Any, every_level: bool) -> Any:
+    """Whether ``principal_id`` holds its own place: a live grant on the target (unless its assignees alone
+    may answer), or a row naming it or a target it holds a live grant on (an assignee, an escalation level
+    reached; ``every_level``: any level), and it has not delegated that place away."""
+    only_assignees = INTER.c.team["assignees_only"].as_boolean().is_(True)
+    level = true() if every_level else _NAMED.c.level <= INTER.c.level
     named = exists().where(
-        ANSWERER.c.interaction_id == INTER.c.id,
+        _NAMED.c.interaction_id == INTER.c.id,
+        _NAMED.c.source != _DELEGATE,
         level,
-        or_(ANSWERER.c.principal_id == principal_id,
-            and_(ANSWERER.c.target.is_not(None), _live_grant(principal_id, ANSWERER.c.target))),
-    ).correlate_except(ANSWERER)  # fmt: skip
-    return or_(and_(_live_grant(principal_id, INTER.c.target), ~only_assignees), named)
+        or_(_NAMED.c.principal_id == principal_id,
+            and_(_NAMED.c.target.is_not(None), _live_grant(principal_id, _NAMED.c.target))),
+    ).correlate_except(_NAMED)  # fmt: skip
+    given = exists().where(_GIVEN.c.interaction_id == INTER.c.id, _GIVEN.c.place_id == principal_id)
+    return and_(or_(and_(_live_grant(principal_id, INTER.c.target), ~only_assignees), named),
+                ~given.correlate_except(_GIVEN))  # fmt: skip
+
+
+def place_of(principal_id: Any, *, every_level: bool = False) -> Any:
+    """Who holds which place, the one rule (docs/teams.md): the id of the place in which ``principal_id``
+    acts on the interaction (of the enclosing read) as a person, NULL when it holds none. A place delegated
+    to it first (``held_by_delegation``), else its own (``_own_place``). A delegation moves a place, never
+    adds one: the delegator holds it no more, and a quorum counts places."""
+    own = case((_own_place(principal_id, every_level), principal_id))
+    return func.coalesce(held_by_delegation(principal_id), own)
+
+
+def may_answer(principal_id: Any, *, every_level: bool = False) -> Any:
+    """Whether ``principal_id`` may act on the interaction (of the enclosing read) as a person: it holds a
+    place (``place_of``)."""
+    return place_of(principal_id, every_level=every_level).is_not(None)
 
 
 def interaction_read(principal_id: Any, columns: Sequence[Any] = (INTER,)) -> Any:
     """The interaction ``:iid`` (``columns`` of it), its run's status, whether its deadline has passed by the
-    database's clock, who answered it, and whether ``principal_id`` may act on it as a person
-    (``may_answer``): one read."""
+    database's clock, who answered it, and the place in which ``principal_id`` may act on it as a person
+    (``place_of``; NULL: none): one read."""
     return (
         select(
             *columns,
             RUN.c.status.label("run_status"),
             (INTER.c.expires_at <= db_now()).label("expired"),
             select(PRIN.c.name).where(PRIN.c.id == INTER.c.answered_by_id).scalar_subquery().label("answered_by"),
-            may_answer(principal_id).label("granted"),
+            place_of(principal_id).label("place"),
         )
         .join(RUN, RUN.c.id == INTER.c.run_id)
         .where(INTER.c.id == bindparam("iid"))
@@ -142,13 +184,13 @@ Act = Literal["answer", "cancel"]
 
 
 def authorize(interaction: Row[Any], principal: Actor, act: Act) -> None:
-    """Who may answer or cancel an interaction, the one rule for every path (HTTP, the page,
-    the SDK): a human or an admin with a live grant on the interaction's target (admins read everything,
-    but answer and cancel only where granted); agents never answer (``WrongKind``) and cancel only the
-    interactions of runs they own while holding a live grant on the run's target. ``Forbidden``
-    otherwise. A disabled principal holds no live grant (disabling revokes them), so it may do neither.
-    ``interaction`` is a row of ``INTERACTION`` (``granted``; for a cancel ``run_owner_id`` and
-    ``owner_granted`` too)."""
+    """Who may answer or cancel an interaction, the one rule for every path (HTTP, the page, the SDK): a
+    human or an admin who holds a place on it (``place_of``: a live grant on the interaction's target, named
+    by it, or delegated to; admins read everything, but answer and cancel only so); agents never answer
+    (``WrongKind``) and cancel only the interactions of runs they own while holding a live grant on the run's
+    target. ``Forbidden`` otherwise. A disabled principal holds no live grant (disabling revokes them), so
+    it may do neither. ``interaction`` is a row of ``INTERACTION`` (``place``; for a cancel
+    ``run_owner_id`` and ``owner_granted`` too)."""
     if principal.kind not in ANSWERERS:
         if act == "answer":
             raise WrongKind(
@@ -163,9 +205,9 @@ def authorize(interaction: Row[Any], principal: Actor, act: Act) -> None:
                 "their target"
             )
         return
-    if not interaction.granted:
-        raise Forbidden(f"principal {principal.name} holds no grant on target {interaction.target} and is not"
-                        f" named by interaction {interaction.id}")  # fmt: skip
+    if interaction.place is None:
+        raise Forbidden(f"principal {principal.name} holds no place on interaction {interaction.id}: no grant on"
+                        f" target {interaction.target}, not named by it, or delegated away")  # fmt: skip
 
 
 def refuse_ended_wait(interaction: Row[Any]) -> None:

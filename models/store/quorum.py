@@ -1,7 +1,8 @@
 """Answering: the first response wins (``answering.answer_first``), or, for a wait that needs ``quorum``
-responses from distinct principals (docs/teams.md), each is recorded until one decides.
+responses in distinct places (docs/teams.md), each is recorded until one decides.
 
-Each principal's response is a row of ``interaction_responses`` with its own receipt; the response that
+Each principal's response is a row of ``interaction_responses`` with its own receipt, in the place its
+principal holds (``place_of``: its own, or one delegated to it), one per place; the response that
 decides closes the interaction as a first-response answer does (``answering.close``: the step made due
 exactly once). All of it runs under the step's lock, taken by the answer's first read: the responses of one
 wait are serialized, so each reads every response committed before it.
@@ -20,6 +21,7 @@ from models.status import InteractionKind, InteractionStatus, PrincipalKind
 from models.store.answering import ANSWER_LOCKED, AnswerReceipt, Decision, answer_first, close
 from models.store.events import append_events, event_row
 from models.store.interactions import (
+    authorize,
     interaction_read,
     interaction_state,
     may_answer,
@@ -99,10 +101,11 @@ def answer(
 def respond(
     session: Executor, interaction_id: str, principal: Actor, value: Any, response_id: str, digest: str
 ) -> AnswerReceipt:
-    """One principal's response to a quorum wait: recorded once (an exact retry -> the same receipt; the
-    same principal with another ``response_id`` or value -> ``Conflict``); the response that reaches the
-    quorum, or rejects, closes the interaction (receipt ``answered``/``rejected``, ``continuation`` set when
-    the step became due); others leave it ``pending``. After the decision, ``Conflict`` naming it."""
+    """One principal's response to a quorum wait, in the place it holds as read under the step's lock (none:
+    ``Forbidden``, its place delegated away meanwhile): recorded once (an exact retry -> the same receipt;
+    the same principal with another ``response_id`` or value -> ``Conflict``); the response that reaches
+    the quorum, or rejects, closes the interaction (receipt ``answered``/``rejected``, ``continuation`` set
+    when the step became due); others leave it ``pending``. After the decision, ``Conflict`` naming it."""
     now = utcnow()
     state = session.execute(_STATE, {"iid": interaction_id, "pid": principal.id}).one()
     if state.my_response_id is not None:
@@ -114,13 +117,15 @@ def respond(
             interaction_state(state),
         )
     _still_open(state)
+    authorize(state, principal, "answer")
     answers.validate_value(state, value)
     clear, sealed = answers.seal_value(state, value)
     approved = bool(value.get("approved")) if state.kind == InteractionKind.PERMISSION else None
     status = _decided(session, state, approved)
-    session.execute(_RECORD, {"interaction_id": state.id, "principal_id": principal.id, "response_id": response_id,
-                              "response_digest": digest, "value": clear, "approved": approved, "status": status.value,
-                              "level": state.level, "at": now})  # fmt: skip
+    session.execute(_RECORD, {"interaction_id": state.id, "principal_id": principal.id, "place_id": state.place,
+                              "response_id": response_id, "response_digest": digest, "value": clear,
+                              "approved": approved, "status": status.value, "level": state.level,
+                              "at": now})  # fmt: skip
     # Every response's sealed fields, by principal, in the interaction's one sealed value: erased with it.
     kept = json.loads(state.secret) if state.secret else {}
     sealed_all = json.dumps({**kept, principal.id: sealed}) if sealed is not None else state.secret

@@ -14,12 +14,24 @@ from sqlalchemy import select
 import tests.team_workflows  # noqa: F401  (registers the team workflows in this process)
 from beat.sweep import run_sweep
 from models import history, store
+from models.store import PrincipalRef
 from models.tables import Interaction, Run
-from parkway.db import transaction
+from parkway.db import open_transaction, single_statement, transaction
 from parkway.errors import Forbidden
 from tasks import sdk
 from tests.api.conftest import ADMIN, AGENT, Actors, drive
-from tests.support import TARGET, event_types, interactions, pass_time
+from tests.support import (
+    TARGET,
+    WAITING_ON_A_LOCK,
+    Stack,
+    continuations,
+    event_types,
+    interactions,
+    pass_time,
+    wait_for,
+    wait_parked,
+    wait_status,
+)
 
 IDS: dict[str, str] = {}  # principal ids by name, of those people() made
 
@@ -83,6 +95,17 @@ def start(client: TestClient, actors: Actors, workflow: str, **payload: Any) -> 
 def answer(client: TestClient, actors: Actors, iid: str, by: str, value: Any, response_id: str | None = None) -> Any:
     body = {"response_id": response_id or f"r-{by}", "value": value}
     return client.post(f"/v1/interactions/{iid}/answer", json=body, headers=actors.auth(by))
+
+
+def delegate(client: TestClient, actors: Actors, iid: str, by: str, to: str, note: str | None = None) -> Any:
+    body = {"to": to, **({"note": note} if note else {})}
+    return client.post(f"/v1/interactions/{iid}/delegate", json=body, headers=actors.auth(by))
+
+
+def read(client: TestClient, actors: Actors, iid: str) -> Any:
+    got = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN))
+    assert got.status_code == 200, got.text
+    return got.json()
 
 
 def result(run_id: str) -> Any:
@@ -216,20 +239,20 @@ def test_delegate__the_delegate_may_answer_and_it_is_recorded(client: TestClient
     run_id, iid = start(client, actors, "teams.approve")
     assert answer(client, actors, iid, bo, YES).status_code == 403  # not yet
 
-    def delegate(by: str, to: str) -> Any:
-        body = {"to": to, "note": "on leave"}
-        return client.post(f"/v1/interactions/{iid}/delegate", json=body, headers=actors.auth(by))
-
-    assert delegate(ana, ana).status_code == 422  # to oneself
-    assert delegate(ana, AGENT).status_code == 422  # an agent could never answer
-    assert delegate(bo, ana).status_code == 403  # one who may not answer may not hand it on
-    made = delegate(ana, bo)
+    assert delegate(client, actors, iid, ana, ana).status_code == 422  # to oneself
+    assert delegate(client, actors, iid, ana, AGENT).status_code == 422  # an agent could never answer
+    assert delegate(client, actors, iid, bo, ana).status_code == 403  # one who holds no place has none to hand on
+    made = delegate(client, actors, iid, ana, bo, "on leave")
     assert made.status_code == 200 and (made.json()["to"], made.json()["by"]) == (bo, ana), made.text
     assert "interaction.delegated" in event_types(run_id)
-    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
-    assert [(d["to"], d["by"], d["note"]) for d in read["delegations"]] == [(bo, ana, "on leave")]
+    delegations = read(client, actors, iid)["delegations"]
+    assert [(d["to"], d["by"], d["for"], d["note"]) for d in delegations] == [(bo, ana, ana, "on leave")]
+    again = delegate(client, actors, iid, ana, bo, "on leave")  # a retry while it stands: the same delegation
+    assert (again.status_code, again.json()) == (200, made.json()), again.text
     assert answer(client, actors, iid, bo, YES).json()["status"] == "answered"
-    assert delegate(ana, bo).status_code == 409  # the wait is decided
+    assert delegate(client, actors, iid, ana, bo).status_code == 409  # the wait is decided
+    # The one answer of a first-wins wait says in whose place it came
+    assert [(r["principal"], r["for"]) for r in read(client, actors, iid)["responses"]] == [(bo, ana)]
 
 
 def _sweep_concurrently(times: int) -> None:
@@ -356,14 +379,14 @@ def test_delegate__revoking_the_delegates_grant_leaves_the_delegation_the_delega
     assert result(run_id)[1]["answered_by"] == bo
 
 
-def test_delegate__a_disabled_delegate_may_no_longer_answer_and_an_admin_reassigns(
+def test_delegate__a_disabled_delegate_takes_the_place_with_it_and_an_admin_holds_none_to_reassign(
     client: TestClient, actors: Actors
 ) -> None:
-    # Given ana delegated a wait to bo (no grant), and bo was disabled since
-    (ana,) = people(client, actors, 1)
+    # Given ana delegated a wait on her team to bo (no grant), and bo was disabled since; dee is on the team too
+    ana, dee = people(client, actors, 2)
     bo, cy = people(client, actors, 2, granted=False)
     run_id, iid = start(client, actors, "teams.approve")
-    made = client.post(f"/v1/interactions/{iid}/delegate", json={"to": bo}, headers=actors.auth(ana))
+    made = delegate(client, actors, iid, ana, bo)
     assert made.status_code == 200, made.text
     assert client.delete(f"/v1/principals/{IDS[bo]}", headers=actors.auth(ADMIN)).status_code == 204
 
@@ -371,18 +394,158 @@ def test_delegate__a_disabled_delegate_may_no_longer_answer_and_an_admin_reassig
     assert answer(client, actors, iid, bo, YES).status_code == 401
     with pytest.raises(Forbidden):
         sdk.answer(iid, YES, response_id="r-bo", principal=bo)
-    # Nor may the wait be handed to him again
-    again = client.post(f"/v1/interactions/{iid}/delegate", json={"to": bo}, headers=actors.auth(ADMIN))
-    assert again.status_code == 422, again.text
+    # Nor may ana, nor move the place again: it is hers no more
+    assert answer(client, actors, iid, ana, YES).status_code == 403
+    assert delegate(client, actors, iid, ana, cy).status_code == 403
+    # An admin not granted on the team holds no place: a hand-over by it would add one
+    assert delegate(client, actors, iid, ADMIN, cy).status_code == 403
+    # One who holds a place may not hand it to the disabled bo
+    assert delegate(client, actors, iid, dee, bo).status_code == 422
+    # And the team's other places still decide
+    assert answer(client, actors, iid, dee, YES).json()["status"] == "answered"
+    assert [(d["to"], d["by"]) for d in read(client, actors, iid)["delegations"]] == [(bo, ana)]
+    assert result(run_id)[1]["answered_by"] == dee
 
-    # When an admin (not granted on the team) reassigns it to cy
-    moved = client.post(f"/v1/interactions/{iid}/delegate", json={"to": cy, "note": "bo left"},
-                        headers=actors.auth(ADMIN))  # fmt: skip
-    assert moved.status_code == 200 and moved.json()["by"] == ADMIN, moved.text
-    # Then cy may answer, and the record shows both hand-overs
+
+def _start_served(client: TestClient, actors: Actors, **payload: Any) -> tuple[str, str]:
+    """A run of ``teams.approve`` that a real worker parked on its one wait: (run id, interaction id)."""
+    made = client.post("/v1/runs", json={"workflow": "teams.approve", "payload": {"target": TARGET, **payload},
+                                         "target": TARGET}, headers=actors.auth(AGENT))  # fmt: skip
+    assert made.status_code == 201, made.text
+    run_id = str(made.json()["id"])
+    (asked,) = wait_parked(run_id).values()
+    return run_id, asked.id
+
+
+WORKFLOWS = "tests.workflows,tests.team_workflows"
+
+
+def test_delegate__moves_a_place_so_a_quorum_of_two_needs_two_distinct_places_and_resumes_once(
+    client: TestClient, actors: Actors, stack: Stack
+) -> None:
+    # Given a 2-of-n approval that h1 and h2 may answer (granted), a third person h3 (no grant), a real worker
+    h1, h2 = people(client, actors, 2)
+    (h3,) = people(client, actors, 1, granted=False)
+    worker = stack.start_worker(PARKWAY_IMPORTS=WORKFLOWS)
+    try:
+        run_id, iid = _start_served(client, actors, quorum=2)
+
+        # When h1 delegates to h3: the place moves, h1 may no longer respond
+        made = delegate(client, actors, iid, h1, h3)
+        assert made.status_code == 200, made.text
+        refused = answer(client, actors, iid, h1, YES)
+        assert refused.status_code == 403, refused.text
+        assert made.json()["for"] == h1
+        # When h3 approves, in h1's place: 1 of 2, still pending
+        first = answer(client, actors, iid, h3, YES)
+        assert (first.status_code, first.json()["status"]) == (200, "pending"), first.text
+        assert [(r["principal"], r["for"]) for r in read(client, actors, iid)["responses"]] == [(h3, h1)]
+        # When h2 approves: two distinct places, decided
+        second = answer(client, actors, iid, h2, YES)
+        assert (second.status_code, second.json()["status"]) == (200, "answered"), second.text
+
+        # Then the continuation runs once, on the worker, seeing both responses
+        run = wait_status(run_id, "completed")
+        assert [r["principal"] for r in (run.result or {})["responses"]] == [h3, h2]
+        assert event_types(run_id).count("step.resumed") == 1
+        assert [c.status for c in continuations(run_id)] == ["consumed", "consumed"]  # the start's, one resume
+    finally:
+        worker.terminate()
+
+
+def test_delegate__one_who_responded_cannot_delegate_so_a_responder_and_a_delegate_never_make_two(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a 2-of-n approval and h1's approval in it
+    h1, h2 = people(client, actors, 2)
+    (h3,) = people(client, actors, 1, granted=False)
+    run_id, iid = start(client, actors, "teams.approve", quorum=2)
+    assert answer(client, actors, iid, h1, YES).json()["status"] == "pending"
+
+    # When h1 tries to hand the wait on: 409 with the state, nothing moved
+    refused = delegate(client, actors, iid, h1, h3)
+    assert refused.status_code == 409, refused.text
+    state = refused.json()["state"]
+    assert (state["status"], [r["principal"] for r in state["responses"]]) == ("pending", [h1])
+    assert read(client, actors, iid)["delegations"] == []
+    # Then h3 holds no place, and the wait waits for a second distinct place
+    assert answer(client, actors, iid, h3, YES).status_code == 403
+    assert result(run_id) == ("waiting", None)
+    assert answer(client, actors, iid, h2, YES).json()["status"] == "answered"
+
+
+def test_delegate__onward_moves_the_place_again_never_around_a_cycle(client: TestClient, actors: Actors) -> None:
+    # Given a 2-of-n approval on a team of a and e, and b and c with no grant
+    a, e = people(client, actors, 2)
+    b, c = people(client, actors, 2, granted=False)
+    run_id, iid = start(client, actors, "teams.approve", quorum=2)
+
+    # When a delegates to b: back to a is a cycle, and so is to oneself
+    assert delegate(client, actors, iid, a, b).status_code == 200
+    back = delegate(client, actors, iid, b, a)
+    assert back.status_code == 422 and back.json()["error"] == "invalid_delegation", back.text
+    assert delegate(client, actors, iid, b, b).status_code == 422
+    # When b delegates onward to c: the place moves again, b loses it; back to a or b closes a cycle
+    onward = delegate(client, actors, iid, b, c)
+    assert onward.status_code == 200, onward.text
+    assert answer(client, actors, iid, b, YES).status_code == 403
+    assert onward.json()["for"] == a
+    for to in (a, b):
+        assert delegate(client, actors, iid, c, to).status_code == 422
+    # Then c answers in a's place, and the record shows each move of it
+    assert answer(client, actors, iid, c, YES).json()["status"] == "pending"
+    assert answer(client, actors, iid, e, YES).json()["status"] == "answered"
+    shown = read(client, actors, iid)
+    assert [(d["by"], d["to"], d["for"]) for d in shown["delegations"]] == [(a, b, a), (b, c, a)]
+    assert [(r["principal"], r["for"]) for r in shown["responses"]] == [(c, a), (e, e)]
+    assert result(run_id)[0] == "completed"
+
+
+def test_delegate__an_answer_that_waited_for_the_step_while_its_place_moved_gets_403(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a first-wins wait h1 may answer, and h1's delegation to h3 holding the step's lock, not committed
+    (h1,) = people(client, actors, 1)
+    (h3,) = people(client, actors, 1, granted=False)
+    run_id, iid = start(client, actors, "teams.approve")
+    with open_transaction() as holder, ThreadPoolExecutor(1) as pool:
+        store.delegate(holder, iid, principal=PrincipalRef(IDS[h1], h1, "human"), to=h3, note=None)
+        # When h1's answer reads the wait (its snapshot: the place still h1's) and waits for the step's lock
+        answered = pool.submit(sdk.answer, iid, YES, response_id="r-h1", principal=h1)
+
+        def waiting() -> bool:
+            with single_statement() as conn:  # the answer's read by name (its text's start: the rest is cut)
+                return bool(conn.execute(WAITING_ON_A_LOCK, {"like": "SELECT caller.id%"}).all())
+
+        wait_for(waiting, what="the answer waiting for the step's lock")
+        holder.commit()
+        # Then it is refused as a delegator's answer is, and the wait stays h3's to answer
+        with pytest.raises(Forbidden):
+            answered.result(timeout=30)
+    assert answer(client, actors, iid, h3, YES).json()["status"] == "answered"
+    assert [(r["principal"], r["for"]) for r in read(client, actors, iid)["responses"]] == [(h3, h1)]
+    assert result(run_id)[1]["answered_by"] == h3
+
+
+def test_delegate__under_assignees_only_a_delegate_answers_only_in_an_assignees_place(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a wait only ana may answer; bo is granted on its target but not named, cy has no grant
+    (ana, cy) = people(client, actors, 2, granted=False)
+    (bo,) = people(client, actors, 1)
+    run_id, iid = start(client, actors, "teams.approve", assignees=[ana], assignees_only=True)
+
+    # When one who is not an assignee delegates (bo, or an admin): 403, nothing recorded
+    for by in (bo, ADMIN):
+        refused = delegate(client, actors, iid, by, cy)
+        assert refused.status_code == 403, (by, refused.text)
+    assert read(client, actors, iid)["delegations"] == []
+    assert answer(client, actors, iid, cy, YES).status_code == 403
+    # When ana delegates to cy: cy answers in ana's place, and ana no more
+    assert delegate(client, actors, iid, ana, cy).status_code == 200
+    assert answer(client, actors, iid, ana, YES).status_code == 403
     assert answer(client, actors, iid, cy, YES).json()["status"] == "answered"
-    read = client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()
-    assert [(d["to"], d["by"]) for d in read["delegations"]] == [(bo, ana), (cy, ADMIN)]
+    assert [(r["principal"], r["for"]) for r in read(client, actors, iid)["responses"]] == [(cy, ana)]
     assert result(run_id)[1]["answered_by"] == cy
 
 

@@ -257,8 +257,8 @@ def test_status_columns__refuse_a_word_the_enums_do_not_name(fresh_db: str) -> N
         session.flush()
         session.add_all(
             [
-                InteractionResponse(interaction_id="i", principal_id="p", response_id="r", response_digest="d",
-                                    status="pending", level=0),
+                InteractionResponse(interaction_id="i", principal_id="p", place_id="p", response_id="r",
+                                    response_digest="d", status="pending", level=0),
                 InteractionAnswerer(interaction_id="i", source="assignee", principal_id="p"),
             ]
         )  # fmt: skip

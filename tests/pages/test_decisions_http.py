@@ -247,7 +247,9 @@ def test_inbox__one_card_per_run_with_one_cancel_and_for_me_is_the_default_view(
     assert browser_like.get(fragment).status_code == 204
     shown = browser_like.get(fragment, params={"view": "all"})
     assert shown.status_code == 200 and f'data-run-of="{run_id}"' in shown.text
-    assert Forms(shown.text).forms[f"/decisions/interactions/{ids['plan']}/answer"]["csrf"]
+    assert Forms(shown.text).forms[f"/decisions/runs/{run_id}/cancel"]["csrf"]
+    # (no answer form: holding no place on the prompts, the admin's answer would be refused)
+    assert f"/decisions/interactions/{ids['plan']}/answer" not in Forms(shown.text).forms
     browser_like.cookies.clear()
     assert browser_like.get(fragment).status_code == 401
     # "Cancel run" still cancels once the prompt listed first was answered elsewhere

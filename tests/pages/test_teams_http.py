@@ -1,5 +1,5 @@
 """The Decisions page for team waits (docs/teams.md), over HTTP in-process: quorum progress on the card, a
-response recorded towards the quorum, and the delegate form."""
+response recorded towards the quorum, the delegate form, and a response made in another's place."""
 
 from __future__ import annotations
 
@@ -16,35 +16,38 @@ from beat.sweep import run_sweep
 from models import event_log
 from models.tables import Principal
 from parkway.db import transaction
-from tests.api.conftest import ADMIN, HUMAN, Actors, drive
+from tests.api.conftest import HUMAN, Actors, drive
 from tests.api.test_teams import people
 from tests.pages.conftest import Forms, start_driven
 from tests.pages.test_decisions_http import PAGE, form_of, notice, sign_in
 from tests.support import TARGET, interactions, pass_time
 
 
-def test_decisions__a_quorum_card_says_what_is_in_and_a_person_can_delegate(client: TestClient, actors: Actors) -> None:
+def test_decisions__a_person_can_hand_their_place_on_and_the_card_then_offers_them_nothing(
+    client: TestClient, actors: Actors
+) -> None:
     # Given a 2-of-n approval for the human's target, and a colleague with no grant
     (bo,) = people(client, actors, 1, granted=False)
     run_id = start_driven(client, actors, "teams.approve", {"target": TARGET, "quorum": 2})
     iid = interactions(run_id)["deploy"].id
     sign_in(client, actors.tokens[HUMAN])
-
-    # When the human approves: recorded, not decided, and the card says so
     page = client.get(PAGE).text
     assert "0 of 2 approved" in page
-    answered = client.post(f"{PAGE}/interactions/{iid}/answer", data={**form_of(page, iid), "decision": "approve"})
-    assert answered.status_code == 200 and "is recorded; it needs 2 responses" in notice(answered.text)
-    assert f"1 of 2 approved: {HUMAN}" in answered.text
 
-    # And hands the prompt to bo, who may then answer it and decide
-    delegate = Forms(answered.text).forms[f"/decisions/interactions/{iid}/delegate"]
+    # When the human hands their place to bo on the page
+    delegate = Forms(page).forms[f"/decisions/interactions/{iid}/delegate"]
     handed = client.post(f"{PAGE}/interactions/{iid}/delegate", data={**delegate, "to": bo, "note": "on leave"})
     assert handed.status_code == 200 and f"to {bo}" in notice(handed.text), notice(handed.text)
+    # Then their card offers them neither an answer nor a delegation, and says what is still needed
+    assert not {f"/decisions/interactions/{iid}/answer", f"/decisions/interactions/{iid}/delegate"} & set(
+        Forms(handed.text).forms
+    )
+    assert _team_line(handed.text, iid) == "0 of 2 approved — 2 more needed"
+    # And bo answers in their place
     got = client.post(f"/v1/interactions/{iid}/answer", json={"response_id": "bo-1", "value": {"approved": True}},
                       headers=actors.auth(bo))  # fmt: skip
-    assert got.json()["status"] == "answered", got.text
-    assert client.get(f"/v1/interactions/{iid}", headers=actors.auth(ADMIN)).json()["answered_by"] == bo
+    assert got.json()["status"] == "pending", got.text
+    assert _team_line(client.get(PAGE).text, iid) == f"1 of 2 approved: {bo} (for {HUMAN}) — 1 more needed"
 
 
 def _text(page: str) -> str:
@@ -81,7 +84,7 @@ def test_decisions__a_quorum_card_says_what_is_still_needed_and_no_second_form_o
     assert answered.status_code == 200, notice(answered.text)
     assert _team_line(answered.text, iid) == f"2 of 3 approved: {bo}, {HUMAN} — 1 more needed; you approved"
     assert f"/decisions/interactions/{iid}/answer" not in Forms(answered.text).forms
-    assert f"/decisions/interactions/{iid}/delegate" in Forms(answered.text).forms  # still theirs to hand on
+    assert f"/decisions/interactions/{iid}/delegate" not in Forms(answered.text).forms  # a place responded in stays
     # And its run's card, as the live page fetches it, says the same
     card = client.get(f"{PAGE}/runs/{run_id}/card").text
     assert _team_line(card, iid).endswith("1 more needed; you approved")
@@ -124,7 +127,8 @@ def test_run_page__lists_each_response_the_decision_and_its_level_and_the_delega
         assert note in shown and '"pin": "***"' in shown and "level 0" in shown, shown
     # And the decision with who made it and at which level, and the delegation with its note
     team = _text(re.search(rf'<tr class="team" data-team-of="{iid}">(.*?)</tr>', page, re.S).group(1))  # type: ignore[union-attr]
-    assert f"2 of 2 answered: {bo}, {cy}" in team and f"decided by {cy} at level 0" in team, team
+    assert f"2 of 2 answered: {bo}, {cy} (for {HUMAN})" in team, team
+    assert f"decided by {cy} (for {HUMAN}) at level 0" in team, team
     assert f"{HUMAN} handed it to {cy}: “bo's pair”" in team, team
     # And the timeline says who responded and who handed it on
     assert f"“pin” responded by {bo} (1 of 2)" in _text(page) and f"“pin” delegated by {HUMAN} to {cy}" in _text(page)
@@ -142,9 +146,9 @@ def test_decisions_stream__delivers_a_team_waits_events_to_the_people_it_names(
         after = event_log.stream_cursor(session)
     run_id = start_driven(client, actors, "teams.approve", {"target": TARGET, "quorum": 2, "assignees": [bo]})
     iid = interactions(run_id)["deploy"].id
-    # When the human approves, and hands the prompt to cy
-    got = client.post(f"/v1/interactions/{iid}/answer", json={"response_id": "ana-1", "value": {"approved": True}},
-                      headers=actors.auth(HUMAN))  # fmt: skip
+    # When bo approves, and the human hands their place to cy
+    got = client.post(f"/v1/interactions/{iid}/answer", json={"response_id": "bo-1", "value": {"approved": True}},
+                      headers=actors.auth(bo))  # fmt: skip
     assert got.json()["status"] == "pending", got.text
     handed = client.post(f"/v1/interactions/{iid}/delegate", json={"to": cy}, headers=actors.auth(HUMAN))
     assert handed.status_code == 200, handed.text
@@ -185,3 +189,33 @@ def test_escalated_wait__the_card_and_the_run_page_say_the_level_reached_and_at_
     assert f"2 of 2 approved: {HUMAN}, {bo} · decided by {bo} at level 1 · level 1 reached ({bo})" in team, team
     assert f"{bo} approved at" in team and "level 1" in team
     assert f"“deploy” escalated to level 1 ({bo})" in _text(page)
+
+
+def test_delegated_place__the_card_and_the_run_page_say_bo_for_ana(client: TestClient, actors: Actors) -> None:
+    # Given a 2-of-n approval: ana (the human) hands her place to bo (no grant), who approves in it
+    (bo,) = people(client, actors, 1, granted=False)
+    (cy,) = people(client, actors, 1)
+    run_id = start_driven(client, actors, "teams.approve", {"target": TARGET, "quorum": 2})
+    iid = interactions(run_id)["deploy"].id
+    handed = client.post(f"/v1/interactions/{iid}/delegate", json={"to": bo}, headers=actors.auth(HUMAN))
+    assert handed.status_code == 200, handed.text
+    got = client.post(f"/v1/interactions/{iid}/answer", json={"response_id": "bo-1", "value": {"approved": True}},
+                      headers=actors.auth(bo))  # fmt: skip
+    assert got.json()["status"] == "pending", got.text
+
+    # Then cy's Decisions card says bo approved for ana, and cy may approve
+    sign_in(client, actors.tokens[cy])
+    card = _team_line(client.get(PAGE).text, iid)
+    assert card == f"1 of 2 approved: {bo} (for {HUMAN}) — 1 more needed; you may approve", card
+    # When cy approves, the run page lists bo's response as made for ana, and the delegation
+    got = client.post(f"/v1/interactions/{iid}/answer", json={"response_id": "cy-1", "value": {"approved": True}},
+                      headers=actors.auth(cy))  # fmt: skip
+    assert got.json()["status"] == "answered", got.text
+    drive(run_id)
+    page = client.get(f"/runs/{run_id}").text
+    rows = re.findall(r'<li class="response"[^>]*data-principal="([^"]+)"[^>]*>(.*?)</li>', page, re.S)
+    assert [(who, _text(row).split(" approved ")[0].strip()) for who, row in rows] == [
+        (bo, f"{bo} (for {HUMAN})"), (cy, cy)
+    ], page[:3000]  # fmt: skip
+    team = _text(re.search(rf'<tr class="team" data-team-of="{iid}">(.*?)</tr>', page, re.S).group(1))  # type: ignore[union-attr]
+    assert f"2 of 2 approved: {bo} (for {HUMAN}), {cy}" in team and f"{HUMAN} handed it to {bo}" in team, team

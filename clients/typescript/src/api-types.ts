@@ -75,19 +75,23 @@ export type DelegateIn = {
 };
 
 export type DelegationOut = {
-  /** the delegate, who may answer from then on */
+  /** the delegate, who answers in that place from then on */
   to: string;
-  /** who delegated (the delegator keeps access) */
+  /** who delegated: the place is theirs no more */
   by: string;
+  /** whose place it moved: by's own, or one delegated to by */
+  for: string;
   note: string | null;
   at: string;
 };
 
 export type DelegationReceiptOut = {
-  /** the delegate, who may answer from then on */
+  /** the delegate, who answers in that place from then on */
   to: string;
-  /** who delegated (the delegator keeps access) */
+  /** who delegated: the place is theirs no more */
   by: string;
+  /** whose place it moved: by's own, or one delegated to by */
+  for: string;
   note: string | null;
   at: string;
   interaction_id: string;
@@ -280,7 +284,7 @@ export type InteractionOut = {
   created_at: string;
   closed_at: string | null;
   reason: string | null;
-  /** responses from distinct principals it needs (1: the first response wins) */
+  /** responses in distinct places it needs (1: the first response wins) */
   quorum: number;
   /** every response so far, in order; sensitive fields as *** */
   responses: Array<ResponseOut>;
@@ -328,7 +332,7 @@ export type InteractionState = {
   created_at: string;
   closed_at: string | null;
   reason: string | null;
-  /** responses from distinct principals it needs (1: the first response wins) */
+  /** responses in distinct places it needs (1: the first response wins) */
   quorum: number;
   /** every response so far, in order; sensitive fields as *** */
   responses: Array<ResponseOut>;
@@ -520,6 +524,8 @@ export type Replay = {
 
 export type ResponseOut = {
   principal: string;
+  /** in whose place: principal's own, or a delegator's */
+  for: string;
   /** sensitive fields "***" on every read (decrypted only in a worker's lease item) */
   value: unknown;
   at: string;
