@@ -16,9 +16,9 @@ from models.jsonsafe import canonical_json
 from models.status import RUN_TERMINAL, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
 from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
-from models.store.principals import ANSWERERS, Actor, PrincipalRef, live_named, unknown_principal
+from models.store.principals import ANSWERERS, Actor, PrincipalRef, live_grant, live_named, unknown_principal
 from models.store.runs import FINISH_STEP, finish_run_update, finished_by, history_of
-from models.store.sql import ANSWERER, GRANT, INTER, PRIN, RUN, STEP, Executor, bp, word, words
+from models.store.sql import ANSWERER, INTER, PRIN, RUN, STEP, Executor, bp, word, words
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
 
 
@@ -39,12 +39,6 @@ def interaction_state(interaction: Row[Any]) -> dict[str, Any]:
     }
 
 
-def _live_grant(principal_id: Any, target: Any) -> Any:
-    """Whether ``principal_id`` holds a live grant on ``target`` (both expressions of the enclosing reads)."""
-    granted = (GRANT.c.principal_id == principal_id, GRANT.c.target == target, GRANT.c.revoked_at.is_(None))
-    return exists().where(*granted).correlate_except(GRANT)
-
-
 def may_answer(principal_id: Any, *, every_level: bool = False) -> Any:
     """Whether ``principal_id`` may act on the interaction (of the enclosing read) as a person: a live grant
     on its target (unless its assignees alone may answer), or a row of its answerers that names it or a
@@ -57,9 +51,9 @@ def may_answer(principal_id: Any, *, every_level: bool = False) -> Any:
         ANSWERER.c.interaction_id == INTER.c.id,
         level,
         or_(ANSWERER.c.principal_id == principal_id,
-            and_(ANSWERER.c.target.is_not(None), _live_grant(principal_id, ANSWERER.c.target))),
+            and_(ANSWERER.c.target.is_not(None), live_grant(principal_id, ANSWERER.c.target))),
     ).correlate_except(ANSWERER)  # fmt: skip
-    return or_(and_(_live_grant(principal_id, INTER.c.target), ~only_assignees), named)
+    return or_(and_(live_grant(principal_id, INTER.c.target), ~only_assignees), named)
 
 
 def interaction_read(principal_id: Any, columns: Sequence[Any] = (INTER,)) -> Any:
@@ -112,7 +106,7 @@ def _cancel_read(principal_id: Any) -> Any:
     a live grant on the run's target: an agent may cancel only the interactions of its own runs."""
     return interaction_read(principal_id).add_columns(
         RUN.c.owner_id.label("run_owner_id"),
-        _live_grant(principal_id, RUN.c.target).label("owner_granted"),
+        live_grant(principal_id, RUN.c.target).label("owner_granted"),
     )
 
 
