@@ -44,14 +44,15 @@ def split_serves(serves: list[str]) -> tuple[list[str], list[str]]:
 
 
 def advertise(principal_id: str, worker: str, serves: list[str]) -> None:
-    """A lease call is the remote worker's heartbeat in the registry (``store.advertise``, ``remote``): the
-    row is rewritten only when what it serves changed or its heartbeat is older than a quarter of its TTL,
-    so a busy worker's lease calls and completions read it and write nothing."""
+    """A lease call is the remote worker's heartbeat in the registry (``store.advertise``, ``remote``, with its
+    principal: work is routed to it only on targets it may lease): the row is rewritten only when what it
+    serves changed or its heartbeat is older than a quarter of its TTL, so a busy worker's lease calls and
+    completions read it and write nothing."""
     steps, continuations = split_serves(serves)
     ttl_s = get_settings().remote_worker_ttl_s
     advert = store.Advert(id=worker_row_id(principal_id, worker), node=worker, pid=0, steps=tuple(steps),
                           continuations=tuple(continuations), ttl_s=ttl_s, remote=True,
-                          refresh_s=ttl_s / 4)  # fmt: skip
+                          refresh_s=ttl_s / 4, principal_id=principal_id)  # fmt: skip
     with single_statement(durable=False) as conn:  # a heartbeat lost in a crash is made again by the next call
         store.advertise(conn, advert)
 
@@ -71,7 +72,7 @@ class Ask:
 def lease(ask: Ask) -> list[Item]:
     """Advertise what the caller serves, then lease up to ``ask.n`` items due now (``lease_due``)."""
     advertise(ask.principal_id, ask.worker, ask.serves)
-    return lease_due(ask.serves, n=ask.n, lease_s=ask.lease_s) if ask.n else []
+    return lease_due(ask) if ask.n else []
 
 
 @dataclass(frozen=True)
@@ -92,16 +93,17 @@ class Item:
     lease_expires_at: datetime
 
 
-def lease_due(serves: list[str], *, n: int, lease_s: float) -> list[Item]:
-    """Up to ``n`` due continuations of the keys served, each under a lease of ``lease_s``, with what their
-    bodies read, in one statement (``store.lease``); one that can no longer be driven (its run ended, its
-    owner lost the grant) is given up as the Celery worker gives it up, and not handed out. A lease lost in
-    a database crash is recovered by design, as a claim: no WAL-flush wait."""
-    steps, continuations = split_serves(serves)
+def lease_due(ask: Ask) -> list[Item]:
+    """Up to ``ask.n`` due continuations of the keys served, of runs on targets the caller may lease, each
+    under a lease of ``ask.lease_s``, with what their bodies read, in one statement
+    (``store.lease``); one that can no longer be driven (its run ended, its owner lost the grant) is given up
+    as the Celery worker gives it up, and not handed out. A lease lost in a database crash is recovered by
+    design, as a claim: no WAL-flush wait."""
+    steps, continuations = split_serves(ask.serves)
     settings = get_settings()
     with single_statement(durable=False) as conn:
-        leased = store.lease(conn, steps=steps, continuations=continuations, n=n, lease_s=lease_s,
-                             max_attempts=settings.max_attempts)  # fmt: skip
+        leased = store.lease(conn, holder=ask.principal_id, steps=steps, continuations=continuations, n=ask.n,
+                             lease_s=ask.lease_s, max_attempts=settings.max_attempts)  # fmt: skip
     items = []
     for held in leased:
         claim = held.claim

@@ -1,6 +1,7 @@
 """The HTTP worker protocol (docs/worker-protocol.md): remote workers (principals of kind `worker`, or
-admins) lease due work they serve, keep it with heartbeats, journal tool calls, and complete it exactly
-once. Each route translates ``tasks.remote``; the store decides."""
+admins) lease due work they serve of runs on targets they hold a live grant on (admins: any), keep it with
+heartbeats, journal tool calls, and complete it exactly once. Each route translates ``tasks.remote``; the
+store decides."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ LEASE_ERRORS = documented(401, 403, 404, 409, 410, 413, 422)
     "/lease",
     response_model=LeasePage,
     operation_id="lease_work",
-    summary="Lease up to `max` due items of what the caller serves, waiting up to `wait_s` for one (long poll)",
+    summary="Lease up to `max` due items of what the caller serves, of runs on targets it is granted on, waiting "
+    "up to `wait_s` for one (long poll)",
     responses=documented(401, 403, 413, 422),
 )
 async def lease_work(body: LeaseIn, principal: WorkerDep, request: Request) -> LeasePage:
@@ -52,21 +54,18 @@ async def lease_work(body: LeaseIn, principal: WorkerDep, request: Request) -> L
     whose caller has gone stops looking: what it leased then would reach no one until its lease ran out."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.wait_s
-    items = await in_thread(remote.lease, asked(body, principal))
+    ask = asked(body, principal)
+    items = await in_thread(remote.lease, ask)
     while not items and body.max > 0 and (left := deadline - loop.time()) > 0:
         await asyncio.sleep(min(POLL_S, left))
         if await request.is_disconnected():
             break
-        items = await in_thread(_lease, body)
+        items = await in_thread(remote.lease_due, ask)
     return LeasePage(items=[ItemOut.model_validate(item) for item in items])
 
 
 def asked(body: LeaseAsk, principal: Principal) -> remote.Ask:
     return remote.Ask(principal.id, body.worker, body.serves, body.max, body.lease_s)
-
-
-def _lease(body: LeaseIn) -> list[remote.Item]:
-    return remote.lease_due(body.serves, n=body.max, lease_s=body.lease_s)
 
 
 @router.post(

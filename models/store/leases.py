@@ -1,4 +1,5 @@
-"""Remote leases: a remote worker's claim of continuations it serves, taken over HTTP (docs/worker-protocol.md).
+"""Remote leases: a remote worker's claim of continuations it serves, of runs on targets it may lease, taken
+over HTTP (docs/worker-protocol.md).
 
 A lease is a claim (``models.store.claims``): the row is ``claimed`` with ``claimed_by`` = the lease id,
 which names its continuation (``<continuation id>.<nonce>``), so every later call on a lease finds its row
@@ -22,6 +23,7 @@ from sqlalchemy import (
     and_,
     any_,
     bindparam,
+    exists,
     func,
     insert,
     literal,
@@ -33,10 +35,11 @@ from sqlalchemy.orm import Session
 
 from models.clock import db_now
 from models.fleet_tables import LeaseReceipt
-from models.status import ContinuationKind, ContinuationStatus
+from models.status import ContinuationKind, ContinuationStatus, PrincipalKind
 from models.store.claims import Claim, Claimed, claimable, claims_of, live_claim, with_context
 from models.store.driver import DriverStatement
-from models.store.sql import CONT, RUN, Executor, skip_locked, word, words
+from models.store.principals import live_grant
+from models.store.sql import CONT, PRIN, RUN, Executor, word, words
 
 RECEIPTS = cast(Table, LeaseReceipt.__table__)
 _KEYS = ARRAY(String(200))
@@ -47,10 +50,19 @@ def continuation_of(lease_id: str) -> str:
     return lease_id.partition(".")[0]
 
 
+def may_lease(principal_id: Any, target: Any) -> Any:
+    """Whether ``principal_id`` may lease the work of runs on ``target`` (both expressions): a live admin
+    (every target), or a live grant on it (``live_grant``: the rule of reads and answers)."""
+    admin = exists().where(PRIN.c.id == principal_id, PRIN.c.kind == word(PrincipalKind.ADMIN),
+                           PRIN.c.disabled_at.is_(None)).correlate_except(PRIN)  # fmt: skip
+    return or_(admin, live_grant(principal_id, target))
+
+
 def _lease() -> Any:
-    """Up to ``:n`` remote continuations of the keys served (``:steps`` for starts, ``:conts`` for resumes),
-    ready or under an expired lease, attempts left, oldest first (``ix_continuations_remote``), skipping rows
-    another lease call holds -> claimed, attempts + 1, each under a lease id of its own."""
+    """Up to ``:n`` remote continuations of the keys served (``:steps`` for starts, ``:conts`` for resumes)
+    of runs on targets ``:pid`` may lease, ready or under an expired lease, attempts left, oldest first
+    (``ix_continuations_remote``), skipping rows another lease call holds -> claimed, attempts + 1, each
+    under a lease id of its own."""
     served = or_(
         and_(CONT.c.kind == word(ContinuationKind.START), CONT.c.name == any_(bindparam("steps", type_=_KEYS))),
         and_(CONT.c.kind == word(ContinuationKind.RESUME), CONT.c.name == any_(bindparam("conts", type_=_KEYS))),
@@ -59,8 +71,15 @@ def _lease() -> Any:
     live = CONT.c.status.in_(words((ContinuationStatus.READY, ContinuationStatus.CLAIMED)))
     # Every key served, as one array: the index's condition (``served`` then tells starts from resumes).
     keys = CONT.c.name == any_(func.array_cat(bindparam("steps", type_=_KEYS), bindparam("conts", type_=_KEYS)))
-    oldest = select(CONT.c.id).where(CONT.c.remote, live, keys, claimable(), left, served).order_by(CONT.c.created_at)
-    batch = skip_locked(oldest.limit(bindparam("n", type_=Integer))).cte("batch")
+    granted = may_lease(bindparam("pid", type_=String), RUN.c.target)
+    oldest = (
+        select(CONT.c.id)
+        .join(RUN, RUN.c.id == CONT.c.run_id)
+        .where(CONT.c.remote, live, keys, claimable(), left, served, granted)
+        .order_by(CONT.c.created_at)
+    )
+    # Only the continuations are locked: a run's own writers never wait for a lease call.
+    batch = oldest.limit(bindparam("n", type_=Integer)).with_for_update(of=CONT, skip_locked=True).cte("batch")
     nonce = func.substr(func.md5(func.random().cast(String) + func.clock_timestamp().cast(String)), 1, 16)
     return (
         update(CONT)
@@ -94,12 +113,21 @@ class Leased:
 
 
 def lease(
-    conn: Connection, *, steps: list[str], continuations: list[str], n: int, lease_s: float, max_attempts: int
+    conn: Connection,
+    *,
+    holder: str,
+    steps: list[str],
+    continuations: list[str],
+    n: int,
+    lease_s: float,
+    max_attempts: int,
 ) -> list[Leased]:
-    """ready|claimed (lease expired) -> claimed for up to ``n`` remote continuations the caller serves, and
-    what their bodies read, one statement in autocommit; two concurrent calls never take the same row
-    (``SKIP LOCKED``, then the claim's CAS). An empty list: nothing is due for these keys."""
-    params = {"steps": steps, "conts": continuations, "n": n, "lease_s": lease_s, "max_attempts": max_attempts}
+    """ready|claimed (lease expired) -> claimed for up to ``n`` remote continuations the caller serves of runs
+    on targets ``holder`` may lease (``may_lease``), and what their bodies read, one statement in
+    autocommit; two concurrent calls never take the same row (``SKIP LOCKED``, then the claim's CAS). An
+    empty list: nothing is due for these keys that ``holder`` may lease."""
+    params = {"steps": steps, "conts": continuations, "n": n, "lease_s": lease_s, "max_attempts": max_attempts,
+              "pid": holder}  # fmt: skip
     rows = _LEASE.rows(conn, params)
     return [Leased(claim, row.c_claimed_by, row.c_lease_expires_at) for claim, row in claims_of(rows)]
 
