@@ -67,7 +67,7 @@ class AnswerOut(BaseModel):
 class ItemOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
-    lease_id: str = Field(description="what every later call on this lease names")
+    lease_id: str = Field(description="what every later call on this lease names, by its holder alone (else 404)")
     kind: Literal["start", "resume"]
     run_id: str
     step_id: str

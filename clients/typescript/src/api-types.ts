@@ -349,7 +349,7 @@ export type InteractionState = {
 };
 
 export type ItemOut = {
-  /** what every later call on this lease names */
+  /** what every later call on this lease names, by its holder alone (else 404) */
   lease_id: string;
   kind: "start" | "resume";
   run_id: string;
