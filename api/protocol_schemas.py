@@ -36,7 +36,8 @@ class LeaseAsk(Body):
     serves: list[Any] = Field(
         min_length=1, max_length=200,
         description="what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys "
-        "(`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call",
+        "(`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call. It "
+        "selects among the runs on targets the caller holds a live grant on (admins: any), never beyond them",
     )  # fmt: skip
     max: int = Field(
         1, ge=0, le=100, description="at most this many items; 0: lease nothing, only advertise (a busy worker)"
@@ -66,7 +67,7 @@ class AnswerOut(BaseModel):
 class ItemOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
-    lease_id: str = Field(description="what every later call on this lease names")
+    lease_id: str = Field(description="what every later call on this lease names, by its holder alone (else 404)")
     kind: Literal["start", "resume"]
     run_id: str
     step_id: str

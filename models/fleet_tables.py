@@ -1,6 +1,6 @@
 """The fleet's tables: the workers that advertise what they run (Celery workers and remote ones), when each
-key was last advertised, and the receipts of remote workers' completions (models/store/workers.py,
-models/store/leases.py)."""
+key was last advertised, and remote workers' leases and the receipts of their completions
+(models/store/workers.py, models/store/leases.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ class Worker(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
     # A process outside Celery that leases work over HTTP (its lease calls are its heartbeats; 0014).
     remote: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    # A remote worker's principal: work is routed to it only on targets it may lease (0019).
+    principal_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))
 
 
 class AdvertisedVersion(Base):
@@ -44,6 +46,17 @@ class AdvertisedVersion(Base):
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     __table_args__ = (one_of("kind", ContinuationKind),)
+
+
+class Lease(Base):
+    """Who holds each remote lease: the principal whose lease call took it. Every later call on the lease is
+    looked up by its whole id and answered only for that principal (models/store/leases.py)."""
+
+    __tablename__ = "leases"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # the lease id: ``claimed_by`` of its claim
+    continuation_id: Mapped[str] = mapped_column(ForeignKey("continuations.id"))
+    principal_id: Mapped[str] = mapped_column(ForeignKey("principals.id"))
 
 
 class LeaseReceipt(Base):

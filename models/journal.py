@@ -34,7 +34,8 @@ _TOOL = cast(Table, ToolCall.__table__)
 
 def _record_intent() -> Any:
     """The tool call ``:id`` unless a row for its key exists, and its event only if it was made."""
-    columns = ("id", "run_id", "step_id", "key", "name", "args_digest", "replay", "phase", "interaction_id")
+    columns = ("id", "run_id", "step_id", "key", "name", "args_digest", "replay", "phase", "interaction_id",
+               "journaled_by")  # fmt: skip
     at = bp("at", _TOOL.c.created_at)
     made = (
         insert_unless_taken(_TOOL, "id")
@@ -61,14 +62,16 @@ def record_intent(
     replay: str,
     phase: ToolPhase,
     interaction_id: str | None,
+    journaled_by: str | None = None,
 ) -> tuple[ToolCall, bool]:
-    """-> authorizing|executing: the intent, durable before anything runs, in one statement. Returns (row,
-    created); an existing row for the same key is returned as it is (the caller compares name and digest)."""
+    """-> authorizing|executing: the intent, durable before anything runs, in one statement, journaled by the
+    remote lease ``journaled_by`` (``None``: a Python body). Returns (row, created); an existing row for the
+    same key is returned as it is (the caller compares name and digest)."""
     call_id = tool_call_id(journal_step_id, key)
     intent = event_row(run_id, "toolcall.intent", key=key, name=name, replay=replay, phase=phase.value)
     params = {"id": call_id, "run_id": run_id, "step_id": journal_step_id, "key": key, "name": name,
               "args_digest": digest, "replay": replay, "phase": phase.value, "interaction_id": interaction_id,
-              "at": utcnow(), **event_params([intent])}  # fmt: skip
+              "journaled_by": journaled_by, "at": utcnow(), **event_params([intent])}  # fmt: skip
     return insert_or_winner(session, ToolCall, _RECORD_INTENT, params, lambda: session.get(ToolCall, call_id))
 
 
@@ -109,12 +112,13 @@ def authorize(session: Session, call_id: str) -> ToolCall | None:
     return session.scalars(_AUTHORIZE, params).first()
 
 
-def mark_running(session: Session, call_id: str) -> ToolCall | None:
-    """executing -> executing with one more recorded start of ``run`` (a safe replay)."""
+def mark_running(session: Session, call_id: str, *, journaled_by: str | None = None) -> ToolCall | None:
+    """executing -> executing with one more recorded start of ``run`` (a safe replay), by the remote lease
+    ``journaled_by`` (``None``: a Python body): from now on the only one whose outcome it takes."""
     return session.scalar(
         update(ToolCall)
         .where(ToolCall.id == call_id, ToolCall.phase == ToolPhase.EXECUTING)
-        .values(runs=ToolCall.runs + 1, updated_at=utcnow())
+        .values(runs=ToolCall.runs + 1, updated_at=utcnow(), journaled_by=journaled_by)
         .returning(ToolCall)
         .execution_options(synchronize_session=False)
     )
@@ -123,15 +127,17 @@ def mark_running(session: Session, call_id: str) -> ToolCall | None:
 POSSIBLY_RAN = "possibly ran before a crash; not run again"
 
 
-def start_executing(session: Session, call_id: str, *, created: bool, replay: str) -> bool:
+def start_executing(
+    session: Session, call_id: str, *, created: bool, replay: str, journaled_by: str | None = None
+) -> bool:
     """An executing call about to run: ``True`` (run it) with one more recorded start (``mark_running``); or,
     for a ``never`` call an earlier execution left executing with no outcome (not ``created`` now),
     executing -> settled as possibly-run, never run again: ``False``. The one rule for Python bodies
-    (``tasks.tools``) and remote workers (``tasks.remote``)."""
+    (``tasks.tools``) and remote workers (``tasks.remote``, ``journaled_by`` their lease)."""
     if not created and replay == ToolReplay.NEVER:
         settle(session, call_id, from_=ToolPhase.EXECUTING, error=POSSIBLY_RAN, possibly_ran=True)
         return False
-    mark_running(session, call_id)
+    mark_running(session, call_id, journaled_by=journaled_by)
     return True
 
 

@@ -361,6 +361,8 @@ class ToolCall(Base):
     error: Mapped[str | None] = mapped_column(Text)
     interaction_id: Mapped[str | None] = mapped_column(String(64))
     runs: Mapped[int] = mapped_column(Integer, default=0)
+    # The remote lease that journaled it or last started it running: the one whose outcome it takes (0019).
+    journaled_by: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

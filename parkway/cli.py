@@ -47,6 +47,10 @@ def cmd_token_create(args: argparse.Namespace) -> int:
         print(f"parkway token create: the name {args.name!r} is taken", file=sys.stderr)
         return 1
     print(token)
+    if args.kind == "worker":  # it leases only runs on targets it holds a live grant on
+        grant = f"parkway grant create --principal {args.name} --target T"
+        print(f"parkway token create: worker {args.name} leases the runs of no target until granted one: {grant} "
+              "(docs/worker-protocol.md)", file=sys.stderr)  # fmt: skip
     return 0
 
 

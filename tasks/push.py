@@ -76,7 +76,7 @@ def push_step(continuation_id: str) -> str:
 def push(continuation_id: str) -> str:
     """Claim, POST, commit or retry; returns what happened (for logs and tests)."""
     settings = get_settings()
-    lease_id = f"{continuation_id}.{secrets.token_hex(8)}"  # a lease id: the pull protocol's tool routes take it
+    lease_id = f"{continuation_id}.{secrets.token_hex(8)}"  # shaped as a lease id; held by no principal
     lease_s = settings.webhook_timeout_s * PHASES
     extra: dict[str, Any] = {"continuation_id": continuation_id, "execution_id": lease_id}
     with single_statement(durable=False) as conn:

@@ -13,7 +13,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from models import journal, store
 from models.outcome import OUTCOME, Outcome
@@ -28,6 +28,7 @@ from tasks.serving import sent_outcome
 from tasks.worker import given_up, refusal, unsealed
 
 log = logging.getLogger("parkway.remote")
+T = TypeVar("T")
 
 
 # --------------------------------------------------------------------------- leasing
@@ -44,14 +45,15 @@ def split_serves(serves: list[str]) -> tuple[list[str], list[str]]:
 
 
 def advertise(principal_id: str, worker: str, serves: list[str]) -> None:
-    """A lease call is the remote worker's heartbeat in the registry (``store.advertise``, ``remote``): the
-    row is rewritten only when what it serves changed or its heartbeat is older than a quarter of its TTL,
-    so a busy worker's lease calls and completions read it and write nothing."""
+    """A lease call is the remote worker's heartbeat in the registry (``store.advertise``, ``remote``, with its
+    principal: work is routed to it only on targets it may lease): the row is rewritten only when what it
+    serves changed or its heartbeat is older than a quarter of its TTL, so a busy worker's lease calls and
+    completions read it and write nothing."""
     steps, continuations = split_serves(serves)
     ttl_s = get_settings().remote_worker_ttl_s
     advert = store.Advert(id=worker_row_id(principal_id, worker), node=worker, pid=0, steps=tuple(steps),
                           continuations=tuple(continuations), ttl_s=ttl_s, remote=True,
-                          refresh_s=ttl_s / 4)  # fmt: skip
+                          refresh_s=ttl_s / 4, principal_id=principal_id)  # fmt: skip
     with single_statement(durable=False) as conn:  # a heartbeat lost in a crash is made again by the next call
         store.advertise(conn, advert)
 
@@ -71,7 +73,7 @@ class Ask:
 def lease(ask: Ask) -> list[Item]:
     """Advertise what the caller serves, then lease up to ``ask.n`` items due now (``lease_due``)."""
     advertise(ask.principal_id, ask.worker, ask.serves)
-    return lease_due(ask.serves, n=ask.n, lease_s=ask.lease_s) if ask.n else []
+    return lease_due(ask) if ask.n else []
 
 
 @dataclass(frozen=True)
@@ -92,16 +94,17 @@ class Item:
     lease_expires_at: datetime
 
 
-def lease_due(serves: list[str], *, n: int, lease_s: float) -> list[Item]:
-    """Up to ``n`` due continuations of the keys served, each under a lease of ``lease_s``, with what their
-    bodies read, in one statement (``store.lease``); one that can no longer be driven (its run ended, its
-    owner lost the grant) is given up as the Celery worker gives it up, and not handed out. A lease lost in
-    a database crash is recovered by design, as a claim: no WAL-flush wait."""
-    steps, continuations = split_serves(serves)
+def lease_due(ask: Ask) -> list[Item]:
+    """Up to ``ask.n`` due continuations of the keys served, of runs on targets the caller may lease, each
+    under a lease of ``ask.lease_s`` held by the caller, with what their bodies read, in one statement
+    (``store.lease``); one that can no longer be driven (its run ended, its owner lost the grant) is given up
+    as the Celery worker gives it up, and not handed out. A lease lost in a database crash is recovered by
+    design, as a claim: no WAL-flush wait."""
+    steps, continuations = split_serves(ask.serves)
     settings = get_settings()
     with single_statement(durable=False) as conn:
-        leased = store.lease(conn, steps=steps, continuations=continuations, n=n, lease_s=lease_s,
-                             max_attempts=settings.max_attempts)  # fmt: skip
+        leased = store.lease(conn, holder=ask.principal_id, steps=steps, continuations=continuations, n=ask.n,
+                             lease_s=ask.lease_s, max_attempts=settings.max_attempts)  # fmt: skip
     items = []
     for held in leased:
         claim = held.claim
@@ -140,19 +143,27 @@ def item_of(claim: store.Claim, lease_id: str, lease_expires_at: datetime) -> It
 
 
 # --------------------------------------------------------------------------- a lease's calls
+# Each is answered only for the lease's holder (``store.held_by``): another principal, an admin too, gets
+# ``NotFound`` (404) and nothing changes.
 
 
-def held(lease_id: str) -> store.LeaseState:
+def held(lease_id: str, holder: str) -> store.LeaseState:
     """The lease's state when it holds its work live; raises ``RunEnded`` (410) when its run ended,
-    ``LeaseLost`` (409) when it holds it no more, ``NotFound`` when it names no continuation."""
+    ``LeaseLost`` (409) when it holds it no more, ``NotFound`` when ``holder`` holds no lease of that id."""
     with single_statement() as conn:
-        state = store.lease_state(conn, lease_id)
+        state = store.lease_state(conn, lease_id, holder)
     return _holding(lease_id, state)
 
 
+def _mine(lease_id: str, found: T | None) -> T:
+    """What the holder's read of the lease found; ``NotFound`` (404) when the lease is none of the caller's."""
+    if found is None:
+        raise NotFound(f"lease {lease_id} is not one of the caller's")
+    return found
+
+
 def _holding(lease_id: str, state: store.LeaseState | None) -> store.LeaseState:
-    if state is None:
-        raise NotFound(f"lease {lease_id} names no continuation")
+    state = _mine(lease_id, state)
     if state.held:
         return state
     if state.run_status in RUN_TERMINAL:
@@ -160,27 +171,27 @@ def _holding(lease_id: str, state: store.LeaseState | None) -> store.LeaseState:
     raise LeaseLost(f"lease {lease_id} no longer holds continuation {state.continuation_id}", state.as_dict())
 
 
-def heartbeat(lease_id: str, *, lease_s: float) -> datetime:
-    """The lease extended to ``lease_s`` from now (``store.renew_lease``); raises as ``held`` when lost."""
-    cid = store.continuation_of(lease_id)
+def heartbeat(lease_id: str, holder: str, *, lease_s: float) -> datetime:
+    """The holder's lease extended to ``lease_s`` from now (``store.renew_lease``); raises as ``held``."""
+    state = held(lease_id, holder)
     with single_statement(durable=False) as conn:
-        expires = store.renew_lease(conn, cid, execution_id=lease_id, lease_s=lease_s)
+        expires = store.renew_lease(conn, state.continuation_id, execution_id=lease_id, lease_s=lease_s)
     if expires is None:
-        held(lease_id)  # raises: it holds it no more
+        held(lease_id, holder)  # raises: it holds it no more
         raise LeaseLost(f"lease {lease_id} was not renewed")  # pragma: no cover - lost between the two reads
     return expires
 
 
-def release(lease_id: str, reason: str | None) -> store.LeaseState:
-    """claimed -> ready, the attempt counted (``store.release_claim``); out of attempts, the run is
-    interrupted as after a crash loop (``store.give_up_exhausted``). Returns the state after."""
+def release(lease_id: str, holder: str, reason: str | None) -> store.LeaseState:
+    """claimed -> ready by the lease's holder, the attempt counted (``store.release_claim``); out of attempts,
+    the run is interrupted as after a crash loop (``store.give_up_exhausted``). Returns the state after;
+    raises as ``held``."""
+    held(lease_id, holder)
     why = f"released by its remote worker: {reason}" if reason else "released by its remote worker"
     if not give_back(lease_id, why):
-        held(lease_id)  # raises
+        held(lease_id, holder)  # raises: lost since
     with single_statement() as conn:
-        state = store.lease_state(conn, lease_id)
-    assert state is not None
-    return state
+        return _mine(lease_id, store.lease_state(conn, lease_id, holder))
 
 
 def give_back(lease_id: str, why: str) -> bool:
@@ -212,27 +223,26 @@ class Completed:
     items: list[Item]
 
 
-def complete(lease_id: str, outcome: Outcome, then: Ask | None = None) -> Completed:
-    """The outcome committed exactly once for the lease (``store.commit_outcome``, with its receipt); the
-    exact retry returns the same receipt. ``then``: lease the next items after the commit, only in the call
-    that committed (a retry's answer carries none: the items of a lost answer come back when their leases
-    run out). Raises ``InvalidOutcome`` or ``ParkRefused`` (nothing committed, lease kept), ``LeaseLost`` or
-    ``RunEnded``, and leases nothing then."""
+def complete(lease_id: str, holder: str, outcome: Outcome, then: Ask | None = None) -> Completed:
+    """The outcome committed exactly once for the holder's lease (``store.commit_outcome``, with its receipt);
+    the exact retry returns the same receipt. ``then``: lease the next items after the commit, only in the
+    call that committed (a retry's answer carries none: the items of a lost answer come back when their
+    leases run out). Raises ``InvalidOutcome`` or ``ParkRefused`` (nothing committed, lease kept),
+    ``NotFound``, ``LeaseLost`` or ``RunEnded``, and leases nothing then."""
     sent = digest(outcome)
     with read_statement() as conn:
-        found = store.held_claim(conn, lease_id)
-    if found is None or not found[0].held:  # completed already (the exact retry?), or lost
+        found = store.held_claim(conn, lease_id, holder)
+    state, claim = _mine(lease_id, found)
+    if not state.held:  # completed already (the exact retry?), or lost
         earlier = _receipt(lease_id, sent)
         if earlier is not None:
             return Completed(earlier, [])
-        _holding(lease_id, found and found[0])  # raises
-    assert found is not None
-    state, claim = found
+        _holding(lease_id, state)  # raises
     checked = sent_outcome(outcome, f"remote {state.kind} {state.name}")
     committed = store.commit_outcome(claim, checked, execution_id=lease_id,
                                      completion=store.Completion(lease_id, sent), raise_refused=True)  # fmt: skip
     if committed is None or committed.receipt is None:
-        return Completed(_receipt(lease_id, sent) or _lost(lease_id), [])
+        return Completed(_receipt(lease_id, sent) or _lost(lease_id, holder), [])
     publish([(c.id, c.kind) for c in committed.due], retry=False)  # once: the sweep relays a lost publish
     if committed.ended is not None:
         project_soon(committed.ended)
@@ -249,8 +259,8 @@ def _receipt(lease_id: str, sent: str) -> store.Receipt | None:
     raise LeaseLost(f"lease {lease_id} was completed with another outcome ({receipt.outcome})", state)
 
 
-def _lost(lease_id: str) -> store.Receipt:
-    held(lease_id)  # raises
+def _lost(lease_id: str, holder: str) -> store.Receipt:
+    held(lease_id, holder)  # raises
     raise LeaseLost(f"lease {lease_id} lost its claim before the commit")  # pragma: no cover
 
 
@@ -271,17 +281,18 @@ def _settled(row: Any) -> ToolState:
     return ToolState("settled", row.outcome, row.error, bool(row.possibly_ran))
 
 
-def tool_intent(lease_id: str, *, name: str, key: str, args: Any, replay: str) -> ToolState:
-    """The intent journaled before the effect, only while the lease holds its work (``holds_live_claim``):
-    ``run``, or the recorded outcome when it settled, or possibly-ran for a ``never`` call an earlier
-    lease left executing (``journal.start_executing``: the Python SDK's rule)."""
-    state = held(lease_id)
+def tool_intent(lease_id: str, holder: str, *, name: str, key: str, args: Any, replay: str) -> ToolState:
+    """The intent journaled by the lease before the effect, only while the holder's lease holds its work
+    (``holds_live_claim``): ``run``, or the recorded outcome when it settled, or possibly-ran for a ``never``
+    call an earlier lease left executing (``journal.start_executing``: the Python SDK's rule)."""
+    state = held(lease_id, holder)
     with transaction() as session:
         if not store.holds_live_claim(session, lease_id):
             raise LeaseLost(f"lease {lease_id} no longer holds its work")
         row, created = journal.record_intent(
             session, run_id=state.run_id, journal_step_id=state.step_id, key=key, name=name,
             digest=journal.args_digest(args), replay=replay, phase=ToolPhase.EXECUTING, interaction_id=None,
+            journaled_by=lease_id,
         )  # fmt: skip
         if (row.name, row.args_digest) != (name, journal.args_digest(args)):
             raise InvalidOutcome(f"tool call {key} was journaled as {row.name} with other arguments; it is not run")
@@ -289,27 +300,25 @@ def tool_intent(lease_id: str, *, name: str, key: str, args: Any, replay: str) -
             return _settled(row)
         if row.phase != ToolPhase.EXECUTING:
             raise InvalidOutcome(f"tool call {key} is {row.phase}: permission preflight is not offered over HTTP")
-        if journal.start_executing(session, row.id, created=created, replay=replay):
+        if journal.start_executing(session, row.id, created=created, replay=replay, journaled_by=lease_id):
             return ToolState("run")
         return ToolState("settled", None, journal.POSSIBLY_RAN, True)
 
 
-def tool_outcome(lease_id: str, key: str, *, result: Any = None, error: str | None = None) -> ToolState:
-    """executing -> settled with what ran; not fenced by the lease (as in ``tasks.tools``: what ran is
-    recorded even by a lease lost meanwhile, unless the call settled first). ``LeaseLost`` when it had
-    settled otherwise."""
-    cid = store.continuation_of(lease_id)
+def tool_outcome(lease_id: str, holder: str, key: str, *, result: Any = None, error: str | None = None) -> ToolState:
+    """executing -> settled with what ran, only under the holder's lease that journaled the call (the one that
+    last started it: ``journaled_by``); not fenced by the claim (as in ``tasks.tools``: what ran is recorded
+    even by a lease lost meanwhile, unless the call settled first). ``NotFound`` for a call that lease did not
+    journal, ``LeaseLost`` when it had settled otherwise."""
     with transaction() as session:
-        state = store.lease_state(session, lease_id)
-        if state is None:
-            raise NotFound(f"lease {lease_id} names no continuation ({cid})")
+        state = _mine(lease_id, store.lease_state(session, lease_id, holder))
         call_id = journal.tool_call_id(state.step_id, key)
+        found = session.get(ToolCall, call_id, with_for_update=True)  # held: no other lease journals it meanwhile
+        if found is None or found.journaled_by != lease_id:
+            raise NotFound(f"tool call {key} has no intent journaled under lease {lease_id}")
         row = journal.settle(session, call_id, from_=ToolPhase.EXECUTING, outcome=result, error=error)
         if row is not None:
             return _settled(row)
-        found = session.get(ToolCall, call_id)
-        if found is None:
-            raise NotFound(f"tool call {key} has no intent in the journal of step {state.step_id}")
         if (found.outcome, found.error, found.possibly_ran) == (result, error, False):
             return _settled(found)  # the exact retry
         raise LeaseLost(f"tool call {key} is {found.phase} already", {"phase": found.phase,

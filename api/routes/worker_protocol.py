@@ -1,6 +1,7 @@
 """The HTTP worker protocol (docs/worker-protocol.md): remote workers (principals of kind `worker`, or
-admins) lease due work they serve, keep it with heartbeats, journal tool calls, and complete it exactly
-once. Each route translates ``tasks.remote``; the store decides."""
+admins) lease due work they serve of runs on targets they hold a live grant on (admins: any), keep it with
+heartbeats, journal tool calls, and complete it exactly once. A lease is its holder's: a call on it by any
+other principal gets 404. Each route translates ``tasks.remote``; the store decides."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ LEASE_ERRORS = documented(401, 403, 404, 409, 410, 413, 422)
     "/lease",
     response_model=LeasePage,
     operation_id="lease_work",
-    summary="Lease up to `max` due items of what the caller serves, waiting up to `wait_s` for one (long poll)",
+    summary="Lease up to `max` due items of what the caller serves, of runs on targets it is granted on, waiting "
+    "up to `wait_s` for one (long poll)",
     responses=documented(401, 403, 413, 422),
 )
 async def lease_work(body: LeaseIn, principal: WorkerDep, request: Request) -> LeasePage:
@@ -52,21 +54,18 @@ async def lease_work(body: LeaseIn, principal: WorkerDep, request: Request) -> L
     whose caller has gone stops looking: what it leased then would reach no one until its lease ran out."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.wait_s
-    items = await in_thread(remote.lease, asked(body, principal))
+    ask = asked(body, principal)
+    items = await in_thread(remote.lease, ask)
     while not items and body.max > 0 and (left := deadline - loop.time()) > 0:
         await asyncio.sleep(min(POLL_S, left))
         if await request.is_disconnected():
             break
-        items = await in_thread(_lease, body)
+        items = await in_thread(remote.lease_due, ask)
     return LeasePage(items=[ItemOut.model_validate(item) for item in items])
 
 
 def asked(body: LeaseAsk, principal: Principal) -> remote.Ask:
     return remote.Ask(principal.id, body.worker, body.serves, body.max, body.lease_s)
-
-
-def _lease(body: LeaseIn) -> list[remote.Item]:
-    return remote.lease_due(body.serves, n=body.max, lease_s=body.lease_s)
 
 
 @router.post(
@@ -76,8 +75,8 @@ def _lease(body: LeaseIn) -> list[remote.Item]:
     summary="Extend a lease (409 when it was lost, 410 when its run ended)",
     responses=LEASE_ERRORS,
 )
-async def heartbeat(lease_id: LeaseId, body: HeartbeatIn, _: WorkerDep) -> HeartbeatOut:
-    expires = await in_thread(lambda: remote.heartbeat(lease_id, lease_s=body.lease_s))
+async def heartbeat(lease_id: LeaseId, body: HeartbeatIn, principal: WorkerDep) -> HeartbeatOut:
+    expires = await in_thread(lambda: remote.heartbeat(lease_id, principal.id, lease_s=body.lease_s))
     return HeartbeatOut(lease_expires_at=expires)
 
 
@@ -93,7 +92,7 @@ async def complete(lease_id: LeaseId, body: CompleteIn, principal: WorkerDep) ->
     outcome that cannot be committed: nothing is committed then (nor leased), and a 422 keeps the lease.
     With `lease`, the answer that commits also carries the next items (one request per item)."""
     then = None if body.lease is None else asked(body.lease, principal)
-    done = await in_thread(remote.complete, lease_id, body.outcome, then)
+    done = await in_thread(remote.complete, lease_id, principal.id, body.outcome, then)
     receipt = ReceiptOut.model_validate(done.receipt)
     receipt.items = [ItemOut.model_validate(item) for item in done.items]
     return receipt
@@ -106,8 +105,8 @@ async def complete(lease_id: LeaseId, body: CompleteIn, principal: WorkerDep) ->
     summary="Give the item back, counted as an attempt (out of attempts, the run is interrupted)",
     responses=LEASE_ERRORS,
 )
-async def release(lease_id: LeaseId, body: ReleaseIn, _: WorkerDep) -> ReleaseOut:
-    state = await in_thread(remote.release, lease_id, body.reason)
+async def release(lease_id: LeaseId, body: ReleaseIn, principal: WorkerDep) -> ReleaseOut:
+    state = await in_thread(remote.release, lease_id, principal.id, body.reason)
     return ReleaseOut(lease_id=lease_id, continuation_status=state.status, attempts=state.attempts,
                       run_status=state.run_status)  # fmt: skip
 
@@ -119,10 +118,9 @@ async def release(lease_id: LeaseId, body: ReleaseIn, _: WorkerDep) -> ReleaseOu
     summary="Journal a tool call's intent before its effect: `run` it now, or it has `settled` (do not run)",
     responses=LEASE_ERRORS,
 )
-async def tool_intent(lease_id: LeaseId, body: ToolIntentIn, _: WorkerDep) -> ToolStateOut:
-    state = await in_thread(
-        lambda: remote.tool_intent(lease_id, name=body.name, key=body.key, args=body.args, replay=body.replay)
-    )
+async def tool_intent(lease_id: LeaseId, body: ToolIntentIn, principal: WorkerDep) -> ToolStateOut:
+    state = await in_thread(lambda: remote.tool_intent(lease_id, principal.id, name=body.name, key=body.key,
+                                                       args=body.args, replay=body.replay))  # fmt: skip
     return ToolStateOut.model_validate(state)
 
 
@@ -133,6 +131,8 @@ async def tool_intent(lease_id: LeaseId, body: ToolIntentIn, _: WorkerDep) -> To
     summary="Journal what a tool call returned (or its error) once it ran",
     responses=LEASE_ERRORS,
 )
-async def tool_outcome(lease_id: LeaseId, key: ToolKey, body: ToolOutcomeIn, _: WorkerDep) -> ToolStateOut:
-    state = await in_thread(lambda: remote.tool_outcome(lease_id, key, result=body.result, error=body.error))
+async def tool_outcome(lease_id: LeaseId, key: ToolKey, body: ToolOutcomeIn, principal: WorkerDep) -> ToolStateOut:
+    state = await in_thread(
+        lambda: remote.tool_outcome(lease_id, principal.id, key, result=body.result, error=body.error)
+    )
     return ToolStateOut.model_validate(state)

@@ -35,7 +35,7 @@ from bench.cases.latency import latency_parkway, paced
 from bench.cases.throughput import run_parkway_throughput
 from bench.harness import ROOT, free_port, log, proc_cpu_ms, spawn, stop_process
 from bench.stats import percentile
-from bench.workflows import DONE
+from bench.workflows import DONE, TARGET
 from models import store
 from parkway.db import transaction
 from parkway.tokens import hash_token
@@ -71,10 +71,13 @@ class Agent:
 
 
 def worker_token() -> str:
-    """A principal of kind ``worker`` (it leases and completes; it holds no grant) and its token."""
+    """A principal of kind ``worker`` granted on the bench target (it leases only runs on targets it is granted
+    on, and completes them) and its token."""
     token = "pk_bench_worker_" + uuid.uuid4().hex
     with transaction() as session:
-        store.create_principal(session, kind="worker", name="bench-node", token_hash=hash_token(token))
+        worker = store.create_principal(session, kind="worker", name="bench-node", token_hash=hash_token(token))
+        assert worker is not None, "a principal named bench-node exists already"
+        store.create_grant(session, principal_id=worker.id, target=TARGET)
     return token
 
 

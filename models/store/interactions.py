@@ -16,9 +16,9 @@ from models.jsonsafe import canonical_json
 from models.status import RUN_TERMINAL, AnswererSource, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
 from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
-from models.store.principals import ANSWERERS, Actor, PrincipalRef, live_named, unknown_principal
+from models.store.principals import ANSWERERS, Actor, PrincipalRef, live_grant, live_named, unknown_principal
 from models.store.runs import FINISH_STEP, finish_run_update, finished_by, history_of
-from models.store.sql import ANSWERER, GRANT, INTER, PRIN, RUN, STEP, Executor, bp, word, words
+from models.store.sql import ANSWERER, INTER, PRIN, RUN, STEP, Executor, bp, word, words
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
 
 
@@ -37,12 +37,6 @@ def interaction_state(interaction: Row[Any]) -> dict[str, Any]:
         "answered_at": interaction.answered_at.isoformat() if interaction.answered_at else None,
         "expires_at": interaction.expires_at.isoformat() if interaction.expires_at else None,
     }
-
-
-def _live_grant(principal_id: Any, target: Any) -> Any:
-    """Whether ``principal_id`` holds a live grant on ``target`` (both expressions of the enclosing reads)."""
-    granted = (GRANT.c.principal_id == principal_id, GRANT.c.target == target, GRANT.c.revoked_at.is_(None))
-    return exists().where(*granted).correlate_except(GRANT)
 
 
 _NAMED, _MOVED, _GIVEN = (ANSWERER.alias(name) for name in ("named", "moved", "given"))
@@ -82,10 +76,10 @@ def _own_place(principal_id: Any, every_level: bool) -> Any:
         _NAMED.c.source != _DELEGATE,
         level,
         or_(_NAMED.c.principal_id == principal_id,
-            and_(_NAMED.c.target.is_not(None), _live_grant(principal_id, _NAMED.c.target))),
+            and_(_NAMED.c.target.is_not(None), live_grant(principal_id, _NAMED.c.target))),
     ).correlate_except(_NAMED)  # fmt: skip
     given = exists().where(_GIVEN.c.interaction_id == INTER.c.id, _GIVEN.c.place_id == principal_id)
-    return and_(or_(and_(_live_grant(principal_id, INTER.c.target), ~only_assignees), named),
+    return and_(or_(and_(live_grant(principal_id, INTER.c.target), ~only_assignees), named),
                 ~given.correlate_except(_GIVEN))  # fmt: skip
 
 
@@ -154,7 +148,7 @@ def _cancel_read(principal_id: Any) -> Any:
     a live grant on the run's target: an agent may cancel only the interactions of its own runs."""
     return interaction_read(principal_id).add_columns(
         RUN.c.owner_id.label("run_owner_id"),
-        _live_grant(principal_id, RUN.c.target).label("owner_granted"),
+        live_grant(principal_id, RUN.c.target).label("owner_granted"),
     )
 
 

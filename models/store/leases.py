@@ -1,8 +1,10 @@
-"""Remote leases: a remote worker's claim of continuations it serves, taken over HTTP (docs/worker-protocol.md).
+"""Remote leases: a remote worker's claim of continuations it serves, of runs on targets it may lease, taken
+over HTTP (docs/worker-protocol.md).
 
-A lease is a claim (``models.store.claims``): the row is ``claimed`` with ``claimed_by`` = the lease id,
-which names its continuation (``<continuation id>.<nonce>``), so every later call on a lease finds its row
-even after another lease took it over. Renewal, release and the consume are the claims' own transitions,
+A lease is a claim (``models.store.claims``): the row is ``claimed`` with ``claimed_by`` = the lease id
+(``<continuation id>.<nonce>``), and the lease's row in ``leases`` names its holder, the principal whose lease
+call took it. Every later call on a lease reads it by its whole id, for its holder alone (``held_by``), even
+after another lease took its work over. Renewal, release and the consume are the claims' own transitions,
 keyed by the lease id as the execution id; a completion's receipt is written in the consume's transaction
 (``models.store.outcomes``).
 """
@@ -22,6 +24,7 @@ from sqlalchemy import (
     and_,
     any_,
     bindparam,
+    exists,
     func,
     insert,
     literal,
@@ -32,25 +35,44 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
-from models.fleet_tables import LeaseReceipt
-from models.status import ContinuationKind, ContinuationStatus
+from models.fleet_tables import Lease, LeaseReceipt
+from models.status import ContinuationKind, ContinuationStatus, PrincipalKind
 from models.store.claims import Claim, Claimed, claimable, claims_of, live_claim, with_context
 from models.store.driver import DriverStatement
-from models.store.sql import CONT, RUN, Executor, skip_locked, word, words
+from models.store.principals import live_grant
+from models.store.sql import CONT, PRIN, RUN, Executor, word, words
 
 RECEIPTS = cast(Table, LeaseReceipt.__table__)
+LEASES = cast(Table, Lease.__table__)
 _KEYS = ARRAY(String(200))
 
 
 def continuation_of(lease_id: str) -> str:
-    """The continuation a lease id names (its part before the dot)."""
+    """The continuation a lease id names (its part before the dot): only for a lease id whose holder was
+    checked (``held_by``), or one Parkway made itself (a push's)."""
     return lease_id.partition(".")[0]
 
 
+def may_lease(principal_id: Any, target: Any) -> Any:
+    """Whether ``principal_id`` may lease the work of runs on ``target`` (both expressions): a live admin
+    (every target), or a live grant on it (``live_grant``: the rule of reads and answers)."""
+    admin = exists().where(PRIN.c.id == principal_id, PRIN.c.kind == word(PrincipalKind.ADMIN),
+                           PRIN.c.disabled_at.is_(None)).correlate_except(PRIN)  # fmt: skip
+    return or_(admin, live_grant(principal_id, target))
+
+
+def held_by(lease_id: Any, holder: Any) -> Any:
+    """The continuation of the lease ``lease_id`` (its whole id) when ``holder`` took it, else NULL: what
+    every call on a lease reads its work by."""
+    mine = and_(LEASES.c.id == lease_id, LEASES.c.principal_id == holder)
+    return select(LEASES.c.continuation_id).where(mine).scalar_subquery()
+
+
 def _lease() -> Any:
-    """Up to ``:n`` remote continuations of the keys served (``:steps`` for starts, ``:conts`` for resumes),
-    ready or under an expired lease, attempts left, oldest first (``ix_continuations_remote``), skipping rows
-    another lease call holds -> claimed, attempts + 1, each under a lease id of its own."""
+    """Up to ``:n`` remote continuations of the keys served (``:steps`` for starts, ``:conts`` for resumes)
+    of runs on targets ``:pid`` may lease, ready or under an expired lease, attempts left, oldest first
+    (``ix_continuations_remote``), skipping rows another lease call holds -> claimed, attempts + 1, each
+    under a lease id of its own."""
     served = or_(
         and_(CONT.c.kind == word(ContinuationKind.START), CONT.c.name == any_(bindparam("steps", type_=_KEYS))),
         and_(CONT.c.kind == word(ContinuationKind.RESUME), CONT.c.name == any_(bindparam("conts", type_=_KEYS))),
@@ -59,8 +81,15 @@ def _lease() -> Any:
     live = CONT.c.status.in_(words((ContinuationStatus.READY, ContinuationStatus.CLAIMED)))
     # Every key served, as one array: the index's condition (``served`` then tells starts from resumes).
     keys = CONT.c.name == any_(func.array_cat(bindparam("steps", type_=_KEYS), bindparam("conts", type_=_KEYS)))
-    oldest = select(CONT.c.id).where(CONT.c.remote, live, keys, claimable(), left, served).order_by(CONT.c.created_at)
-    batch = skip_locked(oldest.limit(bindparam("n", type_=Integer))).cte("batch")
+    granted = may_lease(bindparam("pid", type_=String), RUN.c.target)
+    oldest = (
+        select(CONT.c.id)
+        .join(RUN, RUN.c.id == CONT.c.run_id)
+        .where(CONT.c.remote, live, keys, claimable(), left, served, granted)
+        .order_by(CONT.c.created_at)
+    )
+    # Only the continuations are locked: a run's own writers never wait for a lease call.
+    batch = oldest.limit(bindparam("n", type_=Integer)).with_for_update(of=CONT, skip_locked=True).cte("batch")
     nonce = func.substr(func.md5(func.random().cast(String) + func.clock_timestamp().cast(String)), 1, 16)
     return (
         update(CONT)
@@ -73,10 +102,15 @@ def _lease() -> Any:
 
 
 def _lease_with_context() -> Any:
-    """The lease (``_lease``) and the read of what each leased body needs (``with_context``), one statement."""
+    """The lease (``_lease``), each lease's holder ``:pid`` (none -> held), and the read of what each leased
+    body needs (``with_context``), one statement."""
     leased = _lease().cte("claimed")
-    return with_context(leased).add_columns(
-        leased.c.claimed_by.label("c_claimed_by"), leased.c.lease_expires_at.label("c_lease_expires_at")
+    holders = select(leased.c.claimed_by, leased.c.id, bindparam("pid", type_=String))
+    held = insert(LEASES).from_select(["id", "continuation_id", "principal_id"], holders).cte("held")
+    return (
+        with_context(leased)
+        .add_columns(leased.c.claimed_by.label("c_claimed_by"), leased.c.lease_expires_at.label("c_lease_expires_at"))
+        .add_cte(held)
     )
 
 
@@ -94,12 +128,21 @@ class Leased:
 
 
 def lease(
-    conn: Connection, *, steps: list[str], continuations: list[str], n: int, lease_s: float, max_attempts: int
+    conn: Connection,
+    *,
+    holder: str,
+    steps: list[str],
+    continuations: list[str],
+    n: int,
+    lease_s: float,
+    max_attempts: int,
 ) -> list[Leased]:
-    """ready|claimed (lease expired) -> claimed for up to ``n`` remote continuations the caller serves, and
-    what their bodies read, one statement in autocommit; two concurrent calls never take the same row
-    (``SKIP LOCKED``, then the claim's CAS). An empty list: nothing is due for these keys."""
-    params = {"steps": steps, "conts": continuations, "n": n, "lease_s": lease_s, "max_attempts": max_attempts}
+    """ready|claimed (lease expired) -> claimed for up to ``n`` remote continuations the caller serves of runs
+    on targets ``holder`` may lease (``may_lease``), each lease held by ``holder``, and what their bodies
+    read, one statement in autocommit; two concurrent calls never take the same row (``SKIP LOCKED``, then
+    the claim's CAS). An empty list: nothing is due for these keys that ``holder`` may lease."""
+    params = {"steps": steps, "conts": continuations, "n": n, "lease_s": lease_s, "max_attempts": max_attempts,
+              "pid": holder}  # fmt: skip
     rows = _LEASE.rows(conn, params)
     return [Leased(claim, row.c_claimed_by, row.c_lease_expires_at) for claim, row in claims_of(rows)]
 
@@ -128,14 +171,15 @@ class LeaseState:
                 "attempts": self.attempts, "run_id": self.run_id, "run_status": self.run_status}  # fmt: skip
 
 
-def lease_state(session: Executor, lease_id: str) -> LeaseState | None:
-    """The state of the lease's continuation and run, read now; ``None`` when no continuation has that id."""
+def lease_state(session: Executor, lease_id: str, holder: str) -> LeaseState | None:
+    """The state of the lease's continuation and run, read now; ``None`` when ``holder`` holds no lease of that
+    id (``held_by``)."""
     held = live_claim(lease_id)
     row = session.execute(
         select(CONT.c.id, CONT.c.status, held.label("held"), CONT.c.attempts, RUN.c.id.label("run_id"),
                RUN.c.status.label("run_status"), CONT.c.step_id, CONT.c.kind, CONT.c.name)
         .join(RUN, RUN.c.id == CONT.c.run_id)
-        .where(CONT.c.id == continuation_of(lease_id))
+        .where(CONT.c.id == held_by(lease_id, holder))
     ).first()  # fmt: skip
     if row is None:
         return None
@@ -154,7 +198,7 @@ def _held_claim() -> Any:
         CONT.c.attempts,
         CONT.c.status,
         live_claim(bindparam("lease_id", type_=String)).label("held"),
-    ).where(CONT.c.id == bindparam("cid"))
+    ).where(CONT.c.id == held_by(bindparam("lease_id", type_=String), bindparam("pid", type_=String)))
     claimed = row.cte("claimed")
     return with_context(claimed).add_columns(claimed.c.status.label("c_status"), claimed.c.held.label("c_held"))
 
@@ -162,10 +206,10 @@ def _held_claim() -> Any:
 _HELD_CLAIM = DriverStatement(_held_claim())
 
 
-def held_claim(conn: Connection, lease_id: str) -> tuple[LeaseState, Claim] | None:
+def held_claim(conn: Connection, lease_id: str, holder: str) -> tuple[LeaseState, Claim] | None:
     """``lease_state`` and the claim a completion commits with (``load_claim``), read in one statement;
-    ``None`` when no continuation has that id."""
-    rows = _HELD_CLAIM.rows(conn, {"cid": continuation_of(lease_id), "lease_id": lease_id})
+    ``None`` when ``holder`` holds no lease of that id."""
+    rows = _HELD_CLAIM.rows(conn, {"lease_id": lease_id, "pid": holder})
     if not rows:
         return None
     [(claim, row)] = claims_of(rows)

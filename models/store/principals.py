@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import and_, bindparam, select, update
+from sqlalchemy import and_, bindparam, exists, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.status import PrincipalKind
 from models.store.driver import DriverStatement
-from models.store.sql import PRIN, Executor, new_id
+from models.store.sql import GRANT, PRIN, Executor, new_id
 from models.tables import Grant, Principal
 from parkway.errors import Forbidden
 
@@ -109,6 +109,13 @@ def mark_revocation_swept(session: Session, grant_id: str) -> bool:
         .returning(Grant.id)
     ).first()
     return swept is not None
+
+
+def live_grant(principal_id: Any, target: Any) -> Any:
+    """Whether ``principal_id`` holds a live grant on ``target`` (both expressions of the enclosing reads): the
+    one grant rule of answers, cancels and leases."""
+    granted = (GRANT.c.principal_id == principal_id, GRANT.c.target == target, GRANT.c.revoked_at.is_(None))
+    return exists().where(*granted).correlate_except(GRANT)
 
 
 def is_granted(session: Session, principal: Principal, target: str) -> bool:

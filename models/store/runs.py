@@ -33,10 +33,13 @@ from parkway.errors import Conflict
 
 
 def ready_continuation(
-    kind: ContinuationKind, id_: Any, run_id: Any, step_id: Any, name: Any, source: Any = None
+    kind: ContinuationKind, id_: Any, run_id: Any, step_id: Any, name: Any, source: Any = None, target: Any = None
 ) -> Any:
     """An insert of the ready continuation ``id_`` of ``kind`` (expressions for the rest), one for each row
-    of ``source`` (a CTE; without one, a single row)."""
+    of ``source`` (a CTE; without one, a single row). ``target``: the run's, when the run is made in the same
+    statement (else it is read)."""
+    if target is None:
+        target = select(RUN.c.target).where(RUN.c.id == run_id).scalar_subquery()
     row = select(
         id_,
         run_id,
@@ -48,7 +51,7 @@ def ready_continuation(
         literal(1),  # published right after this commit; if that publish is lost the sweep sends it again
         db_now(),  # the re-enqueue age is measured on the database's clock
         db_now(),
-        remote_only(kind, name),
+        remote_only(kind, name, target),
     )
     columns = [
         "id",
@@ -85,9 +88,8 @@ def _create_run(start: bool) -> Any:
         select(bp("sid", STEP.c.id), made.c.id, literal(1), made.c.workflow, literal(StepStatus.RUNNING.value),
                bp("payload", STEP.c.payload), at, at).select_from(made),
     )  # fmt: skip
-    due = ready_continuation(
-        ContinuationKind.START, bp("cid", CONT.c.id), made.c.id, bp("sid", CONT.c.step_id), made.c.workflow, made
-    )
+    due = ready_continuation(ContinuationKind.START, bp("cid", CONT.c.id), made.c.id, bp("sid", CONT.c.step_id),
+                             made.c.workflow, made, target=made.c.target)  # fmt: skip
     # run.created, continuation.ready
     events = events_if(*[exists(select(made.c.id))] * (2 if start else 1))
     found = select(*RUN.c).where(

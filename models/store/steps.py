@@ -23,8 +23,7 @@ from models.status import ContinuationKind, InteractionStatus, RunStatus, StepSt
 from models.store.claims import StepRef
 from models.store.driver import DriverStatement
 from models.store.events import event_params, event_row, events_if
-from models.store.interactions import _live_grant
-from models.store.principals import ANSWERERS
+from models.store.principals import ANSWERERS, live_grant
 from models.store.runs import Due, StepLike, ready_continuation
 from models.store.sql import CONT, INTER, PRIN, RUN, STEP, bp, new_id, word, words
 from models.store.teams import name_answerers
@@ -174,7 +173,7 @@ def _refusal() -> Any:
     return (
         select(
             _OWNER.c.name.label("owner"),
-            _first_of("targets", lambda target: _live_grant(RUN.c.owner_id, target)).label("refused_target"),
+            _first_of("targets", lambda target: live_grant(RUN.c.owner_id, target)).label("refused_target"),
             _first_of("people", _live_person).label("refused_person"),
         )
         .select_from(RUN.join(_OWNER, _OWNER.c.id == RUN.c.owner_id))

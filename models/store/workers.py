@@ -24,7 +24,8 @@ from models.clock import db_now
 from models.fleet_tables import AdvertisedVersion, Worker
 from models.status import ContinuationKind
 from models.store.driver import DriverStatement
-from models.store.sql import CONT, Executor
+from models.store.leases import may_lease
+from models.store.sql import CONT, RUN, Executor
 
 WORKERS = cast(Table, Worker.__table__)
 ADVERTISED = cast(Table, AdvertisedVersion.__table__)
@@ -43,6 +44,7 @@ class Advert:
     ttl_s: float  # live this long after each heartbeat
     remote: bool = False  # leases over HTTP (docs/worker-protocol.md): never handed work through Celery
     refresh_s: float = 0  # an unchanged advertisement younger than this is left as it is (nothing written)
+    principal_id: str | None = None  # a remote worker's: work is routed to it only where it may lease
 
 
 def live() -> Any:
@@ -60,7 +62,7 @@ def _advertise() -> Any:
     row = pg_insert(WORKERS).values(
         id=bindparam("id"), node=bindparam("node"), pid=bindparam("pid"), steps=bindparam("steps", type_=keys),
         continuations=bindparam("conts", type_=keys), started_at=db_now(), heartbeat_at=db_now(),
-        expires_at=db_now("ttl_s"), remote=bindparam("remote"),
+        expires_at=db_now("ttl_s"), remote=bindparam("remote"), principal_id=bindparam("principal_id"),
     )  # fmt: skip
     stale = WORKERS.c.heartbeat_at <= db_now("refresh_s")  # -refresh_s: older than the refresh interval
     changed = or_(
@@ -98,7 +100,7 @@ def advertise(conn: Executor, advert: Advert) -> None:
     within ``advert.refresh_s`` and serving the same keys is left as it is."""
     params = {"id": advert.id, "node": advert.node, "pid": advert.pid, "steps": list(advert.steps),
               "conts": list(advert.continuations), "ttl_s": advert.ttl_s, "remote": advert.remote,
-              "refresh_s": -advert.refresh_s}  # fmt: skip
+              "refresh_s": -advert.refresh_s, "principal_id": advert.principal_id}  # fmt: skip
     _ADVERTISE.rows(conn, params)
 
 
@@ -142,7 +144,7 @@ class Serving:
     kind: str
     key: str
     node: str | None  # a live Celery worker that runs it, to hand work on to; None: no live one does
-    remote: bool  # a live remote worker serves it (it leases the work over HTTP)
+    remote: bool  # a live remote worker serves it that may lease the work (it leases it over HTTP)
     anyone_live: bool
     last_seen_at: datetime | None
     since: datetime  # when the work began waiting on it (the grace counts from here if never advertised)
@@ -168,7 +170,11 @@ def _serving(kind: str) -> Any:
     node = (
         select(WORKERS.c.node).where(live(), advertises(kind, key), ~WORKERS.c.remote).order_by(func.random()).limit(1)
     )
-    remote = exists().where(live(), advertises(kind, key), WORKERS.c.remote)
+    # The target of the work asked about (``:cid``'s run); NULL when none is: then any remote worker serves it.
+    of_run = select(RUN.c.target).join(CONT, CONT.c.run_id == RUN.c.id).where(CONT.c.id == bindparam("cid"))
+    target = of_run.scalar_subquery()
+    leasable = or_(target.is_(None), may_lease(WORKERS.c.principal_id, target))
+    remote = exists().where(live(), advertises(kind, key), WORKERS.c.remote, leasable)
     seen = select(ADVERTISED.c.last_seen_at).where(ADVERTISED.c.kind == kind, ADVERTISED.c.key == key)
     since = select(CONT.c.created_at).where(CONT.c.id == bindparam("cid"))
     return select(
@@ -191,12 +197,13 @@ def serving(session: Executor, kind: str, key: str, *, continuation_id: str | No
     return Serving(kind, key, row.node, bool(row.remote), bool(row.anyone_live), row.last_seen_at, row.since, row.now)
 
 
-def remote_only(kind: str, key: Any) -> Any:
-    """Work on ``key`` is for remote workers: no live Celery worker runs it, and a remote worker advertised it
-    (its row is kept for ``FORGET_AFTER_S`` after its last lease call: a remote agent's restart does not send
-    its work to Celery). Decided when the continuation is made (``models.store.runs.ready_continuation``)."""
+def remote_only(kind: str, key: Any, target: Any) -> Any:
+    """Work on ``key`` of a run on ``target`` is for remote workers: no live Celery worker runs it, and a
+    remote worker that may lease it advertised it (its row is kept for ``FORGET_AFTER_S`` after its last lease
+    call: a remote agent's restart does not send its work to Celery); one that may not routes it nothing.
+    Decided when the continuation is made (``models.store.runs.ready_continuation``)."""
     python = exists().where(live(), advertises(kind, key), ~WORKERS.c.remote)
-    return ~python & exists().where(advertises(kind, key), WORKERS.c.remote)
+    return ~python & exists().where(advertises(kind, key), WORKERS.c.remote, may_lease(WORKERS.c.principal_id, target))
 
 
 def sorted_keys(keys: Sequence[str]) -> tuple[str, ...]:

@@ -20,15 +20,15 @@ from tests.support import TARGET, Stack
 
 
 def remote_principals(http: httpx.Client, *, admin: str, agent: str, human: str, worker: str) -> dict[str, str]:
-    """Tokens by name for an agent in another language: an admin; an agent and a person granted on the
-    target, and a worker, made over the API by the admin."""
+    """Tokens by name for an agent in another language: an admin; an agent, a person and a worker granted on
+    the target, made over the API by the admin (a worker leases only runs on targets it is granted on)."""
     made = {admin: make_admin(admin)}
     auth = {"Authorization": f"Bearer {made[admin]}"}
     for kind, name in (("agent", agent), ("human", human), ("worker", worker)):
         answer = http.post("/v1/principals", json={"kind": kind, "name": name}, headers=auth)
         assert answer.status_code == 201, answer.text
         made[name] = answer.json()["token"]
-    for name in (agent, human):
+    for name in (agent, human, worker):
         grant = http.post("/v1/grants", json={"principal": name, "target": TARGET}, headers=auth)
         assert grant.status_code == 201, grant.text
     return made
@@ -65,18 +65,23 @@ def receiver(stack: Stack) -> Iterator[Receiver]:
 
 
 @pytest.fixture(scope="module")
-def proto(stack: Stack) -> Iterator[Proto]:
-    """A uvicorn of its own and a Celery worker, and the tokens of a worker, an agent, a human and an admin;
-    its keys advertised (a module's tests share it)."""
+def proto_stack(stack: Stack) -> Iterator[Proto]:
+    """A uvicorn of its own and a Celery worker, and the tokens of a worker, an agent, a human and an admin
+    (a module's tests share it; each test takes a target and a worker of its own: ``proto``)."""
     api = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-proto.log").start()
     celery = stack.start_worker()
     try:
         with api.client() as http:
             roles = ("admin", "agent", "human", "worker")
             made = remote_principals(http, **{role: f"proto-{role}" for role in roles})
-            proto = Proto(http=http, tokens={role: made[f"proto-{role}"] for role in roles}, celery=celery)
-            assert proto.lease(wait_s=0) == []  # advertises what it serves: from now on its keys are served
-            yield proto
+            yield Proto(http=http, tokens={role: made[f"proto-{role}"] for role in roles}, celery=celery)
     finally:
         api.stop()
         celery.kill()
+
+
+@pytest.fixture
+def proto(proto_stack: Proto) -> Proto:
+    """``proto_stack`` on a target of this test's own, with a worker granted on it alone (its keys advertised):
+    it leases what this test made, never an earlier test's leftovers."""
+    return proto_stack.for_test()

@@ -73,10 +73,8 @@ def api(stack: Stack) -> Iterator[tuple[httpx.Client, dict[str, str]]]:
                 made = http.post("/v1/principals", json={"kind": kind, "name": f"soak-{who}"}, headers=admin)
                 assert made.status_code == 201, made.text
                 tokens[who] = made.json()["token"]
-                if kind != "worker":
-                    granted = http.post("/v1/grants", json={"principal": f"soak-{who}", "target": TARGET},
-                                        headers=admin)  # fmt: skip
-                    assert granted.status_code == 201, granted.text
+                granted = http.post("/v1/grants", json={"principal": f"soak-{who}", "target": TARGET}, headers=admin)
+                assert granted.status_code == 201, granted.text  # the worker too: it leases only granted runs
             yield http, tokens
     finally:
         server.stop()

@@ -65,3 +65,13 @@ def test_token_revoke__disables_the_principal_its_token_and_grants(stack: Stack)
     assert stack.parkway("token", "revoke", name).returncode == 0
     unknown = stack.parkway("token", "revoke", "nobody-" + uuid.uuid4().hex)
     assert unknown.returncode == 1 and "no principal" in unknown.stderr
+
+
+def test_token_create_worker__token_alone_on_stdout__stderr_says_how_to_grant_it(stack: Stack) -> None:
+    name = f"cli-worker-{uuid.uuid4().hex[:8]}"
+    made = stack.parkway("token", "create", "--kind", "worker", "--name", name)
+    assert made.returncode == 0, made.stderr
+    [token] = made.stdout.splitlines()
+    assert holder(token) == name and token not in made.stderr
+    # A worker leases only runs on targets it is granted on: the operator is told how
+    assert f"parkway grant create --principal {name} --target" in made.stderr, made.stderr

@@ -9,7 +9,7 @@ from sqlalchemy import event, text
 from sqlalchemy.dialects import postgresql
 
 from beat.sweep import run_sweep
-from models import fail_closed
+from models import fail_closed, store
 from parkway.db import get_engine, transaction
 from tests.integration.helpers import advertise
 from tests.integration.test_list_plans import plans_of
@@ -174,3 +174,46 @@ def test_plan__a_stream_of_one_run_reads_that_run_s_range_of_events_never_the_lo
         scans = {(node["Node Type"], node.get("Relation Name"), node.get("Index Name")) for node in plan.nodes()}
         assert any(index == "ix_events_run_seq" for _, _, index in scans), plan.outline()
         assert ("Seq Scan", "events", None) not in scans, plan.outline()
+
+
+def _driver_plans(statement: Any, given: dict[str, Any]) -> list[str]:
+    """PostgreSQL's plans of a statement run as a ``DriverStatement`` (no cursor events to capture it), with
+    its binds from ``given``: custom and generic (psycopg prepares repeated statements)."""
+    compiled = statement.compile(dialect=get_engine().dialect)
+    params = {name: given.get(name, bind.value) for bind, name in compiled.bind_names.items()}
+    plans = []
+    for mode in ("custom", "generic"):
+        with transaction() as session:
+            conn = session.connection()
+            conn.exec_driver_sql(f"SET LOCAL plan_cache_mode = force_{mode}_plan")
+            plans.append("\n".join(conn.exec_driver_sql(f"EXPLAIN {compiled.string}", params).scalars()))
+    return plans
+
+
+def test_plan__a_lease_call_takes_its_items_through_the_remote_index_granted_runs_only(actors_db: str) -> None:
+    # Given the seeded runs, 40,000 of them with a due remote resume over a few keys (the waits on
+    # team:waits, as many ended ones on team:ops), and a worker granted on team:ops
+    from models.store import leases
+
+    _seed()
+    with transaction() as session:
+        session.execute(
+            text("INSERT INTO continuations (id, run_id, step_id, kind, name, status, attempts, publishes, "
+                 "enqueued_at, created_at, remote) SELECT 'rc' || run || g, run || g, step || g, 'resume', "
+                 "'k' || (g % :k) || '@1', 'ready', 0, 1, now(), now() - make_interval(secs => g), true "
+                 "FROM generate_series(1, :n) AS g, (VALUES ('r', 's'), ('x', 'xs')) AS seeded(run, step)"),
+            {"n": WAITS, "k": KEYS},
+        )  # fmt: skip
+        worker = store.create_principal(session, kind="worker", name="plan-worker", token_hash=None)
+        assert worker is not None
+        store.create_grant(session, principal_id=worker.id, target="team:ops")
+    with transaction() as session:
+        session.execute(text("ANALYZE continuations, grants, principals"))
+
+    # When a lease call for one key is planned, custom and generic
+    given = {"steps": [], "conts": ["k1@1"], "n": 10, "lease_s": 30.0, "max_attempts": 5, "pid": worker.id}
+    plans = _driver_plans(leases._LEASE.statement, given)
+
+    # Then each reads that key's range of ix_continuations_remote, never the whole table
+    for plan in plans:
+        assert "ix_continuations_remote" in plan and "Seq Scan on continuations" not in plan, plan

@@ -353,7 +353,7 @@ export type InteractionState = {
 };
 
 export type ItemOut = {
-  /** what every later call on this lease names */
+  /** what every later call on this lease names, by its holder alone (else 404) */
   lease_id: string;
   kind: "start" | "resume";
   run_id: string;
@@ -379,7 +379,7 @@ export type ItemOut = {
 export type LeaseAsk = {
   /** a stable name of this worker process: how it shows in `GET /v1/workers` */
   worker: string;
-  /** what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys (`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call */
+  /** what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys (`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call. It selects among the runs on targets the caller holds a live grant on (admins: any), never beyond them */
   serves: Array<unknown>;
   /** at most this many items; 0: lease nothing, only advertise (a busy worker) */
   max?: number;
@@ -390,7 +390,7 @@ export type LeaseAsk = {
 export type LeaseIn = {
   /** a stable name of this worker process: how it shows in `GET /v1/workers` */
   worker: string;
-  /** what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys (`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call */
+  /** what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys (`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call. It selects among the runs on targets the caller holds a live grant on (admins: any), never beyond them */
   serves: Array<unknown>;
   /** at most this many items; 0: lease nothing, only advertise (a busy worker) */
   max?: number;
