@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from api.schemas import TEXT, Body, ResponseOut
+from api.schemas import TEXT, AnswerResponseOut, Body
 from models.outcome import OutcomeJSON
 
 KEY = r"^[^\x00@][^\x00]*$"
@@ -59,7 +59,7 @@ class AnswerOut(BaseModel):
     value: Any = Field(description="the answer's value (sensitive fields decrypted: only here)")
     approved: bool = Field(description="true only for an approved permission")
     answered_by: str | None
-    responses: list[ResponseOut] = Field(
+    responses: list[AnswerResponseOut] = Field(
         description="every response in order (a quorum wait's: docs/teams.md; else the one answer), values as `value`"
     )
 

@@ -112,12 +112,19 @@ class ReviewOut(BaseModel):
         )
 
 
-class ResponseOut(BaseModel):
+class AnswerResponseOut(BaseModel):
+    """A response as a continuation reads it (a lease item's ``answers``)."""
+
     principal: str
-    place: str = Field(serialization_alias="for", description="in whose place: principal's own, or a delegator's")
     value: Any = Field(description='sensitive fields "***" on every read (decrypted only in a worker\'s lease item)')
     at: datetime
     level: int = Field(description="the escalation level of the wait when it came")
+
+
+class ResponseOut(AnswerResponseOut):
+    """A response as the Interaction resource shows it: with the place it was made in."""
+
+    place: str = Field(serialization_alias="for", description="in whose place: principal's own, or a delegator's")
 
     model_config = ConfigDict(serialize_by_alias=True)
 

@@ -61,11 +61,21 @@ def may_lease(principal_id: Any, target: Any) -> Any:
     return or_(admin, live_grant(principal_id, target))
 
 
+_HELD, _HELD_RUN = CONT.alias("held"), RUN.alias("held_run")
+
+
 def held_by(lease_id: Any, holder: Any) -> Any:
-    """The continuation of the lease ``lease_id`` (its whole id) when ``holder`` took it, else NULL: what
-    every call on a lease reads its work by."""
+    """The continuation of the lease ``lease_id`` (its whole id) when ``holder`` took it and may still lease
+    its run's work (``may_lease``: a revoked grant ends the leases in hand at once), else NULL: what every call
+    on a lease reads its work by."""
     mine = and_(LEASES.c.id == lease_id, LEASES.c.principal_id == holder)
-    return select(LEASES.c.continuation_id).where(mine).scalar_subquery()
+    return (
+        select(LEASES.c.continuation_id)
+        .join(_HELD, _HELD.c.id == LEASES.c.continuation_id)
+        .join(_HELD_RUN, _HELD_RUN.c.id == _HELD.c.run_id)
+        .where(mine, may_lease(holder, _HELD_RUN.c.target))
+        .scalar_subquery()
+    )
 
 
 def _lease() -> Any:

@@ -41,17 +41,28 @@ def test_a_worker_leases_only_runs_on_its_granted_targets__revoked_nothing__gran
     for item in leased:
         assert proto.release(item["lease_id"]).status_code == 200
 
-    # When its grant is revoked, it leases nothing, though its target's are due again
+    # When its grant is revoked while it holds a lease, it leases nothing, though its target's are due again,
+    # and the lease in its hand is its no more: every call on it is 404 and changes nothing
+    [held] = proto.lease(n=1, wait_s=0)
     revoked = proto.call("DELETE", f"/v1/grants/{proto.worker_grant}", "admin")
     assert revoked.status_code == 204, revoked.text
     assert [proto.lease(n=100, wait_s=0) for _ in range(3)] == [[], [], []]
+    lease = f"/v1/worker/leases/{held['lease_id']}"
+    for path, body in ((f"{lease}/heartbeat", {}), (f"{lease}/complete", {"outcome": {"type": "complete"}}),
+                       (f"{lease}/tools", NEVER), (f"{lease}/release", {})):  # fmt: skip
+        answer = proto.call("POST", path, "worker", body)
+        assert (answer.status_code, answer.json().get("error")) == (404, "not_found"), (path, answer.text)
+    leased_one = str(held["lease_id"]).partition(".")[0]
+    assert [(c.status, c.claimed_by) for c in continuations(str(held["run_id"])) if c.id == leased_one] == [
+        ("claimed", held["lease_id"])
+    ]
 
     # And what a worker names in `serves` selects among what it may lease, never widens it
     assert other.lease(n=100, wait_s=0, serves=("proto.plan",)) == []
     # While the worker granted on the other target leases its runs, and an admin any
     assert run_ids(other.lease(n=100, wait_s=0)) == sorted(theirs)
     by_admin = proto.lease(n=100, wait_s=0, who="admin", worker="proto-admin")
-    assert set(mine) <= set(run_ids(by_admin)), by_admin
+    assert set(mine) - {held["run_id"]} <= set(run_ids(by_admin)), by_admin
     for item in by_admin:
         assert proto.call("POST", f"/v1/worker/leases/{item['lease_id']}/release", "admin", {}).status_code == 200
 
