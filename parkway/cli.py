@@ -118,7 +118,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # The commands that may make a home (the first ``parkway up`` or ``migrate``; the demo's is its own). Every other
 # command uses the stack's: found from here up (``settings.nearest_home``), never a new one started silently.
 MAKES_HOME = {"up", "migrate", "demo"}
-READS_FILES_ONLY = {"logs"}
+NEEDS_NO_HOME = {"check"}  # reads the workflow modules alone
+NEEDS_NO_DATABASE = {"logs"}  # reads the home's log files
 
 
 def _in_home(command: str) -> None:
@@ -128,7 +129,7 @@ def _in_home(command: str) -> None:
     from parkway.settings import get_settings, is_home
 
     settings = get_settings()
-    if not settings.embedded_database or command in MAKES_HOME:
+    if not settings.embedded_database or command in MAKES_HOME | NEEDS_NO_HOME:
         return
     home = Path(settings.home).resolve()
     if not is_home(home):
@@ -136,7 +137,7 @@ def _in_home(command: str) -> None:
                  else f"none in {Path.cwd()} or a folder above it (a var/ that `parkway up` made)")  # fmt: skip
         raise ConfigError(f"no Parkway home: {where}; run it inside the project, or set PARKWAY_HOME "
                           "or PARKWAY_DATABASE_URL")  # fmt: skip
-    if command not in READS_FILES_ONLY:
+    if command not in NEEDS_NO_DATABASE:
         embedded.start_for_process(settings.embedded_dir)
 
 

@@ -67,11 +67,9 @@ def test_start_with_park__addressing_what_the_agent_may_not__403_nothing_stored_
 def test_remote_worker_park__addressing_what_the_owner_may_not__403_nothing_committed_lease_kept(
     proto: Proto, asked: dict[str, Any], named: str
 ) -> None:
-    # Given a run on TARGET of a step only the remote worker serves, leased by it (granted on TARGET: a
-    # worker leases only runs on targets it holds)
-    granted = proto.call("POST", "/v1/grants", "admin", {"principal": "proto-worker", "target": TARGET})
-    assert granted.status_code == 201, granted.text
-    made = proto.call("POST", "/v1/runs", "agent", {"workflow": PLAN, "target": TARGET})
+    # Given a run on the test's target of a step only the remote worker serves, leased by it (the test's worker
+    # is granted on that target alone: a worker leases only runs on targets it holds)
+    made = proto.call("POST", "/v1/runs", "agent", {"workflow": PLAN, "target": proto.target})
     assert made.status_code == 201, made.text
     run_id = made.json()["id"]
     item = proto.lease_one(run_id)

@@ -93,11 +93,13 @@ def test_up__first_start_prints_tokens_once_a_killed_worker_is_restarted_and_the
             # And the stack stays up: the API answers and a run started now completes on the new worker
             assert http.get("/healthz").json() == {"status": "ok"}
             make_effects_table(up)
-            # (t.ask_one asks on team:ops: the human gets that target too, from the shell)
-            granted = parkway(
-                "grant", "create", "--principal", "human", "--target", "team:ops", env=up.env, cwd=tmp_path
-            )
-            assert granted.returncode == 0, granted.stderr
+            # (t.ask_one asks on team:ops: the human who answers and the agent who asks get that target too,
+            # from the shell)
+            for principal in ("human", "agent"):
+                granted = parkway(
+                    "grant", "create", "--principal", principal, "--target", "team:ops", env=up.env, cwd=tmp_path
+                )
+                assert granted.returncode == 0, granted.stderr
             started = parkway("run", "start", "t.ask_one", "--as", "agent", "--target", "example", env=up.env,
                               cwd=tmp_path)  # fmt: skip
             assert started.returncode == 0, started.stderr

@@ -18,7 +18,7 @@ export type AnswerOut = {
   approved: boolean;
   answered_by: string | null;
   /** every response in order (a quorum wait's: docs/teams.md; else the one answer), values as `value` */
-  responses: Array<ResponseOut>;
+  responses: Array<AnswerResponseOut>;
 };
 
 export type AnswerReceiptOut = {
@@ -26,6 +26,16 @@ export type AnswerReceiptOut = {
   status: "answered" | "rejected" | "pending";
   response_id: string;
   answered_at: string;
+};
+
+/** A response as a continuation reads it (a lease item's ``answers``). */
+export type AnswerResponseOut = {
+  principal: string;
+  /** sensitive fields "***" on every read (decrypted only in a worker's lease item) */
+  value: unknown;
+  at: string;
+  /** the escalation level of the wait when it came */
+  level: number;
 };
 
 export type CancelIn = {
@@ -522,15 +532,16 @@ export type Replay = {
   after_seq: number;
 };
 
+/** A response as the Interaction resource shows it: with the place it was made in. */
 export type ResponseOut = {
   principal: string;
-  /** in whose place: principal's own, or a delegator's */
-  for: string;
   /** sensitive fields "***" on every read (decrypted only in a worker's lease item) */
   value: unknown;
   at: string;
   /** the escalation level of the wait when it came */
   level: number;
+  /** in whose place: principal's own, or a delegator's */
+  for: string;
 };
 
 export type ReviewEvent = {
