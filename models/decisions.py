@@ -1,0 +1,160 @@
+"""The decision record (docs/operations.md): one record per decided wait, who decided what, at which level,
+with every response; sensitive fields as ``"***"``. Read here; sealed with the event log
+(``models.store.seals``: a record is part of the entry of the event that closed its wait), so a record is
+built the same way when it is sealed, exported and verified. Nothing here writes state.
+
+The record is read by ``ix_interactions_decided`` (``closed_at``, ``id``), a page at a time, each page in a
+transaction of its own: an export of a million waits streams in bounded memory.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, FromClause, select, tuple_
+from sqlalchemy.orm import Session, aliased
+
+from models.access import CLOSED_EVENT_TYPES, redacted
+from models.status import InteractionKind, InteractionStatus
+from models.tables import Event, Interaction, Principal, Run
+from models.team_tables import InteractionResponse
+from parkway.db import transaction
+
+PAGE = 500
+EXPIRED = "not decided before it expired"
+
+# Columns other changes add to a response (a delegate's place, a justification), by the record's field: read
+# where the table has them (``response_extras``), ``null`` until then.
+EXTRA_COLUMNS = {"for": "on_behalf_of", "justification": "justification"}
+
+_ANSWERER, _CLOSER = aliased(Principal), aliased(Principal)
+
+
+def response_extras(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A response's ``for`` and ``justification``: its extra columns (``extra_columns``) as read, else null."""
+    return {name: row.get(name) for name in EXTRA_COLUMNS}
+
+
+def extra_columns(table: FromClause) -> list[Any]:
+    """The extra columns ``table`` has, labelled by the record's field (``EXTRA_COLUMNS``)."""
+    return [table.c[column].label(name) for name, column in EXTRA_COLUMNS.items() if column in table.c]
+
+
+_CLOSING_SEQ = (
+    select(Event.seq)
+    .where(
+        Event.run_id == Interaction.run_id,
+        Event.type.in_(CLOSED_EVENT_TYPES),
+        Event.data["interaction_id"].as_string() == Interaction.id,
+    )
+    .limit(1)
+    .correlate(Interaction)
+    .scalar_subquery()
+)
+
+
+def records(session: Session, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The decision record of each decided wait of ``ids``, by id (two reads for the whole list)."""
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(Interaction, Run.workflow, _ANSWERER.name, _CLOSER.name, _CLOSING_SEQ,
+               *extra_columns(Interaction.__table__))
+        .join(Run, Run.id == Interaction.run_id)
+        .outerjoin(_ANSWERER, _ANSWERER.id == Interaction.answered_by_id)
+        .outerjoin(_CLOSER, _CLOSER.id == Interaction.closed_by_id)
+        .where(Interaction.id.in_(ids), Interaction.closed_at.is_not(None))
+    ).all()  # fmt: skip
+    quorum = [row[0].id for row in rows if row[0].quorum > 1]
+    responses = _team_responses(session, quorum) if quorum else {}
+    found = {}
+    for row in rows:
+        i, answered_by = row[0], row[2]
+        if i.quorum > 1:
+            made = [_response(i, r._mapping, r.name, r[0].level, r[0].approved, r[0].value, r[0].at)
+                    for r in responses[i.id]]  # fmt: skip
+        elif answered_by is not None and i.answered_at is not None:
+            approved = i.status == InteractionStatus.ANSWERED
+            made = [_response(i, row._mapping, answered_by, i.answered_level or 0, approved, i.value, i.answered_at)]
+        else:
+            made = []
+        found[i.id] = _record(i, workflow=row[1], decided_by=answered_by or row[3], seq=row[4], responses=made)
+    return found
+
+
+def _team_responses(session: Session, ids: list[str]) -> dict[str, list[Any]]:
+    """Each quorum wait's responses (rows of the response, its principal's ``name`` and its extra columns)."""
+    by_wait: dict[str, list[Any]] = defaultdict(list)
+    rows = session.execute(
+        select(InteractionResponse, Principal.name, *extra_columns(InteractionResponse.__table__))
+        .join(Principal, Principal.id == InteractionResponse.principal_id)
+        .where(InteractionResponse.interaction_id.in_(ids))
+        .order_by(InteractionResponse.at, Principal.name)
+    )
+    for row in rows:
+        by_wait[row[0].interaction_id].append(row)
+    return by_wait
+
+
+def _response(i: Interaction, mapping: Mapping[Any, Any], principal: str, level: int, approved: bool | None,
+              value: Any, at: datetime) -> dict[str, Any]:  # fmt: skip
+    verdict = ("approved" if approved else "rejected") if i.kind == InteractionKind.PERMISSION else "answered"
+    return {"principal": principal, **response_extras(mapping), "level": level, "verdict": verdict,
+            "value": redacted(i, value), "at": at.isoformat()}  # fmt: skip
+
+
+def _record(i: Interaction, *, workflow: str, decided_by: str | None, seq: int | None,
+            responses: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    assert i.closed_at is not None
+    reason = i.reason or (EXPIRED if i.status == InteractionStatus.EXPIRED else None)
+    return {
+        "interaction_id": i.id, "run_id": i.run_id, "workflow": workflow, "step_id": i.step_id, "key": i.key,
+        "kind": i.kind, "prompt": i.prompt, "action": i.action, "resources": i.resources, "target": i.target,
+        "quorum": i.quorum, "status": i.status, "level": i.level, "decided_by": decided_by,
+        "asked_at": i.created_at.isoformat(), "decided_at": i.closed_at.isoformat(),
+        "expires_at": i.expires_at.isoformat() if i.expires_at else None, "reason": reason,
+        "responses": responses, "seq": seq,
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Span:
+    """Which decisions an export holds: decided in ``[since, until)``, on ``target`` (``None``: any)."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    target: str | None = None
+
+    def header(self) -> dict[str, Any]:
+        times = {k: v.isoformat() if v else None for k, v in (("since", self.since), ("until", self.until))}
+        return {**times, "target": self.target}
+
+
+def decided(visible: ColumnElement[bool], span: Span) -> Iterator[dict[str, Any]]:
+    """The records of the waits decided in ``span`` that ``visible`` (``access.decision_visible``, or
+    ``true()`` for an operator's command) lets through, in the order they were decided, ``PAGE`` at a
+    time, each page in its own transaction."""
+    since, until, target = span.since, span.until, span.target
+    where: list[ColumnElement[bool]] = [Interaction.closed_at.is_not(None), visible]
+    where += [Interaction.closed_at >= since] if since is not None else []
+    where += [Interaction.closed_at < until] if until is not None else []
+    where += [Interaction.target == target] if target is not None else []
+    after: tuple[datetime, str] | None = None
+    while True:
+        key = [tuple_(Interaction.closed_at, Interaction.id) > tuple_(*after)] if after else []
+        with transaction() as session:
+            page = session.execute(
+                select(Interaction.id, Interaction.closed_at)
+                .where(*where, *key)
+                .order_by(Interaction.closed_at, Interaction.id)
+                .limit(PAGE)
+            ).all()
+            found = records(session, [row.id for row in page])
+        yield from (found[row.id] for row in page if row.id in found)
+        if len(page) < PAGE:
+            return
+        after = (page[-1].closed_at, page[-1].id)
