@@ -6,6 +6,7 @@ has a database of its own: the chain covers the whole log."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from typing import Any
@@ -85,7 +86,7 @@ def test_seal__an_untouched_log_verifies_and_every_final_event_is_sealed_once(ac
     # Then the checkpoints follow one another with no gap, each event in exactly one of them
     seals = chain()
     assert [s.position for s in seals] == list(range(len(seals))) and len(seals) > 1
-    assert all(s.after_seq == p.last_seq for p, s in zip(seals, seals[1:], strict=False))
+    assert all(s.after_seq == p.last_seq for p, s in itertools.pairwise(seals))
     assert [e[0] for s in seals for e in s.entries] == all_seqs()
     # And the log verifies, each decision counted
     verdict = verify()
@@ -109,7 +110,7 @@ def test_seal__a_change_in_postgresql_after_sealing_fails_verification_at_its_se
     elif tamper == "remove an event":
         sql("DELETE FROM events WHERE seq = :s", s=victim)
     elif tamper == "add an event":
-        victim = next(a + 1 for a, b in zip(seqs, seqs[1:], strict=False) if b - a > 1)
+        victim = next(a + 1 for a, b in itertools.pairwise(seqs) if b - a > 1)
         sql("INSERT INTO events (seq, run_id, type, at, data) SELECT :s, run_id, 'interaction.answered', at, data"
             " FROM events WHERE seq = :o", s=victim, o=seqs[0])  # fmt: skip
     elif tamper == "change a decision":
@@ -214,6 +215,6 @@ def test_seal__a_sweep_killed_mid_seal__the_next_pass_resumes_no_gap_no_double_s
         assert pass_().returncode == 0
     seals = chain()
     assert [s.position for s in seals] == list(range(len(seals)))
-    assert all(s.after_seq == p.last_seq for p, s in zip(seals, seals[1:], strict=False))
+    assert all(s.after_seq == p.last_seq for p, s in itertools.pairwise(seals))
     assert [e[0] for s in seals for e in s.entries] == all_seqs()
     assert verify().ok
