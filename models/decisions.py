@@ -51,6 +51,7 @@ _CLOSING_SEQ = (
         Event.type.in_(CLOSED_EVENT_TYPES),
         Event.data["interaction_id"].as_string() == Interaction.id,
     )
+    .order_by(Event.seq)
     .limit(1)
     .correlate(Interaction)
     .scalar_subquery()
