@@ -11,7 +11,7 @@ grant hides rows at the next request. The rules:
   grant on a target an escalation level reached names, and to the agent that owns its run while that
   agent holds a live grant on the run's target;
 - an auditor sees no run, interaction or event: only the decision record of the waits on targets it holds
-  a live grant on (``decision_visible``), as an admin sees every decision.
+  a live grant on (``decision_targets``), as an admin sees every decision.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def granted_targets(principal: Principal) -> Any:
 
 def live_targets(principal: Principal) -> Any:
     """The targets whose runs and waits the principal may read: its granted ones (an auditor's grants cover
-    decisions only, ``decision_visible``: none)."""
+    decisions only, ``decision_targets``: none)."""
     granted = granted_targets(principal)
     return granted.where(false()) if principal.kind == PrincipalKind.AUDITOR else granted
 
@@ -141,13 +141,13 @@ def interaction_visible(principal: Principal) -> ColumnElement[bool]:
     return or_(granted, owns)
 
 
-def decision_visible(principal: Principal) -> ColumnElement[bool]:
-    """SQL condition on ``Interaction``: the caller may read this wait's decision record (``models.decisions``)."""
+def decision_targets(principal: Principal) -> Any | None:
+    """The targets whose waits' decision records the caller may read (``models.decisions``): ``None`` for
+    every target (an admin); an auditor's granted ones; none for any other kind."""
     if principal.kind == PrincipalKind.ADMIN:
-        return true()
-    if principal.kind == PrincipalKind.AUDITOR:
-        return Interaction.target.in_(granted_targets(principal))
-    return false()
+        return None
+    granted = granted_targets(principal)
+    return granted if principal.kind == PrincipalKind.AUDITOR else granted.where(false())
 
 
 def _listed_interactions(principal: Principal) -> ColumnElement[bool]:

@@ -11,8 +11,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import ColumnElement
-
 from models.decisions import Span, decided
 from models.seal_reads import spanning
 from parkway.crypto import seal_public_key
@@ -22,11 +20,11 @@ CSV_COLUMNS = ("interaction_id", "run_id", "workflow", "step_id", "key", "kind",
                "reason", "responses", "seq")  # fmt: skip
 
 
-def ndjson(visible: ColumnElement[bool], span: Span) -> Iterator[str]:
+def ndjson(targets: Any | None, span: Span) -> Iterator[str]:
     """The export's lines, each ending in a newline: ``{"export": …}``, the records, ``{"checkpoint": …}``s."""
     yield _line({"export": {**span.header(), "public_key": seal_public_key()}})
     seqs: tuple[int, int] | None = None  # the lowest and highest closing seq of the records
-    for record in decided(visible, span):
+    for record in decided(targets, span):
         seq = record["seq"]
         if seq is not None:
             seqs = (min(seqs[0], seq), max(seqs[1], seq)) if seqs else (seq, seq)
@@ -35,10 +33,10 @@ def ndjson(visible: ColumnElement[bool], span: Span) -> Iterator[str]:
         yield from (_line({"checkpoint": cp.as_dict()}) for cp in spanning(*seqs))
 
 
-def csv_rows(visible: ColumnElement[bool], span: Span) -> Iterator[str]:
+def csv_rows(targets: Any | None, span: Span) -> Iterator[str]:
     """The same records as CSV rows (``responses`` and ``resources`` as JSON text), a header row first."""
     yield _csv(CSV_COLUMNS)
-    for record in decided(visible, span):
+    for record in decided(targets, span):
         yield _csv([_cell(record[column]) for column in CSV_COLUMNS])
 
 

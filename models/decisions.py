@@ -3,8 +3,9 @@ with every response; sensitive fields as ``"***"``. Read here; sealed with the e
 (``models.store.seals``: a record is part of the entry of the event that closed its wait), so a record is
 built the same way when it is sealed, exported and verified. Nothing here writes state.
 
-The record is read by ``ix_interactions_decided`` (``closed_at``, ``id``), a page at a time, each page in a
-transaction of its own: an export of a million waits streams in bounded memory.
+The record is read by ``ix_interactions_decided`` (``closed_at``, ``id``; per target:
+``ix_interactions_decided_target``), a page at a time, each page in a transaction of its own: an export of a
+million waits streams in bounded memory.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, FromClause, select, tuple_
+from sqlalchemy import ColumnElement, FromClause, String, literal, select, true, tuple_
 from sqlalchemy.orm import Session, aliased
 
 from models.access import CLOSED_EVENT_TYPES, redacted
 from models.status import InteractionKind, InteractionStatus
-from models.tables import Event, Interaction, Principal, Run
+from models.tables import Event, Grant, Interaction, Principal, Run
 from models.team_tables import InteractionResponse
 from parkway.db import transaction
 
@@ -135,27 +136,41 @@ class Span:
         return {**times, "target": self.target}
 
 
-def decided(visible: ColumnElement[bool], span: Span) -> Iterator[dict[str, Any]]:
-    """The records of the waits decided in ``span`` that ``visible`` (``access.decision_visible``, or
-    ``true()`` for an operator's command) lets through, in the order they were decided, ``PAGE`` at a
-    time, each page in its own transaction."""
-    since, until, target = span.since, span.until, span.target
-    where: list[ColumnElement[bool]] = [Interaction.closed_at.is_not(None), visible]
-    where += [Interaction.closed_at >= since] if since is not None else []
-    where += [Interaction.closed_at < until] if until is not None else []
-    where += [Interaction.target == target] if target is not None else []
+def decided(targets: Any | None, span: Span) -> Iterator[dict[str, Any]]:
+    """The records of the waits decided in ``span`` on ``targets`` (``access.decision_targets``: a select of
+    target names, or ``None`` for every target), in the order they were decided, ``PAGE`` at a time, each
+    page in its own transaction."""
     after: tuple[datetime, str] | None = None
     while True:
-        key = [tuple_(Interaction.closed_at, Interaction.id) > tuple_(*after)] if after else []
         with transaction() as session:
-            page = session.execute(
-                select(Interaction.id, Interaction.closed_at)
-                .where(*where, *key)
-                .order_by(Interaction.closed_at, Interaction.id)
-                .limit(PAGE)
-            ).all()
+            page = session.execute(_page(targets, span, after)).all()
             found = records(session, [row.id for row in page])
         yield from (found[row.id] for row in page if row.id in found)
         if len(page) < PAGE:
             return
         after = (page[-1].closed_at, page[-1].id)
+
+
+def _page(targets: Any | None, span: Span, after: tuple[datetime, str] | None) -> Any:
+    """The next ``PAGE`` decided waits after ``after``: on every target, a range of ``ix_interactions_decided``;
+    else the first ``PAGE`` of each target's range of ``ix_interactions_decided_target``, merged (a sort of
+    at most ``PAGE`` rows a target, never of every decided wait)."""
+    i = Interaction
+    where: list[ColumnElement[bool]] = [i.closed_at.is_not(None)]
+    where += [i.closed_at >= span.since] if span.since is not None else []
+    where += [i.closed_at < span.until] if span.until is not None else []
+    where += [tuple_(i.closed_at, i.id) > tuple_(*after)] if after else []
+    if span.target is not None:
+        one = select(literal(span.target, String).label("target"))
+        targets = one if targets is None else targets.where(Grant.target == span.target)
+    if targets is None:
+        return select(i.id, i.closed_at).where(*where).order_by(i.closed_at, i.id).limit(PAGE)
+    named = targets.subquery("named")
+    first = (
+        select(i.id, i.closed_at).where(i.target == named.c.target, *where)
+        .order_by(i.closed_at, i.id).limit(PAGE).lateral("first")
+    )  # fmt: skip
+    return (
+        select(first.c.id, first.c.closed_at).select_from(named).join(first, true())
+        .order_by(first.c.closed_at, first.c.id).limit(PAGE)
+    )  # fmt: skip

@@ -12,8 +12,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 from models.base import Base, UTCDateTime, utcnow
 from models.tables import Interaction
 
-# The decided waits by when each was decided (``models.decisions``): every close sets ``closed_at``.
-Index("ix_interactions_decided", Interaction.closed_at, Interaction.id, postgresql_where=text("closed_at IS NOT NULL"))
+# The decided waits by when each was decided, and per target (``models.decisions``): every close sets ``closed_at``.
+_DECIDED = text("closed_at IS NOT NULL")
+Index("ix_interactions_decided", Interaction.closed_at, Interaction.id, postgresql_where=_DECIDED)
+Index("ix_interactions_decided_target", Interaction.target, Interaction.closed_at, Interaction.id,
+      postgresql_where=_DECIDED)  # fmt: skip
 
 
 class Seal(Base):

@@ -43,10 +43,10 @@ def export_decisions(
     format: Annotated[Literal["ndjson", "csv"], Query(description="`ndjson` (default) or `csv`")] = "ndjson",
 ) -> StreamingResponse:
     span = Span(utc(since), utc(until), target)
-    visible = access.decision_visible(principal)
+    targets = access.decision_targets(principal)
     if format == "csv":
-        return StreamingResponse(decision_export.csv_rows(visible, span), media_type="text/csv")
-    return StreamingResponse(decision_export.ndjson(visible, span), media_type=NDJSON)
+        return StreamingResponse(decision_export.csv_rows(targets, span), media_type="text/csv")
+    return StreamingResponse(decision_export.ndjson(targets, span), media_type=NDJSON)
 
 
 @router.get(

@@ -16,6 +16,11 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 KINDS = "kind IN ('agent', 'human', 'admin', 'worker'{})"
+# The decision record's pages (models/decisions.py): all decided waits by when, and each target's.
+DECIDED = {
+    "ix_interactions_decided": ["closed_at", "id"],
+    "ix_interactions_decided_target": ["target", "closed_at", "id"],
+}
 
 
 def upgrade() -> None:
@@ -37,12 +42,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("position", name=op.f("pk_seals")),
         sa.UniqueConstraint("last_seq", name=op.f("uq_seals_last_seq")),
     )
-    op.create_index("ix_interactions_decided", "interactions", ["closed_at", "id"], unique=False,
-                    postgresql_where=sa.text("closed_at IS NOT NULL"))  # fmt: skip
+    for name, columns in DECIDED.items():
+        op.create_index(name, "interactions", columns, unique=False, postgresql_where=sa.text("closed_at IS NOT NULL"))
 
 
 def downgrade() -> None:
-    op.drop_index("ix_interactions_decided", table_name="interactions")
+    for name in DECIDED:
+        op.drop_index(name, table_name="interactions")
     op.drop_table("seals")
     op.execute("DELETE FROM grants WHERE principal_id IN (SELECT id FROM principals WHERE kind = 'auditor')")
     op.execute("DELETE FROM principals WHERE kind = 'auditor'")  # an auditor writes nothing that names it
