@@ -4,21 +4,19 @@ the lists), first page and a page deep into the table, for an admin, an auditor 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, text
+from sqlalchemy import event, text
 
 from models import access
 from models.decisions import PAGE, Span, decided
 from models.tables import Principal
-from parkway.db import get_engine, reset_engine, transaction
-from tests.conftest import clone_database, drop_database, use_database
-from tests.integration.helpers import add_principal, make_actors
-from tests.integration.test_list_plans import Plan, problems
+from parkway.db import get_engine, transaction
+from tests.integration.helpers import add_principal
+from tests.integration.test_list_plans import Plan, explained, problems, seeded_database
 from tests.support import ADMIN, AGENT
 
 DECIDED = 40_000  # answered waits of completed runs, on 50 targets
@@ -45,21 +43,15 @@ def _seed() -> None:
         conn.execute(text("VACUUM ANALYZE runs, steps, interactions"))
 
 
+def _seed_with_auditor() -> None:
+    add_principal(AUDITOR, "auditor", grant="team:t7")
+    _seed()
+
+
 @pytest.fixture(scope="module")
 def seeded(template_db: str) -> Iterator[dict[str, Principal]]:
-    url = clone_database(template_db)
-    use_database(url)
-    try:
-        make_actors()
-        add_principal(AUDITOR, "auditor", grant="team:t7")
-        _seed()
-        with transaction() as session:
-            people = {p.name: p for p in session.scalars(select(Principal))}
-            session.expunge_all()
+    with seeded_database(template_db, _seed_with_auditor) as people:
         yield people
-    finally:
-        reset_engine()
-        drop_database(url)
 
 
 def page_plans(targets: Any, span: Span, pages: int) -> list[Plan]:
@@ -76,14 +68,7 @@ def page_plans(targets: Any, span: Span, pages: int) -> list[Plan]:
             pass
     finally:
         event.remove(get_engine(), "before_cursor_execute", record)
-    plans = []
-    for statement, parameters in sent[-1:] + sent[:1]:  # the deepest page and the first
-        for mode in ("custom", "generic"):
-            with transaction() as session:
-                conn = session.connection()
-                conn.exec_driver_sql(f"SET LOCAL plan_cache_mode = force_{mode}_plan")
-                found = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {statement}", parameters).scalar_one()
-            plans.append(Plan(statement, mode, (json.loads(found) if isinstance(found, str) else found)[0]["Plan"]))
+    plans = [plan for statement, parameters in sent[-1:] + sent[:1] for plan in explained(statement, parameters)]
     assert plans, "decided() sent no page statement"
     return plans
 
