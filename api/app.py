@@ -19,6 +19,9 @@ from api.metrics import MetricsMiddleware
 from api.pages import decisions
 from api.pages import runs as run_pages
 from api.routes import (
+    decisions as decision_record,
+)
+from api.routes import (
     events,
     grants,
     handlers,
@@ -115,6 +118,7 @@ def create_app() -> FastAPI:
         handlers,
         webhooks,
         events,
+        decision_record,
         decisions,
         run_pages,
     ):

@@ -19,6 +19,7 @@ from api import errors
 from api.errors import ApiError
 from api.schemas import TEXT
 from models import access
+from models.status import PrincipalKind
 from models.tables import Principal
 from parkway.db import read_statement, session_factory
 from parkway.settings import get_settings
@@ -26,12 +27,20 @@ from parkway.tokens import hash_token
 
 T = TypeVar("T")
 
+OPERATORS = tuple(kind.value for kind in PrincipalKind if kind != PrincipalKind.AUDITOR)  # all but auditors
+
 bearer = HTTPBearer(auto_error=False, description="a token from `parkway token create` or POST /v1/principals")
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
 def authenticate(token: str | None) -> Principal:
-    """The principal holding this token, read now; raises a 401 ``ApiError`` otherwise."""
+    """The principal holding this token, read now (``identify``), if it may use the API beyond the decision
+    record: an auditor reads that and nothing else (403; ``require`` admits it where a route names it)."""
+    return admitted(identify(token), OPERATORS)
+
+
+def identify(token: str | None) -> Principal:
+    """The principal holding this token, read now, whatever its kind; raises a 401 ``ApiError`` otherwise."""
     if not token:
         raise ApiError(401, errors.NO_TOKEN, headers=CHALLENGE)
     # One read on its own, in autocommit: the caller's work (an answer through the SDK) must not wait
@@ -53,7 +62,7 @@ def authentication_problem(request: Request) -> ApiError | None:
     if not request.url.path.startswith("/v1/"):
         return None
     try:
-        authenticate(_token(request.headers.get("authorization")))
+        identify(_token(request.headers.get("authorization")))
     except ApiError as exc:
         return exc
     return None
@@ -66,6 +75,12 @@ def current_principal(
 
 
 PrincipalDep = Annotated[Principal, Depends(current_principal)]
+
+
+def any_principal(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Principal:
+    return identify(presented(credentials))
 
 
 # The bearer credentials as presented, not yet read (no I/O): for a route that authenticates on the thread
@@ -104,7 +119,7 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
 def require(*kinds: str) -> Callable[[Principal], Awaitable[Principal]]:
     """A dependency that admits only principals of these kinds (403 for the others)."""
 
-    async def check(principal: PrincipalDep) -> Principal:  # no I/O: on the event loop, no thread hop
+    async def check(principal: Annotated[Principal, Depends(any_principal)]) -> Principal:  # no I/O: no thread hop
         return admitted(principal, kinds)
 
     return check
@@ -112,6 +127,7 @@ def require(*kinds: str) -> Callable[[Principal], Awaitable[Principal]]:
 
 AdminDep = Annotated[Principal, Depends(require("admin"))]
 AgentDep = Annotated[Principal, Depends(require("agent"))]
+AuditDep = Annotated[Principal, Depends(require("admin", "auditor"))]
 
 
 def get_session() -> Iterator[Session]:

@@ -15,7 +15,7 @@ from models.tables import Review, Step, ToolCall
 
 # Text columns cannot hold NUL (PostgreSQL refuses it): every string the API stores or looks up excludes it.
 TEXT = r"^[^\x00]*$"
-PrincipalKindLiteral = Literal["agent", "human", "admin", "worker"]
+PrincipalKindLiteral = Literal["agent", "human", "admin", "worker", "auditor"]
 ID = r"^[A-Za-z0-9_-]{1,64}$"
 
 

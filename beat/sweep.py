@@ -15,6 +15,7 @@ from typing import Any
 from beat import schedule
 from models import fail_closed, projections, store
 from models.store import Due
+from models.store.seals import seal_next
 from parkway.crash import crash_point
 from parkway.db import database_unavailable, failure_line, single_statement, transaction
 from parkway.settings import get_settings
@@ -28,7 +29,8 @@ log = logging.getLogger("parkway.sweep")
 # continuation version no live worker has advertised for the grace, or whose run's owner lost its grant),
 # 4 reviews_interrupted, 5 projections, 6 webhooks (subscriptions behind the event log, published) and
 # webhook_log (delivery log lines past PARKWAY_WEBHOOK_LOG_DAYS, deleted), 7 reminded and escalated (a wait's
-# team timers, docs/teams.md); errors counts rows skipped.
+# team timers, docs/teams.md), 8 sealed (events sealed into the event log's next checkpoint, docs/operations.md);
+# errors counts rows skipped.
 CATEGORIES = (
     "republished",
     "lease_expired",
@@ -42,6 +44,7 @@ CATEGORIES = (
     "webhook_log",
     "reminded",
     "escalated",
+    "sealed",
     "errors",
 )
 
@@ -91,6 +94,7 @@ def run_sweep(batch: int | None = None) -> SweepReport:
         report.counts["webhook_log"] += store.prune_deliveries(
             session, older_than_s=settings.webhook_log_days * 86400, batch=batch
         )
+    _seal(report, batch=batch)
     report.duration_s = time.monotonic() - started
     with transaction() as session:
         store.record_sweep(session, report.counts, duration_s=report.duration_s)
@@ -337,6 +341,15 @@ def _webhooks(report: SweepReport, *, batch: int, republish_after_s: float) -> N
         webhook_ids = store.due_webhooks(session, batch=batch, republish_after_s=republish_after_s)
     report.counts["webhooks"] += len(webhook_ids)
     publish_webhooks(webhook_ids)
+
+
+def _seal(report: SweepReport, *, batch: int) -> None:
+    """Category 8: the next up to ``batch`` final events sealed as one signed checkpoint of the event log's
+    hash chain (a concurrent pass that sealed that checkpoint first leaves this one nothing to do)."""
+    with transaction() as session:
+        sealed = seal_next(session, batch=batch)
+        crash_point("seal.mid_batch")  # the checkpoint written, not committed: the next pass seals it again
+    report.counts["sealed"] += sealed.count if sealed is not None else 0
 
 
 @app.task(name=SWEEP, ignore_result=True, acks_late=False)

@@ -33,11 +33,13 @@ OUT = ROOT / "bench" / "out"
 # One lock for every checkout on the machine (a run of another worktree shares the cores and the services).
 MACHINE_LOCK = Path(tempfile.gettempdir()) / "parkway-bench.lock"
 CASES = (
-    "anatomy", "throughput", "latency", "recovery", "broker_down", "sweep", "bare", "scale", "webhooks", "remote"
+    "anatomy", "throughput", "latency", "recovery", "broker_down", "sweep", "bare", "scale", "webhooks", "remote",
+    "sealing",
 )  # fmt: skip
 # Run only when asked for: ``scale`` seeds 10^5 (or 10^6) waits of its own; ``webhooks`` repeats the
-# throughput case twice a rep and delivers 11 backlogs; ``remote`` needs Node and the built TypeScript client.
-DEFAULT_CASES = CASES[:-3]
+# throughput case twice a rep and delivers 11 backlogs; ``remote`` needs Node and the built TypeScript client;
+# ``sealing`` repeats the Python throughput case with the seal on and off.
+DEFAULT_CASES = CASES[:-4]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -297,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if "anatomy" in args.cases:
             cases.case_anatomy(bench, samples=20 if args.quick else 50)
-        if {"throughput", "latency"} & set(args.cases):
+        if {"throughput", "latency", "sealing"} & set(args.cases):
             services.start_worker()
             time.sleep(1.0)  # let the startup sweep pass
             cases.case_memory(bench, "at start (idle)")
@@ -306,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
             cases.case_throughput(bench)
             bench.check_foreign("after throughput")
             cases.case_memory(bench, "after throughput")
+        if "sealing" in args.cases:
+            from bench.cases.sealing import case_sealing
+
+            case_sealing(bench)
         if "latency" in args.cases:
             cases.case_latency(bench)
             capacity = bench.metrics.get(("throughput", "Parkway answer→consume (Python)"))

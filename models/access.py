@@ -9,7 +9,9 @@ grant hides rows at the next request. The rules:
 - an interaction is visible to whoever holds a live grant on the interaction's target, to the people it
   names (assignees, delegates, escalation levels reached: ``team_views.naming``), to whoever holds a live
   grant on a target an escalation level reached names, and to the agent that owns its run while that
-  agent holds a live grant on the run's target.
+  agent holds a live grant on the run's target;
+- an auditor sees no run, interaction or event: only the decision record of the waits on targets it holds
+  a live grant on (``decision_targets``), as an admin sees every decision.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from sqlalchemy import (
     Connection,
     and_,
     bindparam,
+    false,
     func,
     literal,
     literal_column,
@@ -108,8 +111,16 @@ def grant_by_id(session: Session, grant_id: str) -> tuple[Grant, str] | None:
 # --------------------------------------------------------------------------- visibility
 
 
-def live_targets(principal: Principal) -> Any:
+def granted_targets(principal: Principal) -> Any:
+    """The targets the principal holds a live grant on."""
     return select(Grant.target).where(Grant.principal_id == principal.id, Grant.revoked_at.is_(None))
+
+
+def live_targets(principal: Principal) -> Any:
+    """The targets whose runs and waits the principal may read: its granted ones (an auditor's grants cover
+    decisions only, ``decision_targets``: none)."""
+    granted = granted_targets(principal)
+    return granted.where(false()) if principal.kind == PrincipalKind.AUDITOR else granted
 
 
 def run_visible(principal: Principal) -> ColumnElement[bool]:
@@ -128,6 +139,15 @@ def interaction_visible(principal: Principal) -> ColumnElement[bool]:
         return or_(granted, team_views.naming(principal.id, live_targets(principal)))
     owns = and_(Run.owner_id == principal.id, Run.target.in_(live_targets(principal)))
     return or_(granted, owns)
+
+
+def decision_targets(principal: Principal) -> Any | None:
+    """The targets whose waits' decision records the caller may read (``models.decisions``): ``None`` for
+    every target (an admin); an auditor's granted ones; none for any other kind."""
+    if principal.kind == PrincipalKind.ADMIN:
+        return None
+    granted = granted_targets(principal)
+    return granted if principal.kind == PrincipalKind.AUDITOR else granted.where(false())
 
 
 def _listed_interactions(principal: Principal) -> ColumnElement[bool]:
@@ -230,7 +250,7 @@ def list_interactions(
     after = read_placed_position(cursor) if cursor is not None else None
     where: list[ColumnElement[bool]] = [Interaction.run_id == run_id] if run_id is not None else []
     targets = None
-    if principal.kind in (PrincipalKind.HUMAN, PrincipalKind.WORKER):  # a worker's grants: none, unless given
+    if principal.kind not in (PrincipalKind.ADMIN, PrincipalKind.AGENT):  # a worker's grants: none, unless given
         targets = live_targets(principal) if target is None else live_targets(principal).where(Grant.target == target)
     elif target is not None:
         where.append(Interaction.target == target)

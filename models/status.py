@@ -71,6 +71,7 @@ class PrincipalKind(StrEnum):
     HUMAN = "human"
     ADMIN = "admin"
     WORKER = "worker"  # a remote step handler: leases, heartbeats, completes (docs/worker-protocol.md)
+    AUDITOR = "auditor"  # reads the decision record of its granted targets, and nothing else (docs/operations.md)
 
 
 class ReviewStatus(StrEnum):

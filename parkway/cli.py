@@ -1,5 +1,5 @@
 """The ``parkway`` command: migrate, token create|revoke|rotate, grant create|list|revoke, run start, sweep
---once, workers, check, up, logs, demo."""
+--once, workers, check, decisions export|verify|key, up, logs, demo."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from parkway import cli_check, cli_grants, cli_handlers, cli_up, cli_webhooks, cli_workers
+from parkway import cli_check, cli_decisions, cli_grants, cli_handlers, cli_up, cli_webhooks, cli_workers
 from parkway.children import child_environment
 from parkway.cli_migrate import cmd_migrate, database_shown
 from parkway.errors import ConfigError, ParkwayError
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     token = sub.add_parser("token", help="manage principals' tokens")
     token_sub = token.add_subparsers(dest="token_command", required=True)
     create = token_sub.add_parser("create", help="create a principal and print its token once")
-    create.add_argument("--kind", required=True, choices=["agent", "human", "admin", "worker"])
+    create.add_argument("--kind", required=True, choices=["agent", "human", "admin", "worker", "auditor"])
     create.add_argument("--name", required=True)
     create.set_defaults(fn=cmd_token_create)
     revoke = token_sub.add_parser("revoke", help="disable a principal: its token, grants and page sessions end")
@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_check.add_commands(sub.add_parser)
     cli_webhooks.add_commands(sub.add_parser)
     cli_handlers.add_commands(sub.add_parser)
+    cli_decisions.add_commands(sub.add_parser)
     cli_up.add_commands(sub.add_parser)
     demo = sub.add_parser(
         "demo",

@@ -15,6 +15,7 @@ POINTS = frozenset(
         "tool.after_intent",
         "tool.after_run",
         "sweep.mid_batch",
+        "seal.mid_batch",
     }
 )
 

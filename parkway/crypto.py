@@ -1,4 +1,5 @@
-"""Encryption of sensitive answer fields at rest: Fernet, keyed from PARKWAY_SECRET_KEY by HKDF."""
+"""Keys derived from PARKWAY_SECRET_KEY by HKDF, one per purpose: Fernet for sensitive answer fields at rest,
+Ed25519 for the seals of the event log (docs/operations.md, "The seal")."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from parkway.errors import ParkwayError
 from parkway.settings import get_settings
@@ -19,12 +23,39 @@ class SecretUnreadable(ParkwayError):
     """Raised when a sealed value cannot be decrypted with the current key (key changed or data damaged)."""
 
 
+def derived_key(secret_key: str, purpose: bytes) -> bytes:
+    """32 bytes of key for ``purpose`` alone: knowing one purpose's key tells nothing of another's."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose).derive(secret_key.encode())
+
+
 @lru_cache(maxsize=4)
 def _fernet(secret_key: str) -> Fernet:
-    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"parkway sensitive fields v1").derive(
-        secret_key.encode()
-    )
-    return Fernet(base64.urlsafe_b64encode(derived))
+    return Fernet(base64.urlsafe_b64encode(derived_key(secret_key, b"parkway sensitive fields v1")))
+
+
+@lru_cache(maxsize=4)
+def _seal_key(secret_key: str) -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.from_private_bytes(derived_key(secret_key, b"parkway event log seal v1"))
+
+
+def sign_seal(message: bytes) -> str:
+    """The Ed25519 signature of ``message`` with the seal key, in hex."""
+    return _seal_key(get_settings().resolved_secret_key()).sign(message).hex()
+
+
+def seal_public_key() -> str:
+    """The public half of the seal key, in hex: what an auditor verifies seals with (it cannot sign)."""
+    public = _seal_key(get_settings().resolved_secret_key()).public_key()
+    return public.public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+
+
+def signed_by(public_key_hex: str, message: bytes, signature_hex: str) -> bool:
+    """Whether ``signature_hex`` is the signature of ``message`` by the key ``public_key_hex``."""
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes.fromhex(public_key_hex)).verify(bytes.fromhex(signature_hex), message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
 
 
 def seal(value: Any) -> str:

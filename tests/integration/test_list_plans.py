@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,14 +98,14 @@ def _seed() -> None:
         conn.execute(text("VACUUM ANALYZE runs, steps, interactions, grants, interaction_answerers"))
 
 
-@pytest.fixture(scope="module")
-def seeded(template_db: str) -> Iterator[dict[str, Principal]]:
-    """A database of this module's own with the rows above; the principals by name."""
+@contextmanager
+def seeded_database(template_db: str, seed: Callable[[], None]) -> Iterator[dict[str, Principal]]:
+    """A database of the caller's own with the actors and what ``seed`` adds; the principals by name."""
     url = clone_database(template_db)
     use_database(url)
     try:
         make_actors()
-        _seed()
+        seed()
         with transaction() as session:
             people = {p.name: p for p in session.scalars(select(Principal))}
             session.expunge_all()
@@ -112,6 +113,13 @@ def seeded(template_db: str) -> Iterator[dict[str, Principal]]:
     finally:
         reset_engine()
         drop_database(url)
+
+
+@pytest.fixture(scope="module")
+def seeded(template_db: str) -> Iterator[dict[str, Principal]]:
+    """A database of this module's own with the rows above; the principals by name."""
+    with seeded_database(template_db, _seed) as people:
+        yield people
 
 
 # --------------------------------------------------------------------------- plans
@@ -158,16 +166,20 @@ def _captured(call: Callable[[Session], object]) -> list[tuple[str, Any]]:
 
 
 def plans_of(call: Callable[[Session], object]) -> list[Plan]:
-    plans = []
-    for statement, parameters in _captured(call):
-        for mode in ("custom", "generic"):
-            with transaction() as session:
-                conn = session.connection()
-                conn.exec_driver_sql(f"SET LOCAL plan_cache_mode = force_{mode}_plan")
-                found = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {statement}", parameters).scalar_one()
-            tree = (json.loads(found) if isinstance(found, str) else found)[0]["Plan"]
-            plans.append(Plan(statement, mode, tree))
+    plans = [plan for statement, parameters in _captured(call) for plan in explained(statement, parameters)]
     assert plans, "the call sent no statement reading interactions or runs"
+    return plans
+
+
+def explained(statement: str, parameters: Any) -> list[Plan]:
+    """The statement's plans as PostgreSQL makes them for these parameters (custom) and for any (generic)."""
+    plans = []
+    for mode in ("custom", "generic"):
+        with transaction() as session:
+            conn = session.connection()
+            conn.exec_driver_sql(f"SET LOCAL plan_cache_mode = force_{mode}_plan")
+            found = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {statement}", parameters).scalar_one()
+        plans.append(Plan(statement, mode, (json.loads(found) if isinstance(found, str) else found)[0]["Plan"]))
     return plans
 
 

@@ -121,7 +121,7 @@ def test_status_enums__are_the_contract_names() -> None:
     }
     assert {s.value for s in st.ContinuationStatus} == {"ready", "claimed", "consumed", "dead"}
     assert {s.value for s in st.InteractionKind} == {"question", "permission"}
-    assert {s.value for s in st.PrincipalKind} == {"agent", "human", "admin", "worker"}  # worker: issue 33
+    assert {s.value for s in st.PrincipalKind} == {"agent", "human", "admin", "worker", "auditor"}  # issues 33, 45
 
 
 def test_status_enums__terminal_and_live_sets_partition_the_statuses() -> None:

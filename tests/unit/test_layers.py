@@ -25,6 +25,7 @@ CLI = (  # the CLI and its demo
     "parkway.cli_handlers",
     "parkway.cli_workers",
     "parkway.cli_check",
+    "parkway.cli_decisions",
     "parkway.children",
     "parkway.supervisor",
     "parkway.demo",

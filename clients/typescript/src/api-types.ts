@@ -455,13 +455,13 @@ export type Permission = {
 };
 
 export type PrincipalCreate = {
-  kind: "agent" | "human" | "admin" | "worker";
+  kind: "agent" | "human" | "admin" | "worker" | "auditor";
   name: string;
 };
 
 export type PrincipalCreated = {
   id: string;
-  kind: "agent" | "human" | "admin" | "worker";
+  kind: "agent" | "human" | "admin" | "worker" | "auditor";
   name: string;
   /** shown once; only its hash is stored */
   token: string;
@@ -469,7 +469,7 @@ export type PrincipalCreated = {
 
 export type PrincipalOut = {
   id: string;
-  kind: "agent" | "human" | "admin" | "worker";
+  kind: "agent" | "human" | "admin" | "worker" | "auditor";
   name: string;
   created_at: string;
   /** when it was disabled; null while it is live */
