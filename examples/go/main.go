@@ -3,7 +3,7 @@
 // and its continuation ticket.decide@1, which completes the run with the answer. Every outcome is
 // committed exactly once by Parkway, whatever restarts either side goes through.
 //
-//	PARKWAY_URL=http://127.0.0.1:8000 WORKER_TOKEN=pk_... PARKWAY_TARGET=example go run .
+//	go build -o worker . && PARKWAY_URL=http://127.0.0.1:8000 WORKER_TOKEN=pk_... PARKWAY_TARGET=example ./worker
 package main
 
 import (
@@ -64,7 +64,7 @@ func main() {
 	log.SetFlags(0)
 	token := os.Getenv("WORKER_TOKEN")
 	if token == "" {
-		log.Fatal("WORKER_TOKEN is not set: a worker token (parkway token create --kind worker --name triage)")
+		log.Fatal("WORKER_TOKEN is not set: a worker token (parkway token create --kind worker --name go-triage)")
 	}
 	host, _ := os.Hostname()
 	w := &Worker{

@@ -68,7 +68,7 @@ func Complete(result any) Outcome { return Outcome{"type": "complete", "result":
 // Fail ends the run as failed: the workflow's own verdict.
 func Fail(reason string) Outcome { return Outcome{"type": "fail", "error": reason} }
 
-// Handler runs one item; an error it returns completes the item as a Fail.
+// Handler runs one item; an error it returns completes the item as a Fail (the workflow's verdict).
 type Handler func(item Item) (Outcome, error)
 
 // APIError is an answer of the API that is not a success: {"error": code, "detail": text}.
@@ -83,18 +83,53 @@ func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.
 
 // Client calls the worker routes with a worker's (or an admin's) bearer token.
 type Client struct {
-	BaseURL string
-	Token   string
-	HTTP    *http.Client
+	BaseURL  string
+	Token    string
+	HTTP     *http.Client
+	RetryFor time.Duration // how long a request is sent again while the API cannot answer it (0: 30 s)
 }
 
+// unanswered is a request that got no answer (refused, reset, cut off mid-body): it may be sent again.
+type unanswered struct{ error }
+
+// post sends body to path and decodes the answer into answer. A 503 and a request that got no answer are sent
+// again, byte for byte (the API's idempotency makes that safe), after the Retry-After the API asked for or a
+// bounded backoff, for up to RetryFor; then the last error is returned. Each try has its own timeout.
 func (c *Client) post(ctx context.Context, path string, timeout time.Duration, body, answer any) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	data, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
+	retryFor := c.RetryFor
+	if retryFor == 0 {
+		retryFor = 30 * time.Second
+	}
+	deadline := time.Now().Add(retryFor)
+	for backoff := 250 * time.Millisecond; ; backoff = min(backoff*2, 5*time.Second) {
+		err := c.send(ctx, path, timeout, data, answer)
+		wait, again := retryAfter(err, backoff)
+		if !again || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		sleep(ctx, wait)
+	}
+}
+
+// retryAfter says whether a failed request may be sent again as it is (a 503, or no answer), and when.
+func retryAfter(err error, backoff time.Duration) (time.Duration, bool) {
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusServiceUnavailable {
+		if apiErr.RetryAfter > 0 {
+			return apiErr.RetryAfter, true
+		}
+		return backoff, true
+	}
+	return backoff, errors.As(err, new(unanswered))
+}
+
+func (c *Client) send(ctx context.Context, path string, timeout time.Duration, data []byte, answer any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+path, bytes.NewReader(data))
 	if err != nil {
 		return err
@@ -103,12 +138,12 @@ func (c *Client) post(ctx context.Context, path string, timeout time.Duration, b
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return err
+		return unanswered{err}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
-		return err
+		return unanswered{err}
 	}
 	if resp.StatusCode >= 300 {
 		apiErr := &APIError{Status: resp.StatusCode}
@@ -188,12 +223,14 @@ func (w *Worker) serve(item Item) {
 	defer lose()
 	go w.heartbeat(held, lose, item)
 	outcome := w.run(item)
-	if held.Err() != nil {
-		return // another worker or the run's end won: this outcome is not sent
+	if outcome == nil || held.Err() != nil {
+		return // nothing to send, or another worker or the run's end won: left to its lease
 	}
 	w.complete(held, item, outcome)
 }
 
+// run is the handler's outcome, or a Fail with the error it returned or its panic (the workflow's verdict);
+// nil for a key this process does not serve (not the workflow's verdict: the item is left to its lease).
 func (w *Worker) run(item Item) (outcome Outcome) {
 	defer func() {
 		if panicked := recover(); panicked != nil {
@@ -202,11 +239,15 @@ func (w *Worker) run(item Item) (outcome Outcome) {
 	}()
 	handler, ok := w.Handlers[item.Key]
 	if !ok {
-		return Fail("this worker does not serve " + item.Key)
+		log.Printf("%s of run %s is not served here: left to its lease", item.Key, item.RunID)
+		return nil
 	}
 	outcome, err := handler(item)
-	if err != nil {
+	switch {
+	case err != nil:
 		return Fail(fmt.Sprintf("%s: %v", item.Key, err))
+	case outcome == nil:
+		return Fail(item.Key + " returned no outcome")
 	}
 	return outcome
 }
@@ -232,42 +273,23 @@ func (w *Worker) heartbeat(held context.Context, lose context.CancelFunc, item I
 	}
 }
 
-// complete sends the outcome, retrying what may not have arrived (the exact retry gets the same receipt),
-// for at most one lease: past it the API re-drives the item anyway. A 422 (an outcome the API cannot
-// commit) completes as a Fail with the API's reason, so the run does not come back forever.
+// complete sends the outcome (post sends it again while the API cannot answer; the exact retry gets the same
+// receipt). Refused — 409/410: another worker or the run's end won; 422: this server cannot commit it now (a
+// park on a version mid-rollout, on an older server) — or never answered, the item is left to its lease:
+// Parkway re-drives it, one attempt per lease, never turned into a Fail of the workflow.
 func (w *Worker) complete(held context.Context, item Item, outcome Outcome) {
-	held, cancel := context.WithTimeout(held, time.Duration(w.LeaseS*float64(time.Second)))
-	defer cancel()
-	backoff := 250 * time.Millisecond
-	for {
-		var receipt struct {
-			RunStatus string `json:"run_status"`
-		}
-		err := w.Client.post(held, leasePath(item, "complete"), 15*time.Second, map[string]any{"outcome": outcome}, &receipt)
-		if err == nil {
-			log.Printf("%s of run %s: %s, run %s", item.Key, item.RunID, outcome["type"], receipt.RunStatus)
-			return
-		}
-		var apiErr *APIError
-		errors.As(err, &apiErr)
-		switch {
-		case apiErr == nil || apiErr.Status >= 500: // it may not have arrived: sent again below
-		case apiErr.Status == 409 || apiErr.Status == 410:
-			log.Printf("completion of %s for run %s refused (%v): another worker or the run's end won", item.Key, item.RunID, err)
-			return
-		case apiErr.Status == 422 && outcome["type"] != "fail":
-			outcome = Fail(fmt.Sprintf("%s returned an outcome the API refused: %s", item.Key, apiErr.Detail))
-			continue
-		default:
-			log.Printf("completion of %s for run %s failed (%v): left to its lease", item.Key, item.RunID, err)
-			return
-		}
-		if held.Err() != nil {
-			log.Printf("completion of %s for run %s not sent (%v): left to its lease", item.Key, item.RunID, err)
-			return
-		}
-		sleep(held, backoff)
-		backoff = min(backoff*2, 5*time.Second)
+	var receipt struct {
+		RunStatus string `json:"run_status"`
+	}
+	err := w.Client.post(held, leasePath(item, "complete"), 15*time.Second, map[string]any{"outcome": outcome}, &receipt)
+	var apiErr *APIError
+	switch {
+	case err == nil:
+		log.Printf("%s of run %s: %s, run %s", item.Key, item.RunID, outcome["type"], receipt.RunStatus)
+	case errors.As(err, &apiErr) && (apiErr.Status == 409 || apiErr.Status == 410):
+		log.Printf("completion of %s for run %s refused (%v): another worker or the run's end won", item.Key, item.RunID, err)
+	default:
+		log.Printf("completion of %s for run %s not committed (%v): left to its lease", item.Key, item.RunID, err)
 	}
 }
 

@@ -6,11 +6,14 @@ these tests skip, or fail when ``PARKWAY_REQUIRE_SERVICES=1`` (CI installs Debia
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +53,12 @@ class Triage:
         self.stack, self.server, self.http, self.binary = stack, server, http, binary
         self.tokens = remote_principals(http, admin=ADMIN, agent=AGENT, human=HUMAN, worker=WORKER)
 
-    def start(self) -> Worker:
-        """The example as a subprocess of its own process group, once its first lease call was answered
-        (from then on the API counts what it serves as served)."""
+    def start(self, url: str | None = None) -> Worker:
+        """The example as a subprocess of its own process group (talking to the API, or to ``url`` in front of
+        it), once its first lease call was answered (from then on the API counts what it serves as served)."""
         name = f"go-triage-{uuid.uuid4().hex[:6]}"
         log = self.stack.logs / f"{name}.log"
-        env = {**os.environ, "PARKWAY_URL": self.server.url, "WORKER_TOKEN": self.tokens[WORKER],
+        env = {**os.environ, "PARKWAY_URL": url or self.server.url, "WORKER_TOKEN": self.tokens[WORKER],
                "PARKWAY_TARGET": TARGET}  # fmt: skip
         with open(log, "wb") as out:
             proc = subprocess.Popen([str(self.binary)], env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -76,13 +79,72 @@ class Triage:
         assert got.status_code == 200, got.text
         return dict(got.json())
 
-    def wait_run(self, run_id: str, worker: Worker, *, left: tuple[str, ...]) -> dict[str, Any]:
+    def wait_run(self, run_id: str, worker: Worker, *, left: tuple[str, ...], timeout: float = 20) -> dict[str, Any]:
         """The run once its status is none of ``left``; on a timeout, the error shows the example's log."""
         try:
-            return wait_for(lambda: (run := self.run(run_id))["status"] not in left and run, timeout=20,
+            return wait_for(lambda: (run := self.run(run_id))["status"] not in left and run, timeout=timeout,
                             what=f"run {run_id} to leave {left}")  # fmt: skip
         except AssertionError as timeout:
             raise AssertionError(f"{timeout}; the Go example's log:\n{worker.text()}") from None
+
+
+class FaultProxy(ThreadingHTTPServer):
+    """An HTTP proxy in front of the API: it forwards each request as it is, except the first one ``matches``
+    picks, which it answers with ``status`` and ``body`` itself (nothing reaches the API); ``answered`` counts
+    those."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str, matches: Callable[[str, str, bytes], bool], status: int, body: Any) -> None:
+        super().__init__(("127.0.0.1", 0), _Forward)
+        self.upstream, self.matches, self.status, self.body = upstream, matches, status, body
+        self.answered = 0
+        self._lock = threading.Lock()
+        self.http = httpx.Client(base_url=upstream, timeout=60)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def fault(self, method: str, path: str, body: bytes) -> bool:
+        with self._lock:
+            if self.answered or not self.matches(method, path, body):
+                return False
+            self.answered += 1
+            return True
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+        self.http.close()
+
+
+class _Forward(BaseHTTPRequestHandler):
+    server: FaultProxy
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.server.fault("POST", self.path, body):
+            self._answer(self.server.status, json.dumps(self.server.body).encode())
+            return
+        headers = {name: self.headers[name] for name in ("Authorization", "Content-Type") if self.headers[name]}
+        try:
+            answer = self.server.http.post(self.path, content=body, headers=headers)
+        except httpx.HTTPError:  # the proxy closing under a long poll: no answer, as a cut connection
+            self.close_connection = True
+            return
+        self._answer(answer.status_code, answer.content)
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +193,29 @@ def test_go_example__sigterm_while_idle__exits_0(triage: Triage) -> None:
 
     assert worker.terminate(timeout=15) == 0, worker.text()
     assert worker.text().rstrip().endswith("stopped"), worker.text()
+
+
+def test_go_example__a_park_refused_with_422_mid_rollout__is_left_to_its_lease__not_failed(triage: Triage) -> None:
+    # Given: an older server answering a park on a version nobody serves at this moment with 422 (a rollout),
+    # once, between the example and the API
+    def a_park(method: str, path: str, body: bytes) -> bool:
+        return path.endswith("/complete") and b'"type":"park"' in body
+
+    detail = "park on ticket.decide@1: no live worker serves version 1 of ticket.decide"
+    proxy = FaultProxy(triage.server.url, a_park, 422, {"error": "invalid_outcome", "detail": detail})
+    worker = triage.start(url=proxy.url)
+    try:
+        body = {"workflow": "ticket.triage", "payload": {"ticket": 42}, "target": TARGET}
+        started = triage.call("POST", "/v1/runs", AGENT, body, **{"Idempotency-Key": uuid.uuid4().hex})
+        assert started.status_code == 201, started.text
+        run_id = started.json()["id"]
+
+        # Then: not failed; the item went back by its lease (30 s in the example) and its next attempt parked
+        run = triage.wait_run(run_id, worker, left=("running",), timeout=75)
+        assert (run["status"], run["error"]) == ("waiting", None), worker.text()
+        assert proxy.answered == 1
+        assert [c.attempts for c in continuations(run_id)][:1] == [2]
+        assert worker.terminate(timeout=15) == 0, worker.text()
+    finally:
+        worker.kill()  # before the proxy it long-polls through
+        proxy.close()

@@ -12,11 +12,11 @@ import type {
   RunPage,
   WorkerPage,
 } from "./api-types.js";
-import { errorFor } from "./errors.js";
+import { errorFor, Unavailable } from "./errors.js";
 import type { Interaction } from "./outcomes.js";
 import type { Item, LeaseRequest, NextLease, Receipt, ToolIntent, ToolState } from "./protocol.js";
 import type { Outcome } from "./outcomes.js";
-import { streamEvents, type StreamedEvent, type StreamOptions } from "./sse.js";
+import { sleep, streamEvents, type StreamedEvent, type StreamOptions } from "./sse.js";
 
 export interface ParkwayOptions {
   /** the API's base URL, e.g. `http://127.0.0.1:8000` */
@@ -25,6 +25,9 @@ export interface ParkwayOptions {
   token: string;
   /** another fetch (a test double, a proxy-aware one); the platform's by default */
   fetch?: typeof fetch;
+  /** how long a request is sent again, as it is, while the API cannot answer it — a 503 (after its
+   * `Retry-After`) or no answer at all — in ms (default 30 000, about a lease; 0: never) */
+  retryForMs?: number;
 }
 
 export interface StartRun {
@@ -70,20 +73,26 @@ interface RequestOptions {
   query?: Query;
   headers?: Record<string, string>;
   signal?: AbortSignal;
+  /** false: a lost answer is not retried (nothing makes a second request the same one), only a 503 */
+  idempotent?: boolean;
 }
 
 export class Parkway {
   readonly url: string;
   readonly #token: string;
   readonly #fetch: typeof fetch;
+  readonly #retryForMs: number;
 
   constructor(options: ParkwayOptions) {
     this.url = options.url.replace(/\/+$/, "");
     this.#token = options.token;
     this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.#retryForMs = options.retryForMs ?? 30_000;
   }
 
-  /** One call: JSON in and out; a non-2xx answer throws the status's `ParkwayError`. */
+  /** One call: JSON in and out; a non-2xx answer throws the status's `ParkwayError`. A 503 and a request
+   * that got no answer are sent again, byte for byte (the API's idempotency makes that safe), with a bounded
+   * backoff or the `Retry-After` it asked for, for up to `retryForMs`; then the last error is thrown. */
   async request<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
     const headers: Record<string, string> = { authorization: `Bearer ${this.#token}`, accept: "application/json", ...options.headers };
     let body: string | undefined;
@@ -93,7 +102,22 @@ export class Parkway {
     }
     const init: RequestInit = { method, headers, body };
     if (options.signal) init.signal = options.signal;
-    const response = await this.#fetch(this.url + path + queryString(options.query), init);
+    const url = this.url + path + queryString(options.query);
+    const deadline = Date.now() + this.#retryForMs;
+    for (let backoffMs = 250; ; backoffMs = Math.min(backoffMs * 2, 5_000)) {
+      try {
+        return await this.#send<T>(url, init);
+      } catch (error) {
+        const retried = error instanceof Unavailable || (isNetworkError(error) && options.idempotent !== false);
+        const waitMs = error instanceof Unavailable && error.retryAfterS !== null ? error.retryAfterS * 1000 : backoffMs;
+        if (!retried || options.signal?.aborted || Date.now() + waitMs > deadline) throw error;
+        await sleep(waitMs, options.signal);
+      }
+    }
+  }
+
+  async #send<T>(url: string, init: RequestInit): Promise<T> {
+    const response = await this.#fetch(url, init);
     const text = await response.text();
     if (!response.ok) throw errorFor(response.status, text, response.headers);
     return (text ? JSON.parse(text) : undefined) as T;
@@ -110,7 +134,8 @@ export class Parkway {
 
   // ------------------------------------------------------------------ runs
 
-  /** Start a run of a workflow (the name of its first step) → `{id, status}`. */
+  /** Start a run of a workflow (the name of its first step) → `{id, status}`. Without an `idempotencyKey`
+   * the call makes one, so its own retries start one run. */
   startRun(run: StartRun): Promise<{ id: string; status: string }> {
     return this.request("POST", "/v1/runs", { body: runBody(run), headers: idempotency(run) });
   }
@@ -171,7 +196,7 @@ export class Parkway {
   /** Register a push handler (admin): Parkway POSTs the items of `serves` to `url`; its `secret` (for
    * `pushHandler`) is in this answer only. */
   createPushHandler(url: string, serves: string[]): Promise<HandlerCreated> {
-    return this.request("POST", "/v1/handlers", { body: { url, serves } });
+    return this.request("POST", "/v1/handlers", { body: { url, serves }, idempotent: false });
   }
 
   /** The push handlers (admin), never a secret. */
@@ -228,7 +253,12 @@ function runBody(run: StartRun): Record<string, unknown> {
 }
 
 function idempotency(run: StartRun): Record<string, string> {
-  return run.idempotencyKey ? { "idempotency-key": run.idempotencyKey } : {};
+  return { "idempotency-key": run.idempotencyKey ?? globalThis.crypto.randomUUID() };
+}
+
+/** No answer at all (the fetch standard's network error: refused, reset, cut off mid-body). */
+function isNetworkError(error: unknown): boolean {
+  return error instanceof TypeError;
 }
 
 function queryString(query: Query | undefined): string {

@@ -1,6 +1,7 @@
 /** What a handler gets beside its input: the item's identity and `tool()`, the journaled side effect. */
 
 import type { Parkway } from "./client.js";
+import { Invalid } from "./errors.js";
 import type { Item } from "./protocol.js";
 
 /** Raised by `ctx.tool` when a `never` call may have run under a lost lease: it is never run again. */
@@ -23,6 +24,25 @@ export class ToolFailed extends Error {
     this.name = "ToolFailed";
     this.key = key;
   }
+}
+
+/** Raised by `ctx.tool` when its journal request failed for a reason of the system (no answer after the client's
+ * retries, a lost lease, ...): never the workflow's verdict. A worker leaves the item to its lease (Parkway
+ * re-drives it); a push handler answers 503. Also when it is the `cause` of what a handler throws. */
+export class SystemFault extends Error {
+  readonly key: string;
+
+  constructor(key: string, cause: unknown) {
+    super(`tool call ${key} could not be journaled: ${errorText(cause)}`, { cause });
+    this.name = "SystemFault";
+    this.key = key;
+  }
+}
+
+/** The `SystemFault` that `error` is, or was caused by (its `cause`, that one's, ...). */
+export function systemFault(error: unknown): SystemFault | undefined {
+  for (let seen = error; seen instanceof Error; seen = seen.cause) if (seen instanceof SystemFault) return seen;
+  return undefined;
 }
 
 export interface ToolCall<T> {
@@ -66,7 +86,8 @@ export class Context {
   async tool<T>(name: string, call: ToolCall<T>): Promise<T> {
     const client = this.#client;
     if (!client) throw new Error("ctx.tool needs a client: pass `client` to pushHandler()");
-    const state = await client.toolIntent(this.leaseId, { name, key: call.key, args: call.args ?? null, replay: call.replay });
+    const intent = { name, key: call.key, args: call.args ?? null, replay: call.replay };
+    const state = await journaled(call.key, () => client.toolIntent(this.leaseId, intent));
     if (state.state === "settled") {
       if (state.possibly_ran) throw new PossiblyRan(call.key, state.error);
       if (state.error) throw new ToolFailed(call.key, state.error);
@@ -76,11 +97,21 @@ export class Context {
     try {
       result = await call.run();
     } catch (error) {
-      await client.toolOutcome(this.leaseId, call.key, { error: errorText(error) });
+      await journaled(call.key, () => client.toolOutcome(this.leaseId, call.key, { error: errorText(error) }));
       throw error;
     }
-    await client.toolOutcome(this.leaseId, call.key, { result: result === undefined ? null : result });
+    await journaled(call.key, () => client.toolOutcome(this.leaseId, call.key, { result: result === undefined ? null : result }));
     return result;
+  }
+}
+
+/** A journal request; any failure but the call's own invalidity (422: other arguments) is a `SystemFault`. */
+async function journaled<T>(key: string, request: () => Promise<T>): Promise<T> {
+  try {
+    return await request();
+  } catch (error) {
+    if (error instanceof Invalid) throw error;
+    throw new SystemFault(key, error);
   }
 }
 

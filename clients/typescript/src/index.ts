@@ -1,7 +1,7 @@
 export * from "./api-types.js";
 export { Parkway } from "./client.js";
 export type { InteractionFilter, ParkedRun, ParkwayOptions, RunFilter, StartParked, StartRun } from "./client.js";
-export { Context, PossiblyRan, ToolFailed } from "./context.js";
+export { Context, PossiblyRan, SystemFault, ToolFailed } from "./context.js";
 export type { ToolCall } from "./context.js";
 export { Conflict, Forbidden, Gone, Invalid, NotFound, ParkwayError, Unauthorized, Unavailable } from "./errors.js";
 export type { ErrorBody } from "./errors.js";

@@ -4,7 +4,7 @@
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Parkway } from "./client.js";
-import { Context } from "./context.js";
+import { Context, systemFault } from "./context.js";
 import { NotServed, runHandler, type Serves } from "./handlers.js";
 import type { Item } from "./protocol.js";
 import { verify, WebhookVerificationError } from "./signature.js";
@@ -22,7 +22,8 @@ export interface PushOptions {
 export type FetchHandler = (request: Request) => Promise<Response>;
 
 /** Verify, parse the item, run its handler, answer its outcome: 200 with the outcome JSON; 401 for a bad
- * signature; 400 for a body that is not an item; 410 when nothing here serves the item's key. */
+ * signature; 400 for a body that is not an item; 410 when nothing here serves the item's key; 503 when a
+ * `ctx.tool` could not be journaled (Parkway sends the item again). */
 export function pushHandler(options: PushOptions): FetchHandler {
   return async (request) => {
     if (request.method !== "POST") return problem(405, "method_not_allowed", "POST an item");
@@ -44,6 +45,8 @@ export function pushHandler(options: PushOptions): FetchHandler {
       return Response.json(outcome);
     } catch (error) {
       if (error instanceof NotServed) return problem(410, "gone", error.message);
+      const fault = systemFault(error);
+      if (fault) return problem(503, "unavailable", fault.message);
       throw error;
     }
   };

@@ -4,9 +4,9 @@
 import { hostname } from "node:os";
 import { Parkway } from "./client.js";
 import { Context, errorText } from "./context.js";
-import { Conflict, Forbidden, Gone, Invalid, ParkwayError, Unauthorized, Unavailable } from "./errors.js";
+import { Conflict, Forbidden, Gone, Invalid, Unauthorized, Unavailable } from "./errors.js";
 import { runHandler, type Serves } from "./handlers.js";
-import { fail, type Outcome } from "./outcomes.js";
+import type { Outcome } from "./outcomes.js";
 import type { Item, NextLease, Receipt } from "./protocol.js";
 import { sleep } from "./sse.js";
 
@@ -182,16 +182,17 @@ class PullLoop implements Worker {
   }
 
   /** One item: heartbeat while its handler runs, then complete with its outcome unless the lease was lost;
-   * the completion asks for the next item, returned to serve in this slot (given back if the loop stopped). */
+   * the completion asks for the next item, returned to serve in this slot (given back if the loop stopped).
+   * Whatever fails on the way (a `SystemFault`, a refused completion) leaves the item to its lease. */
   async #serveOne(item: Item): Promise<Item | undefined> {
     const lost = new AbortController();
     const gone = AbortSignal.any([lost.signal, this.#abandon.signal]);
-    const beat = setInterval(() => void this.#heartbeat(item, lost), (this.#leaseS * 1000) / 3);
-    gone.addEventListener("abort", () => clearInterval(beat), { once: true });
+    const served = new AbortController();
+    void this.#keepLease(item, lost, AbortSignal.any([gone, served.signal]));
     try {
       const outcome = await runHandler(this.#serves, item, new Context(item, this.#client, gone));
       if (gone.aborted) return undefined;
-      const receipt = await this.#complete(item, outcome, gone);
+      const receipt = await this.#complete(item, outcome);
       if (!receipt) return undefined;
       this.#completed += 1;
       const items = receipt.items ?? [];
@@ -199,9 +200,9 @@ class PullLoop implements Worker {
       for (const extra of items.slice(kept)) void this.#giveBack(extra);
       return items.slice(0, kept)[0];
     } catch (error) {
-      this.#log(`${item.key} of run ${item.run_id}: ${errorText(error)}`);
+      this.#log(`${item.key} of run ${item.run_id}: ${errorText(error)}; left to its lease`);
     } finally {
-      clearInterval(beat);
+      served.abort();
     }
     return undefined;
   }
@@ -215,15 +216,20 @@ class PullLoop implements Worker {
     }
   }
 
-  async #heartbeat(item: Item, lost: AbortController): Promise<void> {
-    try {
-      await this.#client.heartbeat(item.lease_id, this.#leaseS);
-    } catch (error) {
-      if (error instanceof Conflict || error instanceof Gone) {
-        this.#log(`lease of ${item.key} for run ${item.run_id} lost (${error.status}): its outcome will not be sent`);
-        lost.abort();
-      } else {
-        this.#log(`heartbeat of ${item.key} failed (${errorText(error)}); the next one retries`);
+  /** A heartbeat every third of the lease, one at a time, until `done`; a 409/410 aborts `lost`. */
+  async #keepLease(item: Item, lost: AbortController, done: AbortSignal): Promise<void> {
+    for (;;) {
+      await sleep((this.#leaseS * 1000) / 3, done);
+      if (done.aborted) return;
+      try {
+        await this.#client.heartbeat(item.lease_id, this.#leaseS);
+      } catch (error) {
+        if (error instanceof Conflict || error instanceof Gone) {
+          this.#log(`lease of ${item.key} for run ${item.run_id} lost (${error.status}): its outcome will not be sent`);
+          lost.abort();
+        } else {
+          this.#log(`heartbeat of ${item.key} failed (${errorText(error)}); the next one retries`);
+        }
       }
     }
   }
@@ -234,27 +240,17 @@ class PullLoop implements Worker {
     return { worker: this.#name, serves: Object.keys(this.#serves), max: 1, lease_s: this.#leaseS };
   }
 
-  /** Complete, retrying what may not have arrived (the exact retry gets the same receipt). A 422 (the
-   * handler's outcome is invalid) completes as `fail` with the API's reason, so the run does not loop. */
-  async #complete(item: Item, outcome: Outcome, gone: AbortSignal): Promise<Receipt | null> {
-    let backoffMs = 250;
-    for (;;) {
-      try {
-        return await this.#client.completeLease(item.lease_id, outcome, this.#nextLease());
-      } catch (error) {
-        if (error instanceof Conflict || error instanceof Gone) {
-          this.#log(`completion of ${item.key} for run ${item.run_id} refused (${error.status} ${error.code}): another worker or the run's end won`);
-          return null;
-        }
-        if (error instanceof Invalid && outcome.type !== "fail") {
-          outcome = fail(`${item.key} returned an invalid outcome: ${error.detail}`);
-          continue;
-        }
-        if (error instanceof ParkwayError && !(error instanceof Unavailable)) throw error;
-        if (gone.aborted) return null;
-        await sleep(backoffMs, gone);
-        backoffMs = Math.min(backoffMs * 2, 5_000);
-      }
+  /** Complete (the client sends it again while the API cannot answer; the exact retry gets the same receipt).
+   * Refused — 409/410: another worker or the run's end won; a 422: this server cannot commit it now (a park on
+   * a version mid-rollout, on an older server) — or never answered: no receipt, and the item is left to its
+   * lease (Parkway re-drives it, spaced by the lease), never turned into a `fail` of the workflow. */
+  async #complete(item: Item, outcome: Outcome): Promise<Receipt | null> {
+    try {
+      return await this.#client.completeLease(item.lease_id, outcome, this.#nextLease());
+    } catch (error) {
+      const won = error instanceof Conflict || error instanceof Gone;
+      this.#log(`completion of ${item.key} for run ${item.run_id} not committed (${errorText(error)}): ${won ? "another worker or the run's end won" : "left to its lease"}`);
+      return null;
     }
   }
 }

@@ -9,11 +9,11 @@ import { Conflict, Gone, Invalid, Parkway, ParkwayError, Unavailable } from "@pa
 const servers: Server[] = [];
 after(() => Promise.all(servers.map((server) => new Promise((resolve) => (server.closeAllConnections(), server.close(resolve))))));
 
-async function serve(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<Parkway> {
+async function serve(handler: (req: IncomingMessage, res: ServerResponse) => void, retryForMs = 0): Promise<Parkway> {
   const server = createServer(handler);
   servers.push(server);
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return new Parkway({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, token: "pk_test" });
+  return new Parkway({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, token: "pk_test", retryForMs });
 }
 
 function event(seq: number): string {
@@ -38,6 +38,38 @@ test("errors: each status its class, with the API's code, detail and state; 503 
   await assert.rejects(client.getRun("invalid"), (e: unknown) => e instanceof Invalid && (e.body.errors as string[])[0] === "payload");
   await assert.rejects(client.getRun("down"), (e: unknown) => e instanceof Unavailable && e.retryAfterS === 3);
   await assert.rejects(client.getRun("proxy"), (e: unknown) => e instanceof ParkwayError && e.status === 502 && e.code === "http_502");
+});
+
+test("retries: a 503 and a request that got no answer are sent again as they are; a start without a key gets one, kept on each retry", async () => {
+  const asked: Array<[string | undefined, string]> = [];
+  const client = await serve((req, res) => {
+    let body = "";
+    req.on("data", (chunk: Buffer) => (body += chunk.toString()));
+    req.on("end", () => {
+      asked.push([req.headers["idempotency-key"] as string | undefined, body]);
+      if (asked.length === 1) return void res.writeHead(503, { "retry-after": "0" }).end('{"error":"unavailable","detail":"restarting"}');
+      if (asked.length === 2) return void res.socket?.destroy(); // no answer at all
+      res.writeHead(201, { "content-type": "application/json" }).end('{"id":"r1","status":"running"}');
+    });
+  }, 10_000);
+  assert.deepEqual(await client.startRun({ workflow: "w", target: "t", payload: { n: 1 } }), { id: "r1", status: "running" });
+  assert.equal(asked.length, 3);
+  assert.ok(asked[0]![0], "a key was sent");
+  assert.deepEqual(asked.slice(1), [asked[0], asked[0]]);
+});
+
+test("retries: bounded by retryForMs, then the last error; a request that may not be repeated is not sent again unanswered", async () => {
+  let asked = 0;
+  const client = await serve((req, res) => {
+    asked += 1;
+    if (req.url === "/v1/handlers") return void res.socket?.destroy();
+    res.writeHead(503, { "retry-after": "0" }).end('{"error":"unavailable","detail":"restarting"}');
+  }, 300);
+  await assert.rejects(client.getRun("down"), Unavailable);
+  assert.ok(asked > 1, `asked ${asked} times`);
+  asked = 0;
+  await assert.rejects(client.createPushHandler("http://example.com/hook", ["w"]), TypeError);
+  assert.equal(asked, 1);
 });
 
 test("stream: a dropped connection is resumed with Last-Event-ID, a 503 waited out; no event lost or repeated", async () => {

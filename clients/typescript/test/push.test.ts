@@ -1,21 +1,27 @@
 // The push handler in Node's http server: a signed item runs its handler and answers the outcome; a bad
-// signature is 401 and runs nothing; an unserved key is 410; a thrown error is a `fail` outcome. Registering
-// one at a URL Parkway may not reach is refused with the reason.
+// signature is 401 and runs nothing; an unserved key is 410; a thrown error is a `fail` outcome, a tool call the
+// journal refused a 503 (the system's, retried by Parkway). Registering one at a URL Parkway may not reach is
+// refused with the reason.
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
-import { complete, Invalid, nodeListener, pushHandler, sign } from "@parkway/client";
+import { complete, Invalid, nodeListener, Parkway, pushHandler, sign } from "@parkway/client";
 import { admin } from "./helpers.js";
 
 const SECRET = "whsec_" + Buffer.from("push handler test secret").toString("base64");
 const calls: string[] = [];
 let server: Server;
+let journal: Server;
 let url: string;
 
 before(async () => {
+  // the API as a lease no longer held sees it: every journal request is 404
+  journal = createServer((_req, res) => res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not_found","detail":"no such lease"}'));
+  await new Promise<void>((resolve) => journal.listen(0, "127.0.0.1", resolve));
   const handler = pushHandler({
     secret: SECRET,
+    client: new Parkway({ url: `http://127.0.0.1:${(journal.address() as AddressInfo).port}`, token: "pk_test" }),
     serves: {
       "push.greet": (ctx, payload: { name: string }) => {
         calls.push(`${ctx.runId}:${ctx.attempt}`);
@@ -25,6 +31,13 @@ before(async () => {
       "push.broken": () => {
         throw new Error("no such service");
       },
+      "push.charge": async (ctx) => {
+        try {
+          return complete(await ctx.tool("charge", { key: "charge", replay: "never", run: () => calls.push("charged") }));
+        } catch (error) {
+          throw new Error("charging failed", { cause: error });
+        }
+      },
     },
   });
   server = createServer(nodeListener(handler));
@@ -32,7 +45,7 @@ before(async () => {
   url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/parkway`;
 });
 
-after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+after(() => Promise.all([server, journal].map((closing) => new Promise<void>((resolve) => closing.close(() => resolve())))));
 
 function item(key: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
   const [name, version] = key.split("@");
@@ -86,6 +99,14 @@ test("push: an unserved key is 410, a thrown error a fail outcome, a body that i
   assert.equal(broken.status, 200);
   assert.deepEqual(await broken.json(), { type: "fail", error: "Error: no such service" });
   assert.equal((await post("[1, 2]")).status, 400);
+});
+
+test("push: a tool call the journal refused is the system's: 503 (Parkway sends it again), not a fail outcome, nothing run", async () => {
+  calls.length = 0;
+  const refused = await post(JSON.stringify(item("push.charge")));
+  assert.equal(refused.status, 503, await refused.clone().text());
+  assert.match(((await refused.json()) as { detail: string }).detail, /^tool call charge could not be journaled: NotFound: 404 not_found: no such lease$/);
+  assert.deepEqual(calls, []);
 });
 
 test("push: a handler URL whose host is an IPv6 form of a loopback address is refused with the reason, nothing stored", async () => {

@@ -17,7 +17,6 @@ import {
   next,
   Parkway,
   PossiblyRan,
-  question,
   Unauthorized,
   worker,
   type Item,
@@ -37,11 +36,10 @@ import {
   TARGET,
   unique,
   waitFor,
+  WINDOW,
   WORKER_TOKEN,
   workerClient,
 } from "./helpers.js";
-
-const WINDOW = question({ key: "window", prompt: "When?", schema: { type: "string", enum: ["now", "tonight"] }, target: TARGET });
 
 /** A worker of this test process (no signal handlers: the test runner owns the process). */
 function inProcess(serves: Parameters<typeof worker>[0]["serves"]) {
