@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Table, any_, case, func, literal, or_, select
+from sqlalchemy import Table, any_, case, func, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from models.clock import db_now
@@ -66,6 +66,15 @@ def stamp_presence(fleet: Any, expires_at: Any, *where: Any) -> Any:
         index_elements=[PRESENCE.c.fleet],
         set_={"up_since": back, "seen_until": func.greatest(PRESENCE.c.seen_until, row.excluded.seen_until)},
     )
+
+
+def presence_left(fleet: str) -> Any:
+    """present -> present until the latest expiry of ``fleet``'s live workers, or absent now when none is
+    left: a warm stop of its last worker ends the fleet's presence at once."""
+    ours = WORKERS.c.remote if fleet == REMOTE else ~WORKERS.c.remote
+    latest = select(func.max(WORKERS.c.expires_at)).where(live(), ours, ~WORKERS.c.node.startswith(PUSH_NODE))
+    until = func.coalesce(latest.scalar_subquery(), db_now())
+    return update(PRESENCE).where(PRESENCE.c.fleet == fleet, PRESENCE.c.seen_until > until).values(seen_until=until)
 
 
 def fleet_up_since(remote: Any) -> Any:

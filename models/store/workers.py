@@ -19,7 +19,18 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
-from models.served import ADVERTISED, PUSH_NODE, WORKERS, advertises, fleet_of, grace_from, live, served, stamp_presence
+from models.served import (
+    ADVERTISED,
+    PUSH_NODE,
+    WORKERS,
+    advertises,
+    fleet_of,
+    grace_from,
+    live,
+    presence_left,
+    served,
+    stamp_presence,
+)
 from models.status import ContinuationKind
 from models.store.driver import DriverStatement
 from models.store.leases import may_lease
@@ -102,9 +113,13 @@ def advertise(conn: Executor, advert: Advert) -> None:
 
 def withdraw(conn: Executor, worker_id: str) -> bool:
     """live -> gone for a worker stopping warmly: it no longer serves anything (its keys keep their
-    ``last_seen_at``, from which the grace counts). ``False`` when it was not listed."""
-    gone = conn.execute(delete(WORKERS).where(WORKERS.c.id == worker_id).returning(WORKERS.c.id)).first()
-    return gone is not None
+    ``last_seen_at``, from which the grace counts), and its fleet is present only as long as its other live
+    workers are (``models.served.presence_left``). ``False`` when it was not listed."""
+    gone = conn.execute(delete(WORKERS).where(WORKERS.c.id == worker_id).returning(WORKERS.c.node, WORKERS.c.remote))
+    row = gone.first()
+    if row is not None and not row.node.startswith(PUSH_NODE):
+        conn.execute(presence_left(fleet_of(row.remote)))
+    return row is not None
 
 
 @dataclass(frozen=True)
