@@ -7,7 +7,8 @@ operators see (``models.fleet``).
   a push handler's.
 - A **fleet** is the Celery workers, or the remote workers (whose lease calls come through the API). Each
   advertisement stamps its fleet's presence (``fleet_presence``): present until its expiry, and ``up_since``
-  set anew when it finds the fleet absent. A push handler's row stamps none.
+  set anew when it finds the fleet absent; the API's own heartbeat stamps the remote fleet's (a remote
+  key's grace counts from max(its last lease call, the API's return)). A push handler's row stamps none.
 - A key's **grace** counts from ``grace_from``: the later of its last advertisement (or, never advertised,
   when the work began waiting) and when the fleet that last advertised it came back. While that fleet is
   absent the grace does not count at all; so after an outage of every worker (or of the API, for remote
@@ -66,6 +67,12 @@ def stamp_presence(fleet: Any, expires_at: Any, *where: Any) -> Any:
         index_elements=[PRESENCE.c.fleet],
         set_={"up_since": back, "seen_until": func.greatest(PRESENCE.c.seen_until, row.excluded.seen_until)},
     )
+
+
+def api_presence() -> Any:
+    """The API's heartbeat: the remote fleet present for ``:ttl_s`` more seconds (its workers reach Parkway
+    only through the API, so the API's absence is theirs)."""
+    return stamp_presence(literal(REMOTE), db_now("ttl_s"))
 
 
 def presence_left(fleet: str) -> Any:

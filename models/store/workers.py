@@ -24,6 +24,7 @@ from models.served import (
     PUSH_NODE,
     WORKERS,
     advertises,
+    api_presence,
     fleet_of,
     grace_from,
     live,
@@ -207,6 +208,11 @@ def serving(session: Executor, kind: str, key: str, *, continuation_id: str | No
     return Serving(
         kind, key, row.node, bool(row.remote), bool(row.anyone_live), row.last_seen_at, row.grace_from, row.now
     )
+
+
+def api_heartbeat(conn: Executor, ttl_s: float) -> None:
+    """The API is up for ``ttl_s`` more seconds: the remote fleet's presence (``models.served.api_presence``)."""
+    conn.execute(api_presence(), {"ttl_s": ttl_s})
 
 
 def ever_advertised(conn: Executor, kind: str, key: str) -> bool:
