@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import sys
 from collections.abc import AsyncIterator
@@ -11,7 +12,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import docs, errors
+from api import docs, errors, presence
 from api.deps import authentication_problem
 from api.input import CheckedRoute
 from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
@@ -92,7 +93,9 @@ class StartupGuard:
 @asynccontextmanager
 async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     import_workflows()
+    beating = asyncio.create_task(presence.heartbeat())  # the remote fleet's presence (models.served)
     yield
+    beating.cancel()
 
 
 def create_app() -> FastAPI:

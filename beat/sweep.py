@@ -289,10 +289,13 @@ def _team_timers(report: SweepReport, *, batch: int) -> None:
 def _stale_ready(report: SweepReport, *, batch: int, older_than_s: float) -> list[Due]:
     """Category 1: ready continuations not enqueued recently (publish lost, broker flushed) → again; no more
     of them than the steps and continuations queues cannot be holding (a broker that cannot tell: up to the
-    batch). A backlog older than the delay is not lost: sent again, it would grow with each pass."""
+    batch). A backlog older than the delay is not lost: sent again, it would grow with each pass. Each is
+    routed to whoever serves its key now: work only remote workers serve is left to their leases, and
+    remote work no lease took that a Celery worker serves is published to it."""
     report.queued = queued(STEPS_QUEUE, CONTINUATIONS_QUEUE)
     with transaction() as session:
         rows = store.mark_for_republish(session, older_than_s=older_than_s, batch=batch, queued=report.queued or 0)
+        rows += store.reroute_to_celery(session, older_than_s=older_than_s, batch=batch)
     report.counts["republished"] += len(rows)
     return rows
 

@@ -1,7 +1,7 @@
 """Sweep category 3, for waits: parked steps that can no longer make progress.
 
-A parked step whose continuation ``name@version`` no live worker has advertised for the grace
-(``models.store.workers``), or whose run's owner lost its grant on the run's target, would take an answer
+A parked step whose continuation ``name@version`` no live worker serves and whose grace has run out while its
+fleet was up (``models.served``), or whose run's owner lost its grant on the run's target, would take an answer
 (200) and then throw it away. The sweep finds the first from the pending interactions by the continuation
 they resume (``ix_interactions_pending_continuation``), the second from the revoked grants it has not swept
 yet (``ix_grants_unswept``) and their owners' live runs (``ix_runs_live_owner``), and ends them through the
@@ -19,9 +19,11 @@ from sqlalchemy.orm import Session
 
 from models import store
 from models.clock import db_now
+from models.served import ADVERTISED, fleet_up_since, served
 from models.status import ContinuationKind, ContinuationStatus, InteractionStatus, PrincipalKind, RunStatus, StepStatus
 from models.store.sql import CONT, skip_locked, word, words
-from models.store.workers import ADVERTISED, advertises, live, unserved_reason
+from models.store.sweep import remote_keys
+from models.store.workers import unserved_reason
 from models.tables import Grant, Interaction, Principal, Run, Step
 
 _I = cast(Table, Interaction.__table__)
@@ -79,9 +81,10 @@ def parked_keys() -> Any:
 
 
 def _unserved_waits() -> Any:
-    """Up to ``:n`` waits on keys no live worker advertises, last advertised before ``:grace`` seconds ago
-    (never: the wait's own park counts), while some worker is alive; each key's waits oldest first by a
-    range of the index (its cutoff bound per key, so the scan stops at the batch or the cutoff)."""
+    """Up to ``:n`` waits on keys no live worker advertises whose grace (``models.served.grace_from``) ran out
+    ``:grace`` seconds ago: the key last advertised, and its fleet back, before that (never advertised: the
+    wait's own park counts, and any fleet's return); each key's waits oldest first by a range of the index
+    (its cutoff bound per key, so the scan stops at the batch or the cutoff)."""
     keys = parked_keys()
     resume = ContinuationKind.RESUME.value
     seen = ADVERTISED.c.last_seen_at
@@ -93,7 +96,7 @@ def _unserved_waits() -> Any:
         )
         .select_from(keys.outerjoin(ADVERTISED, (ADVERTISED.c.kind == resume) & (ADVERTISED.c.key == keys.c.key)))
         .where(keys.c.key.is_not(None), or_(seen.is_(None), seen < db_now("grace")))
-        .where(~exists().where(live(), advertises(resume, keys.c.key)))
+        .where(fleet_up_since(ADVERTISED.c.remote) < db_now("grace"), ~served(resume, keys.c.key))
         .cte("unserved")
     )
     waits = (
@@ -106,7 +109,6 @@ def _unserved_waits() -> Any:
     return (
         select(waits.c.run_id, waits.c.step_id, unserved.c.key, unserved.c.last_seen_at)
         .select_from(unserved.join(waits, true()))
-        .where(exists().where(live()))
         .limit(bindparam("n", type_=Integer))
     )
 
@@ -121,27 +123,11 @@ def unserved_waits(session: Session, *, grace_s: float, batch: int) -> list[Wait
     return _distinct(rows, lambda row: Wait(row[0], row[1], unserved_reason(resume, row[2], row[3]), version=row[2]))
 
 
-def _remote_keys() -> Any:
-    """Every key remote continuations are due on, once each: a skip scan of ``ix_continuations_remote``."""
-    later = CONT.alias("later")
-    ready = CONT.c.status == word(ContinuationStatus.READY)
-    first = select(CONT.c.name.label("key")).where(CONT.c.remote, ready).order_by(CONT.c.name).limit(1)
-    keys = first.cte("remote_keys", recursive=True)
-    following = (
-        select(later.c.name)
-        .where(later.c.remote, later.c.status == word(ContinuationStatus.READY), later.c.name > keys.c.key)
-        .order_by(later.c.name)
-        .limit(1)
-        .scalar_subquery()
-    )
-    return keys.union_all(select(following).where(keys.c.key.is_not(None)))
-
-
 def _unserved_remote() -> Any:
     """Up to ``:n`` due remote continuations (ready, made before ``:grace`` seconds ago) on keys no live
-    worker advertises, last advertised before ``:grace`` seconds ago, while some worker is alive; each key's
-    oldest first, by a range of ``ix_continuations_remote``."""
-    keys = _remote_keys()
+    worker advertises whose grace ran out (as ``_unserved_waits``); each key's oldest first, by a range of
+    ``ix_continuations_remote``."""
+    keys = remote_keys()
     work = (
         select(CONT.c.id, CONT.c.kind, CONT.c.name)
         .where(CONT.c.remote, CONT.c.status == word(ContinuationStatus.READY), CONT.c.name == keys.c.key,
@@ -151,13 +137,13 @@ def _unserved_remote() -> Any:
         .lateral("work")
     )  # fmt: skip
     seen = ADVERTISED.c.last_seen_at
-    served = or_(advertises(ContinuationKind.START, work.c.name), advertises(ContinuationKind.RESUME, work.c.name))
+    now_served = or_(served(ContinuationKind.START, work.c.name), served(ContinuationKind.RESUME, work.c.name))
     return (
         select(work.c.id, work.c.kind, work.c.name, seen)
         .select_from(keys.join(work, true()).outerjoin(ADVERTISED, and_(ADVERTISED.c.kind == work.c.kind,
                                                                          ADVERTISED.c.key == work.c.name)))
         .where(keys.c.key.is_not(None), or_(seen.is_(None), seen < db_now("grace")))
-        .where(~exists().where(live(), served), exists().where(live()))
+        .where(fleet_up_since(ADVERTISED.c.remote) < db_now("grace"), ~now_served)
         .limit(bindparam("n", type_=Integer))
     )  # fmt: skip
 
@@ -258,8 +244,8 @@ def _locking() -> Any:
     revoked = (
         select(_R.c.id).join(_P, _P.c.id == _R.c.owner_id).where(_R.c.id == bindparam("rid"), ~_owner_granted())
     ).exists()
-    served = exists().where(live(), advertises(ContinuationKind.RESUME, bindparam("version")))
-    parked = select(_S.c.id, revoked.label("revoked"), served.label("served")).where(
+    now_served = served(ContinuationKind.RESUME, bindparam("version"))
+    parked = select(_S.c.id, revoked.label("revoked"), now_served.label("served")).where(
         _S.c.id == bindparam("sid"), _S.c.status == word(StepStatus.PARKED)
     )
     return skip_locked(parked)

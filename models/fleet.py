@@ -1,5 +1,5 @@
 """What operators see of the fleet during a rolling deploy: the continuation versions work is waiting on, and
-whether a live worker runs each (``models.store.workers``), at once and without the grace.
+whether a live worker runs each (``models.served``), at once and without the grace.
 
 - ``unserved_counts`` (``/metrics``, read at every scrape): the parked steps per version no live worker
   advertises, from the skip scan of ``ix_interactions_pending_continuation`` (``fail_closed.parked_keys``) and
@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, distinct, exists, func, literal, select, union_all
+from sqlalchemy import Table, distinct, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
 from models.fail_closed import parked_keys
+from models.served import served
 from models.status import ContinuationKind, ContinuationStatus, InteractionStatus
 from models.store.sql import CONT, word, words
-from models.store.workers import advertises, live
 from models.tables import Interaction
 
 _I = cast(Table, Interaction.__table__)
@@ -40,7 +40,7 @@ class VersionLoad:
 
 
 def _served(version: Any) -> Any:
-    return exists().where(live(), advertises(_RESUME, version))
+    return served(_RESUME, version)
 
 
 def _parked_steps(version: Any) -> Any:

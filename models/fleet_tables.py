@@ -44,8 +44,22 @@ class AdvertisedVersion(Base):
     kind: Mapped[str] = mapped_column(String(16), primary_key=True)
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Whose fleet last advertised it (remote workers', else Celery workers'): whose presence its grace counts (0021).
+    remote: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
     __table_args__ = (one_of("kind", ContinuationKind),)
+
+
+class FleetPresence(Base):
+    """When a fleet (``celery``: Celery workers; ``remote``: remote workers, whose lease calls come through the
+    API) was last seen returning after an absence, and until when it is present: a grace counts only time
+    its fleet was up (models/served.py, 0021)."""
+
+    __tablename__ = "fleet_presence"
+
+    fleet: Mapped[str] = mapped_column(String(16), primary_key=True)
+    up_since: Mapped[datetime] = mapped_column(UTCDateTime)  # absent -> present, last
+    seen_until: Mapped[datetime] = mapped_column(UTCDateTime)  # the latest advertisement's expiry
 
 
 class Lease(Base):

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from celery import Celery, signals
+from celery.utils.nodenames import worker_direct
 from kombu.entity import Exchange, Queue
 
 from parkway import fsbroker
@@ -145,25 +146,39 @@ def _on_setup_logging(loglevel: Any = None, **_: Any) -> None:
 
 @signals.worker_init.connect
 def _on_worker_init(sender: Any = None, **_: Any) -> None:
-    """Refuse a schema this code does not match, or workflow references that do not resolve; then say what this
-    worker runs, before it takes a task."""
+    """Refuse a schema this code does not match; warn of workflow references that do not resolve; then say
+    what this worker runs, before it takes a task. The outbound worker (only the webhooks and push queues)
+    runs no bodies: it advertises nothing and takes no hand-on (no queue of its own)."""
     from tasks import fleet
 
     _guard_schema("worker")
-    _guard_references()
+    if _outbound(sender):
+        sender.app.amqp.queues.deselect(worker_direct(sender.hostname).name)
+        fleet.start(sender.hostname, serving=False)
+        return
+    _warn_references()
     fleet.start(sender.hostname)
 
 
-def _guard_references() -> None:
-    """Refuse to start (exit 3, a line each) on a reference of the workflow modules that resolves neither in
-    this worker nor in the live fleet (``parkway check`` without the fleet)."""
+OUTBOUND = frozenset({WEBHOOKS_QUEUE, PUSH_QUEUE})
+
+
+def _outbound(worker: Any) -> bool:
+    """The worker consumes outbound queues only (webhook deliveries and pushes): no step body reaches it."""
+    consumed = set(worker.app.amqp.queues.consume_from) - {worker_direct(worker.hostname).name}
+    return bool(consumed) and consumed <= OUTBOUND
+
+
+def _warn_references() -> None:
+    """A warning (a line each) for a reference of the workflow modules that resolves neither in this worker
+    nor in the live fleet (``parkway check`` reports it too): the worker starts all the same, and its work
+    waits for a worker that serves it (a fleet split by module starts in any order)."""
     from tasks import wiring
 
     problems = wiring.unserved(wiring.check_workflows().problems)
     if problems:
-        sys.stderr.write(f"parkway worker: refusing to start: {wiring.count_text(problems)}:\n")
-        sys.stderr.write("".join(f"{problem.line_text()}\n" for problem in problems))
-        raise SystemExit(3)
+        log.warning("%s, no live worker runs them now (their work waits for one):\n%s", wiring.count_text(problems),
+                    "\n".join(problem.line_text() for problem in problems), extra={"action": "check"})  # fmt: skip
 
 
 @signals.beat_init.connect

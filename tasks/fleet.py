@@ -65,11 +65,14 @@ class Advertiser:
 _advertiser: Advertiser | None = None
 
 
-def start(node: str) -> Advertiser:
+def start(node: str, *, serving: bool = True) -> Advertiser | None:
     """Advertise this worker now (``worker_init``: imports done, no task taken yet); raises what the
-    database raised, so a worker that cannot say what it runs does not start."""
+    database raised, so a worker that cannot say what it runs does not start. ``serving=False`` (the
+    outbound worker): it runs no bodies, so it advertises nothing."""
     global _advertiser
     identity.name_node(node)  # the runs this worker ends read "finished by <node> pid <pid>"
+    if not serving:
+        return None
     _advertiser = Advertiser(node)
     _advertiser.advertise()
     log.info(

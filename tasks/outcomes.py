@@ -4,7 +4,6 @@ remote worker sent it as JSON."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -12,7 +11,6 @@ from models.checks import interaction_specs, json_ok, text_ok
 from models.outcome import Complete, Fail, Next, Outcome, Park, Permission, Question
 from models.status import ContinuationKind
 from parkway.errors import WorkflowError
-from tasks import registry
 from tasks.references import key_of
 
 __all__ = [
@@ -40,9 +38,9 @@ def _by_key(outcome: Park | Next, where: str) -> Park | Next:
         raise WorkflowError(f"{type(outcome).__name__} from {where} names {exc}") from None
 
 
-def check_outcome(outcome: Any, where: str, *, step_known: Callable[[str], bool] = registry.has_step) -> Outcome:
-    """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable.
-    ``step_known``: whether a ``Next`` names a step that is run (by default: registered in this process)."""
+def check_outcome(outcome: Any, where: str) -> Outcome:
+    """Check what a body returned before anything commits; raises ``WorkflowError`` when unusable. What a
+    ``Park`` or ``Next`` names is judged by the fleet when its work is due (a gap waits; ``models.served``)."""
     if isinstance(outcome, Park | Next):
         outcome = _by_key(outcome, where)
     if isinstance(outcome, Park):
@@ -50,10 +48,11 @@ def check_outcome(outcome: Any, where: str, *, step_known: Callable[[str], bool]
             raise WorkflowError(f"Park from {where} must name a continuation as name@version")
         text_ok(outcome.continuation, f"the continuation named by Park from {where}")
         json_ok(outcome.snapshot, "the Park snapshot")
-        interaction_specs(outcome.interactions)  # its version is judged by the fleet (tasks.worker), not here
+        interaction_specs(outcome.interactions)
     elif isinstance(outcome, Next):
-        if not isinstance(outcome.step, str) or not step_known(outcome.step):
-            raise WorkflowError(f"step {outcome.step} named by Next from {where} is not registered")
+        if not isinstance(outcome.step, str) or not outcome.step:
+            raise WorkflowError(f"Next from {where} must name a step")
+        text_ok(outcome.step, f"the step named by Next from {where}")
         json_ok(outcome.payload, "the Next payload")
     elif isinstance(outcome, Complete):
         json_ok(outcome.result, "the Complete result")

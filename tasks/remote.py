@@ -243,7 +243,9 @@ def complete(lease_id: str, holder: str, outcome: Outcome, then: Ask | None = No
                                      completion=store.Completion(lease_id, sent), raise_refused=True)  # fmt: skip
     if committed is None or committed.receipt is None:
         return Completed(_receipt(lease_id, sent) or _lost(lease_id, holder), [])
-    publish([(c.id, c.kind) for c in committed.due], retry=False)  # once: the sweep relays a lost publish
+    publish(
+        [(c.id, c.kind) for c in committed.due if not c.remote], retry=False
+    )  # once: the sweep relays a lost publish
     if committed.ended is not None:
         project_soon(committed.ended)
     return Completed(committed.receipt, lease(then) if then is not None else [])

@@ -29,7 +29,7 @@ from tasks import references, registry
 from tasks.holding import own_write
 from tasks.outcomes import Complete, Fail, Next, Park, Question, interaction_specs
 from tasks.publish import publish
-from tasks.serving import sent_outcome, step_served
+from tasks.serving import sent_outcome, step_known
 from tasks.tooltypes import Permission, PermissionRejected, PossiblyRan, ToolFailed
 
 __all__ = [
@@ -193,14 +193,15 @@ def start_run(
 ) -> str:
     """Start a run of ``workflow`` owned by ``principal`` (an agent granted on ``target``); returns its id.
 
-    Raises ``NotRegistered`` for a workflow nothing runs (neither this process nor a live worker, Celery or
-    remote) and ``Forbidden`` without a grant; nothing is stored then. With ``idempotency_key``, a retry
+    Raises ``NotRegistered`` for a workflow no worker has ever run (neither this process nor any worker,
+    Celery or remote, ever advertised it: a typo) and ``Forbidden`` without a grant; nothing is stored then;
+    one whose workers are down now waits for them. With ``idempotency_key``, a retry
     returns the same run and a different body raises ``Conflict``. With ``park`` (an agent that runs its
-    own loop), the first step is parked at once, in the run's transaction, on a continuation a live worker
-    serves (else ``InvalidOutcome``): its body never runs here. The park, too, addresses only targets
+    own loop), the first step is parked at once, in the run's transaction (a version nothing serves now waits
+    for its worker, as any wait): its body never runs here. The park, too, addresses only targets
     ``principal`` is granted on and names only live people (else ``ParkRefused``, a ``Forbidden``).
     """
-    if park is None and not step_served(workflow):
+    if park is None and not step_known(workflow):
         raise NotRegistered(f"workflow {workflow} is not a registered step")
     specs = None
     if park is not None:
@@ -229,7 +230,7 @@ def start_run(
             store.park(session, first, continuation=park.continuation, snapshot=park.snapshot, interactions=specs,
                        from_continuation=False)  # fmt: skip
             due = None  # its step is parked: nothing to run
-        to_publish = [due] if due is not None else []
+        to_publish = [due] if due is not None and not due.remote else []  # remote: leased
     publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return run_id
 

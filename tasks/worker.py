@@ -33,7 +33,7 @@ from tasks.outcomes import (
 from tasks.projection import project_quietly, project_soon
 from tasks.publish import HANDED_ON, publish
 from tasks.sdk import Context
-from tasks.serving import step_served, unanswerable
+from tasks.serving import unanswerable
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 from tasks.tooltypes import PossiblyRan
 
@@ -310,7 +310,7 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
             result = registry.step_body(name)(ctx, body_input)
         else:
             result = registry.continuation_body(name)(ctx, body_input, answers)
-        return check_outcome(result, f"{kind} {name}", step_known=step_served)
+        return check_outcome(result, f"{kind} {name}")
     except ParkForPermission as wait:
         # The body stops before its effect; it runs again on the same journal once answered.
         snapshot = {"step": ctx.step_name, "payload": ctx.payload, "journal": ctx.journal_step_id or ctx.step_id}

@@ -330,8 +330,8 @@ def start(workflow: str, payload: Any = None, **kwargs: Any) -> str:
 def pass_time(seconds: float) -> None:
     """As though ``seconds`` of the database's clock passed, for what the sweep judges by it: every live
     continuation's publish time and lease, every pending question's expiry, creation and
-    team timers (reminders, escalation), and every
-    worker's heartbeat and advertisement move back that much (a worker not heard from since is dead)."""
+    team timers (reminders, escalation), and every worker's heartbeat and advertisement, and each fleet's
+    presence, move back that much (a worker not heard from since is dead)."""
     delta = timedelta(seconds=seconds)
     with transaction() as session:
         back = {"s": seconds}
@@ -339,6 +339,8 @@ def pass_time(seconds: float) -> None:
                              "expires_at = expires_at - make_interval(secs => :s)"), back)  # fmt: skip
         session.execute(text("UPDATE advertised_versions SET last_seen_at = last_seen_at - make_interval(secs => :s)"),
                         back)  # fmt: skip
+        session.execute(text("UPDATE fleet_presence SET up_since = up_since - make_interval(secs => :s), "
+                             "seen_until = seen_until - make_interval(secs => :s)"), back)  # fmt: skip
         session.execute(text("UPDATE interactions SET created_at = created_at - make_interval(secs => :s), "
                              "remind_at = remind_at - make_interval(secs => :s), "
                              "escalate_at = escalate_at - make_interval(secs => :s) WHERE status = 'pending'"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -141,7 +142,7 @@ def _consume_and_next_step() -> Any:
     consumed, won, resumed = _consuming()
     due, ctes = next_step_ctes(won, resumed)
     return (
-        select(consumed.c.id.label("consumed"), due.c.id.label("due"))
+        select(consumed.c.id.label("consumed"), due.c.id.label("due"), due.c.remote.label("due_remote"))
         .select_from(consumed.outerjoin(due, true()))
         .add_cte(_erased_step_secrets(won), *ctes)
     )
@@ -170,7 +171,7 @@ def consume_and_next_step(
         return None
     if row.due is None:  # pragma: no cover - its inserts select from the consume's row
         raise RuntimeError(f"step {step.id}: consumed, yet the next step {name} was not made")
-    return due
+    return replace(due, remote=bool(row.due_remote))  # remote: leased, never published to Celery
 
 
 @cache

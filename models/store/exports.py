@@ -3,6 +3,7 @@ imports this module on the first such use)."""
 
 from models.jsonsafe import canonical_json, interaction_id
 from models.outcome import InteractionSpec
+from models.served import PUSH_NODE
 from models.store.answering import AnswerReceipt, Expiry, expire_due
 from models.store.claims import (
     Answer,
@@ -65,7 +66,6 @@ from models.store.projections import (
     record_schedule_history,
 )
 from models.store.push import (
-    PUSH_NODE,
     Target,
     count_push,
     create_handler,
@@ -96,6 +96,7 @@ from models.store.sweep import (
     record_sweep,
     release_expired_claim,
     release_expired_claims,
+    reroute_to_celery,
 )
 from models.store.teams import Delegation, delegate
 from models.store.timers import escalate_due, remind_due
@@ -114,7 +115,17 @@ from models.store.webhooks import (
     rotate_secret,
     update_webhook,
 )
-from models.store.workers import Advert, Serving, WorkerView, advertise, live_workers, serving, withdraw
+from models.store.workers import (
+    Advert,
+    Serving,
+    WorkerView,
+    advertise,
+    api_heartbeat,
+    ever_advertised,
+    live_workers,
+    serving,
+    withdraw,
+)
 
 __all__ = [
     "ANSWERERS",
@@ -152,6 +163,7 @@ __all__ = [
     "advance",
     "advertise",
     "answer",
+    "api_heartbeat",
     "append_event",
     "append_events",
     "authorize",
@@ -180,6 +192,7 @@ __all__ = [
     "erase_secrets",
     "escalate_due",
     "event_row",
+    "ever_advertised",
     "expirable_interactions",
     "expire_due",
     "expired_claims",
@@ -225,6 +238,7 @@ __all__ = [
     "remind_due",
     "renew_lease",
     "replay",
+    "reroute_to_celery",
     "review_progress",
     "revoke_grant",
     "rotate_secret",

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from sqlalchemy import any_, delete, insert, literal, select, update
 from sqlalchemy.orm import Session
 
+from models.served import PUSH_NODE
 from models.store.sql import Executor, new_id
 from models.store.workers import Advert, advertise, withdraw
 from models.webhook_tables import PushHandler
 
-PUSH_NODE = "push:"  # the registry's node name of a push handler: push:<id>
 _REGISTERED_S = 100 * 365 * 86400.0  # a handler's registry row lives until the handler is removed
 _H = PushHandler.__table__.c
 

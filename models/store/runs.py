@@ -133,7 +133,8 @@ def create_run(
     )
     if not made:
         return _same_request(run, request_digest), None
-    return run, Due(cid, ContinuationKind.START.value, rid, sid, workflow)
+    remote = bool(start and session.scalar(select(CONT.c.remote).where(CONT.c.id == cid)))  # leased, not published
+    return run, Due(cid, ContinuationKind.START.value, rid, sid, workflow, remote)
 
 
 def _run_by_key(session: Session, owner_id: str, key: str | None) -> Run | None:

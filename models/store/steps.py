@@ -9,6 +9,7 @@ Python body, a remote worker's or a push handler's outcome) comes here, so the r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -69,7 +70,7 @@ def next_step_ctes(gate: Any, *first: Any) -> tuple[Any, list[Any]]:
     due = (
         ready_continuation(ContinuationKind.START, bp("new_cid", CONT.c.id), bp("rid", CONT.c.run_id), started.c.id,
                            bp("name", CONT.c.name), started)
-        .returning(CONT.c.id)
+        .returning(CONT.c.id, CONT.c.remote)
         .cte("due")
     )  # fmt: skip
     events = events_if(*first, gate, exists(select(due.c.id))).cte("events")  # step.completed, continuation.ready
@@ -90,7 +91,7 @@ def next_step_params(step: StepLike, *, name: str, payload: Any) -> tuple[dict[s
 
 def _next_step() -> Any:
     due, ctes = next_step_ctes(true())
-    return select(due.c.id).add_cte(*ctes)
+    return select(due.c.id, due.c.remote).add_cte(*ctes)
 
 
 _NEXT_STEP = DriverStatement(_next_step())
@@ -101,9 +102,10 @@ def next_step(session: Session, step: StepLike, *, name: str, payload: Any) -> D
 
     One statement; the step's CAS is not a condition of the rest (the consume before it proved ownership)."""
     params, events, due = next_step_params(step, name=name, payload=payload)
-    if _NEXT_STEP.first(session, {**params, **event_params(events)}) is None:  # pragma: no cover - never
+    row = _NEXT_STEP.first(session, {**params, **event_params(events)})
+    if row is None:  # pragma: no cover - never
         raise RuntimeError(f"step {step.id}: the next step {name} was not made")
-    return due
+    return replace(due, remote=bool(row.remote))
 
 
 def _asked(parked: Any, k: int) -> Any:

@@ -5,15 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, false, func, null, or_, select, true, union_all, update
+from sqlalchemy import and_, bindparam, case, false, func, null, or_, select, true, union_all, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
+from models.served import WORKERS, served
 from models.status import ContinuationStatus, InteractionStatus
 from models.store.runs import Due
-from models.store.sql import CONT, Executor, skip_locked, word
+from models.store.sql import CONT, RUN, Executor, skip_locked, word
+from models.store.workers import remote_only
 from models.tables import Continuation, Interaction, SweepTotal
 
 DUE_COLUMNS = (CONT.c.id, CONT.c.kind, CONT.c.run_id, CONT.c.step_id, CONT.c.name)  # as ``Due``'s fields
@@ -34,11 +36,15 @@ def _mark_for_republish() -> Any:
     batch = skip_locked(
         select(CONT.c.id).where(_STALE_READY).order_by(CONT.c.enqueued_at.asc().nulls_first()).limit(bindparam("n"))
     ).cte("batch")
+    # Re-routed on the way (``models.store.workers.remote_only``): work only remote workers serve now is left
+    # to their lease calls, never published to Celery.
+    target = select(RUN.c.target).where(RUN.c.id == CONT.c.run_id).correlate_except(RUN).scalar_subquery()
+    remote = remote_only(CONT.c.kind, CONT.c.name, target)
     return (
         update(CONT)
         .where(CONT.c.id == batch.c.id, _STALE_READY)
-        .values(enqueued_at=db_now(), publishes=CONT.c.publishes + 1)
-        .returning(*DUE_COLUMNS)
+        .values(enqueued_at=db_now(), publishes=CONT.c.publishes + case((remote, 0), else_=1), remote=remote)
+        .returning(*DUE_COLUMNS, CONT.c.remote)
     )
 
 
@@ -75,6 +81,59 @@ def mark_for_republish(session: Session, *, older_than_s: float, batch: int, que
         if batch <= 0:
             return []
     rows = session.execute(_MARK_FOR_REPUBLISH, {**params, "n": batch})
+    return [Due(*r[:-1]) for r in rows if not r.remote]
+
+
+def remote_keys() -> Any:
+    """Every key remote continuations are due on, once each: a skip scan of ``ix_continuations_remote``."""
+    later = CONT.alias("later")
+    ready = CONT.c.status == word(ContinuationStatus.READY)
+    first = select(CONT.c.name.label("key")).where(CONT.c.remote, ready).order_by(CONT.c.name).limit(1)
+    keys = first.cte("remote_keys", recursive=True)
+    following = (
+        select(later.c.name)
+        .where(later.c.remote, later.c.status == word(ContinuationStatus.READY), later.c.name > keys.c.key)
+        .order_by(later.c.name)
+        .limit(1)
+        .scalar_subquery()
+    )
+    return keys.union_all(select(following).where(keys.c.key.is_not(None)))
+
+
+_STALE_REMOTE = and_(
+    CONT.c.remote, CONT.c.status == word(ContinuationStatus.READY), CONT.c.enqueued_at < db_now("older_than_s")
+)
+
+
+def _to_celery() -> Any:
+    """Up to ``:n`` remote continuations ready for more than ``:older_than_s`` seconds whose key a live
+    Celery worker serves (each key's oldest first, by ranges of ``ix_continuations_remote``) -> not remote,
+    stamped as published now; a concurrent sweep's update of the same row makes this one's CAS miss."""
+    keys = remote_keys()
+    work = (
+        select(CONT.c.id)
+        .where(_STALE_REMOTE, CONT.c.name == keys.c.key, served(CONT.c.kind, CONT.c.name, ~WORKERS.c.remote))
+        .order_by(CONT.c.created_at)
+        .limit(bindparam("n"))
+        .lateral("work")
+    )
+    batch = select(work.c.id).select_from(keys.join(work, true())).where(keys.c.key.is_not(None)).limit(bindparam("n"))
+    return (
+        update(CONT)
+        .where(CONT.c.id.in_(batch.scalar_subquery()), _STALE_REMOTE)
+        .values(remote=False, enqueued_at=db_now(), publishes=CONT.c.publishes + 1)
+        .returning(*DUE_COLUMNS)
+    )
+
+
+_TO_CELERY = _to_celery()
+
+
+def reroute_to_celery(session: Executor, *, older_than_s: float, batch: int) -> list[Due]:
+    """remote -> not remote for up to ``batch`` ready continuations no lease took for ``older_than_s`` seconds
+    whose key a live Celery worker serves: whoever serves a key takes its work, whichever kind served it when
+    the row was made. Returns them to publish."""
+    rows = session.execute(_TO_CELERY, {"older_than_s": -older_than_s, "n": batch})
     return [Due(*r) for r in rows]
 
 

@@ -2,10 +2,8 @@
 the database's clock, and a version is judged runnable by what the fleet advertises, never by the registry
 of the process that asks.
 
-A key is served while a live worker (``expires_at`` ahead of the database's clock) advertises it. Work on a
-key nobody serves fails closed only once no live worker has advertised it for the grace
-(``PARKWAY_VERSION_GRACE_S``), counted from its last advertisement, or from when the work began waiting on it
-if none ever did; with no live worker at all, nothing fails closed: the work waits.
+What served means, and from when a grace counts, is ``models.served``'s: work on a key nobody serves waits,
+and fails closed only once its grace (``PARKWAY_VERSION_GRACE_S``) has run out while its fleet was up.
 """
 
 from __future__ import annotations
@@ -13,22 +11,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import String, Table, any_, bindparam, delete, exists, func, literal, or_, select, union_all
+from sqlalchemy import Boolean, String, bindparam, delete, func, literal, or_, select, union_all
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
-from models.fleet_tables import AdvertisedVersion, Worker
+from models.served import (
+    ADVERTISED,
+    PUSH_NODE,
+    WORKERS,
+    advertises,
+    api_presence,
+    fleet_of,
+    grace_from,
+    live,
+    presence_left,
+    served,
+    stamp_presence,
+)
 from models.status import ContinuationKind
 from models.store.driver import DriverStatement
 from models.store.leases import may_lease
 from models.store.sql import CONT, RUN, Executor
 
-WORKERS = cast(Table, Worker.__table__)
-ADVERTISED = cast(Table, AdvertisedVersion.__table__)
 FORGET_AFTER_S = 24 * 3600  # a worker that stopped heartbeating this long ago is no longer listed at all
 
 
@@ -46,15 +54,10 @@ class Advert:
     refresh_s: float = 0  # an unchanged advertisement younger than this is left as it is (nothing written)
     principal_id: str | None = None  # a remote worker's: work is routed to it only where it may lease
 
-
-def live() -> Any:
-    """A worker whose heartbeat has not run out by the database's clock."""
-    return WORKERS.c.expires_at > db_now()
-
-
-def advertises(kind: str, key: Any) -> Any:
-    """The worker row advertises ``key`` (an expression) as a step (``start``) or a continuation (``resume``)."""
-    return key == any_(WORKERS.c.steps if kind == ContinuationKind.START else WORKERS.c.continuations)
+    @property
+    def fleet(self) -> str | None:
+        """The fleet whose presence it stamps (``models.served``); a push handler's row none."""
+        return None if self.node.startswith(PUSH_NODE) else fleet_of(self.remote)
 
 
 def _advertise() -> Any:
@@ -74,20 +77,23 @@ def _advertise() -> Any:
         set_={"heartbeat_at": db_now(), "expires_at": row.excluded.expires_at, "steps": row.excluded.steps,
               "continuations": row.excluded.continuations},
         where=or_(stale, changed),
-    ).returning(WORKERS.c.id).cte("worker")  # fmt: skip
+    ).returning(WORKERS.c.id, WORKERS.c.expires_at).cte("worker")  # fmt: skip
     # In one order (kind, then the sorted keys), so two workers' upserts of the same rows never deadlock.
+    remote = bindparam("remote", type_=Boolean)
     seen_rows = union_all(
-        select(literal(ContinuationKind.START.value), func.unnest(bindparam("steps", type_=keys)), db_now()),
-        select(literal(ContinuationKind.RESUME.value), func.unnest(bindparam("conts", type_=keys)), db_now()),
+        select(literal(ContinuationKind.START.value), func.unnest(bindparam("steps", type_=keys)), db_now(), remote),
+        select(literal(ContinuationKind.RESUME.value), func.unnest(bindparam("conts", type_=keys)), db_now(), remote),
     )
-    upsert = pg_insert(ADVERTISED).from_select(["kind", "key", "last_seen_at"], seen_rows)
+    upsert = pg_insert(ADVERTISED).from_select(["kind", "key", "last_seen_at", "remote"], seen_rows)
     seen = upsert.on_conflict_do_update(
         index_elements=[ADVERTISED.c.kind, ADVERTISED.c.key],
-        set_={"last_seen_at": upsert.excluded.last_seen_at},
-        where=ADVERTISED.c.last_seen_at <= db_now("refresh_s"),
+        set_={"last_seen_at": upsert.excluded.last_seen_at, "remote": upsert.excluded.remote},
+        where=or_(ADVERTISED.c.last_seen_at <= db_now("refresh_s"), ADVERTISED.c.remote != upsert.excluded.remote),
     ).cte("seen")
+    fleet = bindparam("fleet", type_=String)
+    present = stamp_presence(fleet, worker.c.expires_at, fleet.is_not(None))
     forgotten = delete(WORKERS).where(WORKERS.c.expires_at < db_now(-FORGET_AFTER_S)).cte("forgotten")
-    return select(worker.c.id).add_cte(seen, forgotten)
+    return select(worker.c.id).add_cte(seen, present.cte("present"), forgotten)
 
 
 _ADVERTISE = DriverStatement(_advertise())
@@ -95,20 +101,26 @@ _ADVERTISE = DriverStatement(_advertise())
 
 def advertise(conn: Executor, advert: Advert) -> None:
     """none|live|expired -> live for the worker ``advert.id``, its keys replaced and its heartbeat stamped;
-    each key's ``last_seen_at`` -> now. One statement: the start and every heartbeat (a worker whose row
-    was forgotten, or whose heartbeats stopped for a while, is simply live again). A row (or key) stamped
+    each key's ``last_seen_at`` -> now; its fleet present (``models.served.stamp_presence``). One statement:
+    the start and every heartbeat (a worker whose row was forgotten, or whose heartbeats stopped for a while,
+    is simply live again). A row (or key) stamped
     within ``advert.refresh_s`` and serving the same keys is left as it is."""
     params = {"id": advert.id, "node": advert.node, "pid": advert.pid, "steps": list(advert.steps),
               "conts": list(advert.continuations), "ttl_s": advert.ttl_s, "remote": advert.remote,
-              "refresh_s": -advert.refresh_s, "principal_id": advert.principal_id}  # fmt: skip
+              "refresh_s": -advert.refresh_s, "principal_id": advert.principal_id,
+              "fleet": advert.fleet}  # fmt: skip
     _ADVERTISE.rows(conn, params)
 
 
 def withdraw(conn: Executor, worker_id: str) -> bool:
     """live -> gone for a worker stopping warmly: it no longer serves anything (its keys keep their
-    ``last_seen_at``, from which the grace counts). ``False`` when it was not listed."""
-    gone = conn.execute(delete(WORKERS).where(WORKERS.c.id == worker_id).returning(WORKERS.c.id)).first()
-    return gone is not None
+    ``last_seen_at``, from which the grace counts), and its fleet is present only as long as its other live
+    workers are (``models.served.presence_left``). ``False`` when it was not listed."""
+    gone = conn.execute(delete(WORKERS).where(WORKERS.c.id == worker_id).returning(WORKERS.c.node, WORKERS.c.remote))
+    row = gone.first()
+    if row is not None and not row.node.startswith(PUSH_NODE):
+        conn.execute(presence_left(fleet_of(row.remote)))
+    return row is not None
 
 
 @dataclass(frozen=True)
@@ -147,7 +159,7 @@ class Serving:
     remote: bool  # a live remote worker serves it that may lease the work (it leases it over HTTP)
     anyone_live: bool
     last_seen_at: datetime | None
-    since: datetime  # when the work began waiting on it (the grace counts from here if never advertised)
+    grace_from: datetime | None  # ``models.served.grace_from``: None while its fleet is absent
     now: datetime
 
     @property
@@ -156,11 +168,9 @@ class Serving:
         return self.node is not None or self.remote
 
     def fails_closed(self, grace_s: float) -> str | None:
-        """The reason work on this key fails closed now, or ``None``: a live worker runs it, no worker is
-        alive at all (the work waits), or it was advertised (or the work began) within the grace."""
-        if self.served or not self.anyone_live:
-            return None
-        if (self.last_seen_at or self.since) > self.now - timedelta(seconds=grace_s):
+        """The reason work on this key fails closed now, or ``None``: a live worker runs it, its fleet is
+        absent (the work waits), or its grace has not run out."""
+        if self.served or self.grace_from is None or self.grace_from > self.now - timedelta(seconds=grace_s):
             return None
         return unserved_reason(self.kind, self.key, self.last_seen_at)
 
@@ -174,15 +184,16 @@ def _serving(kind: str) -> Any:
     of_run = select(RUN.c.target).join(CONT, CONT.c.run_id == RUN.c.id).where(CONT.c.id == bindparam("cid"))
     target = of_run.scalar_subquery()
     leasable = or_(target.is_(None), may_lease(WORKERS.c.principal_id, target))
-    remote = exists().where(live(), advertises(kind, key), WORKERS.c.remote, leasable)
-    seen = select(ADVERTISED.c.last_seen_at).where(ADVERTISED.c.kind == kind, ADVERTISED.c.key == key)
-    since = select(CONT.c.created_at).where(CONT.c.id == bindparam("cid"))
+    this_key = (ADVERTISED.c.kind == kind, ADVERTISED.c.key == key)
+    seen = select(ADVERTISED.c.last_seen_at).where(*this_key).scalar_subquery()
+    by_remote = select(ADVERTISED.c.remote).where(*this_key).scalar_subquery()
+    since = func.coalesce(select(CONT.c.created_at).where(CONT.c.id == bindparam("cid")).scalar_subquery(), db_now())
     return select(
         node.scalar_subquery().label("node"),
-        remote.label("remote"),
-        exists().where(live()).label("anyone_live"),
-        seen.scalar_subquery().label("last_seen_at"),
-        func.coalesce(since.scalar_subquery(), db_now()).label("since"),
+        served(kind, key, WORKERS.c.remote, leasable).label("remote"),
+        select(WORKERS.c.id).where(live()).exists().label("anyone_live"),
+        seen.label("last_seen_at"),
+        grace_from(seen, since, by_remote).label("grace_from"),
         db_now().label("now"),
     )
 
@@ -194,16 +205,29 @@ def serving(session: Executor, kind: str, key: str, *, continuation_id: str | No
     """Who runs ``key`` (a step name for ``start``, ``name@version`` for ``resume``); the work began waiting
     when the continuation ``continuation_id`` was made, or now."""
     row = session.execute(_SERVING[ContinuationKind(kind)], {"key": key, "cid": continuation_id}).one()
-    return Serving(kind, key, row.node, bool(row.remote), bool(row.anyone_live), row.last_seen_at, row.since, row.now)
+    return Serving(
+        kind, key, row.node, bool(row.remote), bool(row.anyone_live), row.last_seen_at, row.grace_from, row.now
+    )
 
 
-def remote_only(kind: str, key: Any, target: Any) -> Any:
-    """Work on ``key`` of a run on ``target`` is for remote workers: no live Celery worker runs it, and a
-    remote worker that may lease it advertised it (its row is kept for ``FORGET_AFTER_S`` after its last lease
-    call: a remote agent's restart does not send its work to Celery); one that may not routes it nothing.
-    Decided when the continuation is made (``models.store.runs.ready_continuation``)."""
-    python = exists().where(live(), advertises(kind, key), ~WORKERS.c.remote)
-    return ~python & exists().where(advertises(kind, key), WORKERS.c.remote, may_lease(WORKERS.c.principal_id, target))
+def api_heartbeat(conn: Executor, ttl_s: float) -> None:
+    """The API is up for ``ttl_s`` more seconds: the remote fleet's presence (``models.served.api_presence``)."""
+    conn.execute(api_presence(), {"ttl_s": ttl_s})
+
+
+def ever_advertised(conn: Executor, kind: str, key: str) -> bool:
+    """Some worker has advertised ``key`` at some time (a start of a step none ever did is a typo)."""
+    seen = select(ADVERTISED.c.key).where(ADVERTISED.c.kind == kind, ADVERTISED.c.key == key).exists()
+    return bool(conn.execute(select(seen)).scalar())
+
+
+def remote_only(kind: Any, key: Any, target: Any) -> Any:
+    """Work on ``key`` of a run on ``target`` is for remote workers: no live Celery worker runs it, and a live
+    remote worker that may lease it does. Decided when the continuation is made
+    (``models.store.runs.ready_continuation``) and again whenever the sweep re-routes it (``models.store.sweep``)."""
+    return ~served(kind, key, ~WORKERS.c.remote) & served(
+        kind, key, WORKERS.c.remote, may_lease(WORKERS.c.principal_id, target)
+    )
 
 
 def sorted_keys(keys: Sequence[str]) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ of the process that sweeps, and a worker that does not run a version hands the w
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -45,6 +46,13 @@ def _pending(run_id: str) -> bool:
 
 def _answer(run_id: str) -> None:
     answer(interactions(run_id)["go"].id, "yes", response_id=new_response_id(), principal=HUMAN)
+
+
+HANDED_ON = re.compile(r"(start|resume) (\S+) is not run here: handed on to (\S+)")
+
+
+def other_name(release: str) -> str:
+    return "b" if release == "a" else "a"
 
 
 def _live_nodes() -> list[str]:
@@ -101,11 +109,14 @@ def test_a_mixed_fleet__every_wait_resumes_on_a_worker_that_has_its_version_none
             ("resume", "consumed", 1),
         ]
         assert "run.interrupted" not in event_types(run_id)
-    logs = a.text() + b.text()
-    print(
-        f"mixed fleet: {len(runs)} runs, {2 * len(runs)} continuations, {logs.count('handed on to')} handed on "
-        f"to a worker that runs them, {logs.count('left for the sweep')} left for the sweep"
-    )
+    # And every delivery a worker of the other release took was handed on at once to a worker of the release
+    # that runs it (none left for the sweep: both were live), by that worker, and never back
+    handed = {name: HANDED_ON.findall(w.text()) for name, w in (("a", a), ("b", b))}
+    for name, lines in handed.items():
+        other = b if name == "a" else a
+        assert all(key.startswith(f"{other_name(name)}.") and to.startswith(f"{other.name}@") for _, key, to in lines)
+    assert len(handed["a"]) + len(handed["b"]) <= 2 * len(runs)
+    assert "left for the sweep" not in a.text() + b.text()
 
 
 def test_a_version_no_live_worker_runs__waits_with_no_worker_and_within_the_grace__fails_closed_after(

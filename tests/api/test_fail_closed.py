@@ -65,8 +65,9 @@ def test_answer_after_no_live_worker_ran_its_version_for_the_grace_and_a_sweep__
     auth, _ = _agent(client, actors, "fc-unregistered")
     old = advertise("old@host", continuations=("t.one_done@1",), ttl_s=1)
     run_id, iid = _parked(client, auth)
-    pass_time(get_settings().version_grace_s + 1)
-    advertise("new@host", continuations=("t.finish@1",))
+    grace = get_settings().version_grace_s
+    advertise("new@host", continuations=("t.finish@1",), ttl_s=3 * grace)  # the fleet up all the while
+    pass_time(grace + 1)
 
     # When the sweep passes
     run_sweep()

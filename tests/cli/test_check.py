@@ -64,14 +64,13 @@ def test_up__refuses_to_start_with_the_same_lines(tmp_path: Path) -> None:
     assert "starting" not in up.stdout() and not embedded.data_dir(tmp_path / "home").exists(), up.logs()
 
 
-def test_worker__refuses_to_start_naming_each_reference_that_does_not_resolve(stack: Stack) -> None:
-    worker = stack.start_worker(wait=False, PARKWAY_IMPORTS="tests.checked.dangling")
-    wait_for(lambda: not worker.alive(), timeout=60, what="the worker to refuse")
-    assert worker.proc.returncode == 3, worker.text()[-3000:]
+def test_worker__warns_naming_each_reference_that_does_not_resolve_and_starts(stack: Stack) -> None:
+    # A fleet split by module starts in any order: what a reference names is decided at run time (a gap waits)
+    worker = stack.start_worker(PARKWAY_IMPORTS="tests.checked.dangling")
     text = worker.text()
-    assert "parkway worker: refusing to start: 3 references of the workflow modules do not resolve:" in text, text
-    assert all(line in text.splitlines() for line in DANGLING), text[-3000:]
-    assert " ready." not in text
+    assert worker.alive() and "refusing" not in text, text[-3000:]
+    assert "3 references of the workflow modules do not resolve, no live worker runs them now" in text, text
+    assert all(line in text for line in DANGLING), text[-3000:]
 
 
 def test_worker__starts_when_another_live_worker_runs_the_key_it_lacks(stack: Stack) -> None:

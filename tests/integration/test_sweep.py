@@ -362,11 +362,11 @@ def test_sweep__a_wait_on_a_version_no_live_worker_advertised_for_the_grace_is_i
     run_id, asked = parked("t.ask_one")
     other, other_asked = parked("t.ask_two")
 
-    # When the old worker stops, a new one runs only t.finish@1, and the grace passes
+    # When the old worker stops, a new one runs only t.finish@1 (the fleet stays up), and the grace passes
+    advertise("new@host", continuations=("t.finish@1",), ttl_s=3 * grace)
     with transaction() as session:
         assert store.withdraw(session, old)
     pass_time(grace + 1)
-    advertise("new@host", continuations=("t.finish@1",))
     sent.clear()
     report = run_sweep()
 
@@ -419,10 +419,9 @@ def test_sweep__a_version_never_advertised_fails_closed_a_grace_after_its_wait_p
 ) -> None:
     # Given a live worker that does not run t.nowhere@1, and a wait parked on it (by a worker that thought
     # someone would), and a second such wait parked later
-    advertise("new@host", continuations=EVERYTHING)
+    advertise("new@host", continuations=EVERYTHING, ttl_s=3 * grace)
     early, early_asked = parked("t.ask_one", {"continuation": "t.nowhere@1"})
     pass_time(grace + 1)
-    advertise("new@host", continuations=EVERYTHING)
     late, _ = parked("t.ask_one", {"continuation": "t.nowhere@1"})
 
     # When a sweep runs
@@ -451,10 +450,10 @@ def test_sweep__the_sweeping_process_s_own_registry_decides_nothing(
 
     # And, the other way round, a process that has t.one_done@1 does not keep alive a wait no worker serves
     monkeypatch.undo()
+    advertise("other@host", continuations=("t.finish@1",), ttl_s=3 * grace)  # the fleet stays up
     with transaction() as session:
         assert store.withdraw(session, serving)
     pass_time(grace + 1)
-    advertise("other@host", continuations=("t.finish@1",))
     assert registry.has_continuation("t.one_done@1")
     assert run_sweep().counts["unregistered"] == 1
     assert run_row(served).status == "interrupted"
@@ -542,8 +541,8 @@ def test_sweep__failing_closed_is_bounded_by_batch_and_safe_beside_itself(actors
     # Given 12 waits on a version whose last worker stopped more than a grace ago, and a live worker without it
     runs = [parked("t.ask_one")[0] for _ in range(12)]
     advertise("old@host", continuations=EVERYTHING, ttl_s=5)
+    advertise("new@host", continuations=("t.finish@1",), ttl_s=3 * grace)  # the fleet up all the while
     pass_time(grace + 1)
-    advertise("new@host", continuations=("t.finish@1",))
 
     # When a pass with batch=5 runs, then two passes run concurrently until none finds anything
     assert run_sweep(batch=5).counts["unregistered"] == 5

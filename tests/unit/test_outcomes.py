@@ -53,7 +53,7 @@ def _park(**changes: Any) -> Park:
             id="permission-without-resources",
         ),
         pytest.param(_park(interactions=[{"key": "q"}]), r"must be Question or Permission", id="not-a-question"),
-        pytest.param(Next("t.nowhere", payload={}), r"t\.nowhere.*not registered", id="next-unregistered"),
+        pytest.param(Next("", payload={}), r"Next from .* must name a step", id="next-unnamed"),
         pytest.param(Next("t.after", payload={1, 2}), r"Next payload is not JSON", id="next-payload"),
         pytest.param(Complete(result=object()), r"Complete result is not JSON", id="complete-result"),
         pytest.param(Fail(""), r"needs an error text", id="fail-without-text"),

@@ -1,0 +1,135 @@
+"""One meaning of served (SPEC §6, category 3), with real workers of separate modules: a gap in the fleet
+waits and only the grace interrupts, and the grace counts only time the fleet was up (issue 41)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+
+import tests.release_a
+import tests.release_b
+from tasks.sdk import answer
+from tests.support import (
+    HUMAN,
+    Stack,
+    Worker,
+    effects,
+    event_types,
+    interactions,
+    new_response_id,
+    read_now,
+    run_row,
+    run_status,
+    settings_env,
+    start,
+    wait_for,
+    wait_parked,
+    wait_status,
+)
+
+pytestmark = [pytest.mark.usefixtures("own_workers"), pytest.mark.broker]
+assert tests.release_a and tests.release_b
+
+GRACE_S = "12"  # long enough for a worker to start inside it, short enough to outlast in a test
+SINCE_LAST_SEEN = text(
+    "SELECT coalesce(extract(epoch FROM now() - max(last_seen_at)), 0) FROM advertised_versions WHERE key = ANY(:keys)"
+)
+LIVE = text("SELECT count(*) FROM workers WHERE expires_at > now()")
+
+
+@pytest.fixture
+def grace(monkeypatch: pytest.MonkeyPatch) -> Iterator[float]:
+    """This process's sweeps (``wait_for(sweep=True)``) judge by the same grace as the workers."""
+    with settings_env(monkeypatch, PARKWAY_VERSION_GRACE_S=GRACE_S):
+        yield float(GRACE_S)
+
+
+def _worker(stack: Stack, module: str) -> Worker:
+    return stack.start_worker(PARKWAY_IMPORTS=module, PARKWAY_VERSION_GRACE_S=GRACE_S)
+
+
+def _down(worker: Worker) -> None:
+    """The worker killed, and no worker live any more (its heartbeat ran out)."""
+    worker.kill()
+    wait_for(lambda: read_now(LIVE) == 0, timeout=30, what="every worker's heartbeat run out")
+
+
+def _answer(run_id: str) -> None:
+    answer(interactions(run_id)["go"].id, "yes", response_id=new_response_id(), principal=HUMAN)
+
+
+def _outlast_the_grace(grace: float, *keys: str) -> None:
+    """No worker is live, and nothing has advertised ``keys`` for longer than the grace (the database's clock)."""
+    wait_for(lambda: read_now(LIVE) == 0, timeout=30, what="every worker's heartbeat run out")
+    wait_for(lambda: float(read_now(SINCE_LAST_SEEN, keys=list(keys))) > grace + 1, timeout=3 * grace,
+             what="the grace to pass with the fleet down")  # fmt: skip
+
+
+def test_cold_start__after_an_outage_longer_than_the_grace_the_first_module_up_interrupts_nothing_of_another(
+    stack: Stack, grace: float
+) -> None:
+    # Given workers of modules A and B holding waits: one of B's is answered while the whole fleet is down
+    a, b = _worker(stack, "tests.release_a"), _worker(stack, "tests.release_b")
+    of_a, of_b, answered_b = start("a.ask"), start("b.ask"), start("b.ask")
+    for run_id in (of_a, of_b, answered_b):
+        wait_parked(run_id, sweep=False)
+    a.kill()
+    b.kill()
+    _answer(answered_b)
+
+    # When the outage outlasts the grace, A starts (its startup sweep runs) and an operator sweeps once
+    _outlast_the_grace(grace, "a.done@1", "b.done@1")
+    _worker(stack, "tests.release_a")
+    swept = stack.parkway("sweep", "--once", PARKWAY_VERSION_GRACE_S=GRACE_S)
+    assert swept.returncode == 0, swept.stderr
+
+    # Then nothing of B was interrupted
+    for run_id in (of_b, answered_b):
+        assert run_row(run_id).status in ("waiting", "running"), (run_row(run_id).status, run_row(run_id).reason)
+        assert "run.interrupted" not in event_types(run_id)
+    assert interactions(of_b)["go"].status == "pending"
+
+    # And once B starts, its answered work completes once, and so does the wait answered now
+    _worker(stack, "tests.release_b")
+    _answer(of_b)
+    for run_id in (answered_b, of_b):
+        assert wait_status(run_id, "completed").result == {"go": "yes"}
+        assert effects(run_id, "b.done") == 1
+
+
+def test_a_gap__a_next_and_a_start_to_a_step_whose_only_worker_is_down_wait_for_it(stack: Stack, grace: float) -> None:
+    # Given the worker of served.second ran once and is down, and a worker of the module that hands on to it
+    _down(_worker(stack, "tests.served_step"))
+    _worker(stack, "tests.served_next")
+
+    # When a run's step hands on to served.second (Next), and a run of served.second is started
+    handed_on, started = start("served.first", {"n": 1}), start("served.second", {"n": 2})
+
+    # Then both wait (never failed), and run once its worker starts
+    wait_for(lambda: "step.completed" in event_types(handed_on), timeout=30, what="served.first to hand on")
+    assert {run_row(handed_on).status, run_row(started).status} == {"running"}
+    _worker(stack, "tests.served_step")
+    assert wait_status(handed_on, "completed").result == {"n": 1}
+    assert wait_status(started, "completed").result == {"n": 2}
+    assert effects(handed_on, "served.second") == effects(started, "served.second") == 1
+
+
+def test_a_gap_past_the_grace__a_next_to_a_step_no_live_worker_runs_is_interrupted_never_failed(
+    stack: Stack, grace: float
+) -> None:
+    # Given the worker of served.second ran once and is down, and a live worker of the module that hands on to it
+    _down(_worker(stack, "tests.served_step"))
+    _worker(stack, "tests.served_next")
+
+    # When a run's step hands on to served.second and the grace passes with the fleet up
+    run_id = start("served.first", {"n": 1})
+
+    # Then the run is interrupted with the reason, never failed
+    wait_for(lambda: run_status(run_id) in ("interrupted", "failed"), timeout=6 * grace, sweep=True, what="its end")
+    run = run_row(run_id)
+    assert (run.status, run.error) == ("interrupted", None)
+    assert (run.reason or "").startswith("step served.second: no live worker has advertised it since"), run.reason
+    assert "run.failed" not in event_types(run_id)
+    assert effects(run_id) == 0
