@@ -5,8 +5,8 @@ back after an absence and until when it is present; ``advertised_versions.remote
 advertised a key, so its grace counts from max(its last advertisement, that fleet's return)
 (models/served.py, docs/operations.md "Rolling deploys").
 
-Revision ID: 0021
-Revises: 0020
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-12-08 10:00:00
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0021"
-down_revision: str | None = "0020"
+revision: str = "0022"
+down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
