@@ -66,7 +66,7 @@ async def verify_decisions(principal: AuditDep, since: Since = None, until: Unti
     "/key",
     operation_id="seal_key",
     summary="The Ed25519 public key the seal's checkpoints are signed with",
-    responses=documented(401, 403),
+    responses=documented(401, 403, 422),
 )
 def seal_key(principal: AuditDep) -> dict[str, str]:
     return {"algorithm": "ed25519", "public_key": seal_public_key()}
