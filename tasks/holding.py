@@ -8,9 +8,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 from sqlalchemy.exc import SQLAlchemyError
@@ -42,27 +42,6 @@ class Hold:
                 conn, self.claim.continuation.id, execution_id=self.execution_id, lease_s=self.lease_s
             )
         return renewed is not None
-
-    def release(self, reason: str) -> bool:
-        """Give the claim back at once (``store.release_claim``) so the continuation is driven again without
-        waiting for its lease; ``False`` when it was not released (held no more, or the database failed
-        too: the lease then runs out as after a crash)."""
-        try:
-            with single_statement() as conn:
-                return store.release_claim(
-                    conn, self.claim.continuation.id, execution_id=self.execution_id, reason=reason
-                )
-        except DATABASE_ERRORS as exc:
-            log.info("claim not released (%s); its lease runs out", fault_line(exc),
-                     extra={"continuation_id": self.claim.continuation.id})  # fmt: skip
-            return False
-
-    def commit(
-        self, outcome: store.StepOutcome, *, reviews_started: bool, in_commit: Sequence[Callable[[Any], None]]
-    ) -> store.Committed | None:
-        """The outcome committed with the consume; ``None`` when the claim was lost."""
-        return store.commit_outcome(self.claim, outcome, execution_id=self.execution_id,
-                                    reviews_started=reviews_started, in_commit=in_commit)  # fmt: skip
 
 
 class _Renewer:
@@ -146,7 +125,7 @@ class Keeper:
         renewer.release(self.hold.claim.continuation.id)
 
 
-class Abandoned(BaseException):  # control flow: a body's ``except Exception`` must not eat it
+class Stopped(BaseException):  # control flow: a body's ``except Exception`` must not eat it
     """This execution stops here and commits nothing: it no longer holds a live claim, or the database
     failed under one of its own writes (the SDK's inside the body, or the outcome's commit). The system's
     fault, never the workflow's verdict: the continuation is driven again, as after a crash (a tool call
@@ -166,9 +145,9 @@ def fault_line(exc: BaseException) -> str:
     return f"{type(exc).__name__} ({type(orig).__name__}{state})"
 
 
-def database_fault(exc: BaseException, what: str) -> Abandoned:
-    """The ``Abandoned`` for a database error raised under ``what``."""
-    return Abandoned(f"the database failed under {what}: {fault_line(exc)}")
+def database_fault(exc: BaseException, what: str) -> Stopped:
+    """The ``Stopped`` for a database error raised under ``what``."""
+    return Stopped(f"the database failed under {what}: {fault_line(exc)}")
 
 
 @contextmanager
@@ -176,12 +155,12 @@ def own_write(ctx: Context, *, fenced: bool = True) -> Iterator[Session]:
     """The transaction of one of the SDK's own writes for the body of ``ctx`` (a tool call's journal, a
     review). ``fenced``: it commits only while this execution holds a live claim
     (``store.holds_live_claim``), so an execution that lost it starts no tool call and records no review.
-    A lost claim or any database error (an outage, a deadlock, a constraint) raises ``Abandoned``, never
+    A lost claim or any database error (an outage, a deadlock, a constraint) raises ``Stopped``, never
     the body's ``Fail``."""
     try:
         with transaction() as session:
             if fenced and not store.holds_live_claim(session, ctx.execution_id):
-                raise Abandoned("its claim's lease ran out (or another execution took it over)")
+                raise Stopped("its claim's lease ran out (or another execution took it over)")
             yield session
     except DATABASE_ERRORS as exc:
         raise database_fault(exc, "the SDK's own write") from exc

@@ -1,21 +1,24 @@
-"""Push (docs/worker-protocol.md, "Push"): a continuation a push handler serves is POSTed to its URL, and the
-JSON answer is the outcome, committed by the same compare-and-set as a Python body's or a pull completion's.
+"""The push runner (docs/worker-protocol.md, "Push"): a continuation a push handler serves is POSTed to its
+URL, and the JSON answer is the outcome; claim, commit and the rest are the executor's (``tasks.executor``),
+as for a Python body or a remote worker's completion.
 
 A Celery worker that claims such work (it runs nothing of it) hands it on to the push queue
-(``tasks.worker.hand_on``, ``tasks.publish``); this task claims it again, under a lease of the webhooks'
+(``executor.hand_on``, ``tasks.publish``); this task claims it again, under a lease of the webhooks'
 timeout x ``PHASES`` (the longest one POST can last, so a slow handler never holds the claim past it), and
 POSTs the item a lease call would return (``tasks.remote.item_of``), signed as a webhook delivery with the
 handler's secret, ``webhook-id`` = ``push_<continuation id>``: the same on every retry of that continuation.
 
-- a 2xx with an outcome: committed (``sent_outcome``, ``store.commit_outcome`` with a receipt);
+- a 2xx with an outcome: committed (``sent_outcome``, ``executor.commit`` with a receipt);
 - a 2xx whose body is not JSON, not an outcome, or one that cannot be committed: the run **fails** with the
   error (the handler's code answered it: the workflow's verdict, as a Python body returning a bad outcome);
-- a 410: the step is **interrupted**, "this version is gone" (the handler no longer runs it);
+- a 410: "not served here" (a handler mid-deploy that lacks the key): **handed on**, no attempt spent, as any
+  work a runner does not run (``executor.hand_on``): whoever serves the key takes it when the sweep publishes
+  it again; none past the grace, it is interrupted;
 - answers that hold sensitive values, for a handler whose URL is plain http outside the allowed networks:
   nothing is sent, and the step is **interrupted** with ``EXPOSED`` (no retry would send them either);
-- anything else (a timeout, a lost connection, a 5xx, another status): the claim released with the attempt
-  counted, due again when the sweep publishes it (``PARKWAY_REENQUEUE_AFTER_S``); out of attempts, the run is
-  interrupted as after a crash loop.
+- anything else (a timeout, a lost connection, a 5xx, another status): **released**, the attempt spent, due
+  again when the sweep publishes it (``PARKWAY_REENQUEUE_AFTER_S``); out of attempts, the run is interrupted
+  as after a crash loop.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import json
 import logging
 import secrets
 from datetime import timedelta
-from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -38,17 +40,15 @@ from parkway.db import single_statement, transaction
 from parkway.errors import InvalidOutcome
 from parkway.netguard import Exposed
 from parkway.settings import get_settings
+from tasks import executor
 from tasks.celery_app import PUSH_STEP, app
-from tasks.projection import project_soon
-from tasks.publish import publish
-from tasks.remote import Item, digest, give_back, item_of
+from tasks.remote import Item, digest, item_of
 from tasks.serving import sent_outcome
 from tasks.webhook_http import PHASES, Connections, Sent, client, post
-from tasks.worker import give_up, hand_on, refusal, unclaimed
 
 log = logging.getLogger("parkway.push")
 
-GONE = "this version is gone"  # the reason of a step whose push handler answered 410
+NOT_HERE = 410  # a handler's answer for work it does not serve (now): handed on, as work a worker does not run
 # The reason of a step whose answers hold sensitive values that its push handler's URL may not receive.
 EXPOSED = "sensitive values go to a push handler only over https or to an allowed network"
 MAX_ANSWER_BYTES = 1024 * 1024  # an outcome is read this far (the API's own body bound)
@@ -74,36 +74,30 @@ def push_step(continuation_id: str) -> str:
 
 
 def push(continuation_id: str) -> str:
-    """Claim, POST, commit or retry; returns what happened (for logs and tests)."""
-    settings = get_settings()
+    """Claim, POST, then commit, hand on or release; returns what happened (for logs and tests)."""
     lease_id = f"{continuation_id}.{secrets.token_hex(8)}"  # shaped as a lease id; held by no principal
-    lease_s = settings.webhook_timeout_s * PHASES
-    extra: dict[str, Any] = {"continuation_id": continuation_id, "execution_id": lease_id}
-    with single_statement(durable=False) as conn:
-        claim = store.claim_in_one_statement(conn, continuation_id, execution_id=lease_id, lease_s=lease_s,
-                                             max_attempts=settings.max_attempts)  # fmt: skip
-    if claim is None:
-        return unclaimed(continuation_id, settings.max_attempts, extra)
-    extra.update(run_id=claim.run_id, step_id=claim.step.id)
-    reason = refusal(claim)
-    if reason is not None:
-        return give_up(claim, reason, lease_id, extra)
-    row = claim.continuation
+    lease_s = get_settings().webhook_timeout_s * PHASES
+    extra: executor.Extra = {"continuation_id": continuation_id, "execution_id": lease_id}
+    claim = executor.claim(continuation_id, lease_id, lease_s, extra)
+    if isinstance(claim, str):
+        return claim
     with single_statement() as conn:
-        target = store.handler_serving(conn, row.name)
+        target = store.handler_serving(conn, claim.continuation.name)
     if target is None:  # removed since: whoever serves it now gets it
-        return hand_on(claim, lease_id, extra, handed_on=True)
+        return executor.hand_on(claim, lease_id, extra, resend=False)
     try:
         sent = _post(claim, target, lease_id, lease_s)
-    except Exposed as exc:  # nothing sent, and no retry would send it: the system's verdict, as after a 410
+    except Exposed as exc:  # nothing sent, and no retry would send it: the system's verdict
         log.warning("push handler %s: %s; not sent", target.id, exc, extra={**extra, "action": "push"})
         why = f"{EXPOSED}: push handler {target.id} is plain http outside PARKWAY_WEBHOOK_ALLOWED_NETWORKS"
         return _commit(claim, lease_id, store.Interruption(why), extra)
-    outcome, good = answered(sent, target.id, row.name)
+    outcome, good = answered(sent, target.id, claim.continuation.name)
     with single_statement() as conn:
         store.count_push(conn, target.id, failed=not good)
+    if sent.status_code == NOT_HERE:
+        return executor.hand_on(claim, lease_id, extra, resend=False)  # resend: this handler may be picked again
     if outcome is None:
-        return _retry(lease_id, _failure(sent, target.id), extra)
+        return _retry(claim, lease_id, _failure(sent, target.id), extra)
     return _commit(claim, lease_id, outcome, extra)
 
 
@@ -117,12 +111,9 @@ def _post(claim: store.Claim, target: store.Target, lease_id: str, lease_s: floa
                 agent="parkway-push", confidential=sensitive)  # fmt: skip
 
 
-def answered(sent: Sent, handler_id: str, key: str) -> tuple[Outcome | store.Interruption | None, bool]:
-    """What the handler's answer means, and whether it was a committable outcome: its outcome, the step
-    interrupted (410), the run failed (an answer that is no committable outcome), or ``None``: no answer to
-    act on (retried)."""
-    if sent.status_code == 410:
-        return store.Interruption(f"{GONE}: push handler {handler_id} answered 410 for {key}"), False
+def answered(sent: Sent, handler_id: str, key: str) -> tuple[Outcome | None, bool]:
+    """What the handler's answer means, and whether it was a committable outcome: its outcome, the run
+    failed (an answer that is no committable outcome), or ``None``: no answer to act on (a 410, or retried)."""
     if not sent.ok:
         return None, False
     problem = "over 1 MiB" if sent.cut else None
@@ -142,25 +133,19 @@ def _failure(sent: Sent, handler_id: str) -> str:
     return f"push handler {handler_id}: {sent.error or f'answered {sent.status_code}'}"
 
 
-def _retry(lease_id: str, why: str, extra: dict[str, Any]) -> str:
-    """claimed -> ready, the attempt counted (due again when the sweep publishes it); out of attempts, the
-    run interrupted with ``why`` as after a crash loop (``give_back``)."""
+def _retry(claim: store.Claim, lease_id: str, why: str, extra: executor.Extra) -> str:
+    """Released, the attempt spent (``executor.release``): due again when the sweep publishes it; out of
+    attempts, the run interrupted with ``why`` as after a crash loop."""
     log.warning("%s; retried", why, extra={**extra, "action": "push"})
-    return "retry" if give_back(lease_id, why) else "lost"
+    released = executor.release(claim.continuation.id, lease_id, why, extra)
+    return "lost" if released == "lost" else "retry"
 
 
-def _commit(claim: store.Claim, lease_id: str, outcome: Outcome | store.Interruption, extra: dict[str, Any]) -> str:
+def _commit(claim: store.Claim, lease_id: str, outcome: Outcome | store.Interruption, extra: executor.Extra) -> str:
     completion = None
     if not isinstance(outcome, store.Interruption):
         completion = store.Completion(lease_id, digest(outcome))
     with transaction() as session:  # the answers are read again: the claim's were unsealed for the item
         claim = store.load_claim(session, claim.continuation)
-    committed = store.commit_outcome(claim, outcome, execution_id=lease_id, completion=completion)
-    if committed is None:
-        log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
-        return "lost"
-    # Remote ones are leased, not published; the sweep relays a lost publish.
-    publish([c for c in committed.due if not c.remote], retry=False)
-    if committed.ended is not None:
-        project_soon(committed.ended)
-    return "committed"
+    committed = executor.commit(claim, outcome, lease_id, extra, completion=completion)
+    return "lost" if committed is None else "committed"

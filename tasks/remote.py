@@ -1,10 +1,10 @@
-"""The HTTP worker protocol's work (docs/worker-protocol.md): the remote counterpart of ``tasks.worker``.
+"""The remote runner (docs/worker-protocol.md): a body run by a remote worker, its outcome sent over HTTP.
 
 A remote worker leases continuations it serves, runs their bodies itself, and sends the outcome back. Each
-step here is the Celery worker's own, through the same store: the lease is a claim (its id the execution
-id), the refusals after it are ``tasks.worker.refusal``, the answers are unsealed as for a continuation, and
-the completion commits by ``store.commit_outcome`` with its receipt, then publishes and projects as the
-worker does. The routes (``api/routes/worker_protocol.py``) only translate.
+step is the executor's (``tasks.executor``), as for every runner: a lease is a claim (its lease id the
+execution id) checked by ``executor.drivable``, the answers are unsealed as for a continuation, a release is
+``executor.release``, and a completion is ``executor.commit`` with its receipt. The routes
+(``api/routes/worker_protocol.py``) only translate.
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ from models.tables import ToolCall
 from parkway.db import read_statement, single_statement, transaction
 from parkway.errors import InvalidOutcome, LeaseLost, NotFound, RunEnded
 from parkway.settings import get_settings
-from tasks.projection import project_soon
-from tasks.publish import publish
+from tasks import executor
 from tasks.serving import sent_outcome
-from tasks.worker import given_up, refusal, unsealed
 
 log = logging.getLogger("parkway.remote")
 T = TypeVar("T")
@@ -98,24 +96,22 @@ def lease_due(ask: Ask) -> list[Item]:
     """Up to ``ask.n`` due continuations of the keys served, of runs on targets the caller may lease, each
     under a lease of ``ask.lease_s`` held by the caller, with what their bodies read, in one statement
     (``store.lease``); one that can no longer be driven (its run ended, its owner lost the grant) is given up
-    as the Celery worker gives it up, and not handed out. A lease lost in a database crash is recovered by
-    design, as a claim: no WAL-flush wait."""
+    (``executor.drivable``), and not handed out. A lease lost in a database crash is recovered by design, as a
+    claim: no WAL-flush wait."""
     steps, continuations = split_serves(ask.serves)
     settings = get_settings()
     with single_statement(durable=False) as conn:
         leased = store.lease(conn, holder=ask.principal_id, steps=steps, continuations=continuations, n=ask.n,
                              lease_s=ask.lease_s, max_attempts=settings.max_attempts)  # fmt: skip
-    items = []
-    for held in leased:
-        claim = held.claim
-        reason = refusal(claim)
-        if reason is None:
-            items.append(item_of(claim, held.lease_id, held.lease_expires_at))
-            continue
-        with single_statement() as conn:
-            store.give_up(conn, claim.continuation.id, reason=reason, execution_id=held.lease_id)
-        given_up(reason, claim.run_id, {"continuation_id": claim.continuation.id, "execution_id": held.lease_id})
-    return items
+    return [
+        item_of(held.claim, held.lease_id, held.lease_expires_at)
+        for held in leased
+        if executor.drivable(held.claim, held.lease_id, _extra(held.claim.continuation.id, held.lease_id))
+    ]
+
+
+def _extra(continuation_id: str, lease_id: str) -> executor.Extra:
+    return {"continuation_id": continuation_id, "execution_id": lease_id}
 
 
 def item_of(claim: store.Claim, lease_id: str, lease_expires_at: datetime) -> Item:
@@ -133,7 +129,7 @@ def item_of(claim: store.Claim, lease_id: str, lease_expires_at: datetime) -> It
                 {"principal": r.principal, "value": r.value, "at": r.at, "level": r.level} for r in a.responses
             ],
         }
-        for key, a in unsealed(claim.answers).items()
+        for key, a in executor.unsealed(claim.answers).items()
     }
     return Item(lease_id=lease_id, kind=row.kind, run_id=row.run_id, step_id=row.step_id,
                 attempt=max(row.attempts, 1), name=name, version=int(version) if resume and version else None,
@@ -183,29 +179,14 @@ def heartbeat(lease_id: str, holder: str, *, lease_s: float) -> datetime:
 
 
 def release(lease_id: str, holder: str, reason: str | None) -> store.LeaseState:
-    """claimed -> ready by the lease's holder, the attempt counted (``store.release_claim``); out of attempts,
-    the run is interrupted as after a crash loop (``store.give_up_exhausted``). Returns the state after;
-    raises as ``held``."""
-    held(lease_id, holder)
+    """claimed -> ready by the lease's holder, the attempt spent (``executor.release``); out of attempts, the
+    run is interrupted as after a crash loop. Returns the state after; raises as ``held``."""
+    state = held(lease_id, holder)
     why = f"released by its remote worker: {reason}" if reason else "released by its remote worker"
-    if not give_back(lease_id, why):
+    if executor.release(state.continuation_id, lease_id, why, _extra(state.continuation_id, lease_id)) == "lost":
         held(lease_id, holder)  # raises: lost since
     with single_statement() as conn:
         return _mine(lease_id, store.lease_state(conn, lease_id, holder))
-
-
-def give_back(lease_id: str, why: str) -> bool:
-    """claimed -> ready by the lease holding it, the attempt counted, noting ``why``; out of attempts, the run
-    is interrupted as after a crash loop (``store.give_up_exhausted``). ``False`` when it held it no more."""
-    cid = store.continuation_of(lease_id)
-    with single_statement() as conn:
-        if not store.release_claim(conn, cid, execution_id=lease_id, reason=why):
-            return False
-    with single_statement() as conn:
-        dead = store.give_up_exhausted(conn, cid, max_attempts=get_settings().max_attempts)
-    if dead is not None:
-        given_up(dead.reason, dead.run_id, {"continuation_id": cid, "execution_id": lease_id})
-    return True
 
 
 # --------------------------------------------------------------------------- completing
@@ -239,15 +220,10 @@ def complete(lease_id: str, holder: str, outcome: Outcome, then: Ask | None = No
             return Completed(earlier, [])
         _holding(lease_id, state)  # raises
     checked = sent_outcome(outcome, f"remote {state.kind} {state.name}")
-    committed = store.commit_outcome(claim, checked, execution_id=lease_id,
-                                     completion=store.Completion(lease_id, sent), raise_refused=True)  # fmt: skip
+    committed = executor.commit(claim, checked, lease_id, _extra(state.continuation_id, lease_id),
+                                completion=store.Completion(lease_id, sent), raise_refused=True)  # fmt: skip
     if committed is None or committed.receipt is None:
         return Completed(_receipt(lease_id, sent) or _lost(lease_id, holder), [])
-    publish(
-        [(c.id, c.kind) for c in committed.due if not c.remote], retry=False
-    )  # once: the sweep relays a lost publish
-    if committed.ended is not None:
-        project_soon(committed.ended)
     return Completed(committed.receipt, lease(then) if then is not None else [])
 
 

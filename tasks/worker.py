@@ -1,7 +1,8 @@
-"""Worker tasks: claim a continuation, run its body, commit its outcome once.
+"""The Celery runner: a continuation's Python body, run in this worker (``tasks.executor`` does the rest).
 
-Tasks are thin: a continuation id in, ``execute`` does claim → body → consume, and a duplicate delivery
-(consumed, dead, or held by another execution) is a no-op. The claim is a lease (``tasks.holding``).
+Tasks are thin: a continuation id in, ``execute`` has the executor claim it, runs the body under the claim
+(its lease kept by ``tasks.holding``), and has the executor commit the outcome once; a duplicate delivery
+(consumed, dead, or claimed by another execution) is a no-op, and work this worker does not run is handed on.
 """
 
 from __future__ import annotations
@@ -13,16 +14,14 @@ from typing import Any
 
 from models import store
 from models.jsonsafe import storable_text
-from models.status import RUN_TERMINAL, ContinuationKind
-from models.store import Claim
-from parkway.crash import crash_point
+from models.status import ContinuationKind
 from parkway.db import database_unavailable, failure_line, single_statement
 from parkway.errors import NotRegistered, WorkflowError
 from parkway.logs import bind, bound, in_context
 from parkway.settings import get_settings
-from tasks import registry
+from tasks import executor, registry
 from tasks.celery_app import RESUME_STEP, RUN_STEP, app
-from tasks.holding import DATABASE_ERRORS, Abandoned, Hold, Keeper, database_fault
+from tasks.holding import DATABASE_ERRORS, Hold, Keeper, Stopped, database_fault, fault_line
 from tasks.outcomes import (
     Fail,
     Outcome,
@@ -30,7 +29,6 @@ from tasks.outcomes import (
     check_outcome,
     interaction_specs,
 )
-from tasks.projection import project_quietly, project_soon
 from tasks.publish import HANDED_ON, publish
 from tasks.sdk import Context
 from tasks.serving import unanswerable
@@ -38,11 +36,6 @@ from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
 from tasks.tooltypes import PossiblyRan
 
 log = logging.getLogger("parkway.worker")
-
-
-@dataclass(frozen=True)
-class Elsewhere:
-    """A claimed continuation this worker does not run (its step or version is not registered here)."""
 
 
 Result = Outcome | store.Interruption  # an Interruption: not the workflow's verdict (a Park on an unserved version)
@@ -73,8 +66,10 @@ def _drive(continuation_id: str, *, handed_on: bool) -> str:
         return "database unavailable"
 
 
-# The worker's line for an execution that stopped without committing (tasks.holding.Abandoned).
-ABANDONED = "execution abandoned, nothing committed: %s; %s"
+# The worker's line for an execution that stopped without committing (tasks.holding.Stopped).
+RELEASED = "execution stopped, nothing committed: %s; %s"
+THEN = {"released": "released and published again at once", "dead": "out of attempts, given up",
+        "lost": "if still due, the sweep re-drives it once its lease ran out"}  # fmt: skip
 
 
 @dataclass
@@ -88,8 +83,8 @@ class Prepared:
 
 
 def execute(continuation_id: str, *, handed_on: bool = False) -> str:
-    """Claim, run and commit one continuation; returns what happened (for logs and tests). ``handed_on``:
-    a worker that does not run this version sent it here (``hand_on``).
+    """Claim, run and commit one continuation (``tasks.executor``); returns what happened (for logs and
+    tests). ``handed_on``: a worker that does not run this version sent it here (``executor.hand_on``).
 
     In a Celery task the ids go into the task's log context, which lasts until Celery has written its own
     line about the task: that one line (``Task … succeeded in …s: 'committed'``) then carries the run,
@@ -105,113 +100,59 @@ def execute(continuation_id: str, *, handed_on: bool = False) -> str:
 
 
 def _run(prepared: Prepared, extra: dict[str, Any]) -> str:
+    """The body run under its kept claim, then the executor's commit."""
     hold, ctx = prepared.hold, prepared.ctx
-    crash_point("resume.after_claim")
     with Keeper(hold):
         row = hold.claim.continuation
         try:
             outcome = _people(_served(_run_body(row.kind, row.name, ctx, prepared.body_input, prepared.answers), ctx))
-        except Abandoned as why:
-            return _abandoned(hold, str(why), extra)
+        except Stopped as why:
+            return _release(hold, str(why), extra)
         except DATABASE_ERRORS as exc:
-            return _abandoned(hold, str(database_fault(exc, "the read of who runs its version")), extra)
-    crash_point("resume.before_commit")
+            return _release(hold, str(database_fault(exc, "the read of who runs its version")), extra)
     try:
-        committed = hold.commit(outcome, reviews_started=bool(ctx.started_reviews),
-                                in_commit=ctx.commit_hooks)  # fmt: skip
+        committed = executor.commit(hold.claim, outcome, hold.execution_id, extra,
+                                    reviews_started=bool(ctx.started_reviews), in_commit=ctx.commit_hooks)  # fmt: skip
     except DATABASE_ERRORS as exc:  # rolled back: the outcome is decided again by the next execution
-        return _abandoned(hold, str(database_fault(exc, "the outcome's commit")), extra)
-    if committed is None:
-        log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "consume"})
-        return "lost"
-    to_publish = [c for c in committed.due if not c.remote]  # a remote one is leased, not published
-    return _committed(_named(committed.outcome), to_publish, committed.ended, extra)
+        return _release(hold, str(database_fault(exc, "the outcome's commit")), extra)
+    return "lost" if committed is None else "committed"
 
 
-def _abandoned(hold: Hold, why: str, extra: dict[str, Any]) -> str:
-    """An execution that stopped without committing (``Abandoned``): its claim, if still its own, released
-    and the continuation published again at once (its attempt counted); else its lease runs out and the
+def _release(hold: Hold, why: str, extra: dict[str, Any]) -> str:
+    """An execution that stopped without committing (``Stopped``): its claim, if still its own, released
+    (``executor.release``) and the continuation published again at once; else its lease runs out and the
     sweep re-drives it."""
-    released = hold.release(why)
-    then = "published again at once" if released else "if still due, the sweep re-drives it once its lease ran out"
-    log.warning(ABANDONED, why, then, extra={**extra, "action": "abandon"})
-    if released:
-        row = hold.claim.continuation
+    row = hold.claim.continuation
+    try:
+        released = executor.release(row.id, hold.execution_id, why, extra)
+    except DATABASE_ERRORS as exc:
+        log.info("claim not released (%s); its lease runs out", fault_line(exc), extra=extra)
+        released = "lost"
+    then = THEN[released]
+    log.warning(RELEASED, why, then, extra={**extra, "action": "release"})
+    if released == "released":
         publish([(row.id, row.kind)], retry=False)  # once: the sweep relays a lost publish
-    return "abandoned"
-
-
-def _committed(outcome: str, to_publish: list[store.Due], ended: store.RunRecord | None, extra: dict[str, Any]) -> str:
-    """After the consume committed (``outcome``, named as the SDK names it): publish what it made due and
-    project the run it ended."""
-    bind(outcome=outcome)
-    log.debug("committed %s", outcome, extra={**extra, "action": "commit"})
-    crash_point("resume.after_commit")
-    publish(to_publish, retry=False)  # once: the sweep relays a lost publish after PARKWAY_REENQUEUE_AFTER_S
-    if ended is not None:
-        project_soon(ended)
-    return "committed"
-
-
-def _named(outcome: store.StepOutcome) -> str:
-    """The committed outcome by the SDK's name for it (logs: ``outcome=Complete``)."""
-    return "Interrupted" if isinstance(outcome, store.Interruption) else type(outcome).__name__
+    return "released"
 
 
 def _claim(
     continuation_id: str, execution_id: str, extra: dict[str, Any], *, handed_on: bool = False
 ) -> Prepared | str:
-    """Claim the continuation under a lease (or give up a row out of attempts or one that cannot be driven).
-
-    A claim lost in a database crash is recovered by design (see ``transaction``): no WAL-flush wait. The
-    claim and the read of what the body needs are one statement in autocommit; the rare delivery that
-    claims nothing is looked at again by one more (a duplicate, or out of attempts: given up).
-    """
-    settings = get_settings()
-    lease_s, max_attempts = settings.claim_lease_s, settings.max_attempts
-    with single_statement(durable=False) as conn:
-        claim = store.claim_in_one_statement(
-            conn, continuation_id, execution_id=execution_id, lease_s=lease_s, max_attempts=max_attempts
-        )
-    if claim is not None:
-        prepared = _prepare(Hold(claim, execution_id, lease_s), extra)
-        if isinstance(prepared, Prepared):
-            return prepared
-        if isinstance(prepared, Elsewhere):
-            return hand_on(claim, execution_id, extra, handed_on=handed_on)
-        return give_up(claim, prepared, execution_id, extra)
-    return unclaimed(continuation_id, max_attempts, extra)
-
-
-def give_up(claim: Claim, reason: str, execution_id: str, extra: dict[str, Any]) -> str:
-    """claimed -> dead with ``reason``: a claimed continuation that can no longer be driven."""
-    with single_statement() as conn:  # each give-up is one statement: a whole unit of work
-        store.give_up(conn, claim.continuation.id, reason=reason, execution_id=execution_id)
-    return given_up(reason, claim.run_id, extra)
-
-
-def unclaimed(continuation_id: str, max_attempts: int, extra: dict[str, Any]) -> str:
-    """A delivery that claimed nothing: a duplicate, or out of attempts (given up, as after a crash loop)."""
-    with single_statement() as conn:
-        dead = store.give_up_exhausted(conn, continuation_id, max_attempts=max_attempts)
-    if dead is None:
-        log.debug("duplicate delivery ignored", extra={**extra, "action": "claim"})
-        return "duplicate"
-    return given_up(dead.reason, dead.run_id, extra)
-
-
-def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str | Elsewhere:
-    """What the body of a claimed continuation needs, why it can no longer be driven, or that it is for
-    a worker that runs its version."""
-    claim = hold.claim
-    extra.update(run_id=claim.run_id, step_id=claim.step.id)
-    bind(run_id=claim.run_id, step_id=claim.step.id)
-    reason = refusal(claim)
-    if reason is not None:
-        return reason
-    row = claim.continuation
+    """The executor's claim under a lease kept by this process (``tasks.holding``); a continuation this
+    worker does not run is handed on (``executor.hand_on``)."""
+    lease_s = get_settings().claim_lease_s
+    claimed = executor.claim(continuation_id, execution_id, lease_s, extra)
+    if isinstance(claimed, str):
+        return claimed
+    row = claimed.continuation
     if not registry.has(row.kind, row.name):
-        return Elsewhere()
+        return executor.hand_on(claimed, execution_id, extra, resend=not handed_on)
+    return _prepare(Hold(claimed, execution_id, lease_s))
+
+
+def _prepare(hold: Hold) -> Prepared:
+    """What the body of a claimed continuation needs."""
+    claim, row = hold.claim, hold.claim.continuation
     resume = row.kind == ContinuationKind.RESUME
     ctx = Context(
         run_id=claim.run_id,
@@ -227,57 +168,8 @@ def _prepare(hold: Hold, extra: dict[str, Any]) -> Prepared | str | Elsewhere:
         hold=hold,
         ctx=ctx,
         body_input=claim.step.snapshot if resume else claim.step.payload,
-        answers=unsealed(claim.answers) if resume else {},
+        answers=executor.unsealed(claim.answers) if resume else {},
     )
-
-
-def given_up(reason: str | None, run_id: str, extra: dict[str, Any]) -> str:
-    log.warning("continuation given up: %s", reason, extra={**extra, "action": "give_up"})
-    project_quietly([run_id])
-    return "dead"
-
-
-def unsealed(answers: dict[str, Any]) -> dict[str, Any]:
-    """Sensitive fields are decrypted only here, for the continuation that consumes them."""
-    for item in answers.values():
-        item.unseal()
-    return answers
-
-
-def refusal(claim: Claim) -> str | None:
-    """Why this continuation can no longer be driven, or ``None`` (checked right after the claim)."""
-    if claim.run_status in RUN_TERMINAL:
-        return f"run {claim.run_id} is already {claim.run_status}"
-    if not claim.granted:
-        return "authority revoked"
-    return None
-
-
-def hand_on(claim: Claim, execution_id: str, extra: dict[str, Any], *, handed_on: bool) -> str:
-    """A claimed continuation whose step or version this worker does not run: nothing runs and no attempt
-    is spent. The fleet decides (``store.serving``): a live worker that runs it gets it on its own queue
-    (once: one handed on already is left to the sweep, so two workers never pass it back and forth); none
-    within the grace, it waits for the sweep to publish it again; none for longer, it is given up."""
-    row = claim.continuation
-    with single_statement() as conn:
-        fleet = store.serving(conn, row.kind, row.name, continuation_id=row.id)
-    reason = fleet.fails_closed(get_settings().version_grace_s)
-    if reason is not None:
-        return give_up(claim, reason, execution_id, extra)
-    with single_statement() as conn:
-        remote = fleet.node is None and fleet.remote  # only remote workers serve it: theirs to lease from now on
-        if not store.release_claim(conn, row.id, execution_id=execution_id, reason=None, spent=False, remote=remote):
-            return "lost"
-    if remote:
-        log.info("%s %s is served by remote workers only: left to their leases", row.kind, row.name,
-                 extra={**extra, "action": "hand_on"})  # fmt: skip
-        return "handed on"
-    to = None if handed_on else fleet.node
-    log.info("%s %s is not run here: %s", row.kind, row.name, f"handed on to {to}" if to else "left for the sweep",
-             extra={**extra, "action": "hand_on"})  # fmt: skip
-    if to is not None:
-        publish([(row.id, row.kind)], node=to, retry=False)
-    return "handed on"
 
 
 def _people(outcome: Result) -> Result:

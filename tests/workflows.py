@@ -313,3 +313,12 @@ def fail_details(ctx: Context, payload: dict[str, Any]) -> Fail:
 def to_remote(ctx: Context, payload: dict[str, Any]) -> Next:
     """Hands over to a step only a remote worker serves (tests/acceptance/test_worker_protocol.py)."""
     return Next(payload["to"], payload={"from": "python"})
+
+
+@step("t.gated")
+def gated(ctx: Context, payload: dict[str, Any]) -> Complete:
+    """Says it runs (a file beside the flag), then on its first attempt waits for the flag file; completes
+    (tests/acceptance/test_executor.py: a fault injected while it runs)."""
+    Path(f"{payload['flag']}.running").touch()
+    wait_for_flag(payload, "flag", ctx)
+    return Complete(result={"attempt": ctx.attempt})

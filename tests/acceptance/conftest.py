@@ -1,5 +1,5 @@
 """Acceptance fixtures: tests that start their own workers stop every one of them, before and after; the
-principals and the lease receipts of the tests of agents in other languages (TypeScript, Go)."""
+principals and the lease receipts of the tests of agents in other languages (TypeScript, Go); a push handler."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from models import store
 from models.webhook_tables import Webhook
 from parkway.db import transaction
 from tests.acceptance.protocol_support import Proto
+from tests.acceptance.push_support import Handler, serving
 from tests.acceptance.webhook_receiver import Receiver
 from tests.api.conftest import ApiServer, make_admin
 from tests.support import TARGET, Stack
@@ -85,3 +86,10 @@ def proto(proto_stack: Proto) -> Proto:
     """``proto_stack`` on a target of this test's own, with a worker granted on it alone (its keys advertised):
     it leases what this test made, never an earlier test's leftovers."""
     return proto_stack.for_test()
+
+
+@pytest.fixture
+def handler() -> Iterator[Handler]:
+    """A push handler on 127.0.0.1 of this test's own (tests/acceptance/push_support.py)."""
+    with serving() as handler:
+        yield handler

@@ -1,19 +1,13 @@
 """Push handlers end to end (docs/worker-protocol.md, "Push"): a real worker subprocess POSTs the work of a
 step or continuation to a handler started by the test on 127.0.0.1, which verifies every request with the
 ``standardwebhooks`` package and answers what the test scripted; the answer is committed once, retried with
-the same ``webhook-id``, fails the run, or interrupts it."""
+the same ``webhook-id``, fails the run, or interrupts it (a 410: tests/acceptance/test_executor.py)."""
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-import standardwebhooks
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
@@ -23,81 +17,13 @@ from models.tables import Event
 from parkway.db import single_statement, transaction
 from tasks.sdk import answer
 from tests.acceptance.protocol_support import receipts
+from tests.acceptance.push_support import DROP, SLOW, Handler, register
 from tests.support import HUMAN, Stack, interactions, new_response_id, run_row, start, wait_parked, wait_status
-
-DROP = -1  # close the connection without answering
-SLOW = -2  # answer 200 after PARKWAY_WEBHOOK_TIMEOUT_S (2 s): a timeout
-
-
-@dataclass
-class Handler:
-    """A push handler on 127.0.0.1: answers ``script`` in turn (a status and a body), then ``last``."""
-
-    script: list[tuple[int, Any]] = field(default_factory=list)
-    last: tuple[int, Any] = (200, {"type": "complete", "result": "done"})
-    secret: str = ""
-    got: list[dict[str, Any]] = field(default_factory=list)  # verified requests: webhook-id, item
-    unverified: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    server: ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}/push"
-
-    def answer(self, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
-        with self.lock:
-            try:
-                item = standardwebhooks.Webhook(self.secret).verify(body, headers)
-            except standardwebhooks.WebhookVerificationError:
-                self.unverified += 1
-                return 401, {"error": "unverified"}
-            self.got.append({"id": headers["webhook-id"], "item": item})
-            return self.script.pop(0) if self.script else self.last
-
-
-@pytest.fixture
-def handler() -> Iterator[Handler]:
-    handler = Handler()
-
-    class Http(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["content-length"]))
-            status, answer = handler.answer({k.lower(): v for k, v in self.headers.items()}, body)
-            if status == DROP:
-                self.close_connection = True
-                return
-            if status == SLOW:
-                threading.Event().wait(3)
-                status = 200
-            raw = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    handler.server = ThreadingHTTPServer(("127.0.0.1", 0), Http)
-    threading.Thread(target=handler.server.serve_forever, daemon=True).start()
-    yield handler
-    handler.server.shutdown()
-    handler.server.server_close()
 
 
 @pytest.fixture(scope="module")
 def worker(stack: Stack):  # type: ignore[no-untyped-def]
     return stack.start_worker(PARKWAY_IMPORTS="tests.workflows")
-
-
-def register(client: TestClient, handler: Handler, serves: list[str]) -> dict[str, Any]:
-    made = client.post("/v1/handlers", json={"url": handler.url, "serves": serves})
-    assert made.status_code == 201, made.text
-    handler.secret = made.json()["secret"]
-    return dict(made.json())
 
 
 def completed_events(run_id: str) -> int:
@@ -186,26 +112,19 @@ def test_push__an_answer_that_is_no_outcome_fails_the_run(
     assert len(handler.got) == 3 and all(receipts(run_id) == 1 for run_id in runs)
 
 
-def test_push__410_interrupts_this_version_is_gone_and_out_of_attempts_interrupts(
+def test_push__a_503_is_retried_until_out_of_attempts_then_interrupted(
     stack: Stack, worker: Any, client: TestClient, handler: Handler
 ) -> None:
-    # Given a handler that answers 410 once, then 503 to everything
+    # Given a handler that answers 503 to everything
     register(client, handler, ["push.gone"])
-    handler.script = [(410, {})]
     handler.last = (503, {})
 
-    # When a run of its step starts: interrupted, with the reason named
-    gone = start("push.gone", {})
-    wait_status(gone, "interrupted")
-    assert "this version is gone" in (run_row(gone).reason or "")
-    assert len(handler.got) == 1
-
-    # When another starts: retried until out of attempts (PARKWAY_MAX_ATTEMPTS 5), then interrupted
+    # When a run of its step starts: retried until out of attempts (PARKWAY_MAX_ATTEMPTS 5), then interrupted
     dead = start("push.gone", {})
     wait_status(dead, "interrupted", timeout=60)
     assert "answered 503" in (run_row(dead).reason or "")
-    assert len(handler.got) == 1 + 5
-    assert len({r["id"] for r in handler.got[1:]}) == 1
+    assert len(handler.got) == 5
+    assert len({r["id"] for r in handler.got}) == 1
 
 
 def test_push__a_handler_url_follows_the_webhooks_rules_and_a_removed_one_serves_nothing(

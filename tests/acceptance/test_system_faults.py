@@ -66,7 +66,7 @@ def _ended(run_id: str, *, sweep: bool) -> str:
 
 
 def _completed_once_re_driven(stack: Stack, run_id: str) -> str:
-    """A worker runs ``run_id``, whose first execution meets its fault: the execution is abandoned and its
+    """A worker runs ``run_id``, whose first execution meets its fault: the execution stops and its
     continuation published again at once (no sweep runs), and the next one completes the run, the tool run
     once and nothing of the first execution's commit kept. Returns the worker's log."""
     worker = stack.start_worker()
@@ -86,7 +86,7 @@ def _completed_once_re_driven(stack: Stack, run_id: str) -> str:
 def test_journal_write_hits_a_database_error__re_driven_and_completed_never_failed(stack: Stack, sqlstate: str) -> None:
     # Given a step whose tool call's journal write fails once, raised by PostgreSQL itself
     run_id = _faulty_run(sqlstate, times=1)
-    # When a worker runs it, then the execution that met the fault was abandoned, not failed
+    # When a worker runs it, then the execution that met the fault was released, not failed
     log = _completed_once_re_driven(stack, run_id)
     assert f"nothing committed: the database failed under the SDK's own write: {NAMED[sqlstate]}" in log
 
@@ -114,7 +114,7 @@ def test_journal_write_always_failing__out_of_attempts_interrupted_with_the_reas
 def test_outcome_commit_hits_a_database_error__re_driven_and_completed_never_failed(stack: Stack) -> None:
     # Given a step whose outcome's commit fails once (a serialization failure in one of its inserts)
     run_id = _faulty_run(SERIALIZATION, times=1, table=HISTORY)
-    # When a worker runs it, then that commit is abandoned, and the next execution commits the tool's
+    # When a worker runs it, then that commit is given up on and released, and the next execution commits the tool's
     # outcome as journaled
     log = _completed_once_re_driven(stack, run_id)
     assert f"nothing committed: the database failed under the outcome's commit: {NAMED[SERIALIZATION]}" in log

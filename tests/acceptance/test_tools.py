@@ -194,7 +194,7 @@ def test_run_lookup__lists_tool_calls_without_their_arguments(stack: Stack) -> N
     assert "secret-arg-42" not in repr(shown)
 
 
-ENDED = re.compile(r"succeeded in [\d.]+s: '(lost|abandoned|committed)'")
+ENDED = re.compile(r"succeeded in [\d.]+s: '(lost|released|committed)'")
 
 
 def test_never_tool__an_execution_that_lost_its_claim_starts_no_more_tool_calls(stack: Stack, tmp_path: Path) -> None:
@@ -218,7 +218,7 @@ def test_never_tool__an_execution_that_lost_its_claim_starts_no_more_tool_calls(
         hung.kill()
     # Then it started nothing more: the run's second tool was never journaled, its effect never ran
     assert "second" not in calls(run_id) and effects(run_id, "second") == 0
-    assert ended.group(1) == "abandoned", hung.text()[-3000:]
+    assert ended.group(1) == "released", hung.text()[-3000:]
     assert run_status(run_id) == "failed"
 
 
@@ -237,11 +237,11 @@ def test_tool_call__its_session_ended_under_it__is_re_driven_not_failed(stack: S
         # When the worker goes on (no sweep yet), its write fails with the database's error
         os.killpg(worker.proc.pid, signal.SIGCONT)
         ended = wait_for(lambda: ENDED.search(worker.text()), timeout=30, what="that execution's end")
-        # Then that execution is abandoned, not the run failed: re-driven, the effect runs once, the run completes
+        # Then that execution is released, not the run failed: re-driven, the effect runs once, the run completes
         run = wait_for(lambda: run_status(run_id) in ("completed", "failed") and run_row(run_id), timeout=60,
                        sweep=True, what="the run ended")  # fmt: skip
     finally:
         worker.kill()
     assert run.status == "completed", run.error
-    assert ended.group(1) == "abandoned" and "execution abandoned" in worker.text()
+    assert ended.group(1) == "released" and "execution stopped" in worker.text()
     assert effects(run_id, "tool") == 1

@@ -90,7 +90,7 @@ def test_commit_race__exactly_one_execution_commits_and_the_other_logs_the_lost_
     stale, live = _two_holders(due.id)
     before = event_types(run_id)
     sent.clear()
-    caplog.set_level(logging.INFO, logger="parkway.worker")
+    caplog.set_level(logging.INFO, logger="parkway.executor")
 
     # When both commit the body's outcome at the same moment (``queued_first`` reaching the row first)
     first, second = (stale, live) if queued_first == "stale" else (live, stale)

@@ -61,10 +61,10 @@ def test_clearing_flags__each_run_only_while_its_record_is_the_one_projected(
     actors_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given three ended runs whose projections nobody has written yet
-    import tasks.worker
+    import tasks.executor
     from parkway.db import transaction
 
-    monkeypatch.setattr(tasks.worker, "project_soon", lambda record: None)
+    monkeypatch.setattr(tasks.executor, "project_soon", lambda record: None)
     run_ids = [start("t.after", {"n": n}) for n in range(3)]
     for run_id in run_ids:
         execute_ready(run_id)

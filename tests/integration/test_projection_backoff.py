@@ -22,9 +22,9 @@ from tests.support import run_row, start
 
 def _ended_unprojected(monkeypatch: pytest.MonkeyPatch, count: int) -> list[str]:
     """Runs that ended one after another, their projections left to the sweep (the projector thread off)."""
-    import tasks.worker
+    import tasks.executor
 
-    monkeypatch.setattr(tasks.worker, "project_soon", lambda record: None)
+    monkeypatch.setattr(tasks.executor, "project_soon", lambda record: None)
     run_ids = [start("t.after", {"n": n}) for n in range(count)]
     for run_id in run_ids:
         execute_ready(run_id)
