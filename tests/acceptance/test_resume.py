@@ -16,6 +16,8 @@ from tests.support import (
     effects,
     event_types,
     new_response_id,
+    run_status,
+    settings_env,
     start,
     wait_for,
     wait_parked,
@@ -123,10 +125,18 @@ def test_body_exception__fails_the_run_with_its_text(stack: Stack, worker) -> No
     assert run.error == "RuntimeError: the body broke"
 
 
-def test_next_to_unregistered_step__fails_with_a_clear_reason(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
+def test_next_to_unregistered_step__waits_and_past_the_grace_is_interrupted_naming_it(  # type: ignore[no-untyped-def]
+    stack: Stack, worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Next to a step no worker runs (`parkway check` reports t.does_not_exist) is not the workflow's verdict:
+    # it waits like any continuation, and only the grace ends it (SPEC §6, "One meaning of served")
     run_id = start("t.bad_next")
-    run = wait_status(run_id, "failed")
-    assert run.error is not None and "t.does_not_exist" in run.error and "not registered" in run.error
+    wait_for(lambda: "t.does_not_exist" in {c.name for c in continuations(run_id)}, what="the Next's continuation")
+    assert run_status(run_id) == "running"
+    with settings_env(monkeypatch, PARKWAY_VERSION_GRACE_S="1"):
+        run = wait_status(run_id, "interrupted")
+    assert run.error is None and "t.does_not_exist" in (run.reason or ""), run.reason
+    assert "run.failed" not in event_types(run_id)
 
 
 def test_park_on_a_retired_version__interrupted_at_once_with_a_clear_reason(stack: Stack, worker) -> None:  # type: ignore[no-untyped-def]
