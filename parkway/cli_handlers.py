@@ -27,6 +27,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     from parkway.cli_grants import _ready
     from parkway.crypto import seal
     from parkway.db import transaction
+    from parkway.settings import get_settings
 
     serves = [k.strip() for k in args.serves.split(",") if k.strip()]
     try:
@@ -39,7 +40,9 @@ def cmd_create(args: argparse.Namespace) -> int:
     _ready()
     secret = webhooks.new_secret()
     with transaction() as session:
-        handler_id = store.create_handler(session, url=args.url, serves=serves, secret_sealed=seal(secret)).id
+        handler_id = store.create_handler(
+            session, url=args.url, serves=serves, secret_sealed=seal(secret), live_s=get_settings().push_live_s
+        ).id
     print(secret)
     print(f"parkway handler create: handler {handler_id} serves {', '.join(serves)} at {args.url}; the secret "
           "above is shown this once", file=sys.stderr)  # fmt: skip

@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     worker_heartbeat_s: float = Field(default=10.0, gt=0)  # a worker is live for 3 heartbeats after each
     # A remote worker (docs/worker-protocol.md) is live this long after each of its lease calls.
     remote_worker_ttl_s: float = Field(default=60.0, gt=0)
+    # A push handler serves its keys this long after its registration and after each push it accepted.
+    push_live_s: float = Field(default=7 * 86400.0, gt=0)
     db_pool_size: int = Field(default=10, ge=1, le=500)
     workspace_dir: str = ""  # empty: ``workspaces`` under ``home``
     home: str = Field(default_factory=lambda: str(nearest_home(Path.cwd()) or DEFAULT_HOME))

@@ -103,14 +103,16 @@ def hand_on(claimed: Claim, execution_id: str, extra: Extra, *, resend: bool) ->
     row = claimed.continuation
     with single_statement() as conn:
         fleet = store.serving(conn, row.kind, row.name, continuation_id=row.id)
-    reason = fleet.fails_closed(get_settings().version_grace_s)
+    # A push handler not live, that has not refused the key, is offered the work whatever the grace: its
+    # success makes it live again (models/store/push.py).
+    reason = None if fleet.offer else fleet.fails_closed(get_settings().version_grace_s)
     if reason is not None:
         return give_up(claimed, reason, execution_id, extra)
     remote = fleet.node is None and fleet.remote  # only remote workers serve it: theirs to lease from now on
     with single_statement() as conn:
         if not store.release_claim(conn, row.id, execution_id=execution_id, reason=None, spent=False, remote=remote):
             return "lost"
-    to = None if remote or not resend else fleet.node
+    to = None if remote or not resend else fleet.node or fleet.offer
     where = "left to remote workers' leases" if remote else f"handed on to {to}" if to else "left for the sweep"
     log.info("%s %s is not run here: %s", row.kind, row.name, where, extra={**extra, "action": "hand_on"})
     if to is not None:

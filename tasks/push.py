@@ -8,12 +8,14 @@ timeout x ``PHASES`` (the longest one POST can last, so a slow handler never hol
 POSTs the item a lease call would return (``tasks.remote.item_of``), signed as a webhook delivery with the
 handler's secret, ``webhook-id`` = ``push_<continuation id>``: the same on every retry of that continuation.
 
-- a 2xx with an outcome: committed (``sent_outcome``, ``executor.commit`` with a receipt);
+- a 2xx with an outcome: committed (``sent_outcome``, ``executor.commit`` with a receipt), and the handler
+  live for ``PARKWAY_PUSH_LIVE_S`` more (``store.accepted``: a push handler is live by its own success);
 - a 2xx whose body is not JSON, not an outcome, or one that cannot be committed: the run **fails** with the
   error (the handler's code answered it: the workflow's verdict, as a Python body returning a bad outcome);
-- a 410: "not served here" (a handler mid-deploy that lacks the key): **handed on**, no attempt spent, as any
-  work a runner does not run (``executor.hand_on``): whoever serves the key takes it when the sweep publishes
-  it again; none past the grace, it is interrupted;
+- a 410: "not served here" (a handler mid-deploy that lacks the key): the handler no longer serves the key
+  (``store.refuse``), and the work is **handed on**, no attempt spent, as any work a runner does not run
+  (``executor.hand_on``): whoever serves the key takes it when the sweep publishes it again; none past the
+  grace, it is interrupted;
 - answers that hold sensitive values, for a handler whose URL is plain http outside the allowed networks:
   nothing is sent, and the step is **interrupted** with ``EXPOSED`` (no retry would send them either);
 - anything else (a timeout, a lost connection, a 5xx, another status): **released**, the attempt spent, due
@@ -82,7 +84,7 @@ def push(continuation_id: str) -> str:
     if isinstance(claim, str):
         return claim
     with single_statement() as conn:
-        target = store.handler_serving(conn, claim.continuation.name)
+        target = store.handler_serving(conn, claim.continuation.kind, claim.continuation.name)
     if target is None:  # removed since: whoever serves it now gets it
         return executor.hand_on(claim, lease_id, extra, resend=False)
     try:
@@ -92,8 +94,12 @@ def push(continuation_id: str) -> str:
         why = f"{EXPOSED}: push handler {target.id} is plain http outside PARKWAY_WEBHOOK_ALLOWED_NETWORKS"
         return _commit(claim, lease_id, store.Interruption(why), extra)
     outcome, good = answered(sent, target.id, claim.continuation.name)
-    with single_statement() as conn:
-        store.count_push(conn, target.id, failed=not good)
+    with transaction() as session:  # counted; and the handler's record: live by its success, a 410 refuses the key
+        store.count_push(session, target.id, failed=not good)
+        if good:
+            store.accepted(session, target.id, claim.continuation.name, get_settings().push_live_s)
+        elif sent.status_code == NOT_HERE:
+            store.refuse(session, target.id, claim.continuation.kind, claim.continuation.name)
     if sent.status_code == NOT_HERE:
         return executor.hand_on(claim, lease_id, extra, resend=False)  # resend: this handler may be picked again
     if outcome is None:

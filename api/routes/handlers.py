@@ -17,6 +17,7 @@ from api.schemas import ID, TEXT, Body
 from models import store, webhooks
 from parkway.crypto import seal
 from parkway.db import transaction
+from parkway.settings import get_settings
 
 router = checked_router(prefix="/v1/handlers", tags=["push handlers"])
 
@@ -70,7 +71,9 @@ def create_handler(body: HandlerCreate, admin: AdminDep) -> HandlerCreated:
         raise ApiError(422, problem)
     secret = webhooks.new_secret()
     with transaction() as session:
-        handler = store.create_handler(session, url=body.url, serves=body.serves, secret_sealed=seal(secret))
+        handler = store.create_handler(
+            session, url=body.url, serves=body.serves, secret_sealed=seal(secret), live_s=get_settings().push_live_s
+        )
         return HandlerCreated(**HandlerOut.model_validate(handler).model_dump(), secret=secret)
 
 

@@ -110,11 +110,18 @@ def push_handler(bench: Bench) -> contextlib.AbstractContextManager[Agent]:
     as the push handler of ``bench.pdone@1`` before anything parks on it."""
     from models import webhooks
     from parkway.crypto import seal
+    from parkway.settings import get_settings
 
     port = free_port()
     secret = webhooks.new_secret()
     with transaction() as session:
-        store.create_handler(session, url=f"http://127.0.0.1:{port}/", serves=[PUSH_KEY], secret_sealed=seal(secret))
+        store.create_handler(
+            session,
+            url=f"http://127.0.0.1:{port}/",
+            serves=[PUSH_KEY],
+            secret_sealed=seal(secret),
+            live_s=get_settings().push_live_s,
+        )
     return node_process(bench, PUSH_HANDLER, "push-handler", BENCH_PORT=str(port), BENCH_SECRET=secret,
                         BENCH_KEY=PUSH_KEY)  # fmt: skip
 

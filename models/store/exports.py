@@ -67,6 +67,7 @@ from models.store.projections import (
 )
 from models.store.push import (
     Target,
+    accepted,
     count_push,
     create_handler,
     delete_handler,
@@ -74,6 +75,7 @@ from models.store.push import (
     list_handlers,
     push_counts,
     push_node,
+    refuse,
 )
 from models.store.quorum import answer
 from models.store.reviews import (
@@ -160,6 +162,7 @@ __all__ = [
     "StepRef",
     "Target",
     "WorkerView",
+    "accepted",
     "advance",
     "advertise",
     "answer",
@@ -231,6 +234,7 @@ __all__ = [
     "record_review",
     "record_schedule_history",
     "record_sweep",
+    "refuse",
     "release",
     "release_claim",
     "release_expired_claim",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Boolean, String, bindparam, delete, func, literal, or_, select, union_all
+from sqlalchemy import Boolean, Select, String, any_, bindparam, case, delete, func, literal, or_, select, union_all
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
@@ -36,6 +36,7 @@ from models.status import ContinuationKind
 from models.store.driver import DriverStatement
 from models.store.leases import may_lease
 from models.store.sql import CONT, RUN, Executor
+from models.webhook_tables import PushHandler
 
 FORGET_AFTER_S = 24 * 3600  # a worker that stopped heartbeating this long ago is no longer listed at all
 
@@ -157,6 +158,7 @@ class Serving:
     key: str
     node: str | None  # a live Celery worker that runs it, to hand work on to; None: no live one does
     remote: bool  # a live remote worker serves it that may lease the work (it leases it over HTTP)
+    offer: str | None  # a push handler's node to offer the work to although none serves it now, or None
     anyone_live: bool
     last_seen_at: datetime | None
     grace_from: datetime | None  # ``models.served.grace_from``: None while its fleet is absent
@@ -175,8 +177,24 @@ class Serving:
         return unserved_reason(self.kind, self.key, self.last_seen_at)
 
 
+def offered_handlers(kind: str, key: Any) -> Select[Any]:
+    """The registered push handlers of ``key`` (a str or an expression) that have not refused it (a 410 took it
+    out of their row, ``models.store.push.refuse``), by ``rank``: live ones first, then the oldest. Work on a
+    key goes to one of them although none is live (its success makes it live again: ``push.accepted``)."""
+    handler = PushHandler.__table__.c
+    key = literal(key) if isinstance(key, str) else key
+    row = (WORKERS.c.id == handler.id,)
+    refused = select(WORKERS.c.id).where(*row, ~advertises(kind, key)).exists()
+    first = (case((select(WORKERS.c.id).where(*row, live()).exists(), 0), else_=1), handler.created_at, handler.id)
+    return select(handler.id, func.row_number().over(order_by=first).label("rank")).where(
+        key == any_(handler.serves), ~refused
+    )
+
+
 def _serving(kind: str) -> Any:
     key: Any = bindparam("key")
+    offered = offered_handlers(kind, key).subquery()
+    offer = select(literal(PUSH_NODE) + offered.c.id).order_by(offered.c.rank).limit(1)
     node = (
         select(WORKERS.c.node).where(live(), advertises(kind, key), ~WORKERS.c.remote).order_by(func.random()).limit(1)
     )
@@ -191,6 +209,7 @@ def _serving(kind: str) -> Any:
     return select(
         node.scalar_subquery().label("node"),
         served(kind, key, WORKERS.c.remote, leasable).label("remote"),
+        offer.scalar_subquery().label("offer"),
         select(WORKERS.c.id).where(live()).exists().label("anyone_live"),
         seen.label("last_seen_at"),
         grace_from(seen, since, by_remote).label("grace_from"),
@@ -205,9 +224,8 @@ def serving(session: Executor, kind: str, key: str, *, continuation_id: str | No
     """Who runs ``key`` (a step name for ``start``, ``name@version`` for ``resume``); the work began waiting
     when the continuation ``continuation_id`` was made, or now."""
     row = session.execute(_SERVING[ContinuationKind(kind)], {"key": key, "cid": continuation_id}).one()
-    return Serving(
-        kind, key, row.node, bool(row.remote), bool(row.anyone_live), row.last_seen_at, row.grace_from, row.now
-    )
+    return Serving(kind, key, row.node, bool(row.remote), row.offer, bool(row.anyone_live), row.last_seen_at,
+                   row.grace_from, row.now)  # fmt: skip
 
 
 def api_heartbeat(conn: Executor, ttl_s: float) -> None:

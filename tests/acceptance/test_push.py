@@ -18,7 +18,17 @@ from parkway.db import single_statement, transaction
 from tasks.sdk import answer
 from tests.acceptance.protocol_support import receipts
 from tests.acceptance.push_support import DROP, SLOW, Handler, register
-from tests.support import HUMAN, Stack, interactions, new_response_id, run_row, start, wait_parked, wait_status
+from tests.support import (
+    HUMAN,
+    Stack,
+    interactions,
+    new_response_id,
+    pass_time,
+    run_row,
+    start,
+    wait_parked,
+    wait_status,
+)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +135,51 @@ def test_push__a_503_is_retried_until_out_of_attempts_then_interrupted(
     assert "answered 503" in (run_row(dead).reason or "")
     assert len(handler.got) == 5
     assert len({r["id"] for r in handler.got}) == 1
+
+
+def served(key: str) -> bool:
+    with single_statement() as conn:
+        return store.serving(conn, ContinuationKind.START, key).served
+
+
+def test_push__a_handler_that_answers_410_for_its_only_key_stops_serving_it_and_the_run_is_interrupted(
+    stack: Stack, worker: Any, client: TestClient, handler: Handler
+) -> None:
+    # Given a push handler, the only server of a step, that answers 410 for it (it lacks the key, or is gone)
+    register(client, handler, ["push.refused"])
+    handler.last = (410, {})
+
+    # When a run of its step starts
+    run_id = start("push.refused", {})
+
+    # Then the 410 took the key out of what the handler serves: the step waits as any work nothing serves,
+    # and past the grace (PARKWAY_VERSION_GRACE_S 5) the run is interrupted naming the step, never failed
+    run = wait_status(run_id, "interrupted", timeout=40)
+    assert (run.reason or "").startswith("step push.refused: no live worker has advertised it since"), run.reason
+    assert not served("push.refused")
+    # And the work was never offered to that handler again: no cycle of pushes
+    assert len(handler.got) == 1
+
+
+def test_push__a_handler_is_live_by_its_success_and_an_idle_one_is_offered_work_and_serves_again(
+    stack: Stack, worker: Any, client: TestClient, handler: Handler
+) -> None:
+    # Given a handler registered for a step, which then accepted no push for longer than PARKWAY_PUSH_LIVE_S
+    made = register(client, handler, ["push.idle"])
+    assert served("push.idle")
+    pass_time(8 * 86400)
+
+    # Then it no longer counts as serving its key
+    assert not served("push.idle")
+    assert not any(w["node"] == f"push:{made['id']}" for w in client.get("/v1/workers").json()["items"])
+
+    # When a run of its step starts: the work is offered to it all the same, and it accepts it
+    run_id = start("push.idle", {})
+    wait_status(run_id, "completed")
+
+    # Then its success makes it live again: it serves the key, listed among the workers
+    assert served("push.idle") and len(handler.got) == 1
+    assert any(w["node"] == f"push:{made['id']}" for w in client.get("/v1/workers").json()["items"])
 
 
 def test_push__a_handler_url_follows_the_webhooks_rules_and_a_removed_one_serves_nothing(
