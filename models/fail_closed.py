@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from models import store
 from models.clock import db_now
-from models.served import ADVERTISED, fleet_up_since, served
+from models.served import ADVERTISED, grace_over, served
 from models.status import ContinuationKind, ContinuationStatus, InteractionStatus, PrincipalKind, RunStatus, StepStatus
 from models.store.sql import CONT, skip_locked, word, words
 from models.store.sweep import remote_keys
@@ -95,8 +95,7 @@ def _unserved_waits() -> Any:
             case((seen.is_(None), db_now("grace")), else_=literal_column("'infinity'::timestamptz")).label("cutoff"),
         )
         .select_from(keys.outerjoin(ADVERTISED, (ADVERTISED.c.kind == resume) & (ADVERTISED.c.key == keys.c.key)))
-        .where(keys.c.key.is_not(None), or_(seen.is_(None), seen < db_now("grace")))
-        .where(fleet_up_since(ADVERTISED.c.remote) < db_now("grace"), ~served(resume, keys.c.key))
+        .where(keys.c.key.is_not(None), grace_over(seen, ADVERTISED.c.remote), ~served(resume, keys.c.key))
         .cte("unserved")
     )
     waits = (
@@ -142,8 +141,7 @@ def _unserved_remote() -> Any:
         select(work.c.id, work.c.kind, work.c.name, seen)
         .select_from(keys.join(work, true()).outerjoin(ADVERTISED, and_(ADVERTISED.c.kind == work.c.kind,
                                                                          ADVERTISED.c.key == work.c.name)))
-        .where(keys.c.key.is_not(None), or_(seen.is_(None), seen < db_now("grace")))
-        .where(fleet_up_since(ADVERTISED.c.remote) < db_now("grace"), ~now_served)
+        .where(keys.c.key.is_not(None), grace_over(seen, ADVERTISED.c.remote), ~now_served)
         .limit(bindparam("n", type_=Integer))
     )  # fmt: skip
 

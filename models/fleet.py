@@ -6,7 +6,9 @@ whether a live worker runs each (``models.served``), at once and without the gra
   a range of it per unserved version: the cost follows the distinct parked versions and the waits on
   unserved ones, never every wait.
 - ``versions`` (``GET /v1/workers``, ``parkway workers``, on demand): every version that parked steps or due
-  continuations still need, served or not. A version is safe to retire once it is not listed.
+  continuations still need, served or not, and of one no live worker serves the time left of its grace
+  (``models.served.grace_left``, the rule fail-closed applies). A version is safe to retire once it is not
+  listed.
 - ``unserved_versions`` (a run's page): the versions one run waits on that no live worker runs.
 """
 
@@ -15,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, distinct, func, literal, select, union_all
+from sqlalchemy import Table, case, distinct, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
 from models.fail_closed import parked_keys
-from models.served import served
+from models.served import ADVERTISED, grace_left, served
 from models.status import ContinuationKind, ContinuationStatus, InteractionStatus
 from models.store.sql import CONT, word, words
 from models.tables import Interaction
@@ -37,6 +39,7 @@ class VersionLoad:
     parked: int  # parked steps waiting on it (pending interactions)
     due: int  # its continuations made due (answered, expired) and not yet run: ready or claimed
     served: bool  # a live worker advertises it now
+    grace_left_s: float | None = None  # unserved: seconds before its waits are interrupted; None: served, or paused
 
 
 def _served(version: Any) -> Any:
@@ -66,11 +69,17 @@ def unserved_counts(session: Session) -> dict[str, int]:
     return {str(key): int(count) for key, count in session.execute(_UNSERVED_COUNTS)}
 
 
+def _first_wait(version: Any) -> Any:
+    """When the oldest pending wait on ``version`` began: a range of ``ix_interactions_pending_continuation``."""
+    return select(func.min(_I.c.created_at)).where(_PENDING, _I.c.continuation == version).scalar_subquery()
+
+
 def _versions() -> Any:
     keys = parked_keys()
-    parked = select(keys.c.key.label("version"), _parked_steps(keys.c.key).label("parked"), literal(0).label("due"))
+    parked = select(keys.c.key.label("version"), _parked_steps(keys.c.key).label("parked"), literal(0).label("due"),
+                    _first_wait(keys.c.key).label("since"))  # fmt: skip
     due = (
-        select(CONT.c.name, literal(0), func.count())
+        select(CONT.c.name, literal(0), func.count(), func.min(CONT.c.created_at))
         .where(
             CONT.c.status.in_(words((ContinuationStatus.READY, ContinuationStatus.CLAIMED))),
             CONT.c.kind == word(_RESUME),
@@ -78,8 +87,13 @@ def _versions() -> Any:
         .group_by(CONT.c.name)
     )
     rows = union_all(parked.where(keys.c.key.is_not(None)), due).subquery("loads")
+    now_served = _served(rows.c.version)
+    advertised = (ADVERTISED.c.kind == _RESUME) & (ADVERTISED.c.key == rows.c.version)
+    left = grace_left(func.max(ADVERTISED.c.last_seen_at), func.min(rows.c.since), func.bool_or(ADVERTISED.c.remote))
+    columns = (func.sum(rows.c.parked), func.sum(rows.c.due), now_served, case((now_served, None), else_=left))
     return (
-        select(rows.c.version, func.sum(rows.c.parked), func.sum(rows.c.due), _served(rows.c.version))
+        select(rows.c.version, *columns)
+        .select_from(rows.outerjoin(ADVERTISED, advertised))
         .group_by(rows.c.version)
         .order_by(rows.c.version)
     )
@@ -88,12 +102,13 @@ def _versions() -> Any:
 _VERSIONS = _versions()
 
 
-def versions(session: Session) -> list[VersionLoad]:
-    """Every continuation version that parked steps or due continuations need, by name, and whether a live
-    worker runs it. Counts every pending wait: for an operator's request, not for every scrape."""
+def versions(session: Session, *, grace_s: float) -> list[VersionLoad]:
+    """Every continuation version that parked steps or due continuations need, by name, whether a live
+    worker runs it, and if none does the time left of its grace of ``grace_s`` (``PARKWAY_VERSION_GRACE_S``).
+    Counts every pending wait: for an operator's request, not for every scrape."""
     return [
-        VersionLoad(str(v), int(parked), int(due), bool(served))
-        for v, parked, due, served in session.execute(_VERSIONS)
+        VersionLoad(str(v), int(parked), int(due), bool(served), None if left is None else float(left))
+        for v, parked, due, served, left in session.execute(_VERSIONS, {"grace": -grace_s})
     ]
 
 

@@ -8,18 +8,21 @@ operators see (``models.fleet``).
 - A **fleet** is the Celery workers, or the remote workers (whose lease calls come through the API). Each
   advertisement stamps its fleet's presence (``fleet_presence``): present until its expiry, and ``up_since``
   set anew when it finds the fleet absent; the API's own heartbeat stamps the remote fleet's (a remote
-  key's grace counts from max(its last lease call, the API's return)). A push handler's row stamps none.
-- A key's **grace** counts from ``grace_from``: the later of its last advertisement (or, never advertised,
-  when the work began waiting) and when the fleet that last advertised it came back. While that fleet is
-  absent the grace does not count at all; so after an outage of every worker (or of the API, for remote
-  workers) each version gets a fresh grace from the fleet's return.
+  key's grace counts from max(its last lease call, the API's return)). A push handler's row stamps none: it
+  is live by its own record of success (``models.store.push``).
+- A key's **grace** (``grace_over``, ``grace_left``) counts from ``grace_from``: the later of its last
+  advertisement (or, never advertised, when the work began waiting) and when the fleet that last advertised
+  it came back. While that fleet is absent the grace does not count at all; so after an outage of every
+  worker (or of the API, for remote workers) each version gets a fresh grace from the fleet's return.
+- What operators see (``GET /v1/workers``): each live row's kind (``kind_of``), and each unserved version's
+  ``grace_left``.
 """
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Table, any_, case, func, literal, or_, select, update
+from sqlalchemy import Table, any_, case, func, literal, literal_column, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from models.clock import db_now
@@ -30,7 +33,8 @@ WORKERS = cast(Table, Worker.__table__)
 ADVERTISED = cast(Table, AdvertisedVersion.__table__)
 PRESENCE = cast(Table, FleetPresence.__table__)
 CELERY, REMOTE = "celery", "remote"  # the fleets
-PUSH_NODE = "push:"  # the node name of a push handler's row: push:<id> (models/store/push.py); of no fleet
+PUSH = "push"  # the kind of a push handler's row, of no fleet
+PUSH_NODE = "push:"  # the node name of a push handler's row: push:<id> (models/store/push.py)
 
 
 def live() -> Any:
@@ -54,6 +58,12 @@ def served(kind: Any, key: Any, *where: Any) -> Any:
 
 def fleet_of(remote: bool) -> str:
     return REMOTE if remote else CELERY
+
+
+def kind_of() -> Any:
+    """The kind of worker a row is: ``celery``, ``remote`` or ``push`` (a push handler's)."""
+    return case((WORKERS.c.node.startswith(PUSH_NODE), literal(PUSH)), (WORKERS.c.remote, literal(REMOTE)),
+                else_=literal(CELERY))  # fmt: skip
 
 
 def stamp_presence(fleet: Any, expires_at: Any, *where: Any) -> Any:
@@ -100,3 +110,20 @@ def grace_from(last_seen: Any, since: Any, remote: Any) -> Any:
     (the grace does not count)."""
     up = fleet_up_since(remote)
     return case((up.is_(None), None), else_=func.greatest(func.coalesce(last_seen, since), up))
+
+
+_NEVER: Any = literal_column("'-infinity'::timestamptz")
+
+
+def grace_over(last_seen: Any, remote: Any) -> Any:
+    """A key's grace of ``:grace`` seconds (bound negative, as ``db_now`` adds it) ran out: its last
+    advertisement and its fleet's return both before that (``grace_from``). A key never advertised counts
+    from its fleet's return alone here: whoever asks bounds each wait by its own start too."""
+    return grace_from(last_seen, _NEVER, remote) < db_now("grace")
+
+
+def grace_left(last_seen: Any, since: Any, remote: Any) -> Any:
+    """Seconds left of a key's grace of ``:grace`` seconds (bound negative), from ``grace_from``: 0 once it
+    ran out, NULL while its fleet is absent (the grace does not count)."""
+    left = func.extract("epoch", grace_from(last_seen, since, remote) - db_now("grace"))
+    return case((left < 0, 0), else_=left)  # not GREATEST, which would make NULL 0

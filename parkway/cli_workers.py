@@ -1,5 +1,6 @@
-"""``parkway workers``: the live workers, what each runs and its last heartbeat, and the continuation versions
-work still waits on, as ``GET /v1/workers`` shows them (docs/operations.md, "Rolling deploys")."""
+"""``parkway workers``: the live workers, each one's kind, what it runs, since when and its last heartbeat, and
+the continuation versions work still waits on with the grace left of each no live worker runs, as
+``GET /v1/workers`` shows them (docs/operations.md, "Rolling deploys")."""
 
 from __future__ import annotations
 
@@ -23,17 +24,32 @@ def _json(value: Any) -> Any:
     return _when(value) if isinstance(value, datetime) else str(value)
 
 
+def _grace(left: float | None) -> str:
+    """The grace left of a version no live worker runs, as an operator reads it."""
+    if left is None:
+        return "grace paused while its fleet is down"
+    if left <= 0:
+        return "grace over: its waits are interrupted at the next sweep"
+    minutes, seconds = divmod(int(left + 0.5), 60)
+    return f"grace {minutes}m{seconds:02d}s left"
+
+
+def _kind(w: Any) -> str:
+    return {"remote": "remote (HTTP worker protocol)", "push": "push handler"}.get(w.kind, f"celery pid {w.pid}")
+
+
 def cmd_workers(args: argparse.Namespace) -> int:
     """One line per live worker and its keys under it, then each version parked or due work needs."""
     from models import fleet
     from models.store.workers import live_workers
     from parkway.db import get_engine, transaction
     from parkway.migrate import require_current_schema
+    from parkway.settings import get_settings
 
     require_current_schema(get_engine())
     with transaction() as session:
         workers = live_workers(session)
-        loads = fleet.versions(session)
+        loads = fleet.versions(session, grace_s=get_settings().version_grace_s)
     if args.json:
         listing = {"items": [dataclasses.asdict(w) for w in workers], "next": None,
                    "versions": [dataclasses.asdict(v) for v in loads]}  # fmt: skip
@@ -43,14 +59,13 @@ def cmd_workers(args: argparse.Namespace) -> int:
         print("no live worker")
     for w in workers:
         counts = f"{_plural(len(w.steps), 'step')}, {_plural(len(w.continuations), 'continuation')}"
-        where = "remote (HTTP worker protocol)" if w.remote else f"pid {w.pid}"
-        print(f"{w.node}  {where}  heartbeat {_when(w.heartbeat_at)}  started {_when(w.started_at)}  {counts}")
+        print(f"{w.node}  {_kind(w)}  since {_when(w.started_at)}  heartbeat {_when(w.heartbeat_at)}  {counts}")
         print(f"  steps: {' '.join(w.steps) or '-'}")
         print(f"  continuations: {' '.join(w.continuations) or '-'}")
     if loads:
         print("versions work still needs:")
     for v in loads:
-        served = "served" if v.served else "no live worker runs it"
+        served = "served" if v.served else f"no live worker runs it; {_grace(v.grace_left_s)}"
         print(f"  {v.version}  {v.parked} parked, {v.due} due  {served}")
     return 0
 

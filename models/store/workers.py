@@ -27,6 +27,7 @@ from models.served import (
     api_presence,
     fleet_of,
     grace_from,
+    kind_of,
     live,
     presence_left,
     served,
@@ -127,18 +128,21 @@ def withdraw(conn: Executor, worker_id: str) -> bool:
 @dataclass(frozen=True)
 class WorkerView:
     node: str
+    kind: str  # celery | remote | push (``models.served.kind_of``)
     pid: int
     steps: list[str]
     continuations: list[str]
-    started_at: datetime
-    heartbeat_at: datetime
+    started_at: datetime  # since when it serves (a push handler: since it was registered)
+    heartbeat_at: datetime  # a push handler: its last accepted push (or its registration)
     remote: bool
 
 
 def live_workers(session: Session) -> list[WorkerView]:
     """The live workers, by node name."""
-    columns = ("node", "pid", "steps", "continuations", "started_at", "heartbeat_at", "remote")
-    rows = session.execute(select(*(WORKERS.c[c] for c in columns)).where(live()).order_by(WORKERS.c.node))
+    columns = ("pid", "steps", "continuations", "started_at", "heartbeat_at", "remote")
+    rows = session.execute(
+        select(WORKERS.c.node, kind_of(), *(WORKERS.c[c] for c in columns)).where(live()).order_by(WORKERS.c.node)
+    )
     return [WorkerView(*row) for row in rows]
 
 

@@ -790,6 +790,8 @@ export type VersionOut = {
   due: number;
   /** a live worker runs it now */
   served: boolean;
+  /** no live worker runs it: the seconds left of its grace (`PARKWAY_VERSION_GRACE_S`, counted only while its fleet is up) before the sweep interrupts its waits, 0 once it ran out; null while a live worker runs it, or while its fleet is down (the grace does not count) */
+  grace_left_s?: number | null;
 };
 
 export type WebhookChange = {
@@ -849,15 +851,18 @@ export type WebhookPage = {
 
 /** A live worker, read from ``models.store.workers.WorkerView`` (``model_validate``). */
 export type WorkerOut = {
-  /** the worker's Celery node name (`name@host`) */
+  /** the worker's Celery node name (`name@host`), a remote worker's name, or `push:<id>` for a push handler */
   node: string;
+  /** a Celery worker, a remote worker (the HTTP worker protocol), or a push handler (live while it accepted work within `PARKWAY_PUSH_LIVE_S`) */
+  kind: "celery" | "remote" | "push";
   pid: number;
   /** the step names it runs */
   steps: Array<string>;
   /** the continuation versions it runs, `name@version` */
   continuations: Array<string>;
+  /** since when it serves (a push handler: since it was registered) */
   started_at: string;
-  /** its last heartbeat, on the database's clock */
+  /** its last heartbeat, on the database's clock (a push handler: its last accepted push) */
   heartbeat_at: string;
   /** a remote worker (the HTTP worker protocol): its lease calls are its heartbeats */
   remote: boolean;
