@@ -39,6 +39,7 @@ from models.store.leases import (
     outstanding_leases,
     receipt_of,
 )
+from models.store.links import make_link, use_link
 from models.store.outcomes import (
     Committed,
     Completion,
@@ -214,6 +215,7 @@ __all__ = [
     "live_workers",
     "load_claim",
     "lock_run_for_projection",
+    "make_link",
     "mark_for_republish",
     "mark_revocation_swept",
     "new_id",
@@ -250,6 +252,7 @@ __all__ = [
     "stranded_reviews",
     "unknown_principal",
     "update_webhook",
+    "use_link",
     "withdraw",
     "word",
     "words",
