@@ -1,7 +1,8 @@
 """An approval link's page in a real headless Chromium on a phone's width (390 px), against a real ``uvicorn
 api.app:app`` (its PARKWAY_PUBLIC_URL its own address) and a real ``celery worker``: the page fits the width,
-its Approve decides as the link's person and the run resumes. The page is saved as a screenshot in the
-test's temporary directory (``approval-link-390.png``; its path is printed) and under $PARKWAY_TEST_ARTIFACTS."""
+its Approve decides as the link's person and the run resumes; the access log never holds the link's token.
+The page is saved as a screenshot in the test's temporary directory (``approval-link-390.png``; its path is
+printed) and under $PARKWAY_TEST_ARTIFACTS."""
 
 from __future__ import annotations
 
@@ -85,3 +86,7 @@ def test_link_page__fits_a_390_px_screen_and_its_approve_decides_as_the_link_s_p
     assert wait_status(run_id, "completed").result["answered_by"] == HUMAN
     assert site.browser.execute_script("return document.documentElement.scrollWidth") <= width
     assert not site.console_errors()
+    # And the API's access log shows the link's path, never its token (a bearer secret)
+    token = url.rsplit("/", 1)[1]
+    logged = site.server.text()
+    assert "/links/pl_…" in logged and token not in logged
