@@ -18,6 +18,7 @@ from api.input import CheckedRoute
 from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from api.metrics import MetricsMiddleware
 from api.pages import decisions
+from api.pages import links as link_pages
 from api.pages import runs as run_pages
 from api.routes import (
     decisions as decision_record,
@@ -28,6 +29,7 @@ from api.routes import (
     handlers,
     health,
     interactions,
+    links,
     principals,
     runs,
     webhooks,
@@ -114,6 +116,7 @@ def create_app() -> FastAPI:
     for module in (
         runs,
         interactions,
+        links,
         principals,
         grants,
         workers,
@@ -124,6 +127,7 @@ def create_app() -> FastAPI:
         decision_record,
         decisions,
         run_pages,
+        link_pages,
     ):
         # Any of them may find the database unreachable: 503 with Retry-After (api/errors.py).
         app.include_router(module.router, responses=errors.documented(503))

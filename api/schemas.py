@@ -170,6 +170,7 @@ class InteractionOut(BaseModel):
     answered_level: int | None = Field(description="the level at which the decision came")
     assignees: list[str] = Field(description="the principals it names as answerers")
     assignees_only: bool = Field(description="only those it names may answer (not the target's grants)")
+    justify: bool = Field(False, description="an answer through an approval link must give a justification")
     escalate: list[EscalationOut] = Field(description="its escalation chain; level k is escalate[k-1]")
     delegations: list[DelegationOut]
     reminders: int = Field(description="interaction.reminded events written so far")
@@ -206,6 +207,7 @@ class InteractionOut(BaseModel):
             answered_level=i.answered_level,
             assignees=view.assignees,
             assignees_only=bool((i.team or {}).get("assignees_only")),
+            justify=bool((i.team or {}).get("justify")),
             escalate=[EscalationOut(**level) for level in (i.team or {}).get("escalate", [])],
             delegations=[DelegationOut(to=d.to, by=d.by, place=d.place, note=d.note, at=d.at)
                          for d in view.delegations],

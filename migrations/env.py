@@ -7,6 +7,7 @@ from logging.config import fileConfig
 from alembic import context
 
 import models.fleet_tables
+import models.link_tables
 import models.record_tables
 import models.team_tables  # registers its tables on the metadata
 import models.webhook_tables  # noqa: F401  (registers every table on the metadata: it imports models.tables)

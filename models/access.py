@@ -10,6 +10,9 @@ grant hides rows at the next request. The rules:
   names (assignees, delegates, escalation levels reached: ``team_views.naming``), to whoever holds a live
   grant on a target an escalation level reached names, and to the agent that owns its run while that
   agent holds a live grant on the run's target;
+- approval links to an interaction are handed out by admins, and by the agent that owns its run while it
+  holds a live grant on the run's target (``may_hand_out_links``); a link is for a live person holding a
+  place on the wait (``models.links``), and acts as that person alone;
 - an auditor sees no run, interaction or event: only the decision record of the waits on targets it holds
   a live grant on (``decision_targets``), as an admin sees every decision.
 """
@@ -139,6 +142,31 @@ def interaction_visible(principal: Principal) -> ColumnElement[bool]:
         return or_(granted, team_views.naming(principal.id, live_targets(principal)))
     owns = and_(Run.owner_id == principal.id, Run.target.in_(live_targets(principal)))
     return or_(granted, owns)
+
+
+def may_hand_out_links(session: Session, principal: Principal, interaction_id: str) -> bool:
+    """Whether the caller may hand out approval links to this interaction (``models.links``): an admin, or
+    the agent that owns its run while it holds a live grant on the run's target."""
+    if principal.kind == PrincipalKind.ADMIN:
+        return True
+    if principal.kind != PrincipalKind.AGENT:
+        return False
+    owns = and_(Run.owner_id == principal.id, Run.target.in_(live_targets(principal)))
+    found = session.scalar(
+        select(Interaction.id).join(Run, Run.id == Interaction.run_id).where(Interaction.id == interaction_id, owns)
+    )
+    return found is not None
+
+
+def live_person(session: Session, name: str) -> Principal | None:
+    """The live human or admin of this name (whom an approval link may be for), or ``None``."""
+    return session.scalar(
+        select(Principal).where(
+            Principal.name == name,
+            Principal.disabled_at.is_(None),
+            Principal.kind.in_((PrincipalKind.HUMAN.value, PrincipalKind.ADMIN.value)),
+        )
+    )
 
 
 def decision_targets(principal: Principal) -> Any | None:

@@ -135,8 +135,11 @@ def team_fields(item: Any, *, permission: bool) -> dict[str, Any]:
             raise WorkflowError(
                 f"interaction {key}: quorum {quorum} is more than the {len(could)} principals who could ever answer"
             )
+    justify = getattr(item, "justify", False)
+    if not isinstance(justify, bool):
+        raise WorkflowError(f"interaction {key}: justify must be true or false")
     return {"quorum": quorum, "assignees": assignees, "assignees_only": bool(item.assignees_only),
-            "remind_after": reminders, "escalate": escalate, "reject": reject}  # fmt: skip
+            "remind_after": reminders, "escalate": escalate, "reject": reject, "justify": justify}  # fmt: skip
 
 
 def _who_is_asked(items: Sequence[Any]) -> list[tuple[int, str, str]]:

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, String, literal, select, true, tuple_
 from sqlalchemy.orm import Session, aliased
 
-from models import team_views
+from models import links, team_views
 from models.access import CLOSED_EVENT_TYPES, InteractionView, redacted
 from models.status import InteractionKind, InteractionStatus
 from models.tables import Event, Grant, Interaction, Principal, Run
@@ -57,23 +57,24 @@ def records(session: Session, ids: list[str]) -> dict[str, dict[str, Any]]:
         .where(Interaction.id.in_(ids), Interaction.closed_at.is_not(None))
     ).all()
     views = team_views.fill(session, [InteractionView(row[0], row[2]) for row in rows])
+    why = links.justifications(session, [view.interaction.id for view in views])
     return {
         view.interaction.id: _record(view.interaction, workflow=row[1], decided_by=row[2] or row[3], seq=row[4],
-                                     responses=[_response(view.interaction, r) for r in view.responses])
+                                     responses=[_response(view.interaction, r, why) for r in view.responses])
         for row, view in zip(rows, views, strict=True)
     }  # fmt: skip
 
 
-def _response(i: Interaction, made: team_views.ResponseView) -> dict[str, Any]:
-    """One response: who, in whose place (``for``: null in their own), its verdict and redacted value. A
-    justification is not recorded yet: null."""
+def _response(i: Interaction, made: team_views.ResponseView, why: dict[tuple[str, str], str]) -> dict[str, Any]:
+    """One response: who, in whose place (``for``: null in their own), its verdict, its justification (given
+    through an approval link; null otherwise: ``links.justifications``) and redacted value."""
     if i.kind == InteractionKind.PERMISSION:
         verdict = "approved" if isinstance(made.value, dict) and made.value.get("approved") is True else "rejected"
     else:
         verdict = "answered"
     return {"principal": made.principal, "for": None if made.place == made.principal else made.place,
-            "justification": None, "level": made.level, "verdict": verdict, "value": redacted(i, made.value),
-            "at": made.at.isoformat()}  # fmt: skip
+            "justification": why.get((i.id, made.principal)), "level": made.level, "verdict": verdict,
+            "value": redacted(i, made.value), "at": made.at.isoformat()}  # fmt: skip
 
 
 def _record(i: Interaction, *, workflow: str, decided_by: str | None, seq: int | None,

@@ -37,6 +37,7 @@ class Question:
     assignees_only: bool = field(default=False, kw_only=True)
     remind_after: Sequence[float] = field(default=(), kw_only=True)
     escalate: Sequence[Escalation] = field(default=(), kw_only=True)
+    justify: bool = field(default=False, kw_only=True)  # each decision must say why (docs/teams.md)
     kind: Literal["question"] = field(default="question", kw_only=True)
 
 
@@ -57,6 +58,7 @@ class Permission:
     remind_after: Sequence[float] = field(default=(), kw_only=True)
     escalate: Sequence[Escalation] = field(default=(), kw_only=True)
     reject: Literal["first", "unreachable"] = field(default="first", kw_only=True)
+    justify: bool = field(default=False, kw_only=True)  # each decision must say why (docs/teams.md)
     kind: Literal["permission"] = field(default="permission", kw_only=True)
 
 
@@ -115,6 +117,7 @@ class InteractionSpec:
     remind_after: list[float] = field(default_factory=list)
     escalate: list[tuple[float, str | list[str]]] = field(default_factory=list)
     reject: str = "first"
+    justify: bool = False
 
     def interaction_id(self, step_id: str) -> str:
         return self.id or interaction_id(step_id, self.key, self.kind, self.resources)
@@ -123,8 +126,10 @@ class InteractionSpec:
         """The options as the interaction's ``team`` column keeps them; ``None`` when none is used."""
         team = {"assignees": self.assignees, "assignees_only": self.assignees_only, "reject": self.reject,
                 "remind_after": self.remind_after,
-                "escalate": [{"after": after, "to": to} for after, to in self.escalate]}  # fmt: skip
-        return team if self.assignees or self.remind_after or self.escalate or self.reject != "first" else None
+                "escalate": [{"after": after, "to": to} for after, to in self.escalate],
+                **({"justify": True} if self.justify else {})}  # fmt: skip
+        used = self.assignees or self.remind_after or self.escalate or self.reject != "first" or self.justify
+        return team if used else None
 
 
 OutcomeJSON = Annotated[Outcome, Field(discriminator="type")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -30,6 +30,8 @@ class Webhook(Base):
     previous_secret_sealed: Mapped[str | None] = mapped_column(Text)
     previous_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     status: Mapped[str] = mapped_column(String(16))
+    # Its deliveries of a question asked, reminded or escalated carry one approval link per named person.
+    links: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     reason: Mapped[str | None] = mapped_column(Text)
     cursor: Mapped[int] = mapped_column(BigInteger)
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # failed attempts at the event after the cursor

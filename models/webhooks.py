@@ -114,7 +114,7 @@ def event_bodies(session: Session, events: list[Event]) -> list[dict[str, Any]]:
                 "schema": interaction.schema,
                 "target": interaction.target,
                 "expires_at": interaction.expires_at.isoformat() if interaction.expires_at else None,
-                "link": "/decisions",  # the Decisions page, on the API's own address, lists it to answer
+                "link": f"{get_settings().public_base}/decisions",  # the Decisions page lists it to answer
             }
         bodies.append(body)
     return bodies

@@ -131,6 +131,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     env["PARKWAY_HOME"] = str(home)
     api_url = f"http://{_local(args.host)}:{args.port}"
     shown_api = api_url if args.host in ("", "0.0.0.0", "::") else f"http://{args.host}:{args.port}"
+    env.setdefault("PARKWAY_PUBLIC_URL", shown_api)  # the links deliveries and pages carry: this API's
     flower_url = f"http://127.0.0.1:{args.flower_port}"
     commands = _commands(args, env, flower_login[0] if flower_login else None)
     ready_lines = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,9 +95,26 @@ class TextFormatter(logging.Formatter):
         return text
 
 
+# An approval link's token is a bearer secret (docs/teams.md): its path is logged without it.
+LINK_TOKEN = re.compile(r"(/links/)pl_[A-Za-z0-9_-]+")
+
+
+class LinkTokenFilter(logging.Filter):
+    """Removes approval link tokens from uvicorn's access lines (``client, method, path, version, status``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) > 2 and isinstance(args[2], str):
+            record.args = (*args[:2], LINK_TOKEN.sub(r"\1pl_…", args[2]), *args[3:])
+        return True
+
+
 def setup_logging(level: int = logging.INFO, *, root: bool = False) -> None:
     """Attach one structured handler (idempotent): to the ``parkway`` logger, or with ``root`` to the
-    root logger so Celery's own lines are structured too."""
+    root logger so Celery's own lines are structured too. Uvicorn's access lines lose link tokens."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, LinkTokenFilter) for f in access.filters):
+        access.addFilter(LinkTokenFilter())
     logger = logging.getLogger() if root else logging.getLogger("parkway")
     if any(getattr(h, "_parkway", False) for h in logger.handlers):
         return

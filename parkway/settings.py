@@ -16,6 +16,7 @@ from parkway import embedded, valkey
 from parkway.errors import ConfigError
 
 DEFAULT_HOME = Path("var")
+DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"  # ``parkway up``'s API with its default ``--port``
 HOME_MARKS = ("secret.key", "postgres")  # what a home that ``parkway up`` or ``parkway migrate`` used holds
 DATABASE_SCHEMES = {"postgresql", "postgres"}  # with or without a driver: psycopg 3 is used either way
 PLACEHOLDER_KEYS = {"change-me", "changeme", "secret", "please-change-me-to-a-long-random-string"}
@@ -61,6 +62,9 @@ class Settings(BaseSettings):
     webhook_retry_s: str = "5,300,1800,7200,18000,36000,36000"
     webhook_timeout_s: float = Field(default=15.0, gt=0)
     webhook_log_days: float = Field(default=30.0, gt=0)  # how long the delivery log keeps an attempt
+    # Where people reach the API (its pages, approval links): every link Parkway hands out starts with it.
+    # Unset: the API's own address (``parkway up`` sets it for its children; else the default of ``--port``).
+    public_url: str = ""
 
     @field_validator("imports")
     @classmethod
@@ -80,6 +84,19 @@ class Settings(BaseSettings):
         if any(d < 0 for d in _floats(value)):
             raise ValueError("webhook retry delays are seconds, none negative: 5,300,1800")
         return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if value and _scheme(value) not in ("http", "https"):
+            raise ValueError("the public URL is where people reach the API: http(s)://host[:port][/path]")
+        return value
+
+    @property
+    def public_base(self) -> str:
+        """``PARKWAY_PUBLIC_URL`` without its trailing slash, or the API's default address: links start with it."""
+        return self.public_url or DEFAULT_PUBLIC_URL
 
     @property
     def webhook_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:

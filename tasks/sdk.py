@@ -254,9 +254,18 @@ def response_digest(value: Any) -> str:
     return hmac.new(key, store.canonical_json(value).encode(), hashlib.sha256).hexdigest()
 
 
-def answer(interaction_id: str, value: Any, *, response_id: str, principal: str | Actor) -> dict[str, Any]:
+def answer(
+    interaction_id: str,
+    value: Any,
+    *,
+    response_id: str,
+    principal: str | Actor,
+    link: str | None = None,
+    justification: str | None = None,
+) -> dict[str, Any]:
     """Answer an interaction as ``principal`` (a name, or the principal the caller has just authenticated):
-    first response wins, an exact retry gets the same receipt.
+    first response wins, an exact retry gets the same receipt. Through an approval link (``link``, its id:
+    ``models.links``), the link is used in the answer's transaction with ``justification``: both or neither.
 
     Returns ``{status, response_id, answered_at}``; raises ``Conflict``, ``Gone``, ``InvalidAnswer``,
     ``Forbidden`` (``WrongKind`` for an agent) or ``NotFound`` carrying the authoritative state. The step's
@@ -270,6 +279,8 @@ def answer(interaction_id: str, value: Any, *, response_id: str, principal: str 
     with core_transaction() as conn:
         receipt = store.answer(conn, interaction_id, value=value, response_id=response_id, response_digest=digest,
                                principal=principal)  # fmt: skip
+        if link is not None and not store.use_link(conn, link, response_id=response_id, justification=justification):
+            raise Conflict(f"approval link {link} was used already, or has expired")
         due = receipt.continuation
         to_publish = [due] if due is not None and not due.remote else []  # remote: leased
     crash_point("answer.after_commit")

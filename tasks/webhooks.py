@@ -18,7 +18,7 @@ import random
 import time
 from typing import Any
 
-from models import store, webhooks
+from models import links, store, webhooks
 from models.base import utcnow
 from models.status import WebhookStatus
 from models.store import DeliveryLine, new_id
@@ -81,8 +81,10 @@ def _deliver_claimed(
                 return "claim lost"
             cursor, url, attempt = hook.cursor, hook.url, hook.attempt
             events, upto = webhooks.due_events(session, hook, limit=BATCH)
-            bodies = [(e.seq, _encode(e.type, e.at.isoformat(), body))
-                      for e, body in zip(events, webhooks.event_bodies(session, events), strict=True)]  # fmt: skip
+            data = webhooks.event_bodies(session, events)
+            if hook.links:  # each named person's own approval link, the same each time the event is sent
+                links.carry_links(session, webhook_id, events, data)
+            bodies = [(e.seq, _encode(e.type, e.at.isoformat(), body)) for e, body in zip(events, data, strict=True)]
         if not bodies and upto == cursor:
             with transaction(durable=False) as session:
                 store.release(session, webhook_id, token)

@@ -20,7 +20,7 @@ SECRET_SCHEMA = {
 def approve(ctx: Context, payload: Any) -> Park:
     """A permission for ``payload``'s options (quorum, assignees, assignees_only, reject, ...)."""
     options = {k: payload[k] for k in ("quorum", "assignees", "assignees_only", "reject", "remind_after",
-                                       "escalate", "expires_in") if k in payload}  # fmt: skip
+                                       "escalate", "expires_in", "justify") if k in payload}  # fmt: skip
     options["escalate"] = [tuple(level) for level in options.get("escalate", ())]
     ask = Permission(key="deploy", action="deploy", resources=["prod"], target=payload["target"], **options)
     return Park(continuation="teams.seen@1", interactions=[ask])

@@ -8,6 +8,7 @@ twice is an exact retry and gets the same receipt. 409, 410 and 422 outcomes are
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request, Response
@@ -62,18 +63,28 @@ def cancel_run(request: Request, run_id: str, form: dict[str, str]) -> Response:
 
 
 def answer(principal: Principal, view: InteractionView, response_id: str, form: dict[str, str]) -> tuple[Notice, int]:
+    return answer_with(view, form, lambda value: sdk.answer(view.interaction.id, value, response_id=response_id,
+                                                            principal=principal.name))  # fmt: skip
+
+
+def answer_with(
+    view: InteractionView, form: dict[str, str], send: Callable[[Any], dict[str, Any]]
+) -> tuple[Notice, int]:
+    """The answer the form gives (a permission's ``decision=approve|reject``, or a question's fields), sent by
+    ``send`` (``tasks.sdk.answer`` as someone); what to show of it, and the status."""
     interaction = view.interaction
     prompt = interaction.prompt or interaction.key
+    value: Any = None
     try:
         if interaction.kind == InteractionKind.PERMISSION:
             decision = form.get("decision")
             if decision not in ("approve", "reject"):
                 raise forms.FormError("choose Approve or Reject")
-            value: Any = {"approved": decision == "approve"}
+            value = {"approved": decision == "approve"}
         else:
             sensitive = [str(s) for s in (interaction.sensitive or [])]
             value = forms.value_from(forms.fields_for(interaction.schema, sensitive), form)
-        receipt = sdk.answer(interaction.id, value, response_id=response_id, principal=principal.name)
+        receipt = send(value)
     except forms.FormError as exc:
         ANSWERS.labels(outcome="invalid_answer").inc()
         return Notice(False, texts.INVALID, [str(exc)]), 422
@@ -81,7 +92,7 @@ def answer(principal: Principal, view: InteractionView, response_id: str, form: 
         ANSWERS.labels(outcome=exc.code).inc()
         if isinstance(exc, InvalidAnswer):
             exc.errors = _redacted(exc.errors, value, [str(s) for s in (interaction.sensitive or [])])
-        return _outcome(exc, canceling=False), outcome_status(exc)
+        return outcome_notice(exc, canceling=False), outcome_status(exc)
     ANSWERS.labels(outcome=receipt["status"]).inc()
     if receipt["status"] == InteractionStatus.PENDING:  # one response towards a quorum (docs/teams.md)
         text = texts.RECORDED.format(prompt=prompt, quorum=interaction.quorum)
@@ -91,7 +102,7 @@ def answer(principal: Principal, view: InteractionView, response_id: str, form: 
         )
     else:
         text = texts.ANSWERED.format(prompt=prompt)
-    return Notice(True, text, run_id=interaction.run_id), 200
+    return Notice(True, text, run_id=interaction.run_id, receipt=receipt), 200
 
 
 def _redacted(messages: list[str], value: Any, sensitive: list[str]) -> list[str]:
@@ -113,7 +124,7 @@ def delegate(principal: Principal, view: InteractionView, response_id: str, form
     try:
         made = sdk.delegate(interaction.id, to, principal=principal.name, note=note)
     except OutcomeError as exc:
-        return _outcome(exc, canceling=False), outcome_status(exc)
+        return outcome_notice(exc, canceling=False), outcome_status(exc)
     prompt = interaction.prompt or interaction.key
     return Notice(True, texts.DELEGATED.format(prompt=prompt, to=made["to"]), run_id=interaction.run_id), 200
 
@@ -124,11 +135,11 @@ def cancel(principal: Principal, view: InteractionView, response_id: str, form: 
     try:
         sdk.cancel(interaction.id, response_id=response_id, principal=principal.name, reason=reason)
     except OutcomeError as exc:
-        return _outcome(exc, canceling=True), outcome_status(exc)
+        return outcome_notice(exc, canceling=True), outcome_status(exc)
     return Notice(True, texts.CANCELED.format(run=interaction.run_id), run_id=interaction.run_id), 200
 
 
-def _outcome(exc: OutcomeError, *, canceling: bool) -> Notice:
+def outcome_notice(exc: OutcomeError, *, canceling: bool) -> Notice:
     """A sentence for each refusal, from the authoritative state the SDK raised with."""
     state = exc.state or {}
     run_id = state.get("run_id") if isinstance(state.get("run_id"), str) else None

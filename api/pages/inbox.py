@@ -41,6 +41,7 @@ class Notice:
     text: str
     details: list[str] = field(default_factory=list)
     run_id: str | None = None  # shown with its live status
+    receipt: dict[str, Any] | None = None  # an answer's receipt (an approval link's page shows it)
 
 
 @dataclass

@@ -48,6 +48,11 @@ def csrf_token(nonce: str, session_id: str | None) -> str:
     return hmac.new(_key(), f"{nonce}|{bound}".encode(), hashlib.sha256).hexdigest()
 
 
+def link_csrf_token(nonce: str, link_hash: str) -> str:
+    """The CSRF token of an approval link's page: bound to the browser's link nonce and to the link."""
+    return hmac.new(_key(), f"{nonce}|link:{link_hash}".encode(), hashlib.sha256).hexdigest()
+
+
 def csrf_ok(request: Request, form: dict[str, str], session_id: str | None) -> bool:
     """Whether the form carries this browser's CSRF token for ``session_id`` (``None`` before sign-in)."""
     nonce = request.cookies.get(NONCE_COOKIE)

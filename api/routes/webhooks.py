@@ -22,6 +22,10 @@ from tasks.publish import publish_webhooks
 
 router = checked_router(prefix="/v1/webhooks", tags=["webhooks"])
 
+LINKS = (
+    "deliveries of `interaction.asked`, `.reminded` and `.escalated` carry `links`: one approval link per person "
+    "the wait names, for that person alone (docs/webhooks.md)"
+)
 WebhookId = Annotated[str, Path(pattern=ID, description="the subscription's id")]
 Url = Annotated[str, Field(min_length=1, max_length=2000, pattern=TEXT, description="an http(s) URL")]
 Patterns = Annotated[
@@ -39,6 +43,7 @@ class WebhookCreate(Body):
     events: Patterns
     targets: Targets = None
     description: Annotated[str | None, Field(max_length=2000, pattern=TEXT)] = None
+    links: bool = Field(False, description=LINKS)
 
 
 class WebhookChange(Body):
@@ -46,6 +51,7 @@ class WebhookChange(Body):
     events: Patterns | None = None
     targets: Targets = None
     description: Annotated[str | None, Field(max_length=2000, pattern=TEXT)] = None
+    links: bool | None = Field(None, description=LINKS)
     enabled: bool | None = Field(default=None, description="false: disable; true: resume from where it stopped")
 
 
@@ -57,6 +63,7 @@ class WebhookOut(BaseModel):
     events: list[str]
     targets: list[str] | None
     description: str | None
+    links: bool = Field(description=LINKS)
     status: Literal["active", "failing", "disabled"]
     reason: str | None = Field(description="why it is failing or disabled")
     cursor: int = Field(description="the last event seq it is done with")
@@ -131,6 +138,7 @@ def create_webhook(body: WebhookCreate, admin: AdminDep) -> WebhookCreated:
             targets=body.targets,
             description=body.description,
             secret_sealed=seal(secret),
+            links=body.links,
         )
         return WebhookCreated(**WebhookOut.model_validate(hook).model_dump(), secret=secret)
 
@@ -170,7 +178,7 @@ def get_webhook(webhook_id: WebhookId, admin: AdminDep, session: SessionDep) -> 
 def change_webhook(webhook_id: WebhookId, body: WebhookChange, admin: AdminDep) -> WebhookOut:
     _checked(body.url, body.events)
     changes = body.model_dump(exclude_unset=True, exclude={"enabled"})
-    if any(changes.get(name, "") is None for name in ("url", "events")):
+    if any(changes.get(name, "") is None for name in ("url", "events", "links")):
         raise ApiError(422, errors.WEBHOOK_FIELD_NULL)
     with transaction() as session:
         hook = store.update_webhook(session, webhook_id, changes, body.enabled)

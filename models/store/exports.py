@@ -39,6 +39,7 @@ from models.store.leases import (
     outstanding_leases,
     receipt_of,
 )
+from models.store.links import make_link, use_link
 from models.store.outcomes import (
     Committed,
     Completion,
@@ -217,6 +218,7 @@ __all__ = [
     "live_workers",
     "load_claim",
     "lock_run_for_projection",
+    "make_link",
     "mark_for_republish",
     "mark_revocation_swept",
     "new_id",
@@ -254,6 +256,7 @@ __all__ = [
     "stranded_reviews",
     "unknown_principal",
     "update_webhook",
+    "use_link",
     "withdraw",
     "word",
     "words",

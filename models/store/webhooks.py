@@ -50,6 +50,7 @@ def create_webhook(
     targets: list[str] | None,
     description: str | None,
     secret_sealed: str,
+    links: bool = False,
 ) -> Webhook:
     """-> active, its cursor at the final horizon: it delivers the events that commit from now on."""
     webhook_id = new_id()
@@ -61,6 +62,7 @@ def create_webhook(
             targets=targets,
             description=description,
             secret_sealed=secret_sealed,
+            links=links,
             status=WebhookStatus.ACTIVE,
             attempt=0,
             cursor=select(final_below() - 1).scalar_subquery(),
@@ -73,7 +75,7 @@ def create_webhook(
 
 
 def update_webhook(session: Session, webhook_id: str, changes: dict[str, Any], enabled: bool | None) -> Webhook | None:
-    """Change url, events, targets or description; ``enabled=False``: any -> disabled; ``enabled=True``:
+    """Change url, events, targets, description or links; ``enabled=False``: any -> disabled; ``enabled=True``:
     failing|disabled -> active, due now, its failed attempts forgotten, resuming from its cursor (an active
     one keeps its retry schedule). ``None`` when no such subscription."""
     values = dict(changes)

@@ -1,8 +1,9 @@
-"""The decision record (docs/operations.md): waits decided by a quorum, at an escalation level, by nobody
-(expired) and with a sensitive field, parked and resumed by a real worker, exported over HTTP by an auditor
-and by ``parkway decisions export``: exactly those decisions, with those principals and levels, sensitive
-values never shown; the file verifies against its seal, and an edited file names the first bad seq. An
-auditor reads the record and nothing else; nobody but an admin or an auditor reads it."""
+"""The decision record (docs/operations.md): waits decided by a quorum (one place delegated), at an
+escalation level, by nobody (expired) and with a sensitive field, parked and resumed by a real worker,
+exported over HTTP by an auditor and by ``parkway decisions export``: exactly those decisions, with those
+principals and levels, sensitive values never shown; the file verifies against its seal, and an edited file
+names the first bad seq. An auditor reads the record and nothing else; nobody but an admin or an auditor
+reads it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from beat.sweep import run_sweep
 from models import store
 from parkway.db import transaction
 from parkway.tokens import hash_token, new_token
-from tasks.sdk import answer
+from tasks.sdk import answer, delegate
 from tests.support import AGENT, Stack, Worker, new_response_id, pass_time, start, wait_parked, wait_status
 
 WORKFLOWS = "tests.workflows,tests.team_workflows"
@@ -55,9 +56,11 @@ def grant_agent(target: str) -> None:
 
 
 def decide_four_waits(team: str) -> dict[str, Any]:
-    """On ``team``: a quorum-2 permission two people approve; one escalated to bo, who approves at level 1;
-    one nobody answers before it expires; a question with a sensitive pin. Each run completed by the worker."""
+    """On ``team``: a quorum-2 permission ana approves, and dee in cy's place (cy delegated it); one escalated
+    to bo, who approves at level 1; one nobody answers before it expires; a question with a sensitive pin.
+    Each run completed by the worker."""
     (ana, _), (cy, _), (bo, _) = principal("human", team), principal("human", team), principal("human")
+    dee, _ = principal("human")  # granted on nothing: answers only in the place cy hands them
     runs = {
         "quorum": start("teams.approve", {"target": team, "quorum": 2}),
         "escalated": start("teams.approve", {"target": team, "assignees": [ana], "assignees_only": True,
@@ -66,7 +69,8 @@ def decide_four_waits(team: str) -> dict[str, Any]:
         "sensitive": start("teams.ask", {"target": team, "quorum": 1}),
     }  # fmt: skip
     waits = {name: next(iter(wait_parked(run_id).values())).id for name, run_id in runs.items()}
-    for who in (ana, cy):
+    delegate(waits["quorum"], dee, principal=cy, note="on leave")
+    for who in (ana, dee):
         answer(waits["quorum"], YES, response_id=new_response_id(), principal=who)
     answer(waits["sensitive"], {"note": "ok", "pin": PIN}, response_id=new_response_id(), principal=cy)
     pass_time(301)  # the escalation's level is reached, and the expiry passed
@@ -76,7 +80,7 @@ def decide_four_waits(team: str) -> dict[str, Any]:
         wait_status(run_id, "completed")
     while run_sweep().counts["sealed"]:  # every final event sealed
         pass
-    return {"waits": waits, "ana": ana, "cy": cy, "bo": bo}
+    return {"waits": waits, "ana": ana, "cy": cy, "bo": bo, "dee": dee}
 
 
 def get(client: TestClient, token: str, path: str, **params: str) -> Any:
@@ -86,11 +90,11 @@ def get(client: TestClient, token: str, path: str, **params: str) -> Any:
 def test_record__exports_exactly_the_decisions_with_their_principals_and_levels__never_a_secret(
     stack: Stack, worker: Worker, client: TestClient
 ) -> None:
-    # Given four waits decided on a team of their own, and an auditor granted on it
+    # Given four waits decided on a team of their own (one through a delegation), and an auditor granted on it
     team = f"team:record-{uuid.uuid4().hex[:6]}"
     grant_agent(team)
     made = decide_four_waits(team)
-    waits, ana, cy, bo = made["waits"], made["ana"], made["cy"], made["bo"]
+    waits, ana, cy, bo, dee = made["waits"], made["ana"], made["cy"], made["bo"], made["dee"]
     _, auditor = principal("auditor", team)
 
     # When the auditor exports the record of that team
@@ -103,9 +107,9 @@ def test_record__exports_exactly_the_decisions_with_their_principals_and_levels_
     assert set(records) == set(waits.values())
     quorum, escalated = records[waits["quorum"]], records[waits["escalated"]]
     expired, sensitive = records[waits["expired"]], records[waits["sensitive"]]
-    assert (quorum["status"], quorum["quorum"], quorum["decided_by"]) == ("answered", 2, cy)
+    assert (quorum["status"], quorum["quorum"], quorum["decided_by"]) == ("answered", 2, dee)
     responses = [(r["principal"], r["level"], r["verdict"], r["for"], r["justification"]) for r in quorum["responses"]]
-    assert responses == [(ana, 0, "approved", None, None), (cy, 0, "approved", None, None)]
+    assert responses == [(ana, 0, "approved", None, None), (dee, 0, "approved", cy, None)]  # dee in cy's place
     assert (escalated["decided_by"], escalated["level"]) == (bo, 1)
     assert [(r["principal"], r["level"], r["verdict"]) for r in escalated["responses"]] == [(bo, 1, "approved")]
     assert (expired["status"], expired["decided_by"], expired["responses"]) == ("expired", None, [])

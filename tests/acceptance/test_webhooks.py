@@ -15,11 +15,15 @@ from parkway.db import transaction
 from tests.acceptance.webhook_receiver import DROP, IMPORTS, OTP, SLEEP, Receiver, login_run, run_events, subscribe
 from tests.support import Stack, wait_for
 
+PUBLIC = "https://parkway.example.test"  # PARKWAY_PUBLIC_URL: the links a delivery carries start with it
+
 
 @pytest.fixture(scope="module")
 def worker(stack: Stack):  # type: ignore[no-untyped-def]
     # Seven attempts: enough for the first test's receiver to fail five times in five ways
-    return stack.start_worker(PARKWAY_IMPORTS=IMPORTS, PARKWAY_WEBHOOK_RETRY_S="0.2,0.2,0.5,0.5,1,1")
+    return stack.start_worker(
+        PARKWAY_IMPORTS=IMPORTS, PARKWAY_WEBHOOK_RETRY_S="0.2,0.2,0.5,0.5,1,1", PARKWAY_PUBLIC_URL=PUBLIC
+    )
 
 
 def test_deliveries__a_run_in_seq_order_signed_retried_with_the_same_ids(
@@ -48,7 +52,7 @@ def test_deliveries__a_run_in_seq_order_signed_retried_with_the_same_ids(
     bodies = [b for b in receiver.delivered() if b["data"]["run_id"] == run_id]
     asked = next(b for b in bodies if b["type"] == "interaction.asked")["data"]["interaction"]
     assert asked["prompt"] == "Your code?" and asked["target"] == "team:ops" and asked["kind"] == "question"
-    assert asked["schema"]["required"] == ["user", "otp"] and asked["link"].startswith("/decisions")
+    assert asked["schema"]["required"] == ["user", "otp"] and asked["link"] == f"{PUBLIC}/decisions"
     assert all(OTP.encode() not in r["raw"] for r in receiver.got)
 
     # And the delivery log shows the failed attempts and their retries

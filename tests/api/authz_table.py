@@ -56,6 +56,7 @@ SIGN_IN_FORM = 'action="/decisions/login"'
 SIGN_IN = "200†"  # a page's 200 that is the sign-in form: the caller is not signed in
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 PEOPLE = ("human", "admin")  # who may sign in to the pages
+LINKED = "authz-human"  # the person approval links are for: the human granted on T
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,20 @@ class World:
         made = self.call(ADMIN, "POST", "/v1/handlers", {"url": URL, "serves": ["authz.pushed"]}, 201)
         return {"handler_id": made["id"]}
 
+    def link(self, column: Column) -> dict[str, str]:
+        """A new approval link for the human granted on T, to a new waiting run of the column's owner: its
+        ``token``."""
+        iid = self.parked(column.owner)["interaction_id"]
+        made = self.call(ADMIN, "POST", f"/v1/interactions/{iid}/links", {"principal": LINKED}, 201)
+        return {"token": made["url"].rsplit("/", 1)[1]}
+
+    def link_page(self, column: Column, token: str) -> Browser:
+        """The column's browser once it opened the link: its cookies and the link's nonce, the form's token."""
+        page = self.send(None, "GET", f"/links/{token}", Req(), NO_BROWSER)
+        found = CSRF.search(page.text)
+        assert page.status_code == 200 and found, page.text[:500]
+        return Browser({**self.browsers[column.title].cookies, **dict(page.cookies)}, found.group(1))
+
     def take_away(self, column: Column) -> None:
         """Revoke the column's grant on T, or disable its principal, as ``column.then`` says."""
         if column.then == "revoke":
@@ -290,6 +305,12 @@ def on_principal(w: World, c: Column) -> Req:
     return Req(w.keep("principal", lambda: {"principal_id": w.principal("human")}))
 
 
+def opened_link(w: World, c: Column) -> Req:
+    """A post of an approval link's form, from the page the column's browser opened."""
+    link = w.keep("link", lambda: w.link(c))
+    return Req(link, form={"decision": "approve"}, browser=w.link_page(c, link["token"]))
+
+
 def login(w: World, c: Column) -> Req:
     token = w.tokens.get(c.name, "") if c.name is not None else ""
     return Req(form={"token": token}, browser=w.anonymous)
@@ -305,6 +326,7 @@ ROWS: dict[str, Callable[[World, Column], Req]] = {
     "POST /v1/interactions/{interaction_id}/answer": acting(json=ANSWER),
     "POST /v1/interactions/{interaction_id}/cancel": acting(json={"response_id": "authz"}),
     "POST /v1/interactions/{interaction_id}/delegate": acting(json={"to": DEPUTY}),
+    "POST /v1/interactions/{interaction_id}/links": acting(json={"principal": LINKED}),
     "POST /v1/principals": lambda w, c: Req(json={"kind": "human", "name": new_name()}),
     "GET /v1/principals": plain,
     "DELETE /v1/principals/{principal_id}": on_principal,
@@ -345,6 +367,8 @@ ROWS: dict[str, Callable[[World, Column], Req]] = {
     "POST /decisions/runs/{run_id}/cancel": acting(form={"response_id": "authz"}),
     "GET /decisions/stream": plain,
     "GET /decisions/static/{name}": lambda w, c: Req({"name": "decisions.css"}),
+    "GET /links/{token}": lambda w, c: Req(w.keep("link", lambda: w.link(c))),
+    "POST /links/{token}": opened_link,
     "GET /runs": plain,
     "GET /runs/{run_id}": read_run,
     "GET /runs/{run_id}/parts": read_run,

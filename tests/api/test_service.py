@@ -224,6 +224,7 @@ def test_openapi__operation_ids_are_stable_names(client: TestClient) -> None:
         ("post", "/v1/interactions/{interaction_id}/answer"): "answer_interaction",
         ("post", "/v1/interactions/{interaction_id}/cancel"): "cancel_interaction",
         ("post", "/v1/interactions/{interaction_id}/delegate"): "delegate_interaction",
+        ("post", "/v1/interactions/{interaction_id}/links"): "create_approval_link",
         ("post", "/v1/principals"): "create_principal",
         ("get", "/v1/principals"): "list_principals",
         ("delete", "/v1/principals/{principal_id}"): "disable_principal",

@@ -143,6 +143,8 @@ def environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]
         ("PARKWAY_BROKER_URL", "redis://a:6379/0;rabbit://hunter2@b", "not a broker URL"),
         ("PARKWAY_DATABASE_URL", "mysql://u:hunter2@h/d", "PostgreSQL only"),
         ("PARKWAY_DATABASE_URL", "hunter2@localhost/parkway", "PostgreSQL only"),
+        ("PARKWAY_PUBLIC_URL", "parkway.example.com/hunter2", "http(s)://host"),
+        ("PARKWAY_PUBLIC_URL", "ftp://hunter2.example.com", "http(s)://host"),
     ],
 )
 def test_invalid_setting__refused_by_its_variable_never_its_value(
@@ -176,3 +178,10 @@ def test_workspace__in_the_home_unless_set(environment: pytest.MonkeyPatch, tmp_
     assert _settings(home=str(tmp_path)).workspace == tmp_path / "workspaces"
     assert _settings(home=str(tmp_path), workspace_dir="/data/ws").workspace == Path("/data/ws")
     assert _settings().workspace == Path("var/workspaces")  # the README's ./var/workspaces
+
+
+def test_public_url__links_start_with_it__default_the_api_s_own_address(environment: pytest.MonkeyPatch) -> None:
+    assert get_settings().public_base == "http://127.0.0.1:8000"  # ``parkway up``'s API on its default port
+    environment.setenv("PARKWAY_PUBLIC_URL", " https://parkway.example.com/ops/ ")
+    reset_settings()
+    assert get_settings().public_base == "https://parkway.example.com/ops"

@@ -306,6 +306,8 @@ export type InteractionOut = {
   assignees: Array<string>;
   /** only those it names may answer (not the target's grants) */
   assignees_only: boolean;
+  /** an answer through an approval link must give a justification */
+  justify?: boolean;
   /** its escalation chain; level k is escalate[k-1] */
   escalate: Array<EscalationOut>;
   delegations: Array<DelegationOut>;
@@ -354,6 +356,8 @@ export type InteractionState = {
   assignees: Array<string>;
   /** only those it names may answer (not the target's grants) */
   assignees_only: boolean;
+  /** an answer through an approval link must give a justification */
+  justify?: boolean;
   /** its escalation chain; level k is escalate[k-1] */
   escalate: Array<EscalationOut>;
   delegations: Array<DelegationOut>;
@@ -415,6 +419,22 @@ export type LeasePage = {
   items: Array<ItemOut>;
 };
 
+export type LinkIn = {
+  /** the person's name */
+  principal: string;
+  /** seconds until the link expires, if sooner than the wait */
+  expires_in?: number | null;
+};
+
+export type LinkOut = {
+  /** absolute (PARKWAY_PUBLIC_URL); shown once: only its hash is stored */
+  url: string;
+  principal: string;
+  interaction_id: string;
+  /** the wait's expiry, or sooner; null: when the wait ends */
+  expires_at: string | null;
+};
+
 export type Next = {
   step: string;
   payload?: unknown;
@@ -451,6 +471,7 @@ export type Permission = {
   remind_after?: Array<number>;
   escalate?: Array<[number, string | Array<string>]>;
   reject?: "first" | "unreachable";
+  justify?: boolean;
   kind?: "permission";
 };
 
@@ -494,6 +515,7 @@ export type Question = {
   assignees_only?: boolean;
   remind_after?: Array<number>;
   escalate?: Array<[number, string | Array<string>]>;
+  justify?: boolean;
   kind?: "question";
 };
 
@@ -800,6 +822,8 @@ export type WebhookChange = {
   /** only events of runs on these targets; null: every target */
   targets?: Array<string> | null;
   description?: string | null;
+  /** deliveries of `interaction.asked`, `.reminded` and `.escalated` carry `links`: one approval link per person the wait names, for that person alone (docs/webhooks.md) */
+  links?: boolean | null;
   /** false: disable; true: resume from where it stopped */
   enabled?: boolean | null;
 };
@@ -812,6 +836,8 @@ export type WebhookCreate = {
   /** only events of runs on these targets; null: every target */
   targets?: Array<string> | null;
   description?: string | null;
+  /** deliveries of `interaction.asked`, `.reminded` and `.escalated` carry `links`: one approval link per person the wait names, for that person alone (docs/webhooks.md) */
+  links?: boolean;
 };
 
 export type WebhookCreated = {
@@ -820,6 +846,8 @@ export type WebhookCreated = {
   events: Array<string>;
   targets: Array<string> | null;
   description: string | null;
+  /** deliveries of `interaction.asked`, `.reminded` and `.escalated` carry `links`: one approval link per person the wait names, for that person alone (docs/webhooks.md) */
+  links: boolean;
   status: "active" | "failing" | "disabled";
   /** why it is failing or disabled */
   reason: string | null;
@@ -836,6 +864,8 @@ export type WebhookOut = {
   events: Array<string>;
   targets: Array<string> | null;
   description: string | null;
+  /** deliveries of `interaction.asked`, `.reminded` and `.escalated` carry `links`: one approval link per person the wait names, for that person alone (docs/webhooks.md) */
+  links: boolean;
   status: "active" | "failing" | "disabled";
   /** why it is failing or disabled */
   reason: string | null;
