@@ -4,8 +4,10 @@
   deploy to a file in the run's workspace through a journaled ``never`` tool.
 - ``signin.ask`` (``examples.signin``): asks for a user name and a one-time code, the code marked
   sensitive: stored encrypted until its continuation commits, then erased.
+- ``release.request`` (``examples.release``): the README's team approval (docs/teams.md): two of
+  ``team:oncall`` must approve, a nudge after ten minutes, ``team:leads`` may approve too after an hour.
 """
 
-from examples import deploy, signin
+from examples import deploy, release, signin
 
-__all__ = ["deploy", "signin"]
+__all__ = ["deploy", "release", "signin"]

@@ -4,7 +4,8 @@ Nothing here writes state. Visibility is decided in SQL against the grants as th
 grant hides rows at the next request. The rules:
 
 - admins see everything;
-- a run is visible to whoever holds a live grant on the run's target (its owner too) (its events:
+- a run is visible to whoever holds a live grant on the run's target (its owner too), and to the people
+  one of its waits names (as below: they follow the run they decide on to its end) (its events:
   ``models.event_log``);
 - an interaction is visible to whoever holds a live grant on the interaction's target, to the people it
   names (assignees, delegates, escalation levels reached: ``team_views.naming``), to whoever holds a live
@@ -63,7 +64,7 @@ class Page(Generic[T]):
 class InteractionView:
     interaction: Interaction
     answered_by: str | None
-    names_me: bool = False  # in the caller's "mine" view, it names the caller (``history.pending``)
+    names_me: bool = False  # "mine": it names the caller (``history.pending``); closed: they took part in it
     # Its team (models/team_views.py ``fill``): empty until filled.
     responses: list[team_views.ResponseView] = field(default_factory=list)
     assignees: list[str] = field(default_factory=list)
@@ -127,10 +128,14 @@ def live_targets(principal: Principal) -> Any:
 
 
 def run_visible(principal: Principal) -> ColumnElement[bool]:
-    """SQL condition on ``Run``: the caller may read this run and its events."""
+    """SQL condition on ``Run``: the caller may read this run and its events (granted on its target, or,
+    for a person, named by one of its waits: ``team_views.naming_runs``)."""
     if principal.kind == PrincipalKind.ADMIN:
         return true()
-    return Run.target.in_(live_targets(principal))
+    granted = Run.target.in_(live_targets(principal))
+    if principal.kind == PrincipalKind.AGENT:
+        return granted
+    return or_(granted, Run.id.in_(team_views.naming_runs(principal.id, live_targets(principal))))
 
 
 def interaction_visible(principal: Principal) -> ColumnElement[bool]:
@@ -373,7 +378,8 @@ def runs_by_id(session: Session, run_ids: Iterable[str]) -> dict[str, Run]:
 
 def recently_closed(session: Session, principal: Principal, *, scan: int) -> list[InteractionView]:
     """Interactions the caller may see that closed (answered, rejected, expired, canceled, interrupted)
-    within the last ``scan`` committed events, most recently closed first.
+    within the last ``scan`` committed events, most recently closed first; ``names_me`` on those the caller
+    took part in (``team_views.took_part``).
 
     "Recently" is measured on the event log, so the read is a primary-key range of at most ``scan`` rows
     whatever the size of the interactions table. This is a view of now, not a cursor: it reads every
@@ -390,10 +396,10 @@ def recently_closed(session: Session, principal: Principal, *, scan: int) -> lis
     if not ids:
         return []
     visible = session.execute(
-        select(Interaction, Principal.name)
+        select(Interaction, Principal.name, team_views.took_part(principal.id, live_targets(principal)))
         .join(Run, Run.id == Interaction.run_id)
         .outerjoin(Principal, Principal.id == Interaction.answered_by_id)
         .where(Interaction.id.in_(ids), Interaction.status != InteractionStatus.PENDING, interaction_visible(principal))
     ).all()
-    by_id = {row[0].id: InteractionView(row[0], row[1]) for row in visible}
+    by_id = {row[0].id: InteractionView(row[0], row[1], names_me=bool(row[2])) for row in visible}
     return [by_id[i] for i in ids if i in by_id]

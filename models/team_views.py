@@ -124,8 +124,10 @@ _ROWS = InteractionAnswerer.__table__
 _NAMING = _ROWS.alias("naming")
 
 
-def names(principal_id: str | None, targets: Select[Any] | None = None, rows: Any = _ROWS) -> ColumnElement[bool]:
-    """SQL condition on an answerer row (of ``rows``) joined with its ``Interaction``: the row names
+def names(
+    principal_id: str | None, targets: Select[Any] | None = None, rows: Any = _ROWS, interaction: Any = Interaction
+) -> ColumnElement[bool]:
+    """SQL condition on an answerer row (of ``rows``) joined with its ``interaction``: the row names
     ``principal_id`` (an assignee, a delegate, a named escalation level) or a target among ``targets`` (a
     select of the caller's live targets: an escalation to a team), at a level the wait has reached."""
     who: list[ColumnElement[bool]] = []
@@ -133,7 +135,7 @@ def names(principal_id: str | None, targets: Select[Any] | None = None, rows: An
         who.append(rows.c.principal_id == principal_id)
     if targets is not None:
         who.append(rows.c.target.in_(targets))
-    return and_(or_(*who) if who else false(), rows.c.level <= Interaction.level)
+    return and_(or_(*who) if who else false(), rows.c.level <= interaction.level)
 
 
 def naming_pages(principal_id: str, targets: Select[Any]) -> list[dict[str, Any]]:
@@ -147,3 +149,24 @@ def naming(principal_id: str | None, targets: Select[Any] | None = None) -> Colu
     ``ix_interaction_answerers_interaction``)."""
     found = exists().where(_NAMING.c.interaction_id == Interaction.id, names(principal_id, targets, _NAMING))
     return found.correlate_except(_NAMING)
+
+
+_NAMED = aliased(Interaction, name="named")
+
+
+def naming_runs(principal_id: str, targets: Select[Any]) -> Select[Any]:
+    """The ids of the runs one of whose waits ``names`` the caller (or a target among ``targets``): their
+    pages, events and live updates are the caller's to read (``access.run_visible``). Correlated with
+    nothing, so it is read once per statement from the caller's answerer rows (their partial indexes)."""
+    named = names(principal_id, targets, _ROWS, _NAMED)
+    rows = select(_NAMED.run_id).join(_ROWS, _ROWS.c.interaction_id == _NAMED.id).where(named)
+    return rows.correlate(None)
+
+
+def took_part(principal_id: str, targets: Select[Any]) -> ColumnElement[bool]:
+    """SQL condition on ``Interaction``: the caller decided it, responded to it, or it ``naming`` them (what
+    "for me" lists of the waits closed: each person's own decisions, whatever the target's grants)."""
+    responded = exists().where(
+        InteractionResponse.interaction_id == Interaction.id, InteractionResponse.principal_id == principal_id
+    )
+    return or_(Interaction.answered_by_id == principal_id, responded, naming(principal_id, targets))

@@ -49,29 +49,3 @@ def seen(ctx: Context, snapshot: Any, answers: dict[str, Any]) -> Complete:
             ],
         }
     )  # fmt: skip
-
-
-# The README's two-person approval with an escalation (README.md, "Approvals as teams make them").
-@step("release.request")
-def release_request(ctx: Context, payload: Any) -> Park:
-    service = payload["service"]
-    return Park(
-        continuation="release.decide@1",
-        snapshot={"service": service},
-        interactions=[
-            Permission(key="deploy", action="deploy", resources=[service], target=payload["oncall"],
-                       quorum=2,                                    # two distinct approvals
-                       remind_after=[600],                          # interaction.reminded after 10 minutes
-                       escalate=[(3600, payload["leads"])],         # after an hour the leads may approve too
-                       expires_in=7200),                            # then, with fewer than two, expired
-        ],
-    )  # fmt: skip
-
-
-@continuation("release.decide", version=1)
-def release_decide(ctx: Context, snapshot: Any, answers: dict[str, Any]) -> Complete:
-    decision = answers["deploy"]
-    if not decision.approved:  # rejected by one of them, or expired
-        return Complete(result={"deployed": False, "status": decision.status})
-    return Complete(result={"deployed": True, "service": snapshot["service"],
-                            "approvals": [(r.principal, r.level) for r in decision.responses]})  # fmt: skip

@@ -156,7 +156,7 @@ def decisions_page(
         closed = access.recently_closed(session, principal, scan=RECENT_SCAN)
         if view == "mine":
             targets = history.my_targets(session, principal)
-            closed = [v for v in closed if v.interaction.target in targets]
+            closed = [v for v in closed if v.interaction.target in targets or v.names_me]  # and their own
         run_ids = [v.interaction.run_id for v in [*page.items, *closed]]
         runs = access.runs_by_id(session, [*run_ids, *([notice.run_id] if notice and notice.run_id else [])])
         held = team_views.holding(session, principal.id, [v.interaction.id for v in page.items])

@@ -4,7 +4,6 @@ worker that loads them the way ``make run`` does: by the default ``PARKWAY_IMPOR
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ import examples  # noqa: F401  (registered here too: this process's sweep must k
 from parkway.cli_bootstrap import EXAMPLE_TARGET
 from parkway.settings import Settings, get_settings
 from tests.api.conftest import ADMIN, AGENT, HUMAN, Actors, ApiServer, make_actors
-from tests.support import ROOT, Stack, wait_for
+from tests.support import Stack, wait_for
 
 
 @dataclass
@@ -85,14 +84,6 @@ def test_settings__the_examples_are_imported_when_parkway_imports_is_unset(monke
     assert Settings().import_modules == ["examples"]
     monkeypatch.setenv("PARKWAY_IMPORTS", "mine.flows")
     assert Settings().import_modules == ["mine.flows"]
-
-
-def test_readme__its_workflow_is_examples_deploy_verbatim() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## A workflow") :]
-    snippet = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert snippet is not None
-    assert snippet.group(1) == (ROOT / "examples" / "deploy.py").read_text()
 
 
 def test_deploy_example__approved_runs_its_never_tool_once_and_completes(

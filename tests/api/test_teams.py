@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+import examples.release  # noqa: F401  (registers the README's release.request in this process)
 import tests.team_workflows  # noqa: F401  (registers the team workflows in this process)
 from beat.sweep import run_sweep
 from models import history, store
@@ -550,16 +551,14 @@ def test_delegate__under_assignees_only_a_delegate_answers_only_in_an_assignees_
 
 
 def test_readme__a_two_person_approval_with_an_escalation(client: TestClient, actors: Actors) -> None:
-    # Given the README's workflow: two of on-call must approve; after an hour the leads may approve too (the
-    # agent granted on both teams it addresses, as the README says)
-    (ana,) = people(client, actors, 1)
-    (lee,) = people(client, actors, 1, granted=False)
-    leads = f"team:leads-{uuid.uuid4().hex[:6]}"
-    for who in (lee, AGENT):
-        grant = client.post("/v1/grants", json={"principal": who, "target": leads}, headers=actors.auth(ADMIN))
+    # Given the README's workflow (examples/release.py): two of on-call must approve; after an hour the leads
+    # may approve too (the agent granted on both teams it addresses, as the README says; the run on on-call)
+    ana, lee = people(client, actors, 2, granted=False)
+    for who, team in ((ana, "team:oncall"), (lee, "team:leads"), (AGENT, "team:oncall"), (AGENT, "team:leads")):
+        grant = client.post("/v1/grants", json={"principal": who, "target": team}, headers=actors.auth(ADMIN))
         assert grant.status_code == 201, grant.text
-    made = client.post("/v1/runs", json={"workflow": "release.request", "target": TARGET, "payload": {
-        "service": "api", "oncall": TARGET, "leads": leads}}, headers=actors.auth(AGENT))  # fmt: skip
+    made = client.post("/v1/runs", json={"workflow": "release.request", "target": "team:oncall",
+                                         "payload": {"service": "api"}}, headers=actors.auth(AGENT))  # fmt: skip
     assert made.status_code == 201, made.text
     run_id = made.json()["id"]
     drive(run_id)

@@ -32,6 +32,7 @@ from tests.cli.walkthrough import (
     assert_prints,
     steps,
 )
+from tests.docs import snippets
 from tests.pages import conftest as pages
 from tests.pages.browsing import Site, sign_in
 from tests.support import ROOT, wait_for
@@ -144,6 +145,10 @@ def walk_on(
         printed_urls = run_each(shell, walk[6])
         assert f"{README_API}/runs/{first}" in printed_urls  # (as the README shows it)
         see_the_history(site, f"{up.api}/runs/{first}", first, run(first))
+
+    # Past the walkthrough: the README's blocks that run in its terminal, in the README's order (tests/docs)
+    for block in snippets.after_walkthrough():
+        shell.run(block.text)
 
 
 def run_each(shell: Shell, step: Step) -> str:

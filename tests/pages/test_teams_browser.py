@@ -62,3 +62,30 @@ def test_quorum__progress_follows_the_others_approvals_live_and_the_last_approva
     )
     assert site.console_errors() == []
     site.screenshot("teams-run.png")
+
+
+def test_named_approver__follows_the_run_live_to_its_end_and_opens_its_history(site: Site) -> None:
+    # Given a 2-of-n approval on the human's target naming bo, who holds no grant on it, and bo's approval
+    # made on the Decisions page: the page says the run is waiting
+    (bo,) = people(cast(TestClient, site.http), site.actors, 1, granted=False)
+    run_id = site.start("teams.approve", {"target": TARGET, "quorum": 2, "assignees": [bo]})
+    iid = site.wait_pending(run_id)["deploy"]
+    sign_in(site, bo)
+    site.submit(site.card(iid).find_element("css selector", "button.approve"))
+    assert site.css("#notice").text.startswith("Your response to “Allow deploy on prod?” is recorded")
+    assert site.css(f'#notice [data-run="{run_id}"]').text == "waiting"
+    site.wait_live()
+
+    # When the human's approval over the API decides, and the worker completes the run
+    body = {"response_id": "browser-human", "value": {"approved": True}}
+    got = site.http.post(f"/v1/interactions/{iid}/answer", json=body, headers=site.actors.auth(HUMAN))
+    assert got.status_code == 200 and got.json()["status"] == "answered", got.text
+    # Then bo's page follows the run, through its stream, to its completion
+    site.wait(lambda _: site.css(f'#notice [data-run="{run_id}"]').text == "completed", "the run to complete")
+    assert site.run(run_id)["result"]["answered_by"] == HUMAN
+    # And the run's history opens for bo from the notice, listing both approvals
+    site.css(f'#notice a[href="/runs/{run_id}"]').click()
+    site.wait(lambda _: site.browser.current_url.endswith(f"/runs/{run_id}"), "the run's page")
+    listed = site.all(f'[data-team-of="{iid}"] li.response')
+    assert [li.get_attribute("data-principal") for li in listed] == [bo, HUMAN], site.css("main").text[:600]
+    assert site.console_errors() == []

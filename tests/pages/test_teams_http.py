@@ -219,3 +219,54 @@ def test_delegated_place__the_card_and_the_run_page_say_bo_for_ana(client: TestC
     ], page[:3000]  # fmt: skip
     team = _text(re.search(rf'<tr class="team" data-team-of="{iid}">(.*?)</tr>', page, re.S).group(1))  # type: ignore[union-attr]
     assert f"2 of 2 approved: {bo} (for {HUMAN}), {cy}" in team and f"{HUMAN} handed it to {bo}" in team, team
+
+
+def test_run_page__the_people_a_wait_names_read_its_run_and_history_without_a_grant_on_its_target(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a 2-of-n approval on the human's target naming bo (an assignee), opening to cy (an escalation
+    # level, reached), the human's place handed to dee (a delegate): none of them granted on the target
+    bo, cy, dee, eve = people(client, actors, 4, granted=False)
+    team = {"quorum": 2, "assignees": [bo], "escalate": [[300, [cy]]], "expires_in": 3600}
+    run_id = start_driven(client, actors, "teams.approve", {"target": TARGET, **team})
+    iid = interactions(run_id)["deploy"].id
+    handed = client.post(f"/v1/interactions/{iid}/delegate", json={"to": dee}, headers=actors.auth(HUMAN))
+    assert handed.status_code == 200, handed.text
+    pass_time(301)
+    run_sweep()
+    # Then each reads the run's page (the history the Decisions card links to), the run, and its events
+    for who in (bo, cy, dee):
+        sign_in(client, actors.tokens[who])
+        page = client.get(f"/runs/{run_id}")
+        assert page.status_code == 200 and f'data-team-of="{iid}"' in page.text, (who, _text(page.text)[:600])
+        assert client.get(f"/v1/runs/{run_id}", headers=actors.auth(who)).status_code == 200, who
+        events = client.get(f"/v1/runs/{run_id}/events", headers=actors.auth(who))
+        assert events.status_code == 200 and "interaction.escalated" in events.text, (who, events.text[:300])
+    # And someone the wait does not name still reads none of it
+    sign_in(client, actors.tokens[eve])
+    refused = client.get(f"/runs/{run_id}")
+    assert refused.status_code == 403 and "holds no grant on the target of run" in _text(refused.text)
+    assert client.get(f"/v1/runs/{run_id}/events", headers=actors.auth(eve)).status_code == 403
+
+
+def test_recently_decided__lists_each_person_s_own_decision_whatever_their_grants(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a 2-of-n approval on the human's target naming bo, the human's place handed to dee (neither granted)
+    bo, dee = people(client, actors, 2, granted=False)
+    run_id = start_driven(client, actors, "teams.approve", {"target": TARGET, "quorum": 2, "assignees": [bo]})
+    iid = interactions(run_id)["deploy"].id
+    handed = client.post(f"/v1/interactions/{iid}/delegate", json={"to": dee}, headers=actors.auth(HUMAN))
+    assert handed.status_code == 200, handed.text
+    # When bo approves, and dee's approval decides
+    for who, status in ((bo, "pending"), (dee, "answered")):
+        got = client.post(f"/v1/interactions/{iid}/answer", json={"response_id": f"rd-{who}",
+                          "value": {"approved": True}}, headers=actors.auth(who))  # fmt: skip
+        assert got.json()["status"] == status, got.text
+    drive(run_id)
+    # Then "Recently decided" on each one's Decisions page ("for me", the default) lists it, decided by dee
+    for who in (bo, dee):
+        sign_in(client, actors.tokens[who])
+        decided = re.search(r'<section id="decided">(.*?)</section>', client.get(PAGE).text, re.S)
+        assert decided is not None and f'data-interaction="{iid}"' in decided.group(1), (who, decided)
+        assert f"by {dee}" in _text(decided.group(1)), _text(decided.group(1))
