@@ -32,6 +32,7 @@ from api import webhook_metrics
 from models import access, fleet, store
 from models.base import utcnow
 from models.status import ContinuationStatus
+from models.store.sweep import PASSES
 from parkway.db import transaction
 
 log = logging.getLogger("parkway.api")
@@ -106,6 +107,9 @@ def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
         "sweep_rows": CounterMetricFamily(
             "parkway_sweep_rows", "Rows the recovery sweep acted on since the database was made", labels=["category"]
         ),
+        "sweep_passes": CounterMetricFamily(
+            "parkway_sweep_passes", "Recovery sweep passes since the database was made, idle ones too"
+        ),
         "sweep_last_rows": GaugeMetricFamily(
             "parkway_sweep_last_rows", "Rows the last recovery sweep pass acted on", labels=["category"]
         ),
@@ -156,6 +160,9 @@ class DatabaseMetrics(Collector):
         for version, waits in unserved.items():
             families["unserved_by_version"].add_metric([version], waits)
         for row in totals:
+            if row.category == PASSES:
+                families["sweep_passes"].add_metric([], row.total)
+                continue
             families["sweep_rows"].add_metric([row.category], row.total)
             families["sweep_last_rows"].add_metric([row.category], row.last_count)
         passes = [(row.last_at, row.last_duration_s) for row in totals if row.last_at is not None]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from beat import schedule
+from beat.report import SweepReport
 from models import fail_closed, projections, store
 from models.store import Due
 from models.store.seals import seal_next
@@ -24,52 +24,6 @@ from tasks.projection import project, project_quietly
 from tasks.publish import publish, publish_webhooks
 
 log = logging.getLogger("parkway.sweep")
-
-# In the sweep's order: 1 republished + lease_expired, 2 expired, 3 dead + unregistered + revoked (waits whose
-# continuation version no live worker has advertised for the grace, or whose run's owner lost its grant),
-# 4 reviews_interrupted, 5 projections, 6 webhooks (subscriptions behind the event log, published) and
-# webhook_log (delivery log lines past PARKWAY_WEBHOOK_LOG_DAYS, deleted), 7 reminded and escalated (a wait's
-# team timers, docs/teams.md), 8 sealed (events sealed into the event log's next checkpoint, docs/operations.md);
-# errors counts rows skipped.
-CATEGORIES = (
-    "republished",
-    "lease_expired",
-    "expired",
-    "dead",
-    "unregistered",
-    "revoked",
-    "reviews_interrupted",
-    "projections",
-    "webhooks",
-    "webhook_log",
-    "reminded",
-    "escalated",
-    "sealed",
-    "errors",
-)
-
-
-@dataclass
-class SweepReport:
-    """What one pass did, per category, and how long it took."""
-
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
-    duration_s: float = 0.0
-    batch: int = 0
-    published: int = 0  # messages this pass sent
-    queued: int | None = None  # messages the steps and continuations queues held (None: the broker did not say)
-
-    @property
-    def full(self) -> bool:
-        """Some category stopped at its bound: more rows may be due right now."""
-        return any(self.counts[c] >= self.batch for c in CATEGORIES if c != "errors")
-
-    def line(self) -> str:
-        parts = " ".join(f"{k}={v}" for k, v in self.counts.items())
-        return f"sweep pass: {parts} queued={self.queued} duration_ms={self.duration_s * 1000:.1f}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.counts, "duration_s": round(self.duration_s, 4)}
 
 
 def run_sweep(batch: int | None = None) -> SweepReport:
@@ -96,11 +50,12 @@ def run_sweep(batch: int | None = None) -> SweepReport:
         )
     _seal(report, batch=batch)
     report.duration_s = time.monotonic() - started
-    with transaction() as session:
+    with transaction() as session:  # the totals count the pass too (store.PASSES): it is seen there, not in a log
         store.record_sweep(session, report.counts, duration_s=report.duration_s)
-    # A pass that found nothing to do is the idle stack's heartbeat: DEBUG, not a line every few seconds.
-    level = logging.INFO if any(report.counts.values()) else logging.DEBUG
-    log.log(level, report.line(), extra={"action": "sweep", "counts": report.counts})
+    # A pass that found nothing to do is the idle stack's heartbeat: no line (DEBUG only), one sentence otherwise.
+    sentence = report.sentence()
+    log.log(logging.DEBUG if sentence is None else logging.INFO, sentence or report.line(),
+            extra={"action": "sweep", "counts": report.counts})  # fmt: skip
     return report
 
 

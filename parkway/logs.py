@@ -109,9 +109,34 @@ class LinkTokenFilter(logging.Filter):
         return True
 
 
-def setup_logging(level: int = logging.INFO, *, root: bool = False) -> None:
+class QuietTasks(logging.Filter):
+    """Celery's INFO lines about ``tasks`` (a worker's "received", "succeeded in" and "Discarding revoked task" of
+    one that expired in the queue, beat's "Sending due task") as DEBUG lines: a periodic task that found nothing
+    to do is no line at INFO (it says what it did itself)."""
+
+    LOGGERS = ("celery.worker.strategy", "celery.app.trace", "celery.worker.request", "celery.beat")
+
+    def __init__(self, tasks: tuple[str, ...]) -> None:
+        super().__init__()
+        self.tasks = tasks
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or record.name not in self.LOGGERS or not self._about_tasks(record):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+    def _about_tasks(self, record: logging.LogRecord) -> bool:
+        data = getattr(record, "data", None)  # the worker's lines carry their task in ``extra``
+        named = data.get("name") if isinstance(data, dict) else None
+        args = record.args if isinstance(record.args, tuple) else ()  # beat's (entry, task), a discard's (task, id)
+        return named in self.tasks or any(arg in self.tasks for arg in args)
+
+
+def setup_logging(level: int = logging.INFO, *, root: bool = False, quiet_tasks: tuple[str, ...] = ()) -> None:
     """Attach one structured handler (idempotent): to the ``parkway`` logger, or with ``root`` to the
-    root logger so Celery's own lines are structured too. Uvicorn's access lines lose link tokens."""
+    root logger so Celery's own lines are structured too (those about ``quiet_tasks`` at DEBUG). Uvicorn's
+    access lines lose link tokens."""
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, LinkTokenFilter) for f in access.filters):
         access.addFilter(LinkTokenFilter())
@@ -121,6 +146,8 @@ def setup_logging(level: int = logging.INFO, *, root: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(TextFormatter() if sys.stderr.isatty() else JsonFormatter())
     handler.addFilter(ContextFilter())
+    if quiet_tasks:
+        handler.addFilter(QuietTasks(quiet_tasks))
     handler._parkway = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
     logger.setLevel(level)

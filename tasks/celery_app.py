@@ -137,11 +137,12 @@ def _on_import_modules(**_: Any) -> None:
 
 @signals.setup_logging.connect
 def _on_setup_logging(loglevel: Any = None, **_: Any) -> None:
-    """Celery's processes log structured lines too (JSON when not a terminal); Celery adds no handler."""
+    """Celery's processes log structured lines too (JSON when not a terminal); Celery adds no handler. The
+    sweep's own lines are Celery's at DEBUG: an idle pass says nothing, a busy one its sentence (beat/report.py)."""
     from parkway.logs import setup_logging
 
     level = logging.getLevelName(loglevel) if isinstance(loglevel, str) else (loglevel or logging.INFO)
-    setup_logging(level if isinstance(level, int) else logging.INFO, root=True)
+    setup_logging(level if isinstance(level, int) else logging.INFO, root=True, quiet_tasks=(SWEEP,))
 
 
 @signals.worker_init.connect

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -60,13 +59,14 @@ def unavailable(pg_url: str, redis_url: str | None = None) -> str | None:
     return None
 
 
-SWEEP_DONE = re.compile(r"Task parkway\.sweep\[[^\]]+\] succeeded")
+def sweeps_done() -> int:
+    """How many sweep passes this database has seen end, idle ones too (the sweep's totals count them: an idle
+    pass logs nothing)."""
+    from models.store.sweep import PASSES
 
-
-def sweeps_done(log: str) -> int:
-    """How many sweep passes a worker's log shows finished (Celery's line per task: a pass that found
-    nothing to do logs its own summary at DEBUG only)."""
-    return len(SWEEP_DONE.findall(log))
+    with transaction() as session:
+        done = session.execute(text("SELECT total FROM sweep_totals WHERE category = :c"), {"c": PASSES})
+        return int(done.scalar() or 0)
 
 
 def wait_for(condition: Callable[[], T], *, timeout: float = 30.0, sweep: bool = False, what: str = "condition") -> T:
@@ -206,9 +206,10 @@ class Stack:
         return worker
 
     def start_beat(self, *, wait: bool = True, **env: str | None) -> Worker:
-        """A real ``celery beat`` subprocess sending the sweep on its cadence (``wait``: once it sent one)."""
+        """A real ``celery beat`` subprocess sending the sweep on its cadence (``wait``: once it sent one). Its
+        "Sending due task" lines are DEBUG lines (an idle stack logs nothing of its sweeps): it logs at DEBUG."""
         name = f"beat{len(self.workers)}-{uuid.uuid4().hex[:6]}"
-        beat = self._spawn(name, ["beat", "-l", "info", "-s", str(self.logs / f"{name}.schedule")], env)
+        beat = self._spawn(name, ["beat", "-l", "debug", "-s", str(self.logs / f"{name}.schedule")], env)
         if wait:
             wait_for(lambda: "Sending due task" in beat.text() or not beat.alive(), timeout=30, what="beat sending")
         return beat

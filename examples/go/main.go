@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 )
 
@@ -72,7 +73,7 @@ func main() {
 		Name:     fmt.Sprintf("go-triage-%s-%d", host, os.Getpid()),
 		Handlers: map[string]Handler{triageStep: triage(env("PARKWAY_TARGET", "example")), decideKey: decide},
 		WaitS:    20,
-		LeaseS:   30,
+		LeaseS:   leaseS(),
 	}
 	log.SetPrefix("parkway worker " + w.Name + ": ")
 	stop, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -80,6 +81,15 @@ func main() {
 	if err := w.Run(stop); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// leaseS is PARKWAY_LEASE_S, the seconds an item is held before Parkway hands it out again (5..600; 30 unset).
+func leaseS() float64 {
+	s, err := strconv.ParseFloat(env("PARKWAY_LEASE_S", "30"), 64)
+	if err != nil || s < 5 || s > 600 {
+		log.Fatalf("PARKWAY_LEASE_S=%q: a number of seconds from 5 to 600", os.Getenv("PARKWAY_LEASE_S"))
+	}
+	return s
 }
 
 func env(name, fallback string) string {

@@ -18,6 +18,8 @@ from models.store.sql import CONT, RUN, Executor, skip_locked, word
 from models.store.workers import remote_only
 from models.tables import Continuation, Interaction, SweepTotal
 
+# The totals' row that counts passes, idle ones too (an idle pass logs nothing; this is where it is seen).
+PASSES = "passes"
 DUE_COLUMNS = (CONT.c.id, CONT.c.kind, CONT.c.run_id, CONT.c.step_id, CONT.c.name)  # as ``Due``'s fields
 
 
@@ -238,13 +240,11 @@ def expirable_interactions(session: Session, *, batch: int) -> list[str]:
 
 
 def record_sweep(session: Session, counts: dict[str, int], *, duration_s: float) -> None:
-    """Add one pass's counts to the running totals: one upsert of every category."""
-    if not counts:
-        return
+    """Add one pass's counts to the running totals, and the pass to ``PASSES``: one upsert of every category."""
     now = utcnow()
     rows = [
         {"category": category, "total": count, "last_count": count, "last_duration_s": duration_s, "last_at": now}
-        for category, count in counts.items()
+        for category, count in {**counts, PASSES: 1}.items()
     ]
     stmt = pg_insert(SweepTotal).values(rows)
     session.execute(

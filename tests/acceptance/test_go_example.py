@@ -27,6 +27,7 @@ from tests.support import ROOT, TARGET, Stack, Worker, continuations, event_type
 
 EXAMPLE = ROOT / "examples" / "go"
 AGENT, HUMAN, WORKER, ADMIN = "go-agent", "go-ana", "go-worker", "go-root"
+LEASE_S = "5"  # the shortest lease the API grants (the example's default is 30 s): a lost item comes back soon
 
 
 def build(out: Path) -> Path:
@@ -59,7 +60,7 @@ class Triage:
         name = f"go-triage-{uuid.uuid4().hex[:6]}"
         log = self.stack.logs / f"{name}.log"
         env = {**os.environ, "PARKWAY_URL": url or self.server.url, "WORKER_TOKEN": self.tokens[WORKER],
-               "PARKWAY_TARGET": TARGET}  # fmt: skip
+               "PARKWAY_TARGET": TARGET, "PARKWAY_LEASE_S": LEASE_S}  # fmt: skip
         with open(log, "wb") as out:
             proc = subprocess.Popen([str(self.binary)], env=env, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)  # fmt: skip
@@ -210,8 +211,8 @@ def test_go_example__a_park_refused_with_422_mid_rollout__is_left_to_its_lease__
         assert started.status_code == 201, started.text
         run_id = started.json()["id"]
 
-        # Then: not failed; the item went back by its lease (30 s in the example) and its next attempt parked
-        run = triage.wait_run(run_id, worker, left=("running",), timeout=75)
+        # Then: not failed; the item went back by its lease (LEASE_S) and its next attempt parked
+        run = triage.wait_run(run_id, worker, left=("running",), timeout=45)
         assert (run["status"], run["error"]) == ("waiting", None), worker.text()
         assert proxy.answered == 1
         assert [c.attempts for c in continuations(run_id)][:1] == [2]

@@ -1,15 +1,28 @@
 """Structured logs from a real worker: JSON lines (its stderr is not a terminal), ids on every line of
-an execution, no answer values."""
+an execution, no answer values; a sweep pass that found nothing says nothing, one that did says one sentence."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 import pytest
 
+from tasks.celery_app import SWEEP, SWEEP_QUEUE, app
 from tasks.sdk import answer
-from tests.support import HUMAN, Stack, new_response_id, start, wait_parked, wait_status
+from tests.support import (
+    HUMAN,
+    Stack,
+    Worker,
+    new_response_id,
+    pass_time,
+    start,
+    sweeps_done,
+    wait_for,
+    wait_parked,
+    wait_status,
+)
 
 pytestmark = pytest.mark.usefixtures("own_workers")
 
@@ -38,3 +51,36 @@ def test_worker_logs__json_lines_with_ids_and_no_values(stack: Stack) -> None:
     # Celery's own lines are structured too
     assert any(r["logger"].startswith("celery") for r in records)
     assert value not in worker.text()
+
+
+def _records(worker: Worker) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in worker.text().splitlines() if line.startswith("{")]
+
+
+def _about_sweeps(worker: Worker) -> list[str]:
+    """The worker's log lines about sweep passes: the sweep's own, and Celery's about its task."""
+    return [r["message"] for r in _records(worker) if r["logger"] == "parkway.sweep" or f"{SWEEP}[" in r["message"]]
+
+
+def test_sweep_logs__idle_passes_say_nothing__a_pass_that_re_drives_says_one_sentence(stack: Stack) -> None:
+    # Given an idle worker, and its startup pass and five more passes over nothing
+    idle = stack.start_worker(concurrency=1)
+    passes = sweeps_done()
+    wait_for(lambda: sweeps_done() > passes, timeout=30, what="the worker's startup sweep")
+    for _ in range(5):
+        app.send_task(SWEEP, queue=SWEEP_QUEUE)
+    wait_for(lambda: sweeps_done() >= passes + 6, timeout=30, what="six idle sweep passes")
+    # Then its log says nothing about them
+    assert _about_sweeps(idle) == [], idle.text()[-3000:]
+
+    # When a run's start is lost (no worker up, the broker flushed) and a worker starts: its startup pass
+    idle.kill()
+    run_id = start("t.ask_one")
+    stack.flush_broker()
+    pass_time(5)
+    worker = stack.start_worker(concurrency=1)
+    wait_parked(run_id, sweep=False)
+    # Then that pass said what it did, in one sentence
+    first, *_ = _about_sweeps(worker) or [""]
+    assert first.startswith("sweep: re-drove 1 continuation"), worker.text()[-3000:]
+    assert all(line.startswith("sweep: ") for line in _about_sweeps(worker)), _about_sweeps(worker)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import bindparam, select, text
 
-from beat.sweep import MAX_CHAINED_PASSES, SweepReport, continuations_queued, should_chain
+from beat.report import SweepReport
+from beat.sweep import MAX_CHAINED_PASSES, continuations_queued, should_chain
 from models.base import utcnow
 from models.tables import Continuation
 from parkway.db import open_transaction, transaction
@@ -299,9 +300,10 @@ def test_completed_run_keeps_its_terminal_record_across_restart_and_sweeps(stack
     done = wait_status(run_id, "completed")
     history = event_types(run_id)
     worker.kill()
+    passes = sweeps_done()
     # When a worker starts again and its startup sweep has passed, and then an operator's sweep passes
-    restarted = stack.start_worker()
-    wait_for(lambda: sweeps_done(restarted.text()) > 0, timeout=30, what="the restarted worker's startup sweep")
+    stack.start_worker()
+    wait_for(lambda: sweeps_done() > passes, timeout=30, what="the restarted worker's startup sweep")
     result = stack.parkway("sweep", "--once")
     assert result.returncode == 0 and "sweep pass:" in result.stdout
     # Then the run's terminal record, its answer and its event log are as the completion left them

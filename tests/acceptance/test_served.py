@@ -1,5 +1,7 @@
 """One meaning of served (SPEC §6, category 3), with real workers of separate modules: a gap in the fleet
-waits and only the grace interrupts, and the grace counts only time the fleet was up (issue 41)."""
+waits and only the grace interrupts, and the grace counts only time the fleet was up (issue 41). The grace
+passes on the database's clock, the clock the sweep judges it by (``pass_time`` with the fleet down,
+``_up_through_the_grace`` with it up), not in real time."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from sqlalchemy import text
 
 import tests.release_a
 import tests.release_b
+from parkway.db import transaction
 from tasks.sdk import answer
 from tests.support import (
     HUMAN,
@@ -19,6 +22,7 @@ from tests.support import (
     event_types,
     interactions,
     new_response_id,
+    pass_time,
     read_now,
     run_row,
     run_status,
@@ -32,7 +36,7 @@ from tests.support import (
 pytestmark = [pytest.mark.usefixtures("own_workers"), pytest.mark.broker]
 assert tests.release_a and tests.release_b
 
-GRACE_S = "12"  # long enough for a worker to start inside it, short enough to outlast in a test
+GRACE_S = "60"  # long enough for workers and a sweep to start inside it on a loaded host (passed, never waited out)
 SINCE_LAST_SEEN = text(
     "SELECT coalesce(extract(epoch FROM now() - max(last_seen_at)), 0) FROM advertised_versions WHERE key = ANY(:keys)"
 )
@@ -47,7 +51,15 @@ def grace(monkeypatch: pytest.MonkeyPatch) -> Iterator[float]:
 
 
 def _worker(stack: Stack, module: str) -> Worker:
-    return stack.start_worker(PARKWAY_IMPORTS=module, PARKWAY_VERSION_GRACE_S=GRACE_S)
+    return _workers(stack, module)[0]
+
+
+def _workers(stack: Stack, *modules: str) -> list[Worker]:
+    """A worker of each module, started together, once each is ready."""
+    workers = [stack.start_worker(wait=False, PARKWAY_IMPORTS=m, PARKWAY_VERSION_GRACE_S=GRACE_S) for m in modules]
+    for worker in workers:
+        worker.wait_ready()
+    return workers
 
 
 def _down(worker: Worker) -> None:
@@ -61,17 +73,28 @@ def _answer(run_id: str) -> None:
 
 
 def _outlast_the_grace(grace: float, *keys: str) -> None:
-    """No worker is live, and nothing has advertised ``keys`` for longer than the grace (the database's clock)."""
+    """No worker is live, and then the grace passes with the fleet down: nothing has advertised ``keys`` for
+    longer than the grace (the database's clock)."""
     wait_for(lambda: read_now(LIVE) == 0, timeout=30, what="every worker's heartbeat run out")
-    wait_for(lambda: float(read_now(SINCE_LAST_SEEN, keys=list(keys))) > grace + 1, timeout=3 * grace,
-             what="the grace to pass with the fleet down")  # fmt: skip
+    pass_time(grace + 2)
+    assert float(read_now(SINCE_LAST_SEEN, keys=list(keys))) > grace + 1
+
+
+def _up_through_the_grace(seconds: float) -> None:
+    """As though ``seconds`` passed with the fleet up all along: every advertisement and the fleets' returns
+    that much older (``pass_time`` would move the live fleet's presence back too: absent, then back now)."""
+    back = {"s": seconds}
+    with transaction() as session:
+        session.execute(text("UPDATE advertised_versions SET last_seen_at = last_seen_at - make_interval(secs => :s)"),
+                        back)  # fmt: skip
+        session.execute(text("UPDATE fleet_presence SET up_since = up_since - make_interval(secs => :s)"), back)
 
 
 def test_cold_start__after_an_outage_longer_than_the_grace_the_first_module_up_interrupts_nothing_of_another(
     stack: Stack, grace: float
 ) -> None:
     # Given workers of modules A and B holding waits: one of B's is answered while the whole fleet is down
-    a, b = _worker(stack, "tests.release_a"), _worker(stack, "tests.release_b")
+    a, b = _workers(stack, "tests.release_a", "tests.release_b")
     of_a, of_b, answered_b = start("a.ask"), start("b.ask"), start("b.ask")
     for run_id in (of_a, of_b, answered_b):
         wait_parked(run_id, sweep=False)
@@ -125,9 +148,11 @@ def test_a_gap_past_the_grace__a_next_to_a_step_no_live_worker_runs_is_interrupt
 
     # When a run's step hands on to served.second and the grace passes with the fleet up
     run_id = start("served.first", {"n": 1})
+    wait_for(lambda: "step.completed" in event_types(run_id), timeout=30, what="served.first to hand on")
+    _up_through_the_grace(grace + 2)
 
     # Then the run is interrupted with the reason, never failed
-    wait_for(lambda: run_status(run_id) in ("interrupted", "failed"), timeout=6 * grace, sweep=True, what="its end")
+    wait_for(lambda: run_status(run_id) in ("interrupted", "failed"), timeout=30, sweep=True, what="its end")
     run = run_row(run_id)
     assert (run.status, run.error) == ("interrupted", None)
     assert (run.reason or "").startswith("step served.second: no live worker has advertised it since"), run.reason

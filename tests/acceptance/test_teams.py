@@ -237,10 +237,10 @@ def test_escalation__expires_after_the_last_level_and_the_step_resumes_with_expi
 
 
 def _sweep_in(worker: Worker) -> None:
-    """One sweep pass run by ``worker`` (the only one consuming): sent, and waited for in its log."""
-    done = sweeps_done(worker.text())
+    """One sweep pass run by ``worker`` (the only one consuming): sent, and waited for in the sweep's totals."""
+    done = sweeps_done()
     app.send_task(SWEEP, queue=SWEEP_QUEUE)
-    wait_for(lambda: sweeps_done(worker.text()) > done, timeout=30, what="a sweep pass of the worker")
+    wait_for(lambda: sweeps_done() > done, timeout=30, what="a sweep pass of the worker")
 
 
 def test_timers__a_worker_ten_minutes_ahead_writes_reminders_and_levels_by_the_database_clock(

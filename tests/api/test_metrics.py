@@ -10,7 +10,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
-from beat.sweep import CATEGORIES, run_sweep
+from beat.report import CATEGORIES
+from beat.sweep import run_sweep
 from models import store
 from models.tables import Review
 from parkway.db import transaction
@@ -82,6 +83,7 @@ def test_metrics__queue_length_oldest_ready_and_sweep_totals_with_no_worker(clie
     # When a sweep pass finds the ready continuation stale and its message lost, it publishes it again and
     # records its totals (while its message waits in the queue, it would leave it: docs/operations.md)
     republished_before = value(samples, "parkway_sweep_rows_total", category="republished") or 0
+    passes_before = value(samples, "parkway_sweep_passes_total") or 0
     pass_time(30)
     assert run_sweep().counts["republished"] == 0
     stack.flush_broker()
@@ -95,6 +97,7 @@ def test_metrics__queue_length_oldest_ready_and_sweep_totals_with_no_worker(clie
         == republished_before + (report.counts["republished"])
     )
     assert abs((value(after, "parkway_sweep_last_timestamp_seconds") or 0) - time.time()) < 30
+    assert (value(after, "parkway_sweep_passes_total") or 0) >= passes_before + 2  # idle passes are counted too
     assert (value(after, "parkway_sweep_last_duration_seconds") or -1) >= 0
     assert value(after, "parkway_queue_length", queue=STEPS_QUEUE) == 1  # the lost message, sent again
     # The publish age restarted with the re-publish; the continuation's own age did not

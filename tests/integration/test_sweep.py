@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import DBAPIError
 
-from beat.sweep import SweepReport, queued, run_sweep
+from beat.report import SweepReport
+from beat.sweep import queued, run_sweep
 from models import store
 from models.base import utcnow
 from models.tables import Continuation, Grant, Step
