@@ -98,7 +98,7 @@ def span(
     """A span around the block, current inside it; ``None`` when tracing is off. ``follows``: stored
     contexts it links to (the first is its parent under ``PARKWAY_TRACE_WAITS=parent``); ``root``: a new
     trace (a resume, a sweep's re-drive) rather than a child of the current span. An exception ends it
-    with an error status."""
+    with an error status naming its type."""
     if not on():
         yield None
         return
@@ -110,8 +110,21 @@ def span(
         context = trace.set_span_in_context(trace.INVALID_SPAN)
     attrs = {f"parkway.{k}": v for k, v in attributes.items() if v is not None}
     with _state["tracer"].start_as_current_span(name, context=context, kind=KINDS[kind], attributes=attrs,
-                                                links=links(*stored)) as current:  # fmt: skip
-        yield current
+                                                links=links(*stored), record_exception=False,
+                                                set_status_on_exception=False) as current:  # fmt: skip
+        try:
+            yield current
+        except Exception as exc:  # its type only: an exception's text may quote a value
+            current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+
+
+def follow(*traceparents: str | None) -> None:
+    """Links added to the current span once what it follows is read (a claim reads the stored contexts)."""
+    if on():
+        current = trace.get_current_span()
+        for link in links(*dict.fromkeys(traceparents)):
+            current.add_link(link.context)
 
 
 def annotate(**attributes: Any) -> None:

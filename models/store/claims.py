@@ -42,6 +42,7 @@ class Claim:
     answers: dict[str, Answer]  # the step's interactions by key (sealed values still sealed)
     # When traced: what made it due, the execution that claimed it before (a re-drive), then its parks.
     follows: tuple[str | None, ...] = ()
+    waited_s: float | None = None  # a resume: from its park to the last answer it resumes on
 
 
 def claimable() -> Any:
@@ -125,6 +126,7 @@ def _claim_context(claimed: Any = None) -> Any:
         INTER.c.answered_level.label("i_answered_level"),
         case((INTER.c.quorum > 1, _RESPONSES), else_=None).label("i_responses"),
         INTER.c.traceparent.label("i_traceparent"),
+        INTER.c.created_at.label("i_asked_at"),
     ]
     joined = (
         STEP.join(RUN, RUN.c.id == STEP.c.run_id)
@@ -241,7 +243,14 @@ def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]])
         review_running=bool(row.review_running),
         answers=answers,
         follows=(row.made_by, row.claimed_before, *sorted({i.i_traceparent for i in rows if i.i_traceparent})),
+        waited_s=_waited(rows),
     )
+
+
+def _waited(rows: Sequence[Row[Any]]) -> float | None:
+    asked = [i.i_asked_at for i in rows if i.i_asked_at is not None]
+    answered = [i.i_answered_at for i in rows if i.i_answered_at is not None]
+    return (max(answered) - min(asked)).total_seconds() if asked and answered else None
 
 
 def _responses(i: Row[Any]) -> list[Response]:

@@ -34,7 +34,7 @@ class _Bind:
     default: Any
     required: bool
     process: Processor | None
-    compute: Callable[[], Any] | None = None  # a column's Python default (a CTE's insert): called per execution
+    compute: Callable[[], Any] | None = None  # a ``callable_`` bind's: called per execution
 
 
 @dataclass(frozen=True)
@@ -49,17 +49,14 @@ def _plan(statement: Select[Any], dialect: Dialect) -> _Plan:
     compiled = statement.compile(dialect=dialect)
     assert isinstance(compiled, SQLCompiler)
     binds: dict[str, _Bind] = {}
-    computed = {c.key: c.default.arg for c in compiled.insert_prefetch if c.default is not None}  # arg(context)
     for bind, name in compiled.bind_names.items():
         if f"%({name})s" not in compiled.string:  # a name the dialect escaped, or a parameter rendered later
             raise ValueError(f"bind {name!r} is not sent as named: not a driver statement")
         if name not in binds:
             process = bind.type.dialect_impl(dialect).bind_processor(dialect)
-            default = computed.get(name)
-            compute = bind.callable or (None if default is None else lambda arg=default: arg(None))
-            binds[name] = _Bind(
-                name, None if bind.callable else bind.value, bind.required and compute is None, process, compute
-            )
+            compute = bind.callable  # a value read at each execution (the current trace's: models/store/sql.py)
+            binds[name] = _Bind(name, None if compute else bind.value, bind.required and compute is None, process,
+                                compute)  # fmt: skip
     columns = list(statement.selected_columns)
     results = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns)
     return _Plan(
