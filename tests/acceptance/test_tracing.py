@@ -21,11 +21,14 @@ from models.tables import Continuation, Event, Interaction
 from parkway.db import transaction
 from tests.acceptance.conftest import remote_principals
 from tests.acceptance.otlp_receiver import Receiver, Span
+from tests.acceptance.test_typescript_client import build
 from tests.acceptance.trace_workflows import ASK
 from tests.api.conftest import ApiServer
+from tests.pages.conftest import Forms
 from tests.support import ROOT, TARGET, Stack, child_env, pass_time, wait_for, wait_status
 
 CONSUMER, SERVER = 5, 2
+TRACE_URL = "https://jaeger.example/trace/{trace_id}"
 CODE = "493817"  # the sensitive answer: never in an exported byte
 IMPORTS = f"{os.environ.get('PARKWAY_IMPORTS', 'tests.workflows')},tests.acceptance.trace_workflows"
 
@@ -63,7 +66,9 @@ class Traced:
 def traced(stack: Stack) -> Iterator[Traced]:
     receiver = Receiver().start()
     env = {**receiver.env(), "PARKWAY_IMPORTS": IMPORTS}
-    api = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-traced.log").start(**env)
+    api = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-traced.log").start(
+        PARKWAY_TRACE_URL=TRACE_URL, **env
+    )
     worker = stack.start_worker(**env)
     try:
         with api.client() as http:
@@ -90,6 +95,17 @@ def _parked(run_id: str) -> Interaction:
 def _event_traces(run_id: str) -> dict[str, str | None]:
     with transaction() as session:
         return {e.type: e.trace_id for e in session.scalars(select(Event).where(Event.run_id == run_id)).all()}
+
+
+def _run_page(t: Traced, run_id: str) -> str:
+    """The run's page as a signed-in person sees it."""
+    with httpx.Client(base_url=t.http.base_url, timeout=30) as browser:
+        login = Forms(browser.get("/decisions").text).forms["/decisions/login"]
+        signed = browser.post("/decisions/login", data={**login, "token": t.tokens["tr-human"]})
+        assert signed.status_code == 303, signed.text
+        page = browser.get(f"/runs/{run_id}")
+        assert page.status_code == 200, page.text
+        return page.text
 
 
 def _ids(traceparent: str | None) -> tuple[str, str]:
@@ -158,10 +174,15 @@ def test_a_decision__its_spans_attributes_and_links_across_the_wait(traced: Trac
     assert tool.attributes["parkway.possibly_ran"] is False and tool.attributes["parkway.replayed"] is False
     assert _in_trace(t, resume.trace_id, "parkway.commit").attributes["parkway.outcome"] == "Complete"
 
-    # Each event carries the trace of the change it records
+    # Each event carries the trace of the change it records: stored, in the API's events, on the run page
     traces = _event_traces(run_id)
     assert traces["run.created"] == start.trace_id and traces["step.parked"] == step.trace_id
     assert traces["interaction.answered"] == won.trace_id and traces["run.completed"] == resume.trace_id
+    listed = t.http.get(f"/v1/runs/{run_id}/events", headers=t.auth("tr-agent")).json()["items"]
+    assert {e["type"]: e["trace_id"] for e in listed} == traces
+    page = _run_page(t, run_id)
+    for trace_id in (start.trace_id, step.trace_id, won.trace_id, resume.trace_id):
+        assert f'href="{TRACE_URL.format(trace_id=trace_id)}"' in page, trace_id
 
     # And no exported byte holds the sensitive answer, or a token
     exported = b"".join(t.receiver.raw)
@@ -214,6 +235,36 @@ def test_a_worker_killed_in_a_body__the_redrive_links_to_the_first_attempt(trace
     (redrive,) = t.receiver.named("parkway.resume_step", **{"parkway.run_id": run_id})
     assert _ids(first.claimed_trace) in redrive.links, (first.claimed_trace, redrive.links)
     assert redrive.attributes["parkway.attempt"] == 2
+
+
+def test_a_remote_typescript_worker__continues_the_trace_it_leased(traced: Traced) -> None:
+    t = traced
+    build()  # the TypeScript client's package (make decides whether it is stale)
+    env = {**os.environ, "PARKWAY_URL": str(t.http.base_url), "PARKWAY_TOKEN": t.tokens["tr-worker"]}
+    agent = subprocess.Popen(["node", "tests/acceptance/trace_agent.mjs"], cwd=ROOT, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        assert agent.stdout is not None and agent.stdout.readline().strip() == "ready"
+        # A decision whose continuation only the TypeScript worker serves
+        run_id = t.start({"continuation": "trace.remote@1"})
+        wait = _parked(run_id)
+        assert t.answer(wait.id).status_code == 200
+        wait_status(run_id, "completed", sweep=False)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
+    # The item was handed out in a span of a new trace, linked to the park's and the answer's
+    lease = t.span("parkway.lease", **{"parkway.run_id": run_id})
+    won = t.span("parkway.answer", **{"parkway.interaction_id": wait.id})
+    assert {_ids(_waits(run_id)[0].traceparent), (won.trace_id, won.span_id)} <= set(lease.links)
+
+    # And the worker's calls on its lease (its tool call's intent and outcome, its completion) continue it
+    def calls() -> set[str]:
+        return {s.attributes.get("http.route", "") for s in t.receiver.spans
+                if s.kind == SERVER and s.trace_id == lease.trace_id and s.parent == lease.span_id}  # fmt: skip
+
+    wanted = {"/v1/worker/leases/{lease_id}/tools", "/v1/worker/leases/{lease_id}/complete"}
+    wait_for(lambda: wanted <= calls(), timeout=30, what=f"the worker's calls in the lease's trace: {calls()}")
 
 
 PROBE_SETUP = """

@@ -20,7 +20,7 @@ SCHEMA = {
 @step(ASK)
 def ask(ctx: Context, payload: dict[str, Any]) -> Park:
     question = Question(key="otp", prompt="Your code?", schema=SCHEMA, target="team:ops", sensitive=["otp"])
-    return Park(continuation=f"{DONE}@1", snapshot=payload, interactions=[question])
+    return Park(continuation=payload.get("continuation", f"{DONE}@1"), snapshot=payload, interactions=[question])
 
 
 @continuation(DONE, version=1)
