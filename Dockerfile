@@ -17,7 +17,7 @@ COPY beat ./beat
 COPY api ./api
 COPY migrations ./migrations
 COPY examples ./examples
-RUN pip install . && cd / && rm -rf /src
+RUN pip install ".[otel]" && cd / && rm -rf /src
 
 # A non-root user owning /data: beat's schedule file and the run workspaces (a volume) live there.
 WORKDIR /data

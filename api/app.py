@@ -36,6 +36,7 @@ from api.routes import (
     worker_protocol,
     workers,
 )
+from parkway import tracing
 from parkway.logs import setup_logging
 from parkway.settings import get_settings
 from parkway.startup import start_problem
@@ -100,6 +101,15 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     beating.cancel()
 
 
+def traced(app: FastAPI) -> None:
+    """When ``OTEL_*`` asks (docs/operations.md "Tracing"): a SERVER span per request (the maintained
+    FastAPI instrumentation, which continues a caller's ``traceparent``), around Parkway's own spans."""
+    if tracing.setup("parkway-api"):
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+        FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
+
+
 def create_app() -> FastAPI:
     app = FastAPI(
         title="Parkway",
@@ -113,6 +123,7 @@ def create_app() -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware)  # every request is observed, refused ones too
     app.add_middleware(StartupGuard)  # outermost: the lifespan's startup is checked before anything runs
+    traced(app)
     for module in (
         runs,
         interactions,

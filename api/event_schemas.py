@@ -95,6 +95,9 @@ class EventBase(BaseModel):
     seq: int = Field(description="the event's position in the log; the stream's `id:`")
     run_id: str
     at: datetime
+    trace_id: str | None = Field(
+        default=None, description='the trace of the change it records, when traced (docs/operations.md "Tracing")'
+    )
 
 
 class RunEvent(EventBase):
@@ -187,9 +190,8 @@ _ADAPTER: TypeAdapter[TypedEvent] = TypeAdapter(AnyEvent)
 
 def event_out(event: Event) -> TypedEvent:
     """The typed model of a stored event."""
-    return _ADAPTER.validate_python(
-        {"seq": event.seq, "run_id": event.run_id, "type": event.type, "at": event.at, "data": event.data or {}}
-    )
+    fields = {"seq": event.seq, "run_id": event.run_id, "type": event.type, "at": event.at, "data": event.data or {}}
+    return _ADAPTER.validate_python({**fields, "trace_id": event.trace_id})
 
 
 def sse_item_schema() -> dict[str, Any]:

@@ -79,6 +79,11 @@ class ItemOut(BaseModel):
     snapshot: Any = Field(None, description="what the parked step kept for its continuation (resume)")
     answers: dict[str, AnswerOut] | None = Field(None, description="the step's interactions by key (resume)")
     lease_expires_at: datetime
+    traceparent: str | None = Field(
+        None,
+        description='when Parkway traces (docs/operations.md "Tracing"): the W3C trace context the item was '
+        "handed out in; send it back as the `traceparent` header of this lease's calls to continue its trace",
+    )
 
 
 class LeasePage(BaseModel):

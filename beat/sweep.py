@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from beat import schedule
@@ -16,6 +17,7 @@ from beat.report import SweepReport
 from models import fail_closed, projections, store
 from models.store import Due
 from models.store.seals import seal_next
+from parkway import tracing
 from parkway.crash import crash_point
 from parkway.db import database_unavailable, failure_line, single_statement, transaction
 from parkway.settings import get_settings
@@ -41,7 +43,8 @@ def run_sweep(batch: int | None = None) -> SweepReport:
     to_publish += _stale_ready(report, batch=batch, older_than_s=settings.reenqueue_after_s)
     _stranded_reviews(report, batch=batch)
     _team_timers(report, batch=batch)
-    report.published = _publish_batch(to_publish)
+    with _traced(report, to_publish):
+        report.published = _publish_batch(to_publish)
     _projections(report, batch=batch)
     _webhooks(report, batch=batch, republish_after_s=settings.reenqueue_after_s)
     with transaction() as session:
@@ -57,6 +60,15 @@ def run_sweep(batch: int | None = None) -> SweepReport:
     log.log(logging.DEBUG if sentence is None else logging.INFO, sentence or report.line(),
             extra={"action": "sweep", "counts": report.counts})  # fmt: skip
     return report
+
+
+def _traced(report: SweepReport, to_publish: list[Due]) -> Any:
+    """A pass that re-drives or interrupted something is a span of its own (a new trace; an idle pass none),
+    its counts as attributes; each re-driven execution links to the attempt before it (its claim reads it)."""
+    if not (to_publish or any(report.counts.values())):
+        return nullcontext()
+    counts = " ".join(f"{name}={n}" for name, n in report.counts.items() if n)
+    return tracing.span("parkway.sweep", root=True, redriven=",".join(d.id for d in to_publish) or None, swept=counts)
 
 
 def _publish_batch(items: list[Due]) -> int:

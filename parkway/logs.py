@@ -12,6 +12,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
+from parkway import tracing
+
 _FIELDS = (
     "action",
     "run_id",
@@ -22,6 +24,8 @@ _FIELDS = (
     "task_id",
     "outcome",
     "counts",
+    "trace_id",
+    "span_id",
 )
 
 
@@ -62,6 +66,9 @@ class ContextFilter(logging.Filter):
         for name, value in (_context.get() or {}).items():
             if not hasattr(record, name):
                 setattr(record, name, value)
+        traced = tracing.ids()  # the current span's, when traced
+        if traced is not None and not hasattr(record, "trace_id"):
+            record.trace_id, record.span_id = traced
         return True
 
 

@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     max_attempts: int = Field(default=5, ge=1)
     # How long no live worker may advertise a version before the work on it fails closed (a rolling deploy).
     version_grace_s: float = Field(default=600.0, ge=0)
+    # A link from a run page's event to its trace: a template such as https://jaeger.example/trace/{trace_id}.
+    trace_url: str = ""
     worker_heartbeat_s: float = Field(default=10.0, gt=0)  # a worker is live for 3 heartbeats after each
     # A remote worker (docs/worker-protocol.md) is live this long after each of its lease calls.
     remote_worker_ttl_s: float = Field(default=60.0, gt=0)

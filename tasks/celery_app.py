@@ -14,7 +14,7 @@ from celery import Celery, signals
 from celery.utils.nodenames import worker_direct
 from kombu.entity import Exchange, Queue
 
-from parkway import fsbroker
+from parkway import fsbroker, tracing
 from parkway.errors import ConfigError
 from parkway.settings import Settings, get_settings
 
@@ -211,6 +211,12 @@ def _on_child_start(**_: Any) -> None:
     from parkway.db import reset_engine
 
     reset_engine()
+    tracing.setup("parkway-worker")  # in the child (docs/operations.md "Tracing"): nothing unless OTEL_* asks
+
+
+@signals.worker_process_shutdown.connect
+def _on_child_end(**_: Any) -> None:
+    tracing.flush()  # the spans still batched
 
 
 @signals.worker_ready.connect

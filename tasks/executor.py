@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from models import store
+from models.outcome import Park
 from models.status import RUN_TERMINAL
 from models.store import Claim
+from parkway import tracing
 from parkway.crash import crash_point
 from parkway.db import single_statement
 from parkway.logs import bind
@@ -49,7 +52,18 @@ def claim(continuation_id: str, execution_id: str, lease_s: float, extra: Extra)
         return _unclaimed(continuation_id, max_attempts, extra)
     extra.update(run_id=claimed.run_id, step_id=claimed.step.id)
     bind(run_id=claimed.run_id, step_id=claimed.step.id)
+    traced(claimed)
     return claimed if drivable(claimed, execution_id, extra) else "dead"
+
+
+def traced(claimed: Claim) -> None:
+    """The execution's span names what it runs and links to what it follows: what made it due (a run's
+    start, an answer), the execution that claimed it before (a re-drive), the parks it resumes."""
+    row = claimed.continuation
+    tracing.follow(*claimed.follows)
+    tracing.annotate(run_id=claimed.run_id, step_id=claimed.step.id, step=claimed.step.name, kind=row.kind,
+                     continuation=row.name, attempt=row.attempts, principal=claimed.owner_name,
+                     waits=",".join(claimed.answers) or None, waited_s=claimed.waited_s)  # fmt: skip
 
 
 def drivable(claimed: Claim, execution_id: str, extra: Extra) -> bool:
@@ -147,19 +161,30 @@ def commit(
     what it made due is published (a remote one is leased, not published) and the run it ended projected.
     ``None`` when the claim was lost before the commit: another execution owns the work, nothing was written."""
     crash_point("resume.before_commit")
-    committed = store.commit_outcome(claimed, outcome, execution_id=execution_id, reviews_started=reviews_started,
-                                     in_commit=in_commit, completion=completion,
-                                     raise_refused=raise_refused)  # fmt: skip
+    with tracing.span("parkway.commit", outcome=named(outcome)), parked(outcome):
+        committed = store.commit_outcome(claimed, outcome, execution_id=execution_id, reviews_started=reviews_started,
+                                         in_commit=in_commit, completion=completion,
+                                         raise_refused=raise_refused)  # fmt: skip
     if committed is None:
         log.info("claim lost before commit; another execution owns it", extra={**extra, "action": "commit"})
         return None
     bind(outcome=named(committed.outcome))
+    tracing.annotate(outcome=named(committed.outcome))
     log.debug("committed %s", named(committed.outcome), extra={**extra, "action": "commit"})
     crash_point("resume.after_commit")
     publish([c for c in committed.due if not c.remote], retry=False)  # once: the sweep relays a lost publish
     if committed.ended is not None:
         project_soon(committed.ended)
     return committed
+
+
+def parked(outcome: store.StepOutcome) -> Any:
+    """A Park's span, around its commit and ended with it (no span stays open across a wait): each wait
+    stores its context, for whatever resumes it to link to."""
+    if not isinstance(outcome, Park):
+        return nullcontext()
+    keys = ",".join(i.key for i in outcome.interactions)
+    return tracing.span("parkway.park", waits=keys, continuation=outcome.continuation)
 
 
 def unsealed(answers: dict[str, Any]) -> dict[str, Any]:

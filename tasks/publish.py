@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from functools import cache
+from typing import Any
 
 from celery.utils.nodenames import worker_direct
 from kombu.exceptions import OperationalError
 
 from models.store import PUSH_NODE, Due
+from parkway import tracing
 from parkway.crash import crash_point
 from tasks.celery_app import (
     CONTINUATIONS_QUEUE,
@@ -27,6 +29,7 @@ log = logging.getLogger("parkway.publish")
 
 # The message header of a delivery handed on by a worker that does not run its version (tasks.worker).
 HANDED_ON = "parkway_handed_on"
+TRACEPARENT = "traceparent"  # a message header: the publishing span, when traced
 
 
 Item = Due | tuple[str, str]  # a continuation made due, or only its (id, kind)
@@ -70,7 +73,11 @@ def publish(
     sent = 0
     broker_errors = _broker_errors()
     pushed = node is not None and node.startswith(PUSH_NODE)
-    to, headers = (worker_direct(node), {HANDED_ON: True}) if node and not pushed else (None, None)
+    headers: dict[str, Any] = {HANDED_ON: True} if node and not pushed else {}
+    to = worker_direct(node) if headers else None
+    context = tracing.traceparent()  # the publishing span's, a parent for PARKWAY_TRACE_WAITS=parent
+    if context is not None:
+        headers[TRACEPARENT] = context
     for last_try in (False, True):
         reused, dropped = False, (OperationalError,)
         try:
@@ -87,7 +94,7 @@ def publish(
                     if pushed:
                         name, queue = PUSH_STEP, PUSH_QUEUE
                     app.send_task(name, args=[continuation_id], queue=to or queue, producer=producer, retry=retry,
-                                  headers=headers, **reprs)  # fmt: skip
+                                  headers=headers or None, **reprs)  # fmt: skip
                     sent += 1
                     if sent == 1 and after_first is not None:
                         after_first()

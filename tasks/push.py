@@ -37,6 +37,7 @@ from models import store
 from models.base import utcnow
 from models.jsonsafe import storable_text
 from models.outcome import OUTCOME, Fail, Outcome
+from parkway import tracing
 from parkway.crypto import unseal
 from parkway.db import single_statement, transaction
 from parkway.errors import InvalidOutcome
@@ -44,6 +45,7 @@ from parkway.netguard import Exposed
 from parkway.settings import get_settings
 from tasks import executor
 from tasks.celery_app import PUSH_STEP, app
+from tasks.publish import TRACEPARENT
 from tasks.remote import Item, digest, item_of
 from tasks.serving import sent_outcome
 from tasks.webhook_http import PHASES, Connections, Sent, client, post
@@ -71,8 +73,11 @@ def message_id(continuation_id: str) -> str:
 
 @app.task(name=PUSH_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def push_step(continuation_id: str) -> str:
-    """POST one continuation to the push handler that serves it; commit what it answers (exactly once)."""
-    return push(continuation_id)
+    """POST one continuation to the push handler that serves it; commit what it answers (exactly once). In a
+    span as a Celery worker's execution (``tasks.worker``); the item POSTed carries its ``traceparent``."""
+    with tracing.span(PUSH_STEP, kind="consumer", root=True, follows=(push_step.request.get(TRACEPARENT),),
+                      continuation_id=continuation_id):  # fmt: skip
+        return push(continuation_id)
 
 
 def push(continuation_id: str) -> str:
@@ -111,7 +116,7 @@ def _post(claim: store.Claim, target: store.Target, lease_id: str, lease_s: floa
     """POST the claimed continuation's item to its handler, signed; ``Exposed`` (nothing sent) when it holds
     sensitive values that the handler's URL may not receive (``webhook_http.post``, ``confidential``)."""
     sensitive = any(answer.sealed is not None for answer in claim.answers.values())  # item_of unseals them
-    item = item_of(claim, lease_id, utcnow() + timedelta(seconds=lease_s))
+    item = item_of(claim, lease_id, utcnow() + timedelta(seconds=lease_s), traceparent=tracing.traceparent())
     return post(_http(), target.url, secrets=[unseal(target.secret_sealed)],
                 msg_id=message_id(claim.continuation.id), body=_ITEM.dump_json(item), max_bytes=MAX_ANSWER_BYTES,
                 agent="parkway-push", confidential=sensitive)  # fmt: skip

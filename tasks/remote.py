@@ -19,6 +19,7 @@ from models import journal, store
 from models.outcome import OUTCOME, Outcome
 from models.status import RUN_TERMINAL, ContinuationKind, ToolPhase
 from models.tables import ToolCall
+from parkway import tracing
 from parkway.db import read_statement, single_statement, transaction
 from parkway.errors import InvalidOutcome, LeaseLost, NotFound, RunEnded
 from parkway.settings import get_settings
@@ -90,6 +91,7 @@ class Item:
     snapshot: Any
     answers: dict[str, dict[str, Any]] | None
     lease_expires_at: datetime
+    traceparent: str | None = None  # the span it was handed out in, when traced: the worker continues it
 
 
 def lease_due(ask: Ask) -> list[Item]:
@@ -104,17 +106,26 @@ def lease_due(ask: Ask) -> list[Item]:
         leased = store.lease(conn, holder=ask.principal_id, steps=steps, continuations=continuations, n=ask.n,
                              lease_s=ask.lease_s, max_attempts=settings.max_attempts)  # fmt: skip
     return [
-        item_of(held.claim, held.lease_id, held.lease_expires_at)
+        handed_out(held.claim, held.lease_id, held.lease_expires_at)
         for held in leased
         if executor.drivable(held.claim, held.lease_id, _extra(held.claim.continuation.id, held.lease_id))
     ]
+
+
+def handed_out(claim: store.Claim, lease_id: str, lease_expires_at: datetime) -> Item:
+    """``item_of`` in a span of its own (a new trace, linked as a Celery execution's: ``executor.traced``),
+    ended as the item is handed out; the item carries its ``traceparent``, which the worker sends back on
+    its lease's calls, so they continue that trace."""
+    with tracing.span("parkway.lease", kind="consumer", root=True, follows=claim.follows, lease_id=lease_id):
+        executor.traced(claim)
+        return item_of(claim, lease_id, lease_expires_at, traceparent=tracing.traceparent())
 
 
 def _extra(continuation_id: str, lease_id: str) -> executor.Extra:
     return {"continuation_id": continuation_id, "execution_id": lease_id}
 
 
-def item_of(claim: store.Claim, lease_id: str, lease_expires_at: datetime) -> Item:
+def item_of(claim: store.Claim, lease_id: str, lease_expires_at: datetime, traceparent: str | None = None) -> Item:
     """The item of a claimed continuation, its answers unsealed (for a lease call, or a push's POST)."""
     row = claim.continuation
     resume = row.kind == ContinuationKind.RESUME
@@ -135,7 +146,7 @@ def item_of(claim: store.Claim, lease_id: str, lease_expires_at: datetime) -> It
                 attempt=max(row.attempts, 1), name=name, version=int(version) if resume and version else None,
                 key=row.name, payload=None if resume else claim.step.payload,
                 snapshot=claim.step.snapshot if resume else None, answers=answers if resume else None,
-                lease_expires_at=lease_expires_at)  # fmt: skip
+                lease_expires_at=lease_expires_at, traceparent=traceparent)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- a lease's calls

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from models import journal, store
 from models.status import InteractionStatus, ToolPhase, ToolReplay
 from models.tables import Interaction
+from parkway import tracing
 from parkway.crash import crash_point
 from parkway.errors import WorkflowError
 from tasks import registry
@@ -56,7 +57,14 @@ def run_tool(
     run: Callable[[], Any],
     permissions: Sequence[Permission] = (),
 ) -> Any:
-    """Journal, authorize and run one side effect; returns what ``run`` returned (now or before a crash)."""
+    """Journal, authorize and run one side effect; returns what ``run`` returned (now or before a crash).
+    In its span: the tool, its key and replay class, and whether it ran now, was replayed, or possibly ran."""
+    with tracing.span("parkway.tool", tool=name, key=key, replay=replay):
+        return _journaled(ctx, name, key, args, replay, run, permissions)
+
+
+def _journaled(ctx: Context, name: str, key: str, args: Any, replay: str, run: Callable[[], Any],
+               permissions: Sequence[Permission]) -> Any:  # fmt: skip
     if replay not in REPLAY_CLASSES:
         raise WorkflowError(f"tool call {key}: replay must be 'safe' or 'never', not {replay!r}")
     if not key or key in ctx.tool_keys:
@@ -105,6 +113,8 @@ def run_tool(
         elif not journal.start_executing(session, call_id, created=created, replay=replay):
             # An earlier execution recorded the intent and died before the outcome: it may have run.
             signal = PossiblyRan(f"tool call {key} ({name}) may have run before a crash; it is not run again")
+    tracing.annotate(phase=str(phase), replayed=settled is not None,
+                     possibly_ran=isinstance(signal, PossiblyRan) or bool(settled and settled[2]))  # fmt: skip
     if settled is not None:
         return _replay(*settled, key=key)
     if signal is not None:

@@ -15,6 +15,7 @@ from typing import Any
 from models import store
 from models.jsonsafe import storable_text
 from models.status import ContinuationKind
+from parkway import tracing
 from parkway.db import database_unavailable, failure_line, single_statement
 from parkway.errors import NotRegistered, WorkflowError
 from parkway.logs import bind, bound, in_context
@@ -29,7 +30,7 @@ from tasks.outcomes import (
     check_outcome,
     interaction_specs,
 )
-from tasks.publish import HANDED_ON, publish
+from tasks.publish import HANDED_ON, TRACEPARENT, publish
 from tasks.sdk import Context
 from tasks.serving import unanswerable
 from tasks.tools import RERUN, RERUN_VERSION, ParkForPermission
@@ -44,18 +45,26 @@ Result = Outcome | store.Interruption  # an Interruption: not the workflow's ver
 @app.task(name=RUN_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_step(continuation_id: str) -> str:
     """Run a step body for its start continuation (exactly one commit)."""
-    return _drive(continuation_id, handed_on=bool(run_step.request.get(HANDED_ON)))
+    return _drive(RUN_STEP, continuation_id, run_step.request)
 
 
 @app.task(name=RESUME_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def resume_step(continuation_id: str) -> str:
     """Resume a parked step through its versioned continuation (exactly one commit)."""
-    return _drive(continuation_id, handed_on=bool(resume_step.request.get(HANDED_ON)))
+    return _drive(RESUME_STEP, continuation_id, resume_step.request)
 
 
-def _drive(continuation_id: str, *, handed_on: bool) -> str:
-    """``execute``; a database that failed under it (an outage, a restart) is one warning line, not a
-    traceback: nothing was committed, and the sweep publishes the continuation again once it is reachable."""
+def _drive(task: str, continuation_id: str, request: Any) -> str:
+    """``execute`` in the delivery's span (a new trace: what it follows is linked once the claim reads it;
+    ``PARKWAY_TRACE_WAITS=parent``: the child of the span that published it); a database that failed under
+    it (an outage, a restart) is one warning line, not a traceback: nothing was committed, and the sweep
+    publishes the continuation again once it is reachable."""
+    with tracing.span(task, kind="consumer", root=True, follows=(request.get(TRACEPARENT),),
+                      continuation_id=continuation_id):  # fmt: skip
+        return _executed(continuation_id, handed_on=bool(request.get(HANDED_ON)))
+
+
+def _executed(continuation_id: str, *, handed_on: bool) -> str:
     try:
         return execute(continuation_id, handed_on=handed_on)
     except Exception as exc:

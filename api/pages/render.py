@@ -20,6 +20,7 @@ from api.pages.session import csrf_token, ensure_nonce, forget_session, new_nonc
 from models.base import utcnow
 from models.status import normalize_run_status
 from models.tables import Run
+from parkway.settings import get_settings
 
 HERE = Path(__file__).resolve().parent
 STATIC = {
@@ -77,7 +78,15 @@ def run_status(run: Run | None) -> str:
 _env = Environment(
     loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined, trim_blocks=True
 )
-_env.filters.update(when=when, until=until, clock=clock, as_json=as_json)
+
+
+def trace_url(trace_id: str) -> str:
+    """Where ``PARKWAY_TRACE_URL`` shows a trace (empty: nowhere; the page shows its id alone)."""
+    template = get_settings().trace_url
+    return template.replace("{trace_id}", trace_id) if template else ""
+
+
+_env.filters.update(when=when, until=until, clock=clock, as_json=as_json, trace_url=trace_url)
 templates = Jinja2Templates(env=_env)
 
 

@@ -35,6 +35,7 @@ from api.schemas import (
 )
 from models import access
 from models.store import ANSWERERS
+from parkway import tracing
 from parkway.db import transaction
 from parkway.errors import Conflict, Gone, OutcomeError
 from tasks import sdk
@@ -103,13 +104,17 @@ def _answer(interaction_id: str, body: AnswerIn, token: str | None) -> dict[str,
     except ApiError:
         ANSWERS.labels(outcome="forbidden").inc()  # an answer refused (403) like any other
         raise
-    try:
-        receipt = sdk.answer(interaction_id, body.value, response_id=body.response_id, principal=principal)
-    except OutcomeError as exc:
-        ANSWERS.labels(outcome=exc.code).inc()
-        raise _authoritative(exc) from None
-    ANSWERS.labels(outcome=receipt["status"]).inc()
-    return receipt
+    with tracing.span("parkway.answer", interaction_id=interaction_id, principal=principal.name,
+                      response_id=body.response_id):  # fmt: skip
+        try:
+            receipt = sdk.answer(interaction_id, body.value, response_id=body.response_id, principal=principal)
+        except OutcomeError as exc:
+            ANSWERS.labels(outcome=exc.code).inc()
+            tracing.annotate(outcome=exc.code)  # conflict: another response won (409)
+            raise _authoritative(exc) from None
+        ANSWERS.labels(outcome=receipt["status"]).inc()
+        tracing.annotate(outcome=receipt["status"])
+        return receipt
 
 
 @router.post(

@@ -12,6 +12,7 @@ from api.errors import ApiError, documented
 from api.input import checked_router
 from api.schemas import ID, TEXT, RunCreate, RunLineOut, RunOut, RunPage, RunStatusLiteral
 from models import access, history
+from parkway import tracing
 from parkway.db import transaction
 from parkway.errors import NotRegistered
 from tasks import sdk
@@ -43,17 +44,19 @@ def start_run(body: RunCreate, agent: AgentDep, idempotency_key: IdempotencyKey 
     step is parked at once (one transaction) on a continuation a live worker serves, else 422 naming it; its
     waits address only targets the agent holds a live grant on and name only live people, else 403 naming
     what it may not address (nothing stored)."""
-    try:
-        run_id = sdk.start_run(
-            body.workflow,
-            body.payload,
-            principal=agent.name,
-            target=body.target,
-            idempotency_key=idempotency_key,
-            park=body.park,
-        )
-    except NotRegistered as exc:
-        raise ApiError(422, str(exc), code="unknown_workflow") from None
+    with tracing.span("parkway.run.start", workflow=body.workflow, principal=agent.name, target=body.target):
+        try:
+            run_id = sdk.start_run(
+                body.workflow,
+                body.payload,
+                principal=agent.name,
+                target=body.target,
+                idempotency_key=idempotency_key,
+                park=body.park,
+            )
+        except NotRegistered as exc:
+            raise ApiError(422, str(exc), code="unknown_workflow") from None
+        tracing.annotate(run_id=run_id)
     with transaction() as session:
         run = access.get_run(session, run_id)
         assert run is not None

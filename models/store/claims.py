@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Connection, Row, and_, bindparam, case, exists, func, or_, select, update
+from sqlalchemy import Boolean, Connection, Row, and_, bindparam, case, exists, func, null, or_, select, update
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
 from models.status import ContinuationStatus, InteractionKind, InteractionStatus, PrincipalKind, ReviewStatus
 from models.store.driver import DriverStatement
-from models.store.sql import CONT, GRANT, INTER, PRIN, RESP, REV, RUN, STEP, Executor, word
+from models.store.sql import CONT, GRANT, INTER, PRIN, RESP, REV, RUN, STEP, TRACEPARENT, Executor, word
 from parkway.crypto import join_sensitive
 
 
@@ -40,6 +40,9 @@ class Claim:
     granted: bool  # the owner holds a live grant on the run's target now (admins hold every target)
     review_running: bool  # a review of the step was running when it was claimed (an earlier execution's)
     answers: dict[str, Answer]  # the step's interactions by key (sealed values still sealed)
+    # When traced: what made it due, the execution that claimed it before (a re-drive), then its parks.
+    follows: tuple[str | None, ...] = ()
+    waited_s: float | None = None  # a resume: from its park to the last answer it resumes on
 
 
 def claimable() -> Any:
@@ -71,6 +74,7 @@ _CLAIM = (
         attempts=CONT.c.attempts + 1,
         claimed_by=bindparam("eid"),
         lease_expires_at=db_now("lease_s"),
+        claimed_trace=TRACEPARENT,  # the claiming execution's span, for a re-drive to link to
     )
     .returning(CONT.c.id, CONT.c.run_id, CONT.c.step_id, CONT.c.kind, CONT.c.name, CONT.c.attempts)
 )
@@ -88,6 +92,7 @@ _RESPONSES = (
     .scalar_subquery()
 )  # fmt: skip
 _CLAIMED_COLUMNS = ("id", "run_id", "step_id", "kind", "name", "attempts")
+_BEFORE = CONT.alias("before")
 
 
 def _claim_context(claimed: Any = None) -> Any:
@@ -120,6 +125,8 @@ def _claim_context(claimed: Any = None) -> Any:
         INTER.c.answered_at.label("i_answered_at"),
         INTER.c.answered_level.label("i_answered_level"),
         case((INTER.c.quorum > 1, _RESPONSES), else_=None).label("i_responses"),
+        INTER.c.traceparent.label("i_traceparent"),
+        INTER.c.created_at.label("i_asked_at"),
     ]
     joined = (
         STEP.join(RUN, RUN.c.id == STEP.c.run_id)
@@ -128,9 +135,13 @@ def _claim_context(claimed: Any = None) -> Any:
         .outerjoin(_ANSWERER, _ANSWERER.c.id == INTER.c.answered_by_id)
     )
     if claimed is None:
+        columns += [null().label("made_by"), null().label("claimed_before")]
         return select(*columns).select_from(joined).where(STEP.c.id == bindparam("sid"))
     columns += [claimed.c[name].label(f"c_{name}") for name in _CLAIMED_COLUMNS]
-    return select(*columns).select_from(claimed.join(joined, STEP.c.id == claimed.c.step_id))
+    # The row as it was before this statement's claim (its snapshot): whose span made it due, claimed it last.
+    columns += [_BEFORE.c.traceparent.label("made_by"), _BEFORE.c.claimed_trace.label("claimed_before")]
+    before = claimed.join(_BEFORE, _BEFORE.c.id == claimed.c.id)
+    return select(*columns).select_from(before.join(joined, STEP.c.id == claimed.c.step_id))
 
 
 _CLAIM_CONTEXT = _claim_context()
@@ -231,7 +242,15 @@ def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]])
         granted=bool(row.granted),
         review_running=bool(row.review_running),
         answers=answers,
+        follows=(row.made_by, row.claimed_before, *sorted({i.i_traceparent for i in rows if i.i_traceparent})),
+        waited_s=_waited(rows),
     )
+
+
+def _waited(rows: Sequence[Row[Any]]) -> float | None:
+    asked = [i.i_asked_at for i in rows if i.i_asked_at is not None]
+    answered = [i.i_answered_at for i in rows if i.i_answered_at is not None]
+    return (max(answered) - min(asked)).total_seconds() if asked and answered else None
 
 
 def _responses(i: Row[Any]) -> list[Response]:

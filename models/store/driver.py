@@ -34,6 +34,7 @@ class _Bind:
     default: Any
     required: bool
     process: Processor | None
+    compute: Callable[[], Any] | None = None  # a ``callable_`` bind's: called per execution
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,9 @@ def _plan(statement: Select[Any], dialect: Dialect) -> _Plan:
             raise ValueError(f"bind {name!r} is not sent as named: not a driver statement")
         if name not in binds:
             process = bind.type.dialect_impl(dialect).bind_processor(dialect)
-            binds[name] = _Bind(name, None if bind.callable else bind.value, bind.required, process)
+            compute = bind.callable  # a value read at each execution (the current trace's: models/store/sql.py)
+            binds[name] = _Bind(name, None if compute else bind.value, bind.required and compute is None, process,
+                                compute)  # fmt: skip
     columns = list(statement.selected_columns)
     results = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns)
     return _Plan(
@@ -91,6 +94,8 @@ class DriverStatement:
         for b in plan.binds:
             if b.name in given:
                 value = given[b.name]
+            elif b.compute is not None:
+                value = b.compute()
             elif b.required:
                 raise exc.ArgumentError(f"a value is required for bind parameter {b.name!r}")
             else:

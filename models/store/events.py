@@ -9,12 +9,14 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
-from models.store.sql import EVENTS, INSERT_EVENT, Executor, bp
+from models.store.sql import EVENTS, INSERT_EVENT, TRACE_ID, Executor, bp
+from parkway import tracing
 
 
 def event_row(run_id: str, type_: str, **data: Any) -> dict[str, Any]:
     """One event of a run's log (never carrying answer values), for ``append_events``."""
-    return {"run_id": run_id, "type": type_, "at": utcnow(), "data": {"run_id": run_id, **data}}
+    return {"run_id": run_id, "type": type_, "at": utcnow(), "data": {"run_id": run_id, **data},
+            "trace_id": tracing.trace_id()}  # fmt: skip
 
 
 def append_event(session: Session, run_id: str, type_: str, **data: Any) -> None:
@@ -27,7 +29,7 @@ def append_events(session: Executor, rows: list[dict[str, Any]]) -> None:
     session.execute(INSERT_EVENT, rows)
 
 
-EVENT_COLUMNS = ("run_id", "type", "at", "data")
+EVENT_COLUMNS = ("run_id", "type", "at", "data", "trace_id")
 
 
 def events_if(*conditions: Any, known: dict[int, dict[str, Any]] | None = None) -> Any:
@@ -41,7 +43,8 @@ def events_if(*conditions: Any, known: dict[int, dict[str, Any]] | None = None) 
             pairs: list[Any] = []
             for key, column in known[k].items():
                 pairs += [literal_column(f"'{key}'"), column]
-            columns[-1] = cast(cast(columns[-1], JSONB).op("||")(func.jsonb_build_object(*pairs)), JSON)
+            data = EVENT_COLUMNS.index("data")
+            columns[data] = cast(cast(columns[data], JSONB).op("||")(func.jsonb_build_object(*pairs)), JSON)
         rows.append(select(*columns).where(condition))
     return insert(EVENTS).from_select(list(EVENT_COLUMNS), union_all(*rows) if len(rows) > 1 else rows[0])
 
@@ -73,6 +76,7 @@ def event_select(order: int, type_: str | Any, run_id: Any, source: Any, **data:
         (cast(literal(type_), String) if isinstance(type_, str) else type_).label("type"),
         bp("at", EVENTS.c.at).label("at"),
         data_of(run_id, **data).label("data"),
+        TRACE_ID.label("trace_id"),
     ).select_from(source)
 
 
@@ -97,5 +101,5 @@ def ended_event(order: int, type_: str, run_id: Any, ended: Any, **data: Any) ->
 def insert_events(*selects: Any) -> Any:
     """A CTE inserting the rows of ``event_select``s, ordered by their ``order`` (the order they are read)."""
     every = union_all(*selects).subquery("every") if len(selects) > 1 else selects[0].subquery("every")
-    rows = select(every.c.run_id, every.c.type, every.c.at, every.c.data).order_by(every.c.o)
-    return insert(EVENTS).from_select(["run_id", "type", "at", "data"], rows).cte("events")
+    rows = select(*(every.c[name] for name in EVENT_COLUMNS)).order_by(every.c.o)
+    return insert(EVENTS).from_select(list(EVENT_COLUMNS), rows).cte("events")

@@ -19,6 +19,7 @@ from models.store.sql import (
     INTER,
     RUN,
     STEP,
+    TRACEPARENT,
     bp,
     insert_or_winner,
     insert_unless_taken,
@@ -52,6 +53,7 @@ def ready_continuation(
         db_now(),  # the re-enqueue age is measured on the database's clock
         db_now(),
         remote_only(kind, name, target),
+        TRACEPARENT,
     )
     columns = [
         "id",
@@ -65,6 +67,7 @@ def ready_continuation(
         "enqueued_at",
         "created_at",
         "remote",
+        "traceparent",
     ]
     return insert(CONT).from_select(columns, row if source is None else row.select_from(source))
 

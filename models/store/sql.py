@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, ScheduleHistory, Step
 from models.team_tables import InteractionAnswerer, InteractionResponse
+from parkway import tracing
 
 
 def new_id() -> str:
@@ -68,6 +69,11 @@ def bp(name: str, column: Any) -> Any:
     """A named bound parameter typed like ``column`` (JSON and UTC datetimes keep their processing)."""
     return bindparam(name, type_=column.type)
 
+
+# When traced (parkway/tracing.py): the current span's context, read as each statement executes, stored with
+# a wait and a continuation (what resumes it links to it), and its trace id with an event.
+TRACEPARENT = bindparam("traceparent", callable_=tracing.traceparent, type_=String(55))
+TRACE_ID = bindparam("trace_id", callable_=tracing.trace_id, type_=String(32))
 
 EVENTS = cast(Table, Event.__table__)
 INSERT_EVENT = insert(EVENTS)

@@ -26,7 +26,7 @@ from models.store.driver import DriverStatement
 from models.store.events import event_params, event_row, events_if
 from models.store.principals import ANSWERERS, live_grant
 from models.store.runs import Due, StepLike, ready_continuation
-from models.store.sql import CONT, INTER, PRIN, RUN, STEP, bp, new_id, word, words
+from models.store.sql import CONT, INTER, PRIN, RUN, STEP, TRACEPARENT, bp, new_id, word, words
 from models.store.teams import name_answerers
 from parkway.errors import ParkRefused
 
@@ -121,6 +121,7 @@ def _asked(parked: Any, k: int) -> Any:
         literal(k, INTER.c.position.type),  # its place in the Park: the step's prompts are listed in this order
         db_now(f"i{k}_remind_in"),  # the first reminder and escalation (NULL: none), as the expiry
         db_now(f"i{k}_escalate_in"),
+        TRACEPARENT,  # the park's span: what resumes the wait links to it
     ).select_from(parked)
 
 
@@ -148,6 +149,7 @@ _INTERACTION_COLUMNS = [
     "position",
     "remind_at",
     "escalate_at",
+    "traceparent",
 ]
 
 

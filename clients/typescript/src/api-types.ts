@@ -66,6 +66,8 @@ export type ContinuationEvent = {
   seq: number;
   run_id: string;
   at: string;
+  /** the trace of the change it records, when traced (docs/operations.md "Tracing") */
+  trace_id?: string | null;
   type: "continuation.ready" | "continuation.dead";
   data: ContinuationEventData;
 };
@@ -231,6 +233,8 @@ export type InteractionEvent = {
   seq: number;
   run_id: string;
   at: string;
+  /** the trace of the change it records, when traced (docs/operations.md "Tracing") */
+  trace_id?: string | null;
   type: "interaction.asked" | "interaction.answered" | "interaction.rejected" | "interaction.canceled" | "interaction.expired" | "interaction.interrupted" | "interaction.responded" | "interaction.delegated" | "interaction.reminded" | "interaction.escalated";
   data: InteractionEventData;
 };
@@ -387,6 +391,8 @@ export type ItemOut = {
   /** the step's interactions by key (resume) */
   answers?: Record<string, AnswerOut> | null;
   lease_expires_at: string;
+  /** when Parkway traces (docs/operations.md "Tracing"): the W3C trace context the item was handed out in; send it back as the `traceparent` header of this lease's calls to continue its trace */
+  traceparent?: string | null;
 };
 
 /** What a lease call asks for, and what a completion's `lease` asks for: the next items. */
@@ -447,6 +453,8 @@ export type OtherEvent = {
   seq: number;
   run_id: string;
   at: string;
+  /** the trace of the change it records, when traced (docs/operations.md "Tracing") */
+  trace_id?: string | null;
   type: string;
   data: Record<string, unknown>;
 };
@@ -571,6 +579,8 @@ export type ReviewEvent = {
   seq: number;
   run_id: string;
   at: string;
+  /** the trace of the change it records, when traced (docs/operations.md "Tracing") */
+  trace_id?: string | null;
   type: "review.started" | "review.completed" | "review.failed" | "review.interrupted";
   data: ReviewEventData;
 };
@@ -626,6 +636,8 @@ export type RunEvent = {
   seq: number;
   run_id: string;
   at: string;
+  /** the trace of the change it records, when traced (docs/operations.md "Tracing") */
+  trace_id?: string | null;
   type: "run.created" | "run.completed" | "run.failed" | "run.canceled" | "run.interrupted";
   data: RunEventData;
 };
@@ -709,6 +721,8 @@ export type StepEvent = {
   seq: number;
   run_id: string;
   at: string;
+  /** the trace of the change it records, when traced (docs/operations.md "Tracing") */
+  trace_id?: string | null;
   type: "step.parked" | "step.resumed" | "step.completed" | "step.failed" | "step.canceled" | "step.interrupted";
   data: StepEventData;
 };
@@ -742,6 +756,8 @@ export type ToolCallEvent = {
   seq: number;
   run_id: string;
   at: string;
+  /** the trace of the change it records, when traced (docs/operations.md "Tracing") */
+  trace_id?: string | null;
   type: "toolcall.intent" | "toolcall.authorized" | "toolcall.possibly_ran" | "toolcall.settled";
   data: ToolCallEventData;
 };

@@ -82,6 +82,10 @@ export class Parkway {
   readonly #token: string;
   readonly #fetch: typeof fetch;
   readonly #retryForMs: number;
+  /** Each held lease's trace context (`Item.traceparent`, when Parkway traces): sent back as the `traceparent`
+   * header of the lease's calls, so its heartbeats, tool calls and completion continue the trace it was
+   * handed out in. Forgotten once the lease is completed or released. */
+  readonly #traces = new Map<string, string>();
 
   constructor(options: ParkwayOptions) {
     this.url = options.url.replace(/\/+$/, "");
@@ -214,33 +218,49 @@ export class Parkway {
   /** Long poll for up to `max` due items of what `serves` names; advertises `serves` for `worker`. */
   async lease(request: LeaseRequest, signal?: AbortSignal): Promise<Item[]> {
     const leased = await this.request<{ items: Item[] }>("POST", "/v1/worker/lease", { body: request, signal });
-    return leased.items;
+    return this.continueTraces(leased.items);
+  }
+
+  /** Remember the trace context of items handed out (by a lease, a completion's next lease, a push), for the
+   * calls on their leases. */
+  continueTraces<T extends Pick<Item, "lease_id" | "traceparent">>(items: T[]): T[] {
+    for (const item of items) if (item.traceparent) this.#traces.set(item.lease_id, item.traceparent);
+    return items;
+  }
+
+  /** A call on one lease, in the trace its item was handed out in. */
+  #onLease<T>(leaseId: string, path: string, body: unknown, done = false): Promise<T> {
+    const traceparent = this.#traces.get(leaseId);
+    const sent = this.request<T>("POST", `${leasePath(leaseId)}${path}`, { body, headers: traceparent ? { traceparent } : {} });
+    return done ? sent.finally(() => this.#traces.delete(leaseId)) : sent;
   }
 
   heartbeat(leaseId: string, leaseS?: number): Promise<{ lease_expires_at: string }> {
-    return this.request("POST", `${leasePath(leaseId)}/heartbeat`, { body: leaseS === undefined ? {} : { lease_s: leaseS } });
+    return this.#onLease(leaseId, "/heartbeat", leaseS === undefined ? {} : { lease_s: leaseS });
   }
 
   /** Commit the outcome once; the exact retry gets the same receipt; a lost lease 409, an ended run 410.
    * With `lease`, the receipt's `items` are the next items due now, leased by the call that committed (none
    * on the exact retry, nor with a 409/410/422). */
-  completeLease(leaseId: string, outcome: Outcome, lease?: NextLease): Promise<Receipt> {
-    return this.request("POST", `${leasePath(leaseId)}/complete`, { body: lease === undefined ? { outcome } : { outcome, lease } });
+  async completeLease(leaseId: string, outcome: Outcome, lease?: NextLease): Promise<Receipt> {
+    const receipt = await this.#onLease<Receipt>(leaseId, "/complete", lease === undefined ? { outcome } : { outcome, lease }, true);
+    this.continueTraces(receipt.items ?? []);
+    return receipt;
   }
 
   /** Give the item back (counted as an attempt). */
   releaseLease(leaseId: string, reason?: string): Promise<unknown> {
-    return this.request("POST", `${leasePath(leaseId)}/release`, { body: reason === undefined ? {} : { reason } });
+    return this.#onLease(leaseId, "/release", reason === undefined ? {} : { reason }, true);
   }
 
   /** Record a tool call's intent before its effect. */
   toolIntent(leaseId: string, intent: ToolIntent): Promise<ToolState> {
-    return this.request("POST", `${leasePath(leaseId)}/tools`, { body: intent });
+    return this.#onLease(leaseId, "/tools", intent);
   }
 
   /** Record a tool call's outcome after its effect. */
   toolOutcome(leaseId: string, key: string, outcome: { result: unknown } | { error: string }): Promise<unknown> {
-    return this.request("POST", `${leasePath(leaseId)}/tools/${encodeURIComponent(key)}/outcome`, { body: outcome });
+    return this.#onLease(leaseId, `/tools/${encodeURIComponent(key)}/outcome`, outcome);
   }
 }
 

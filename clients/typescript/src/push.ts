@@ -41,6 +41,7 @@ export function pushHandler(options: PushOptions): FetchHandler {
     const item = parseItem(body);
     if (!item) return problem(400, "bad_request", "the body is not a Parkway item");
     try {
+      options.client?.continueTraces([item]); // its tool calls continue the trace the push was sent in
       const outcome = await runHandler(options.serves, item, new Context(item, options.client ?? null, request.signal));
       return Response.json(outcome);
     } catch (error) {

@@ -1,0 +1,164 @@
+"""OpenTelemetry spans of a decision (docs/operations.md "Tracing"), set up only by the standard ``OTEL_*``
+variables: with no ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_TRACES_EXPORTER=none``) nothing is set up, the
+SDK is never imported, and every function here returns at its first line.
+
+A wait never holds a span open: the park's span ends with its commit, and its context (a W3C ``traceparent``)
+is stored on the wait's row; whatever resumes it later, in any process, starts its own span that **links** to
+it (``PARKWAY_TRACE_WAITS=link``, the default: a new trace per resume) or is its child (``parent``).
+Attributes name ids, names and outcomes only, never a value a person or a tool gave.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+_state: dict[str, Any] = {"pid": None, "on": False, "tracer": None}
+_PROPAGATOR = TraceContextTextMapPropagator()
+KINDS = {"internal": SpanKind.INTERNAL, "server": SpanKind.SERVER, "consumer": SpanKind.CONSUMER,
+         "producer": SpanKind.PRODUCER, "client": SpanKind.CLIENT}  # fmt: skip
+
+
+def wanted() -> bool:
+    """Whether the ``OTEL_*`` variables ask for traces exported over OTLP."""
+    env = os.environ
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    exporter = env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower()
+    disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    return bool(endpoint) and exporter != "none" and not disabled
+
+
+def setup(service: str) -> bool:
+    """Set up the SDK with a batching OTLP/HTTP exporter, once per process (a forked Celery child sets up its
+    own: ``worker_process_init``); ``service`` is the name when ``OTEL_SERVICE_NAME`` does not give one.
+    ``False`` (and nothing imported) when tracing is not asked for, or the ``otel`` extra is not installed."""
+    if not wanted():
+        return False
+    if _state["pid"] == os.getpid():
+        return bool(_state["on"])
+    _state["pid"] = os.getpid()
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:  # the product without its otel extra: say so once, run untraced
+        import logging
+
+        logging.getLogger("parkway.tracing").warning("OTEL_* set but the otel extra is not installed: no traces")
+        return False
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service})
+    provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER(_ARG)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    _state.update(on=True, tracer=provider.get_tracer("parkway"), provider=provider)
+    return True
+
+
+def on() -> bool:
+    return bool(_state["on"]) and _state["pid"] == os.getpid()
+
+
+def flush() -> None:
+    """Export what is batched (a process about to exit, tests)."""
+    if on():
+        _state["provider"].force_flush()
+
+
+def links(*traceparents: str | None) -> list[Link]:
+    """Links to the spans these stored contexts name (``None`` and malformed ones left out)."""
+    found = []
+    for carrier in traceparents:
+        span = trace.get_current_span(_PROPAGATOR.extract({"traceparent": carrier})) if carrier else None
+        if span is not None and span.get_span_context().is_valid:
+            found.append(Link(span.get_span_context()))
+    return found
+
+
+def follows_wait() -> bool:
+    """``PARKWAY_TRACE_WAITS=parent``: a resume is the child of what it follows, not a new linked trace."""
+    return os.environ.get("PARKWAY_TRACE_WAITS", "link").strip().lower() == "parent"
+
+
+@contextmanager
+def span(
+    name: str,
+    *,
+    kind: str = "internal",
+    follows: Iterable[str | None] = (),
+    root: bool = False,
+    **attributes: Any,
+) -> Iterator[Any]:
+    """A span around the block, current inside it; ``None`` when tracing is off. ``follows``: stored
+    contexts it links to (the first is its parent under ``PARKWAY_TRACE_WAITS=parent``); ``root``: a new
+    trace (a resume, a sweep's re-drive) rather than a child of the current span. An exception ends it
+    with an error status naming its type."""
+    if not on():
+        yield None
+        return
+    stored = [tp for tp in follows if tp]
+    context = None
+    if root and stored and follows_wait():
+        context = _PROPAGATOR.extract({"traceparent": stored[0]})
+    elif root:
+        context = trace.set_span_in_context(trace.INVALID_SPAN)
+    attrs = {f"parkway.{k}": v for k, v in attributes.items() if v is not None}
+    with _state["tracer"].start_as_current_span(name, context=context, kind=KINDS[kind], attributes=attrs,
+                                                links=links(*stored), record_exception=False,
+                                                set_status_on_exception=False) as current:  # fmt: skip
+        try:
+            yield current
+        except Exception as exc:  # its type only: an exception's text may quote a value
+            current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+
+
+def follow(*traceparents: str | None) -> None:
+    """Links added to the current span once what it follows is read (a claim reads the stored contexts)."""
+    if on():
+        current = trace.get_current_span()
+        for link in links(*dict.fromkeys(traceparents)):
+            current.add_link(link.context)
+
+
+def annotate(**attributes: Any) -> None:
+    """Attributes added to the current span (an outcome known at its end)."""
+    if on():
+        current = trace.get_current_span()
+        for key, value in attributes.items():
+            if value is not None:
+                current.set_attribute(f"parkway.{key}", value)
+
+
+def failed(why: str) -> None:
+    """The current span's status set to an error, with a sentence (never a value)."""
+    if on():
+        trace.get_current_span().set_status(Status(StatusCode.ERROR, why))
+
+
+def traceparent() -> str | None:
+    """The current span's context as a W3C ``traceparent`` (stored on a wait, sent to a remote worker)."""
+    if not on():
+        return None
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier.get("traceparent")
+
+
+def ids() -> tuple[str, str] | None:
+    """The current span's (trace id, span id) in hex, for events and log lines; ``None`` outside one."""
+    if not on():
+        return None
+    context = trace.get_current_span().get_span_context()
+    return (f"{context.trace_id:032x}", f"{context.span_id:016x}") if context.is_valid else None
+
+
+def trace_id() -> str | None:
+    found = ids()
+    return found[0] if found else None

@@ -1,0 +1,300 @@
+"""One trace per decision (issue 44): a real OTLP/HTTP receiver behind a real stack (uvicorn and a Celery
+worker, each exporting with the SDK): the spans of a decision, their attributes and links across the wait,
+never a sensitive value; a wait of days on the database's clock; a re-drive after a worker was killed in a
+body; and with no ``OTEL_*``, nothing set up at all."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from models.tables import Continuation, Event, Interaction
+from parkway.db import transaction
+from tests.acceptance.conftest import remote_principals
+from tests.acceptance.otlp_receiver import Receiver, Span
+from tests.acceptance.test_typescript_client import build
+from tests.acceptance.trace_workflows import ASK
+from tests.api.conftest import ApiServer
+from tests.pages.conftest import Forms
+from tests.support import ROOT, TARGET, Stack, child_env, pass_time, wait_for, wait_status
+
+CONSUMER, SERVER = 5, 2
+TRACE_URL = "https://jaeger.example/trace/{trace_id}"
+CODE = "493817"  # the sensitive answer: never in an exported byte
+IMPORTS = f"{os.environ.get('PARKWAY_IMPORTS', 'tests.workflows')},tests.acceptance.trace_workflows"
+
+
+@dataclass
+class Traced:
+    receiver: Receiver
+    http: httpx.Client
+    tokens: dict[str, str]
+    stack: Stack
+    env: dict[str, str]
+
+    def auth(self, role: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[role]}"}
+
+    def start(self, payload: dict[str, Any] | None = None) -> str:
+        made = self.http.post("/v1/runs", json={"workflow": ASK, "payload": payload or {}, "target": TARGET},
+                              headers=self.auth("tr-agent"))  # fmt: skip
+        assert made.status_code == 201, made.text
+        return str(made.json()["id"])
+
+    def answer(self, interaction_id: str, response_id: str = "r-1") -> httpx.Response:
+        value = {"user": "ana", "otp": CODE}
+        return self.http.post(f"/v1/interactions/{interaction_id}/answer", headers=self.auth("tr-human"),
+                              json={"value": value, "response_id": response_id})  # fmt: skip
+
+    def span(self, name: str, **attributes: Any) -> Span:
+        wait_for(lambda: self.receiver.named(name, **attributes), timeout=30, what=f"span {name} {attributes}")
+        found = self.receiver.named(name, **attributes)
+        assert len(found) == 1, found
+        return found[0]
+
+
+@pytest.fixture(scope="module")
+def traced(stack: Stack) -> Iterator[Traced]:
+    receiver = Receiver().start()
+    env = {**receiver.env(), "PARKWAY_IMPORTS": IMPORTS}
+    api = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-traced.log").start(
+        PARKWAY_TRACE_URL=TRACE_URL, **env
+    )
+    worker = stack.start_worker(**env)
+    try:
+        with api.client() as http:
+            names = ("tr-admin", "tr-agent", "tr-human", "tr-worker")
+            tokens = remote_principals(http, **dict(zip(("admin", "agent", "human", "worker"), names, strict=True)))
+            yield Traced(receiver, http, tokens, stack, env)
+    finally:
+        api.stop()
+        worker.kill()
+        receiver.stop()
+
+
+def _waits(run_id: str) -> list[Interaction]:
+    with transaction() as session:
+        return list(session.scalars(select(Interaction).where(Interaction.run_id == run_id)).all())
+
+
+def _parked(run_id: str) -> Interaction:
+    wait_for(lambda: _waits(run_id), timeout=30, what=f"run {run_id} parked")
+    (wait,) = _waits(run_id)
+    return wait
+
+
+def _event_traces(run_id: str) -> dict[str, str | None]:
+    with transaction() as session:
+        return {e.type: e.trace_id for e in session.scalars(select(Event).where(Event.run_id == run_id)).all()}
+
+
+def _run_page(t: Traced, run_id: str) -> str:
+    """The run's page as a signed-in person sees it."""
+    with httpx.Client(base_url=t.http.base_url, timeout=30) as browser:
+        login = Forms(browser.get("/decisions").text).forms["/decisions/login"]
+        signed = browser.post("/decisions/login", data={**login, "token": t.tokens["tr-human"]})
+        assert signed.status_code == 303, signed.text
+        page = browser.get(f"/runs/{run_id}")
+        assert page.status_code == 200, page.text
+        return page.text
+
+
+def _ids(traceparent: str | None) -> tuple[str, str]:
+    """The (trace id, span id) a stored W3C traceparent names."""
+    assert traceparent is not None
+    _, trace_id, span_id, _ = traceparent.split("-")
+    return trace_id, span_id
+
+
+def _in_trace(t: Traced, trace_id: str, name: str) -> Span:
+    wait_for(lambda: [s for s in t.receiver.named(name) if s.trace_id == trace_id], timeout=30, what=name)
+    (found,) = [s for s in t.receiver.named(name) if s.trace_id == trace_id]
+    return found
+
+
+def test_a_decision__its_spans_attributes_and_links_across_the_wait(traced: Traced) -> None:
+    t = traced
+    run_id = t.start()
+    wait = _parked(run_id)
+    answered = t.answer(wait.id)
+    assert answered.status_code == 200, answered.text
+    again = t.answer(wait.id, response_id="r-late")  # a second response: 409, and its span says so
+    assert again.status_code == 409, again.text
+    wait_status(run_id, "completed", sweep=False)
+    by_run = {"parkway.run_id": run_id}
+
+    # The run's start (API), in the trace of its HTTP request
+    start = t.span("parkway.run.start", **by_run)
+    assert start.attributes["parkway.workflow"] == ASK and start.attributes["parkway.principal"] == "tr-agent"
+    http_start = [s for s in t.receiver.spans if s.span_id == start.parent]
+    assert http_start and http_start[0].kind == SERVER and http_start[0].service == "parkway-api"
+
+    # The step body's execution: a consumer span of its own trace, linked to the start; its commit and the
+    # park inside it, ended with the commit, and the park's context stored on the wait
+    step = t.span("parkway.run_step", **by_run)
+    assert step.kind == CONSUMER and step.service == "parkway-worker" and step.trace_id != start.trace_id
+    assert (start.trace_id, start.span_id) in step.links
+    assert step.attributes["parkway.step"] == ASK and step.attributes["parkway.principal"] == "tr-agent"
+    assert step.attributes["parkway.outcome"] == "Park"
+    commit = _in_trace(t, step.trace_id, "parkway.commit")
+    park = _in_trace(t, step.trace_id, "parkway.park")
+    assert commit.parent == step.span_id and park.parent == commit.span_id
+    assert park.attributes["parkway.waits"] == "otp" and park.end_ns <= commit.end_ns <= step.end_ns
+    assert _ids(_waits(run_id)[0].traceparent) == (park.trace_id, park.span_id)
+
+    # The answer (API): which response won, and the late one's 409
+    wait_for(lambda: len(t.receiver.named("parkway.answer", **{"parkway.interaction_id": wait.id})) == 2,
+             timeout=30, what="both answers' spans")  # fmt: skip
+    answers = t.receiver.named("parkway.answer", **{"parkway.interaction_id": wait.id})
+    outcomes = {s.attributes["parkway.response_id"]: s.attributes["parkway.outcome"] for s in answers}
+    assert outcomes == {"r-1": "answered", "r-late": "conflict"}, outcomes
+    won = next(s for s in answers if s.attributes["parkway.response_id"] == "r-1")
+    assert won.attributes["parkway.principal"] == "tr-human"
+
+    # The continuation: a new trace (PARKWAY_TRACE_WAITS=link), linked to the park's span and the answer's
+    resume = t.span("parkway.resume_step", **by_run)
+    assert resume.kind == CONSUMER and resume.trace_id not in (step.trace_id, won.trace_id) and not resume.parent
+    assert {(park.trace_id, park.span_id), (won.trace_id, won.span_id)} <= set(resume.links), resume.links
+    assert resume.attributes["parkway.continuation"] == "trace.done@1"
+    assert resume.attributes["parkway.outcome"] == "Complete" and resume.attributes["parkway.waits"] == "otp"
+    assert resume.attributes["parkway.waited_s"] >= 0
+    # its tool call (replay class, whether it possibly ran) and its commit
+    tool = _in_trace(t, resume.trace_id, "parkway.tool")
+    assert tool.parent == resume.span_id
+    assert (tool.attributes["parkway.tool"], tool.attributes["parkway.replay"]) == ("notify", "safe")
+    assert tool.attributes["parkway.possibly_ran"] is False and tool.attributes["parkway.replayed"] is False
+    assert _in_trace(t, resume.trace_id, "parkway.commit").attributes["parkway.outcome"] == "Complete"
+
+    # Each event carries the trace of the change it records: stored, in the API's events, on the run page
+    traces = _event_traces(run_id)
+    assert traces["run.created"] == start.trace_id and traces["step.parked"] == step.trace_id
+    assert traces["interaction.answered"] == won.trace_id and traces["run.completed"] == resume.trace_id
+    listed = t.http.get(f"/v1/runs/{run_id}/events", headers=t.auth("tr-agent")).json()["items"]
+    assert {e["type"]: e["trace_id"] for e in listed} == traces
+    page = _run_page(t, run_id)
+    for trace_id in (start.trace_id, step.trace_id, won.trace_id, resume.trace_id):
+        assert f'href="{TRACE_URL.format(trace_id=trace_id)}"' in page, trace_id
+
+    # And no exported byte holds the sensitive answer, or a token
+    exported = b"".join(t.receiver.raw)
+    for secret in (CODE, *t.tokens.values()):
+        assert secret.encode() not in exported, secret
+
+
+def test_a_wait_of_seven_days__links_the_same_way_and_no_span_stays_open(traced: Traced) -> None:
+    t = traced
+    run_id = t.start()
+    wait = _parked(run_id)
+    park_context = _waits(run_id)[0].traceparent
+    assert park_context is not None
+    # A week passes on the database's clock (the clock every wait is judged by)
+    pass_time(7 * 86400)
+    assert t.answer(wait.id).status_code == 200
+    wait_status(run_id, "completed", sweep=False)
+    resume = t.span("parkway.resume_step", **{"parkway.run_id": run_id})
+    won = t.span("parkway.answer", **{"parkway.interaction_id": wait.id})
+    park_trace, park_span = _ids(park_context)
+    assert {(park_trace, park_span), (won.trace_id, won.span_id)} <= set(resume.links)
+    assert resume.attributes["parkway.waited_s"] >= 7 * 86400
+    # No span of the decision lasted across the wait: each ended within a minute of its start
+    mine = {park_trace, won.trace_id, resume.trace_id}
+    for span in (s for s in t.receiver.spans if s.trace_id in mine):
+        assert 0 <= span.end_ns - span.start_ns < 60 * 10**9, span
+
+
+def test_a_worker_killed_in_a_body__the_redrive_links_to_the_first_attempt(traced: Traced, tmp_path: Path) -> None:
+    t = traced
+    flag = str(tmp_path / "go")
+    run_id = t.start({"flag": flag})
+    wait = _parked(run_id)
+    assert t.answer(wait.id).status_code == 200
+    # The continuation's first attempt is in its body when its worker is killed
+    wait_for(lambda: Path(f"{flag}.running").exists(), timeout=30, what="the first attempt in its body")
+    with transaction() as session:
+        first = session.scalars(select(Continuation).where(Continuation.run_id == run_id,
+                                                           Continuation.kind == "resume")).one()  # fmt: skip
+    assert first.claimed_trace is not None
+    for worker in [w for w in t.stack.workers if w.alive()]:
+        worker.kill()
+    # When a worker is back and the sweep re-drives it (its lease ran out on the database's clock)
+    t.stack.start_worker(**t.env)  # the module's worker from now on
+    pass_time(3600)
+    wait_status(run_id, "completed", timeout=60, sweep=True)
+    # Then the re-drive's span links to the first attempt's (which never ended: a killed process exports nothing)
+    wait_for(lambda: t.receiver.named("parkway.resume_step", **{"parkway.run_id": run_id}), timeout=30,
+             what="the re-drive's span")  # fmt: skip
+    (redrive,) = t.receiver.named("parkway.resume_step", **{"parkway.run_id": run_id})
+    assert _ids(first.claimed_trace) in redrive.links, (first.claimed_trace, redrive.links)
+    assert redrive.attributes["parkway.attempt"] == 2
+
+
+def test_a_remote_typescript_worker__continues_the_trace_it_leased(traced: Traced) -> None:
+    t = traced
+    build()  # the TypeScript client's package (make decides whether it is stale)
+    env = {**os.environ, "PARKWAY_URL": str(t.http.base_url), "PARKWAY_TOKEN": t.tokens["tr-worker"]}
+    agent = subprocess.Popen(["node", "tests/acceptance/trace_agent.mjs"], cwd=ROOT, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        assert agent.stdout is not None and agent.stdout.readline().strip() == "ready"
+        # A decision whose continuation only the TypeScript worker serves
+        run_id = t.start({"continuation": "trace.remote@1"})
+        wait = _parked(run_id)
+        assert t.answer(wait.id).status_code == 200
+        wait_status(run_id, "completed", sweep=False)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
+    # The item was handed out in a span of a new trace, linked to the park's and the answer's
+    lease = t.span("parkway.lease", **{"parkway.run_id": run_id})
+    won = t.span("parkway.answer", **{"parkway.interaction_id": wait.id})
+    assert {_ids(_waits(run_id)[0].traceparent), (won.trace_id, won.span_id)} <= set(lease.links)
+
+    # And the worker's calls on its lease (its tool call's intent and outcome, its completion) continue it
+    def calls() -> set[str]:
+        return {s.attributes.get("http.route", "") for s in t.receiver.spans
+                if s.kind == SERVER and s.trace_id == lease.trace_id and s.parent == lease.span_id}  # fmt: skip
+
+    wanted = {"/v1/worker/leases/{lease_id}/tools", "/v1/worker/leases/{lease_id}/complete"}
+    wait_for(lambda: wanted <= calls(), timeout=30, what=f"the worker's calls in the lease's trace: {calls()}")
+
+
+PROBE_SETUP = """
+import sys, threading, os
+{setup}
+print(sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk") or m.startswith("opentelemetry.exporter")))
+print(sorted(t.name for t in threading.enumerate()))
+"""
+
+
+@pytest.mark.parametrize("unset", [{"OTEL_EXPORTER_OTLP_ENDPOINT": None}, {"OTEL_TRACES_EXPORTER": "none"}])
+def test_without_otel__no_sdk_no_exporter_no_thread_in_the_api_or_a_worker_process(
+    stack: Stack, unset: dict[str, str | None]
+) -> None:
+    # The API application as uvicorn imports it, and a worker's pool child as Celery starts it
+    setups = {
+        "api": "import api.app",
+        "worker": "from celery import signals\nimport tasks.celery_app\n"
+        "signals.worker_process_init.send(sender=None)\nimport tasks.worker",
+    }
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", **unset, "OTEL_SERVICE_NAME": "probe"}
+    for name, setup in setups.items():
+        done = subprocess.run([sys.executable, "-c", PROBE_SETUP.format(setup=setup)], cwd=ROOT, text=True,
+                              capture_output=True, timeout=60, env=child_env(stack.database_url, **env))  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        modules, threads = done.stdout.strip().splitlines()[-2:]
+        assert modules == "[]", f"{name}: {modules}"
+        assert "OtelBatchSpanRecordProcessor" not in threads and "BatchSpanProcessor" not in threads, threads
+    # And with the endpoint set, the same probe does set it up (what the check above would have seen)
+    traced_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_TRACES_EXPORTER": None}
+    done = subprocess.run([sys.executable, "-c", PROBE_SETUP.format(setup=setups["worker"])], cwd=ROOT, text=True,
+                          capture_output=True, timeout=60, env=child_env(stack.database_url, **traced_env))  # fmt: skip
+    assert "opentelemetry.sdk.trace" in done.stdout, done.stdout + done.stderr[-3000:]
