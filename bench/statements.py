@@ -14,6 +14,10 @@ compare; the times only beside each other, in one run. A server with the extensi
     initdb -D /tmp/pgss -A trust -U postgres
     pg_ctl -D /tmp/pgss -o "-p 5433 -k /tmp -c shared_preload_libraries=pg_stat_statements" start
     python -m bench.statements postgresql://postgres@127.0.0.1:5433/postgres 1000
+
+``--with webhook,push,remote`` puts features the plain path does not use in the data first (issue 42 item 3:
+they must cost it nothing): an idle webhook subscription to every event, a registered push handler and a
+remote worker, each advertising a key of another workflow. Compare its counts with a run without.
 """
 
 from __future__ import annotations
@@ -53,7 +57,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("admin_url", help="a database URL of the server, as a superuser (libpq form)")
     parser.add_argument("n", nargs="?", type=int, default=1000, help="parked steps (default 1000)")
+    parser.add_argument("--with", dest="features", default="", help="comma-separated: webhook, push, remote")
     args = parser.parse_args()
+    args.features = [f.strip() for f in args.features.split(",") if f.strip()]
+    if set(args.features) - set(FEATURES):
+        parser.error(f"--with: one of {', '.join(FEATURES)}")
     try:
         _admin(args.admin_url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         _admin(args.admin_url, "SELECT pg_stat_statements_reset()")
@@ -112,6 +120,7 @@ def _measure(args: argparse.Namespace, name: str) -> int:
         return {r[0]: tuple(int(v) for v in r[1:]) for r in _admin(scratch, _ROW_WRITES)}
 
     seed.setup_actors()
+    _unused_features(args.features)
     parked = seed.seed_parked(args.n + WARM_UP)
     complete(parked[:WARM_UP])
     before = row_writes()
@@ -132,6 +141,29 @@ def _measure(args: argparse.Namespace, name: str) -> int:
     print(f"  {trips:.2f} round trips per completion (statements sent by the client, BEGIN and COMMIT included)")
     _print_row_writes(before, after, n)
     return 0
+
+
+FEATURES = ("webhook", "push", "remote")
+_OTHER_KEY = "bench.other_workflow"  # a key no bench workflow has
+
+
+def _unused_features(features: list[str]) -> None:
+    """The features named, present in the data but unused by the plain path (see ``--with``)."""
+    from models import store
+    from parkway.crypto import seal
+    from parkway.db import transaction
+
+    with transaction() as session:
+        if "webhook" in features:
+            store.create_webhook(session, url="http://127.0.0.1:9/idle", events=["*"], targets=None,
+                                 description="idle", secret_sealed=seal("whsec_idle"))  # fmt: skip
+        if "push" in features:
+            store.create_handler(session, url="http://127.0.0.1:9/push", serves=[_OTHER_KEY],
+                                 secret_sealed=seal("push"))  # fmt: skip
+        if "remote" in features:
+            store.advertise(session, store.Advert(id=uuid.uuid4().hex, node="bench-remote", pid=0,
+                                                  steps=(_OTHER_KEY,), continuations=(), ttl_s=3600,
+                                                  remote=True))  # fmt: skip
 
 
 def _wait_until_closed(admin_url: str, name: str, timeout_s: float = 30.0) -> None:
