@@ -4,7 +4,9 @@
 ``ADMIN_URL`` (which must load ``pg_stat_statements``), parks N steps, answers them (``tasks.sdk.answer``)
 and runs their continuations (``tasks.worker.execute``) in this process, after a warm-up of 20 of each that
 is not counted, and prints per completion, for each statement PostgreSQL ran: how many times, its execution
-time, the shared blocks it touched per call and the WAL it wrote.
+time, the shared blocks it touched per call and the WAL it wrote; then the rows written per table (inserted,
+updated, deleted, from ``pg_stat_user_tables``, read once every connection of the run has closed, so that
+each backend has flushed its counts) and their sum: the row writes per completion.
 
 Blocks and WAL bytes do not depend on how busy the machine is: on a shared machine they are the figures to
 compare; the times only beside each other, in one run. A server with the extension, as its owner::
@@ -12,6 +14,10 @@ compare; the times only beside each other, in one run. A server with the extensi
     initdb -D /tmp/pgss -A trust -U postgres
     pg_ctl -D /tmp/pgss -o "-p 5433 -k /tmp -c shared_preload_libraries=pg_stat_statements" start
     python -m bench.statements postgresql://postgres@127.0.0.1:5433/postgres 1000
+
+``--with webhook,push,remote`` puts features the plain path does not use in the data first (issue 42 item 3:
+they must cost it nothing): an idle webhook subscription to every event, a registered push handler and a
+remote worker, each advertising a key of another workflow. Compare its counts with a run without.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 import uuid
 from typing import Any
 
@@ -27,11 +34,17 @@ import psycopg
 
 WARM_UP = 20
 _BY_STATEMENT = """
-SELECT calls, total_exec_time, shared_blks_hit + shared_blks_read, wal_bytes,
+SELECT calls, total_exec_time, shared_blks_hit + shared_blks_read, wal_bytes, toplevel,
        left(regexp_replace(query, '\\s+', ' ', 'g'), 90)
 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)
 ORDER BY total_exec_time DESC
 """
+# The rows written per table; read in the scratch database itself (the statistics are per database).
+_ROW_WRITES = """
+SELECT relname, n_tup_ins, n_tup_upd, n_tup_del, n_tup_hot_upd FROM pg_stat_user_tables
+WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY relname
+"""
+_CONNECTED = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
 
 
 def _admin(url: str, sql: str, *args: Any) -> list[Any]:
@@ -44,7 +57,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("admin_url", help="a database URL of the server, as a superuser (libpq form)")
     parser.add_argument("n", nargs="?", type=int, default=1000, help="parked steps (default 1000)")
+    parser.add_argument("--with", dest="features", default="", help="comma-separated: webhook, push, remote")
     args = parser.parse_args()
+    args.features = [f.strip() for f in args.features.split(",") if f.strip()]
+    if set(args.features) - set(FEATURES):
+        parser.error(f"--with: one of {', '.join(FEATURES)}")
     try:
         _admin(args.admin_url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         _admin(args.admin_url, "SELECT pg_stat_statements_reset()")
@@ -92,20 +109,81 @@ def _measure(args: argparse.Namespace, name: str) -> int:
             assert outcome == "committed", outcome
         drain_projections()
 
+    scratch = psycopg.conninfo.make_conninfo(args.admin_url, dbname=name)
+
+    def row_writes() -> dict[str, tuple[int, ...]]:
+        """Rows inserted, updated, deleted per table so far, once every backend of the run has exited."""
+        from parkway.db import reset_engine
+
+        reset_engine()  # every connection closed: a backend flushes its counts when it exits
+        _wait_until_closed(args.admin_url, name)
+        return {r[0]: tuple(int(v) for v in r[1:]) for r in _admin(scratch, _ROW_WRITES)}
+
     seed.setup_actors()
+    _unused_features(args.features)
     parked = seed.seed_parked(args.n + WARM_UP)
     complete(parked[:WARM_UP])
+    before = row_writes()
     _admin(args.admin_url, "SELECT pg_stat_statements_reset()")
     complete(parked[WARM_UP:])
     rows = _admin(args.admin_url, _BY_STATEMENT, name)
+    after = row_writes()
     n = args.n
     print(f"{n} answers and resumes, per completion:")
     print(f"  all statements: {sum(r[1] for r in rows) / n * 1000:.0f} µs, "
           f"{sum(r[2] for r in rows) / n:.0f} blocks, {sum(int(r[3]) for r in rows) / n:.0f} B of WAL")  # fmt: skip
-    print("  calls    exec µs  blocks/call  WAL B  statement")
-    for calls, exec_ms, blocks, wal, query in rows:
-        print(f"  {calls / n:5.2f}  {exec_ms / n * 1000:9.1f}  {blocks / calls:11.1f}  {int(wal) / n:5.0f}  {query}")
+    print("  calls    exec µs  blocks/call  WAL B  statement (* run inside another: a trigger's or a function's)")
+    for calls, exec_ms, blocks, wal, toplevel, query in rows:
+        nested = " " if toplevel else "*"
+        figures = f"{calls / n:5.2f}  {exec_ms / n * 1000:9.1f}  {blocks / calls:11.1f}  {int(wal) / n:5.0f}"
+        print(f"  {figures} {nested}{query}")
+    trips = sum(r[0] for r in rows if r[4]) / n
+    print(f"  {trips:.2f} round trips per completion (statements sent by the client, BEGIN and COMMIT included)")
+    _print_row_writes(before, after, n)
     return 0
+
+
+FEATURES = ("webhook", "push", "remote")
+_OTHER_KEY = "bench.other_workflow"  # a key no bench workflow has
+
+
+def _unused_features(features: list[str]) -> None:
+    """The features named, present in the data but unused by the plain path (see ``--with``)."""
+    from models import store
+    from parkway.crypto import seal
+    from parkway.db import transaction
+
+    with transaction() as session:
+        if "webhook" in features:
+            store.create_webhook(session, url="http://127.0.0.1:9/idle", events=["*"], targets=None,
+                                 description="idle", secret_sealed=seal("whsec_idle"))  # fmt: skip
+        if "push" in features:
+            store.create_handler(session, url="http://127.0.0.1:9/push", serves=[_OTHER_KEY],
+                                 secret_sealed=seal("push"))  # fmt: skip
+        if "remote" in features:
+            store.advertise(session, store.Advert(id=uuid.uuid4().hex, node="bench-remote", pid=0,
+                                                  steps=(_OTHER_KEY,), continuations=(), ttl_s=3600,
+                                                  remote=True))  # fmt: skip
+
+
+def _wait_until_closed(admin_url: str, name: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _admin(admin_url, _CONNECTED, name)[0][0]:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"connections to {name} still open after {timeout_s} s")
+        time.sleep(0.05)
+
+
+def _print_row_writes(before: dict[str, tuple[int, ...]], after: dict[str, tuple[int, ...]], n: int) -> None:
+    print("row writes per completion (pg_stat_user_tables):")
+    print("  inserted  updated  deleted  (of the updates HOT)  table")
+    total = 0.0
+    for table, counts in sorted(after.items()):
+        done = [(a - b) / n for a, b in zip(counts, before.get(table, (0, 0, 0, 0)), strict=True)]
+        if any(done):
+            total += sum(done[:3])
+            print(f"  {done[0]:8.2f}  {done[1]:7.2f}  {done[2]:7.2f}  ({done[3]:4.2f})  {table}")
+    print(f"  {total:.2f} row writes per completion in all")
 
 
 if __name__ == "__main__":

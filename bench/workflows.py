@@ -85,19 +85,19 @@ def push_commit(tag: str) -> None:
 
 def _report_latency_commits() -> None:
     """In the worker: push the commit time of a latency step right after its consume committed (the
-    worker's ``_committed`` runs then, before it publishes or projects anything)."""
-    import tasks.worker
+    store's ``commit_outcome`` returns then, before the executor publishes or projects anything)."""
+    import models.store
 
-    original = tasks.worker._committed
+    original = models.store.commit_outcome
 
-    def committed(outcome: Any, to_publish: Any, ended: Any, extra: dict[str, Any]) -> str:
-        step_id = extra.get("step_id")
-        if step_id in _latency_steps:
-            _latency_steps.discard(step_id)
-            push_commit(f"p:{step_id}")
-        return original(outcome, to_publish, ended, extra)
+    def committed(claim: Any, outcome: Any, **kwargs: Any) -> Any:
+        done = original(claim, outcome, **kwargs)
+        if done is not None and claim.step.id in _latency_steps:
+            _latency_steps.discard(claim.step.id)
+            push_commit(f"p:{claim.step.id}")
+        return done
 
-    tasks.worker._committed = committed
+    models.store.commit_outcome = committed  # type: ignore[assignment]
 
 
 _report_latency_commits()

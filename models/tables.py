@@ -198,7 +198,7 @@ class Interaction(Base):
     secret: Mapped[str | None] = mapped_column(Text)
     response_id: Mapped[str | None] = mapped_column(String(200))
     response_digest: Mapped[str | None] = mapped_column(String(64))
-    answered_by_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))
+    answered_by_id: Mapped[str | None] = mapped_column(ID)  # no foreign key (0023): principals are never deleted
     answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     closed_by_id: Mapped[str | None] = mapped_column(ForeignKey("principals.id"))
@@ -256,8 +256,9 @@ class Continuation(Base):
     __tablename__ = "continuations"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))  # a run's continuations: through its steps
-    step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"))
+    # No foreign keys (0023): written beside their run and step, which are never deleted.
+    run_id: Mapped[str] = mapped_column(ID)  # a run's continuations: through its steps
+    step_id: Mapped[str] = mapped_column(ID)
     kind: Mapped[str] = mapped_column(String(16))
     name: Mapped[str] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(16))
@@ -313,7 +314,7 @@ class Event(Base):
     # PostgreSQL: server default ``parkway_event_seq()`` (migration 0004), the writing transaction's id << 16
     # | its n-th event, so readers can deliver exactly (models/access.py); no insert may set it.
     seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    run_id: Mapped[str] = mapped_column(ID)  # no foreign key (0023): appended by the statement that writes the run
     type: Mapped[str] = mapped_column(String(64))
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     data: Mapped[Any] = mapped_column(JSON)
@@ -381,7 +382,7 @@ class ScheduleHistory(Base):
 
     __tablename__ = "schedule_history"
 
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ID, primary_key=True)  # no foreign key (0023): written with the run's end
     workflow: Mapped[str] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(16))
     completed_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -7,6 +7,10 @@ execution context or result object per statement (about half the claim's client 
 ``driver_connection``; a driver error is raised as SQLAlchemy's exception of the same PEP 249 class (a
 dropped connection invalidated first), so callers see what ``Connection.execute`` would raise. Cursor
 events are not fired for these statements.
+
+Still needed after issue 42's first lever (the transitions are still Core statements of data-modifying CTEs,
+built and compiled by SQLAlchemy): it is what keeps their execution at psycopg's cost. It goes when each hot
+transition is a server-side function (issue 42 item 2), called by one psycopg ``execute`` of a fixed text.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from tests.support import (
     HUMAN,
     STRANGER,
     TARGET,
+    Stack,
     continuations,
     interactions,
     new_response_id,
@@ -192,3 +194,30 @@ class Sent:
 
     def clear(self) -> None:
         self.calls.clear()
+
+
+@contextlib.contextmanager
+def database_at(stack: Stack, revision: str, fill: Callable[[], None]) -> Iterator[str]:
+    """A database of its own at the schema ``revision``, filled by ``fill``; the stack and this process point
+    at it until the block ends (its workers then killed, the database dropped)."""
+    from alembic import command
+
+    from parkway.db import reset_engine
+    from parkway.migrate import alembic_config
+    from tests.conftest import drop_database, new_database, use_database
+
+    url = new_database()
+    previous = stack.database_url
+    use_database(url)
+    stack.database_url = url
+    try:
+        command.upgrade(alembic_config(), revision)
+        fill()
+        reset_engine()
+        yield url
+    finally:
+        stack.stop_all()
+        stack.database_url = previous
+        reset_engine()
+        drop_database(url)
+        use_database(previous)

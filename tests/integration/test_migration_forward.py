@@ -20,10 +20,10 @@ from alembic import command
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from parkway.db import reset_engine, transaction
+from parkway.db import transaction
 from parkway.migrate import alembic_config
 from tasks.sdk import answer
-from tests.conftest import drop_database, new_database, use_database
+from tests.integration.helpers import database_at
 from tests.support import AGENT, HUMAN, TARGET, Stack, new_response_id, wait_for
 
 FROM_REVISION = "0009"  # the head before issue 18's redesign: what a deployed database holds today
@@ -143,22 +143,9 @@ def sent() -> None:
 @pytest.fixture
 def forward_db(stack: Stack) -> Iterator[str]:
     """A database of its own at ``FROM_REVISION``, filled, then upgraded to head; the stack points at it."""
-    url = new_database()
-    previous = stack.database_url
-    use_database(url)
-    stack.database_url = url
-    try:
-        command.upgrade(alembic_config(), FROM_REVISION)
-        fill_at_from_revision()
-        reset_engine()
+    with database_at(stack, FROM_REVISION, fill_at_from_revision) as url:
         command.upgrade(alembic_config(), "head")
         yield url
-    finally:
-        stack.stop_all()
-        stack.database_url = previous
-        reset_engine()
-        drop_database(url)
-        use_database(previous)
 
 
 def test_migration_forward__every_run_readable_and_every_wait_answerable(forward_db: str, stack: Stack) -> None:

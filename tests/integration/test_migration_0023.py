@@ -1,0 +1,95 @@
+"""Migration 0023 (the hot path's foreign keys dropped) on a live deployment (issue 42 item 6).
+
+Waits parked on the previous revision, one of them answered before the upgrade (its
+continuation ready, its message queued), resume exactly once after it; and while a writer holds the tables,
+the upgrade gives up within its lock timeout, changing nothing, instead of queueing a lock that would hold
+every answer behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from alembic import command
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from parkway.db import get_engine, reset_engine, transaction
+from parkway.migrate import alembic_config, current_revision, head_revision
+from tasks.sdk import answer
+from tests.integration.helpers import database_at, parked
+from tests.support import HUMAN, Stack, continuations, effects, event_types, new_response_id, wait_status
+
+FROM_REVISION = "0022"
+_FOREIGN_KEYS = "SELECT conname FROM pg_constraint WHERE contype = 'f' AND conrelid::regclass::text = ANY(:tables)"
+HOT_TABLES = ["events", "continuations", "schedule_history"]
+
+
+@pytest.fixture
+def sent() -> None:
+    """Publishes are real here (this package's ``sent`` records them instead): a worker consumes them."""
+
+
+@pytest.fixture
+def previous_db(stack: Stack) -> Iterator[str]:
+    """A database of its own at ``FROM_REVISION`` with the test's actors; the stack points at it."""
+    with database_at(stack, FROM_REVISION, stack.setup_actors) as url:
+        yield url
+
+
+def foreign_keys() -> set[str]:
+    with transaction() as session:
+        return set(session.scalars(text(_FOREIGN_KEYS), {"tables": HOT_TABLES}))
+
+
+def test_migration_0023__waits_parked_before_it_resume_once_after_it(previous_db: str, stack: Stack) -> None:
+    # Given three waits parked on the previous revision (their start run in this process: a worker of this
+    # code refuses an older schema), one answered before the upgrade with no worker running (its
+    # continuation ready and its message queued)
+    waits = {run_id: asked["go"].id for run_id, asked in (parked("t.ask_one") for _ in range(3))}
+    stack.flush_broker()  # the start messages, consumed already
+    early, *late = waits
+    answer(waits[early], "before", response_id=new_response_id(), principal=HUMAN)
+    assert foreign_keys() == {"fk_events_run_id_runs", "fk_continuations_run_id_runs",
+                              "fk_continuations_step_id_steps", "fk_schedule_history_run_id_runs"}  # fmt: skip
+
+    # When the database is upgraded to head, then a worker runs and the other two are answered
+    reset_engine()
+    command.upgrade(alembic_config(), "head")
+    assert current_revision(get_engine()) == head_revision()
+    assert foreign_keys() == set()
+    stack.start_worker()
+    for run_id in late:
+        answer(waits[run_id], "after", response_id=new_response_id(), principal=HUMAN)
+
+    # Then each run completes, its continuation body ran once and its log holds each event once
+    for run_id in waits:
+        wait_status(run_id, "completed")
+        assert effects(run_id, "one_done") == 1
+        resumes = [c for c in continuations(run_id) if c.kind == "resume"]
+        assert [(c.status, c.attempts) for c in resumes] == [("consumed", 1)]
+        types = event_types(run_id)
+        assert [t for t in types if t in ("step.resumed", "run.completed")] == ["step.resumed", "run.completed"]
+
+
+def test_migration_0023__gives_up_within_its_lock_timeout_while_a_writer_holds_the_tables(previous_db: str) -> None:
+    # Given a transaction that has written an event and is still open
+    reset_engine()
+    writer = get_engine().connect()
+    try:
+        writer.execute(text("LOCK TABLE events IN ROW EXCLUSIVE MODE"))
+
+        # When the upgrade runs beside it, it fails on its lock timeout and changes nothing
+        with pytest.raises(OperationalError, match="lock timeout"):
+            command.upgrade(alembic_config(), "head")
+        assert current_revision(get_engine()) == FROM_REVISION
+        assert "fk_events_run_id_runs" in foreign_keys()
+    finally:
+        writer.rollback()
+        writer.close()
+
+    # Then once the writer has ended, the upgrade goes through
+    command.upgrade(alembic_config(), "head")
+    assert current_revision(get_engine()) == head_revision()
+    assert foreign_keys() == set()
