@@ -36,8 +36,10 @@ def push_node(handler_id: str) -> str:
 
 
 def _advert(handler_id: str, keys: list[str], live_s: float) -> Advert:
+    """Its row, live for ``live_s``; rewritten by a success only once a quarter of that old (as a remote
+    worker's lease calls), so a busy handler's pushes write nothing there."""
     return Advert(id=handler_id, node=push_node(handler_id), pid=0, steps=tuple(k for k in keys if "@" not in k),
-                  continuations=tuple(k for k in keys if "@" in k), ttl_s=live_s)  # fmt: skip
+                  continuations=tuple(k for k in keys if "@" in k), ttl_s=live_s, refresh_s=live_s / 4)  # fmt: skip
 
 
 def create_handler(session: Session, *, url: str, serves: list[str], secret_sealed: str, live_s: float) -> PushHandler:
@@ -55,8 +57,9 @@ def create_handler(session: Session, *, url: str, serves: list[str], secret_seal
 
 def accepted(session: Session, handler_id: str, key: str, live_s: float) -> None:
     """A push of ``key`` accepted (its outcome committable): the handler's row live for ``live_s`` more, its
-    keys (those it has not refused, and ``key``) advertised now. The row locked first, so a refusal of
-    another push is never overwritten."""
+    keys (those it has not refused, and ``key``) advertised now (``_advert``: unless it was stamped within a
+    quarter of that and serves the same keys). The row locked first, so a refusal of another push is never
+    overwritten."""
     row = session.execute(
         select(WORKERS.c.steps, WORKERS.c.continuations).where(WORKERS.c.id == handler_id).with_for_update()
     ).first()

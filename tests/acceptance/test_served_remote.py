@@ -1,8 +1,12 @@
 """One meaning of served across kinds of workers (issue 41): work only remote workers serve never reaches a
-Celery queue, and work made while a remote worker served its key goes to a Python worker that serves it."""
+Celery queue, work made while a remote worker served its key goes to a Python worker that serves it, and an
+API outage longer than the grace interrupts no remote wait (the remote fleet's grace counts from the API's
+return)."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,12 +14,12 @@ import pytest
 from sqlalchemy import text
 
 import tests.release_a
-from beat.sweep import queued
+from beat.sweep import queued, run_sweep
 from tasks.celery_app import CONTINUATIONS_QUEUE, PUSH_QUEUE, STEPS_QUEUE, WEBHOOKS_QUEUE
 from tests.acceptance.conftest import remote_principals
 from tests.acceptance.protocol_support import PLAN, Proto
 from tests.api.conftest import ApiServer
-from tests.support import Stack, effects, read_now, wait_for, wait_status
+from tests.support import Stack, effects, event_types, pass_time, read_now, run_status, wait_for, wait_status
 
 pytestmark = [pytest.mark.usefixtures("own_workers"), pytest.mark.broker]
 assert tests.release_a
@@ -27,16 +31,21 @@ SERVES_A = text(
 
 
 @pytest.fixture(scope="module")
-def api(stack: Stack) -> Iterator[Proto]:
+def uvicorn(stack: Stack) -> Iterator[ApiServer]:
     """A uvicorn of this module's own, and no Celery worker unless a test starts one."""
     server = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-served.log").start()
     try:
-        with server.client() as http:
-            roles = ("admin", "agent", "human", "worker")
-            made = remote_principals(http, **{role: f"proto-{role}" for role in roles})
-            yield Proto(http=http, tokens={role: made[f"proto-{role}"] for role in roles}, celery=None)  # type: ignore[arg-type]
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def api(uvicorn: ApiServer) -> Iterator[Proto]:
+    with uvicorn.client() as http:
+        roles = ("admin", "agent", "human", "worker")
+        made = remote_principals(http, **{role: f"proto-{role}" for role in roles})
+        yield Proto(http=http, tokens={role: made[f"proto-{role}"] for role in roles}, celery=None)  # type: ignore[arg-type]
 
 
 def _started(proto: Proto, workflow: str) -> str:
@@ -82,3 +91,31 @@ def test_work_made_while_a_remote_worker_served_its_key__runs_on_the_python_work
     # Then the run completes on it, once
     assert wait_status(run_id, "completed").result == {"go": "yes"}
     assert effects(run_id, "a.done") == 1
+
+
+def test_an_api_outage_longer_than_the_grace__interrupts_no_remote_wait_and_it_completes_after(
+    stack: Stack, uvicorn: ApiServer, api: Proto
+) -> None:
+    # Given a run parked from outside on proto.decide@1, which only the remote worker serves, and a Celery
+    # worker of release A (other keys) whose sweeps run throughout
+    proto = api.for_test()
+    run_id = proto.park()
+    stack.start_worker(PARKWAY_IMPORTS="tests.release_a")
+
+    # When the API is killed, and stays down longer than the grace (PARKWAY_VERSION_GRACE_S 5) and the remote
+    # worker's registry row (PARKWAY_REMOTE_WORKER_TTL_S 60), sweeps running meanwhile
+    assert uvicorn.proc is not None
+    os.killpg(uvicorn.proc.pid, signal.SIGKILL)
+    uvicorn.proc.wait(timeout=20)
+    pass_time(120)
+    for _ in range(3):
+        assert run_sweep().counts["unregistered"] == 0
+    assert run_status(run_id) == "waiting"
+
+    # Then after the API returns, the remote worker leases again and the wait completes: nothing interrupted
+    uvicorn.start()
+    proto.answer(run_id, {"code": "123456", "note": "ok"})
+    item = proto.lease_one(run_id)
+    assert proto.complete(item["lease_id"], {"type": "complete", "result": "done"}).status_code == 200
+    run = wait_status(run_id, "completed")
+    assert run.result == "done" and "run.interrupted" not in event_types(run_id)
