@@ -40,7 +40,7 @@ from tests.support import ROOT, wait_for
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
-pytestmark = pytest.mark.timeout(420)  # a whole stack's start, two runs and a browser on a loaded machine
+pytestmark = pytest.mark.timeout(600)  # a whole stack's start, three runs and a browser on a loaded machine
 
 WAIT_S = 90
 browser = pages.browser  # the suite's headless Chromium, as this module's fixture
@@ -146,9 +146,38 @@ def walk_on(
         assert f"{README_API}/runs/{first}" in printed_urls  # (as the README shows it)
         see_the_history(site, f"{up.api}/runs/{first}", first, run(first))
 
-    # Past the walkthrough: the README's blocks that run in its terminal, in the README's order (tests/docs)
+    # Past the walkthrough: the README's blocks that run in its terminal, in the README's order (tests/docs);
+    # then the teams section's release, approved by its two on-call engineers as the README says
     for block in snippets.after_walkthrough():
-        shell.run(block.text)
+        shell.run(block.text, timeout=240)  # four CLI commands on a busy machine
+    approve_the_release(up.api, shell.value("RELEASE"), {"ana": shell.value("ANA_TOKEN"), "human": tokens["human"]})
+
+
+def approve_the_release(api: str, run_id: str, tokens: dict[str, str]) -> None:
+    """The README's ``release.request`` (examples/release.py, loaded by ``make run``) asks team:oncall for two
+    approvals; ana's and the human's complete it with both."""
+    auth = {who: {"Authorization": f"Bearer {token}"} for who, token in tokens.items()}
+    with httpx.Client(base_url=api, timeout=30) as http:
+
+        def asked() -> list[dict[str, Any]] | None:
+            listed = http.get("/v1/interactions", params={"run_id": run_id, "status": "pending"}, headers=auth["ana"])
+            assert listed.status_code == 200, listed.text
+            return listed.json()["items"] or None
+
+        [wait] = wait_for(asked, timeout=WAIT_S, what="the release to ask team:oncall")
+        assert (wait["target"], wait["quorum"]) == ("team:oncall", 2), wait
+        for who in ("ana", "human"):
+            body = {"response_id": f"release-{who}", "value": {"approved": True}}
+            answered = http.post(f"/v1/interactions/{wait['id']}/answer", json=body, headers=auth[who])
+            assert answered.status_code == 200, answered.text
+
+        def ended() -> dict[str, Any] | None:
+            run: dict[str, Any] = http.get(f"/v1/runs/{run_id}", headers=auth["human"]).json()
+            return run if run["status"] != "waiting" and run["status"] != "running" else None
+
+        run = wait_for(ended, timeout=WAIT_S, what="the release to complete")
+        assert run["status"] == "completed", run
+        assert run["result"] == {"deployed": True, "service": "api", "approvals": [["ana", 0], ["human", 0]]}
 
 
 def run_each(shell: Shell, step: Step) -> str:
