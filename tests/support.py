@@ -211,7 +211,7 @@ class Stack:
         name = f"beat{len(self.workers)}-{uuid.uuid4().hex[:6]}"
         beat = self._spawn(name, ["beat", "-l", "debug", "-s", str(self.logs / f"{name}.schedule")], env)
         if wait:
-            wait_for(lambda: "Sending due task" in beat.text() or not beat.alive(), timeout=30, what="beat sending")
+            wait_for(lambda: "Sending due task" in beat.text() or not beat.alive(), timeout=60, what="beat sending")
         return beat
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str | None]) -> Worker:
