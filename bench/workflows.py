@@ -85,19 +85,19 @@ def push_commit(tag: str) -> None:
 
 def _report_latency_commits() -> None:
     """In the worker: push the commit time of a latency step right after its consume committed (the
-    worker's ``_committed`` runs then, before it publishes or projects anything)."""
-    import tasks.worker
+    store's ``commit_outcome`` returns then, before the executor publishes or projects anything)."""
+    from models import store
 
-    original = tasks.worker._committed
+    original = store.commit_outcome
 
-    def committed(outcome: Any, to_publish: Any, ended: Any, extra: dict[str, Any]) -> str:
-        step_id = extra.get("step_id")
-        if step_id in _latency_steps:
-            _latency_steps.discard(step_id)
-            push_commit(f"p:{step_id}")
-        return original(outcome, to_publish, ended, extra)
+    def commit_outcome(claimed: Any, outcome: Any, **kwargs: Any) -> Any:
+        committed = original(claimed, outcome, **kwargs)
+        if committed is not None and claimed.step.id in _latency_steps:
+            _latency_steps.discard(claimed.step.id)
+            push_commit(f"p:{claimed.step.id}")
+        return committed
 
-    tasks.worker._committed = committed
+    store.commit_outcome = commit_outcome  # type: ignore[assignment]
 
 
 _report_latency_commits()
@@ -152,6 +152,7 @@ KNOWN_WHAT_IF = {
     "no-projection-flag": "the projector writes run_metadata.json but leaves projection_pending set",
     "no-foreign-keys": "the bench database without its foreign keys (each insert's referential checks)",
     "no-event-rows": "the bench database discards every event row (a trigger): what the rows cost PostgreSQL",
+    "tracing": "throughput beside itself with the workers tracing every span to a local OTLP/HTTP sink (issue 44)",
     "answer-autocommit": "the answer's two statements each in autocommit, without BEGIN and COMMIT (what a "
     "pending-interactions counter on the step would allow; safe here only because every bench step waits on one "
     "question)",
