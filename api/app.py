@@ -107,7 +107,9 @@ def traced(app: FastAPI) -> None:
     if tracing.setup("parkway-api"):
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-        FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
+        FastAPIInstrumentor.instrument_app(
+            app, excluded_urls="healthz,readyz,metrics", exclude_spans=["receive", "send"]
+        )
 
 
 def create_app() -> FastAPI:

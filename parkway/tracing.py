@@ -81,6 +81,12 @@ def links(*traceparents: str | None) -> list[Link]:
     return found
 
 
+def publisher(traceparent: str | None) -> tuple[str | None, ...]:
+    """What a delivery follows of the span that published it (a message header): its parent under
+    ``PARKWAY_TRACE_WAITS=parent``; nothing else (the claim links what made the work due, the stored way)."""
+    return (traceparent,) if follows_wait() else ()
+
+
 def follows_wait() -> bool:
     """``PARKWAY_TRACE_WAITS=parent``: a resume is the child of what it follows, not a new linked trace."""
     return os.environ.get("PARKWAY_TRACE_WAITS", "link").strip().lower() == "parent"
@@ -105,7 +111,7 @@ def span(
     stored = [tp for tp in follows if tp]
     context = None
     if root and stored and follows_wait():
-        context = _PROPAGATOR.extract({"traceparent": stored[0]})
+        context = _PROPAGATOR.extract({"traceparent": stored.pop(0)})  # its parent, then not a link too
     elif root:
         context = trace.set_span_in_context(trace.INVALID_SPAN)
     attrs = {f"parkway.{k}": v for k, v in attributes.items() if v is not None}
@@ -123,8 +129,10 @@ def follow(*traceparents: str | None) -> None:
     """Links added to the current span once what it follows is read (a claim reads the stored contexts)."""
     if on():
         current = trace.get_current_span()
+        parent = getattr(current, "parent", None)  # linked once: a parent under PARKWAY_TRACE_WAITS=parent
         for link in links(*dict.fromkeys(traceparents)):
-            current.add_link(link.context)
+            if parent is None or link.context.span_id != parent.span_id:
+                current.add_link(link.context)
 
 
 def annotate(**attributes: Any) -> None:

@@ -75,8 +75,8 @@ def message_id(continuation_id: str) -> str:
 def push_step(continuation_id: str) -> str:
     """POST one continuation to the push handler that serves it; commit what it answers (exactly once). In a
     span as a Celery worker's execution (``tasks.worker``); the item POSTed carries its ``traceparent``."""
-    with tracing.span(PUSH_STEP, kind="consumer", root=True, follows=(push_step.request.get(TRACEPARENT),),
-                      continuation_id=continuation_id):  # fmt: skip
+    published = tracing.publisher(push_step.request.get(TRACEPARENT))
+    with tracing.span(PUSH_STEP, kind="consumer", root=True, follows=published, continuation_id=continuation_id):
         return push(continuation_id)
 
 

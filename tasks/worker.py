@@ -59,7 +59,7 @@ def _drive(task: str, continuation_id: str, request: Any) -> str:
     ``PARKWAY_TRACE_WAITS=parent``: the child of the span that published it); a database that failed under
     it (an outage, a restart) is one warning line, not a traceback: nothing was committed, and the sweep
     publishes the continuation again once it is reachable."""
-    with tracing.span(task, kind="consumer", root=True, follows=(request.get(TRACEPARENT),),
+    with tracing.span(task, kind="consumer", root=True, follows=tracing.publisher(request.get(TRACEPARENT)),
                       continuation_id=continuation_id):  # fmt: skip
         return _executed(continuation_id, handed_on=bool(request.get(HANDED_ON)))
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from bench.harness import (
     spawn,
     stop_process,
 )
-from bench.workflows import CAS, DONE
+from bench.workflows import CAS, DONE, WHAT_IF
 
 # --------------------------------------------------------------------------- py-spy (optional)
 
@@ -175,8 +176,31 @@ VARIANT_LABELS = {
     "baseline": "CAS task on Parkway's app",
     "consume": "Parkway consume only",
     "python": "Parkway answer→consume (Python)",
+    "python-traced": "Parkway answer→consume (Python), workers traced",
     "http": "Parkway answer→consume (HTTP)",
 }
+
+
+TRACED = {"OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_TRACES_SAMPLER": "always_on", "OTEL_SERVICE_NAME": "parkway-bench"}
+
+
+@contextlib.contextmanager
+def traced_workers(bench: Bench) -> Iterator[None]:
+    """``--what-if tracing``: the workers restarted exporting every span (100 % sampling) over OTLP/HTTP to a
+    local sink that answers 200 at once (bench/receiver.py), then restarted untraced."""
+    from bench.cases.webhooks import receiver
+
+    with receiver(bench) as sink:
+        bench.services.env.update(TRACED, OTEL_EXPORTER_OTLP_ENDPOINT=sink.url.removesuffix("/hook"))
+        bench.services.stop_workers()
+        bench.services.start_worker()
+        try:
+            yield
+        finally:
+            for key in TRACED:
+                bench.services.env.pop(key, None)
+            bench.services.stop_workers()
+            bench.services.start_worker()
 
 
 def run_consume_throughput(bench: Bench, n: int) -> float:
@@ -222,7 +246,7 @@ def case_throughput(bench: Bench) -> None:
             log(f"  rep {rep + 1}/{args.reps} (load {loadavg()})")
             # Each Parkway variant close in time to its baseline (python right beside it), the order
             # reversed every other rep, so the shared machine's slow spells fall on both sides of a ratio.
-            order = ["baseline", "python", "http", "consume"]
+            order = ["baseline", "python", *(["python-traced"] if "tracing" in WHAT_IF else []), "http", "consume"]
             if rep % 2:
                 order.reverse()
             rates: dict[str, float] = {}
@@ -230,7 +254,8 @@ def case_throughput(bench: Bench) -> None:
             for variant in order:
                 if variant == "http" and base_url is None:
                     continue
-                with CpuMeter(bench) as meter:
+                traced = traced_workers(bench) if variant == "python-traced" else contextlib.nullcontext()
+                with traced, CpuMeter(bench) as meter:  # the workers' restarts outside the measure
                     if variant == "baseline":
                         rates[variant] = run_baseline_throughput(bench, n)
                     elif variant == "consume":
@@ -238,6 +263,8 @@ def case_throughput(bench: Bench) -> None:
                     elif variant == "python":
                         rates[variant], answers = run_parkway_throughput(bench, n, http_base=None)
                         py_a.add(answers)
+                    elif variant == "python-traced":
+                        rates[variant], _ = run_parkway_throughput(bench, n, http_base=None, label=variant)
                     else:
                         rates[variant], answers = run_parkway_throughput(bench, n, http_base=base_url)
                         bench.metric("throughput", "producer answers/s (HTTP)", "/s").add(answers)
@@ -255,6 +282,11 @@ def case_throughput(bench: Bench) -> None:
                     bench.metric(
                         "cpu", f"ratio CPU per unit {VARIANT_LABELS[variant]} ÷ CAS on Parkway's app", "x"
                     ).add(ratio(cpus[variant]["total"], cpus["baseline"]["total"]))
+            if "python-traced" in rates:
+                bench.metric("throughput", VARIANT_LABELS["python-traced"], "/s").add(rates["python-traced"])
+                bench.metric("throughput", "ratio Parkway(Python) traced ÷ untraced", "x", ">= 0.95").add(
+                    ratio(rates["python-traced"], rates["python"])
+                )
             base_m.add(rates["baseline"])
             py_m.add(rates["python"])
             py_r.add(ratio(rates["python"], rates["baseline"]))

@@ -211,6 +211,26 @@ def test_a_wait_of_seven_days__links_the_same_way_and_no_span_stays_open(traced:
         assert 0 <= span.end_ns - span.start_ns < 60 * 10**9, span
 
 
+def test_parent_mode__a_resume_is_the_child_of_the_answer_that_made_it_due(traced: Traced) -> None:
+    t = traced
+    for worker in [w for w in t.stack.workers if w.alive()]:
+        worker.kill()
+    parent_mode = t.stack.start_worker(**t.env, PARKWAY_TRACE_WAITS="parent")
+    try:
+        run_id = t.start()
+        wait = _parked(run_id)
+        assert t.answer(wait.id).status_code == 200
+        wait_status(run_id, "completed", sweep=False)
+        resume = t.span("parkway.resume_step", **{"parkway.run_id": run_id})
+        won = t.span("parkway.answer", **{"parkway.interaction_id": wait.id})
+    finally:
+        parent_mode.kill()
+        t.stack.start_worker(**t.env)  # the module's worker again, in the default mode
+    # The resume is in the answer's trace, its child; the park is still a link (and the answer is not one too)
+    assert (resume.trace_id, resume.parent) == (won.trace_id, won.span_id)
+    assert resume.links == [_ids(_waits(run_id)[0].traceparent)], resume.links
+
+
 def test_a_worker_killed_in_a_body__the_redrive_links_to_the_first_attempt(traced: Traced, tmp_path: Path) -> None:
     t = traced
     flag = str(tmp_path / "go")
