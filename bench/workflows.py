@@ -84,20 +84,21 @@ def push_commit(tag: str) -> None:
 
 
 def _report_latency_commits() -> None:
-    """In the worker: push the commit time of a latency step right after its consume committed (the
-    worker's ``_committed`` runs then, before it publishes or projects anything)."""
-    import tasks.worker
+    """In the worker: push the commit time of a latency step once its consume committed (the executor's
+    ``commit`` returns then, having published what it made due: a publish, not a wait)."""
+    import tasks.executor
 
-    original = tasks.worker._committed
+    original = tasks.executor.commit
 
-    def committed(outcome: Any, to_publish: Any, ended: Any, extra: dict[str, Any]) -> str:
+    def commit(claimed: Any, outcome: Any, execution_id: str, extra: dict[str, Any], **options: Any) -> Any:
+        committed = original(claimed, outcome, execution_id, extra, **options)
         step_id = extra.get("step_id")
-        if step_id in _latency_steps:
+        if committed is not None and step_id in _latency_steps:
             _latency_steps.discard(step_id)
             push_commit(f"p:{step_id}")
-        return original(outcome, to_publish, ended, extra)
+        return committed
 
-    tasks.worker._committed = committed
+    tasks.executor.commit = commit
 
 
 _report_latency_commits()
