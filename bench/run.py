@@ -238,13 +238,20 @@ def migrate(url: str) -> None:
         engine.dispose()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def take_the_machine(prog: str) -> bool:
+    """``hold_the_machine`` (a line saying why not when another run holds it), then the cleanup installed."""
     busy = hold_the_machine()
     if busy is not None:
-        log(f"bench refused: {busy}")
-        return 2
+        log(f"{prog} refused: {busy}")
+        return False
     harness.install_cleanup()
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not take_the_machine("bench"):
+        return 2
     if args.ab is not None:
         from bench.ab import measure
 

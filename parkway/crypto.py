@@ -1,22 +1,23 @@
 """Keys derived from PARKWAY_SECRET_KEY by HKDF, one per purpose: Fernet for sensitive answer fields at rest,
-Ed25519 for the seals of the event log (docs/operations.md, "The seal")."""
+Ed25519 for the seals of the event log (docs/operations.md, "The seal").
+
+``cryptography`` is imported when a key is first used, not with this module: every worker child imports
+this module (the store joins sensitive values here) and most never meet a sensitive value or a seal, and
+the library's bindings cost each process about 8 MB of memory (issue 42 item 5)."""
 
 from __future__ import annotations
 
 import base64
 import json
 from functools import lru_cache
-from typing import Any
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.fernet import Fernet, InvalidToken
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from typing import TYPE_CHECKING, Any
 
 from parkway.errors import ParkwayError
 from parkway.settings import get_settings
+
+if TYPE_CHECKING:
+    from cryptography.fernet import Fernet
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 
 class SecretUnreadable(ParkwayError):
@@ -25,16 +26,23 @@ class SecretUnreadable(ParkwayError):
 
 def derived_key(secret_key: str, purpose: bytes) -> bytes:
     """32 bytes of key for ``purpose`` alone: knowing one purpose's key tells nothing of another's."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose).derive(secret_key.encode())
 
 
 @lru_cache(maxsize=4)
 def _fernet(secret_key: str) -> Fernet:
+    from cryptography.fernet import Fernet
+
     return Fernet(base64.urlsafe_b64encode(derived_key(secret_key, b"parkway sensitive fields v1")))
 
 
 @lru_cache(maxsize=4)
 def _seal_key(secret_key: str) -> Ed25519PrivateKey:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     return Ed25519PrivateKey.from_private_bytes(derived_key(secret_key, b"parkway event log seal v1"))
 
 
@@ -45,12 +53,17 @@ def sign_seal(message: bytes) -> str:
 
 def seal_public_key() -> str:
     """The public half of the seal key, in hex: what an auditor verifies seals with (it cannot sign)."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     public = _seal_key(get_settings().resolved_secret_key()).public_key()
     return public.public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
 
 
 def signed_by(public_key_hex: str, message: bytes, signature_hex: str) -> bool:
     """Whether ``signature_hex`` is the signature of ``message`` by the key ``public_key_hex``."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         Ed25519PublicKey.from_public_bytes(bytes.fromhex(public_key_hex)).verify(bytes.fromhex(signature_hex), message)
     except (InvalidSignature, ValueError):
@@ -65,6 +78,8 @@ def seal(value: Any) -> str:
 
 
 def unseal(token: str) -> Any:
+    from cryptography.fernet import InvalidToken
+
     try:
         plain = _fernet(get_settings().resolved_secret_key()).decrypt(token.encode())
     except InvalidToken:

@@ -7,6 +7,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from bench.cases.common import Bench
@@ -19,8 +20,9 @@ from bench.plugin.parkway_bench_http import KeepAliveClient
 
 
 @contextlib.contextmanager
-def api_server(bench: Bench) -> Iterator[str | None]:
-    """Start ``uvicorn api.app:app``; yields its base URL, or ``None`` (reason in ``bench.skipped``)."""
+def api_server(bench: Bench, *, profile: Path | None = None) -> Iterator[str | None]:
+    """Start ``uvicorn api.app:app``; yields its base URL, or ``None`` (reason in ``bench.skipped``).
+    ``profile``: under ``bench.apiprofile``, its pstats written there when the server stops."""
     import importlib.util
 
     if importlib.util.find_spec("api.app") is None:
@@ -29,8 +31,9 @@ def api_server(bench: Bench) -> Iterator[str | None]:
         return
     port = free_port()
     log_path = bench.services.out_dir / "logs" / "api.log"
+    server = ["bench.apiprofile", str(profile)] if profile is not None else ["uvicorn"]
     cmd = [
-        sys.executable, "-m", "uvicorn", "api.app:app", "--host", "127.0.0.1", "--port", str(port),
+        sys.executable, "-m", *server, "api.app:app", "--host", "127.0.0.1", "--port", str(port),
         "--log-level", "warning", "--no-access-log",
     ]  # fmt: skip
     proc = spawn(cmd, env=bench.services.child_env(), log_path=log_path)
