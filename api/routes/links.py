@@ -13,6 +13,7 @@ from api import errors
 from api.deps import require
 from api.errors import ApiError, documented
 from api.input import checked_router
+from api.routes.interactions import _authoritative as authoritative
 from api.schemas import ID, TEXT, Body
 from models import access, links
 from models.base import utcnow
@@ -62,8 +63,8 @@ def create_link(
             raise ApiError(403, errors.LINKS_FORBIDDEN.format(name=principal.name, id=interaction_id))
         view = access.interaction_view(session, interaction_id)
         ended = links.ended(view, access.run_status_of(session, interaction.run_id) or "") if view else None
-        if ended is not None:
-            raise ended
+        if ended is not None:  # the whole interaction as it is now, as an answer's 409 or 410 carries it
+            raise authoritative(ended)
         person = access.live_person(session, body.principal)
         if person is None or not links.may_hold_place(session, interaction_id, person.id):
             raise InvalidAnswer(errors.LINK_NOBODY.format(name=body.principal, id=interaction_id))
