@@ -215,7 +215,7 @@ class Interaction(Base):
     reminders: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     remind_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     escalate_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    # The park's span (W3C traceparent) when traced: what resumes the wait links to it (0023).
+    # The park's span (W3C traceparent) when traced: what resumes the wait links to it (0024).
     traceparent: Mapped[str | None] = mapped_column(String(55))
 
     __table_args__ = (
@@ -272,7 +272,7 @@ class Continuation(Base):
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Served only by remote workers when it was made: leased over HTTP, never published to Celery (0014).
     remote: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
-    # When traced (0023): the span that made it due (a run's start, an answer, the step before), and the
+    # When traced (0024): the span that made it due (a run's start, an answer, the step before), and the
     # last execution's that claimed it (a re-drive links to it).
     traceparent: Mapped[str | None] = mapped_column(String(55))
     claimed_trace: Mapped[str | None] = mapped_column(String(55))
@@ -318,7 +318,7 @@ class Event(Base):
     type: Mapped[str] = mapped_column(String(64))
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     data: Mapped[Any] = mapped_column(JSON)
-    trace_id: Mapped[str | None] = mapped_column(String(32))  # the trace of its change, when traced (0023)
+    trace_id: Mapped[str | None] = mapped_column(String(32))  # the trace of its change, when traced (0024)
 
     __table_args__ = (Index("ix_events_run_seq", "run_id", "seq"),)
 
