@@ -103,12 +103,13 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
 
 def traced(app: FastAPI) -> None:
     """When ``OTEL_*`` asks (docs/operations.md "Tracing"): a SERVER span per request (the maintained
-    FastAPI instrumentation, which continues a caller's ``traceparent``), around Parkway's own spans."""
+    FastAPI instrumentation, which continues a caller's ``traceparent``), around Parkway's own spans. An approval
+    link's path is its bearer token, which the instrumentation would export as the URL: its pages get no span."""
     if tracing.setup("parkway-api"):
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
         FastAPIInstrumentor.instrument_app(
-            app, excluded_urls="healthz,readyz,metrics", exclude_spans=["receive", "send"]
+            app, excluded_urls="healthz,readyz,metrics,/links/", exclude_spans=["receive", "send"]
         )
 
 
