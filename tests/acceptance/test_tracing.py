@@ -186,8 +186,27 @@ def test_a_decision__its_spans_attributes_and_links_across_the_wait(traced: Trac
 
     # And no exported byte holds the sensitive answer, or a token
     exported = b"".join(t.receiver.raw)
-    for secret in (CODE, *t.tokens.values()):
-        assert secret.encode() not in exported, secret
+    leaked = [role for role, secret in (("code", CODE), *t.tokens.items()) if secret.encode() in exported]
+    assert leaked == []  # names what leaked, never its value
+
+
+def test_an_approval_link__opened_under_tracing__its_token_is_in_no_exported_byte(traced: Traced) -> None:
+    t = traced
+    run_id = t.start()
+    wait = _parked(run_id)
+    made = t.http.post(f"/v1/interactions/{wait.id}/links", json={"principal": "tr-human"}, headers=t.auth("tr-admin"))
+    assert made.status_code == 201, made.text
+    token = made.json()["url"].rsplit("/", 1)[1]
+    # When the person opens the link (a GET: it decides nothing), then the wait is answered over the API
+    opened = t.http.get(f"/links/{token}")
+    assert opened.status_code == 200, opened.text
+    assert t.answer(wait.id).status_code == 200
+    # Then the answer's span is exported (after the page's request, by the same process), and no exported byte
+    # holds the link's token: its path is a bearer secret
+    t.span("parkway.answer", **{"parkway.interaction_id": wait.id})
+    wait_status(run_id, "completed", sweep=False)
+    leaked = token.encode() in b"".join(t.receiver.raw)
+    assert not leaked  # never the token itself in the output
 
 
 def test_a_wait_of_seven_days__links_the_same_way_and_no_span_stays_open(traced: Traced) -> None:

@@ -251,7 +251,7 @@ def test_event_stream__ids_are_seqs_resumes_with_last_event_id_and_ends_on_disco
     assert [seq for seq, _ in first] == [data["seq"] for _, data in first]
     assert [seq for seq, _ in first] == sorted(seq for seq, _ in first)
     assert [seq for seq, data in first if data["run_id"] == run_id] == mine
-    assert set(first[0][1]) == {"seq", "run_id", "type", "at", "data"}
+    assert set(first[0][1]) == {"seq", "run_id", "type", "at", "data", "trace_id"}
     # Resumed with Last-Event-ID: only what came after it
     resumed = read_sse(live, HUMAN, count=len(mine) - 2, **{"Last-Event-ID": str(mine[1])})
     assert [seq for seq, _ in resumed] == mine[2:]

@@ -35,8 +35,9 @@ COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 APP_SERVICES = ("migrate", "api", "worker", "outbound", "beat", "flower")
 QUEUES = {STEPS_QUEUE, CONTINUATIONS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE, PUSH_QUEUE}
-# Options whose value is where a process listens or who may log in: the deployment's to choose.
-PER_DEPLOYMENT = {"--host", "--port", "--address", "--basic-auth"}
+# Options whose value is where a process listens, who may log in, or how much it logs (the suite's beat logs at
+# debug to see its sends, which are DEBUG lines in a quiet log): the deployment's to choose.
+PER_DEPLOYMENT = {"--host", "--port", "--address", "--basic-auth", "-l"}
 # What `parkway up` gives a child in its environment instead (FLOWER_BASIC_AUTH: never on a command line).
 IN_ENVIRONMENT = {"--basic-auth"}
 
@@ -430,7 +431,7 @@ def test_dockerfile__installs_the_package_as_a_non_root_user() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     instructions = [line.split(None, 1) for line in dockerfile.splitlines() if line and line[0].isupper()]
     assert instructions[0] == ["FROM", "python:3.11-slim"]
-    assert "pip install ." in dockerfile
+    assert 'pip install ".[otel]"' in dockerfile  # the package, with its tracing extra (docs/operations.md)
     users = [rest.strip() for keyword, rest in instructions if keyword == "USER"]
     assert users and users[-1] not in ("root", "0")
     copied = {source for keyword, rest in instructions if keyword == "COPY" for source in rest.split()[:-1]}

@@ -38,19 +38,29 @@ def previous_db(stack: Stack) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture
+def head_db(stack: Stack) -> Iterator[str]:
+    """A database of its own at head with the test's actors (this code writes the columns of later revisions)."""
+    with database_at(stack, "head", stack.setup_actors) as url:
+        yield url
+
+
 def foreign_keys() -> set[str]:
     with transaction() as session:
         return set(session.scalars(text(_FOREIGN_KEYS), {"tables": HOT_TABLES}))
 
 
-def test_migration_0023__waits_parked_before_it_resume_once_after_it(previous_db: str, stack: Stack) -> None:
-    # Given three waits parked on the previous revision (their start run in this process: a worker of this
-    # code refuses an older schema), one answered before the upgrade with no worker running (its
-    # continuation ready and its message queued)
+def test_migration_0023__waits_parked_before_it_resume_once_after_it(head_db: str, stack: Stack) -> None:
+    # Given three waits parked (their start run in this process: a worker of this code refuses an older
+    # schema), one answered with no worker running (its continuation ready and its message queued), and the
+    # schema then taken back to the previous revision, as a deployment of it holds them (this code writes
+    # columns of revisions after 0023, so it cannot park on 0022 itself)
     waits = {run_id: asked["go"].id for run_id, asked in (parked("t.ask_one") for _ in range(3))}
     stack.flush_broker()  # the start messages, consumed already
     early, *late = waits
     answer(waits[early], "before", response_id=new_response_id(), principal=HUMAN)
+    reset_engine()
+    command.downgrade(alembic_config(), FROM_REVISION)
     assert foreign_keys() == {"fk_events_run_id_runs", "fk_continuations_run_id_runs",
                               "fk_continuations_step_id_steps", "fk_schedule_history_run_id_runs"}  # fmt: skip
 
