@@ -152,6 +152,7 @@ KNOWN_WHAT_IF = {
     "no-projection-flag": "the projector writes run_metadata.json but leaves projection_pending set",
     "no-foreign-keys": "the bench database without its foreign keys (each insert's referential checks)",
     "no-event-rows": "the bench database discards every event row (a trigger): what the rows cost PostgreSQL",
+    "tracing": "throughput beside itself with the workers tracing every span to a local OTLP/HTTP sink (issue 44)",
     "answer-autocommit": "the answer's two statements each in autocommit, without BEGIN and COMMIT (what a "
     "pending-interactions counter on the step would allow; safe here only because every bench step waits on one "
     "question)",
