@@ -29,7 +29,7 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import webhook_metrics
-from models import access, fleet, store
+from models import fleet, gauges, store
 from models.base import utcnow
 from models.status import ContinuationStatus
 from models.store.sweep import PASSES
@@ -134,13 +134,13 @@ class DatabaseMetrics(Collector):
         families = _families()
         try:
             with transaction() as session:
-                counts = access.continuation_counts(session)
-                oldest_created, oldest_enqueued = access.oldest_ready(session)
-                projection_pending = access.projection_pending_count(session)
+                counts = gauges.continuation_counts(session)
+                oldest_created, oldest_enqueued = gauges.oldest_ready(session)
+                projection_pending = gauges.projection_pending_count(session)
                 unserved = fleet.unserved_counts(session)
                 leases = store.outstanding_leases(session)
                 pushes = store.push_counts(session)
-                totals = access.sweep_totals(session)
+                totals = gauges.sweep_totals(session)
                 hooks = webhook_metrics.read(session)
         except Exception:
             log.warning("could not read the database for /metrics", exc_info=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import (
@@ -32,12 +31,9 @@ from sqlalchemy import (
     and_,
     bindparam,
     false,
-    func,
     literal,
-    literal_column,
     or_,
     select,
-    text,
     true,
 )
 from sqlalchemy.orm import Session
@@ -45,7 +41,7 @@ from sqlalchemy.orm import Session
 from models import fleet, paging, team_views
 from models.cursors import position_cursor, ranked_cursor, read_placed_position
 from models.status import InteractionStatus, PrincipalKind
-from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, Step, SweepTotal, ToolCall
+from models.tables import Event, Grant, Interaction, Principal, Review, Run, Step, ToolCall
 
 T = TypeVar("T")
 
@@ -322,40 +318,6 @@ def interaction_page(session: Session, keys: Any, limit: int) -> Page[Interactio
 
 
 # --------------------------------------------------------------------------- metrics
-
-
-def continuation_counts(session: Session) -> dict[str, int]:
-    rows = session.execute(select(Continuation.status, func.count()).group_by(Continuation.status)).all()
-    return {str(status): int(count) for status, count in rows}
-
-
-def oldest_ready(session: Session) -> tuple[datetime | None, datetime | None]:
-    """``(created_at, enqueued_at)`` of the oldest ``ready`` continuation by each, or ``None`` for none.
-
-    Both read only the rows of the partial index ``ix_continuations_ready``: the cost follows the number
-    of ready rows, never the size of the table. The status is rendered literally so PostgreSQL's generic
-    plans can match the index's ``WHERE status = 'ready'``.
-    """
-    ready = Continuation.status == literal_column("'ready'")
-    created = session.scalar(select(Continuation.created_at).where(ready).order_by(Continuation.created_at).limit(1))
-    enqueued = session.scalar(
-        select(Continuation.enqueued_at)
-        .where(ready, Continuation.enqueued_at.is_not(None))
-        .order_by(Continuation.enqueued_at)
-        .limit(1)
-    )
-    return created, enqueued
-
-
-def projection_pending_count(session: Session) -> int:
-    """Terminal runs whose projections do not agree yet: counted on the partial index
-    ``ix_runs_projection_pending`` (its predicate written literally so both planners match it)."""
-    return int(session.scalar(select(func.count()).select_from(Run).where(text("projection_pending"))) or 0)
-
-
-def sweep_totals(session: Session) -> list[SweepTotal]:
-    """The sweep's running totals, one row per category (a handful of rows)."""
-    return list(session.scalars(select(SweepTotal).order_by(SweepTotal.category)))
 
 
 # --------------------------------------------------------------------------- the Decisions page
