@@ -81,7 +81,9 @@ class SecretRotation(Body):
 
 
 class Replay(Body):
-    after_seq: int = Field(ge=0, description="send again every event after this seq (back from the cursor only)")
+    after_seq: int = Field(
+        ge=0, le=2**63 - 1, description="send again every event after this seq (back from the cursor only)"
+    )
 
 
 class WebhookPage(BaseModel):
