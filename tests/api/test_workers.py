@@ -16,7 +16,7 @@ from parkway.children import OUTBOUND_QUEUES
 from parkway.db import transaction
 from tests.api.conftest import ADMIN, AGENT, HUMAN, Actors, drive
 from tests.integration.helpers import advertise
-from tests.support import Stack, pass_time, start, wait_parked, wait_status
+from tests.support import Stack, pass_time, run_status, start, wait_for, wait_parked, wait_status
 
 assert tests.release_a  # its steps run in this process (``drive``): no worker of this module runs release A
 
@@ -144,9 +144,9 @@ def test_workers__show_each_kind_since_when_and_each_unserved_version_its_waits_
         assert all(w["started_at"] <= w["heartbeat_at"] for w in workers.values())
 
         # When a run of release A (which no live worker runs) parks on a.done@1
+        # (driven here until it parks: release B's worker may hold its start for a moment to hand it on)
         run_id = start("a.ask")
-        drive(run_id)
-        wait_parked(run_id, sweep=False)
+        wait_for(lambda: drive(run_id) or run_status(run_id) == "waiting", what=f"run {run_id} parked")
 
         # Then the version is listed with its wait and the grace left (PARKWAY_VERSION_GRACE_S 5 here)
         version = versions(client, actors)["a.done@1"]
