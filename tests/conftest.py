@@ -134,6 +134,7 @@ for _name, _value in BASE_ENV.items():
 os.environ.pop("PARKWAY_CRASH_AT", None)
 os.environ.pop("PARKWAY_DATABASE_URL", None)
 
+from collections import Counter  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
@@ -180,6 +181,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     assert not gone, f"LONG_MODULES names modules that do not exist: {gone}"
     # A stable sort: each module's tests keep their order, the other modules theirs, after the long ones.
     items.sort(key=lambda item: rank.get(item.path.relative_to(ROOT).as_posix(), len(rank)))
+
+
+_module_seconds: Counter[str] = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each module's time, setup and teardown included (under xdist, as its workers report it)."""
+    _module_seconds[report.nodeid.split("::")[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The longest modules, to keep ``LONG_MODULES`` in the order the suite needs."""
+    if _module_seconds:
+        terminalreporter.section("longest modules (setup, call and teardown)")
+        for module, seconds in _module_seconds.most_common(30):
+            mark = "" if module in LONG_MODULES else "   (not in LONG_MODULES)"
+            terminalreporter.write_line(f"{seconds:8.1f}s  {module}{mark}")
 
 
 def pytest_sessionfinish() -> None:
