@@ -34,8 +34,9 @@ def through(n: Any) -> ColumnElement[bool]:
 
 
 def below(n: Any) -> ColumnElement[bool]:
-    """``seq < n`` (``horizon.final_below()``: a bound of whole transactions)."""
-    return and_(Event.seq < n, Event.batch_seq < n)
+    """``seq < n`` where ``n`` is the first ``seq`` of a transaction's block (``horizon.final_below()``): then
+    a batch below it is below it whole, and the horizon's subquery runs once."""
+    return Event.batch_seq < n
 
 
 def at(n: Any) -> ColumnElement[bool]:
