@@ -36,7 +36,8 @@ def through(n: Any) -> ColumnElement[bool]:
 def below(n: Any) -> ColumnElement[bool]:
     """``seq < n`` where ``n`` is the first ``seq`` of a transaction's block (``horizon.final_below()``): then
     a batch below it is below it whole, and the horizon's subquery runs once."""
-    return Event.batch_seq < n
+    bound: ColumnElement[bool] = Event.batch_seq < n
+    return bound
 
 
 def at(n: Any) -> ColumnElement[bool]:

@@ -85,7 +85,7 @@ def bp(name: str, column: Any) -> Any:
 TRACEPARENT = bindparam("traceparent", callable_=tracing.traceparent, type_=String(55))
 TRACE_ID = bindparam("trace_id", callable_=tracing.trace_id, type_=String(32))
 
-EVENTS = cast(Table, Event.__table__)  # the view: one row per event, what the binds of an event are typed as
+EVENTS = Event.__table__  # the view: one row per event, what the binds of an event are typed as
 BATCHES = cast(Table, EventBatch.__table__)  # what an insert of events writes (models.store.events)
 
 
