@@ -5,9 +5,8 @@ after a cursor goes through an index of the batches, never the whole log (EXPLAI
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from sqlalchemy import event, select, text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from models import access, event_log, seal_reads, store, webhooks
@@ -16,7 +15,7 @@ from models.tables import Event, Principal
 from models.webhook_tables import Webhook
 from parkway.db import get_engine, transaction
 from tests.integration.helpers import answer_in, execute_ready, parked
-from tests.integration.test_list_plans import Plan, explained
+from tests.integration.test_list_plans import plans_of
 from tests.support import ADMIN
 
 BATCHES = 100_000  # of three events each, over as many runs as there are batches / 10
@@ -101,25 +100,6 @@ def _seed() -> None:
         conn.execute(text("VACUUM ANALYZE event_batches, runs"))
 
 
-def _plans_reading_events(call: Callable[[Session], object]) -> list[Plan]:
-    """The plans (custom and generic) of every statement ``call`` sends that reads the log."""
-    sent: list[tuple[str, Any]] = []
-
-    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-        if " events" in statement:
-            sent.append((statement, parameters))
-
-    engine = get_engine()
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        with transaction() as session:
-            call(session)
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
-    assert sent, "the call read no event"
-    return [plan for statement, parameters in sent for plan in explained(statement, parameters)]
-
-
 def test_plan__every_read_of_the_log_after_a_cursor_reads_a_range_of_the_batches_never_the_log(
     actors_db: str,
 ) -> None:
@@ -141,7 +121,7 @@ def test_plan__every_read_of_the_log_after_a_cursor_reads_a_range_of_the_batches
     }
     # When each is planned, then none reads every batch: each is a range of an index of event_batches
     for name, read in reads.items():
-        for plan in _plans_reading_events(read):
+        for plan in plans_of(read, ("events",)):
             scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in plan.nodes()}
             of_batches = {s for s in scans if s[1] == "event_batches"}
             assert of_batches, (name, plan.mode, plan.outline())
