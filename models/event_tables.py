@@ -49,7 +49,7 @@ class Event(Base):
         Column("seq", BigInteger, primary_key=True),
         Column("run_id", String(64)),
         Column("type", String(64)),
-        Column("at", UTCDateTime),
+        Column("at", UTCDateTime, default=utcnow),
         Column("data", JSON),
         Column("trace_id", String(32)),
         Column("batch_seq", BigInteger),

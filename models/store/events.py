@@ -42,7 +42,8 @@ def append_events(session: Executor, rows: list[dict[str, Any]]) -> None:
         first = of_run[0]
         batches.append({"k": len(of_run), "run_id": run_id, "at": first["at"], "trace_id": first["trace_id"],
                         "events": events})  # fmt: skip
-    session.execute(_INSERT_BATCH, batches)
+    if batches:
+        session.execute(_INSERT_BATCH, batches)
 
 
 EVENT_COLUMNS = ("run_id", "type", "at", "data", "trace_id")
