@@ -173,7 +173,7 @@ def test_plan__a_stream_of_one_run_reads_that_run_s_range_of_events_never_the_lo
     for plan in plans:
         scans = {(node["Node Type"], node.get("Relation Name"), node.get("Index Name")) for node in plan.nodes()}
         assert any(index == "ix_events_run_seq" for _, _, index in scans), plan.outline()
-        assert ("Seq Scan", "events", None) not in scans, plan.outline()
+        assert ("Seq Scan", "event_batches", None) not in scans, plan.outline()
 
 
 def _driver_plans(statement: Any, given: dict[str, Any]) -> list[str]:
