@@ -19,10 +19,11 @@ from bench.seed import SERIES, insert_series
 from bench.workflows import ASK, DONE
 
 TARGETS = [f"team:scale-{n:02d}" for n in range(50)]
-# parkway_event_seq() numbers a transaction's events in 16 bits: 4 events a wait, under 65,536 a transaction.
+# parkway_event_seqs() numbers a transaction's events in 16 bits: 4 events a wait, under 65,536 a transaction.
 WAITS_PER_TX = 16_000
 EVENTS_PER_WAIT = 4  # run.created, continuation.ready (the start), step.parked, interaction.asked
-TABLES = ("runs", "steps", "interactions", "continuations", "events")
+TABLES = ("runs", "steps", "interactions", "continuations", "event_batches")
+STATEMENTS = (("run.created", "continuation.ready"), ("step.parked", "interaction.asked"))
 
 
 def wait_id(table: str, g: int) -> str:
@@ -40,11 +41,16 @@ _TARGET = f"'team:scale-' || lpad((g % {len(TARGETS)})::text, 2, '0')"
 _AT = "CAST(:base AS timestamptz) + g * interval '1 second'"
 
 
-def _event(conn: Any, kind: str, data: str, *, first: int, last: int, base: datetime) -> None:
+def _batch(conn: Any, events: dict[str, str], *, first: int, last: int, base: datetime) -> None:
+    """One ``event_batches`` row per wait holding ``events`` (type -> data beyond ``run_id``), in order."""
+    each = ", ".join(
+        f"json_build_object('type', '{kind}', 'data', json_build_object('run_id', {_ids('runs')}, {data}))"
+        for kind, data in events.items()
+    )
     conn.execute(
         text(
-            f"INSERT INTO events (run_id, type, at, data) SELECT {_ids('runs')}, '{kind}', {_AT}, "
-            f"json_build_object('run_id', {_ids('runs')}, {data}) FROM {SERIES} AS g"
+            f"INSERT INTO event_batches (first_seq, run_id, at, events) SELECT parkway_event_seqs({len(events)}), "
+            f"{_ids('runs')}, {_AT}, json_build_array({each}) FROM {SERIES} AS g"
         ),
         {"a": first, "b": last, "base": base},
     )
@@ -90,8 +96,9 @@ def _events(owner_name: str) -> dict[str, str]:
 def _chunk(conn: Any, owner: tuple[str, str], *, first: int, last: int, base: datetime) -> None:
     for table, columns in _rows(owner[0]).items():
         insert_series(conn, table, columns, first=first, last=last, params={"base": base})
-    for kind, data in _events(owner[1]).items():
-        _event(conn, kind, data, first=first, last=last, base=base)
+    events = _events(owner[1])
+    for statement in STATEMENTS:  # the start's events, then the park's: a batch each, as the store writes them
+        _batch(conn, {kind: events[kind] for kind in statement}, first=first, last=last, base=base)
 
 
 def bulk_waits(engine: Engine, owner: tuple[str, str], *, first: int, last: int, base: datetime) -> None:

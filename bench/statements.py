@@ -159,7 +159,7 @@ def _unused_features(features: list[str]) -> None:
                                  description="idle", secret_sealed=seal("whsec_idle"))  # fmt: skip
         if "push" in features:
             store.create_handler(session, url="http://127.0.0.1:9/push", serves=[_OTHER_KEY],
-                                 secret_sealed=seal("push"))  # fmt: skip
+                                 secret_sealed=seal("push"), live_s=3600)  # fmt: skip
         if "remote" in features:
             store.advertise(session, store.Advert(id=uuid.uuid4().hex, node="bench-remote", pid=0,
                                                   steps=(_OTHER_KEY,), continuations=(), ttl_s=3600,

@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 
 from models import fleet, paging, team_views
 from models.cursors import position_cursor, ranked_cursor, read_placed_position
+from models.event_reads import NEWEST_FIRST
 from models.status import InteractionStatus, PrincipalKind
 from models.tables import Event, Grant, Interaction, Principal, Review, Run, Step, ToolCall
 
@@ -347,12 +348,9 @@ def recently_closed(session: Session, principal: Principal, *, scan: int) -> lis
     whatever the size of the interactions table. This is a view of now, not a cursor: it reads every
     committed event (an answer just made shows, though a writer still open may later add lower seqs).
     """
-    recent = select(Event.seq).order_by(Event.seq.desc()).limit(scan).subquery("recent")
+    recent = select(Event.seq, Event.type, Event.data).order_by(*NEWEST_FIRST).limit(scan).subquery("recent")
     rows = session.scalars(
-        select(Event.data)
-        .join(recent, recent.c.seq == Event.seq)
-        .where(Event.type.in_(CLOSED_EVENT_TYPES))
-        .order_by(Event.seq.desc())
+        select(recent.c.data).where(recent.c.type.in_(CLOSED_EVENT_TYPES)).order_by(recent.c.seq.desc())
     )
     ids = list(dict.fromkeys(d["interaction_id"] for d in rows if isinstance((d or {}).get("interaction_id"), str)))
     if not ids:

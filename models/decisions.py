@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, String, literal, select, true, tuple_
 from sqlalchemy.orm import Session, aliased
 
-from models import links, team_views
+from models import event_reads, links, team_views
 from models.access import CLOSED_EVENT_TYPES, InteractionView, redacted
 from models.status import InteractionKind, InteractionStatus
 from models.tables import Event, Grant, Interaction, Principal, Run
@@ -37,7 +37,7 @@ _CLOSING_SEQ = (
         Event.type.in_(CLOSED_EVENT_TYPES),
         Event.data["interaction_id"].as_string() == Interaction.id,
     )
-    .order_by(Event.seq)
+    .order_by(*event_reads.IN_ORDER)
     .limit(1)
     .correlate(Interaction)
     .scalar_subquery()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import ColumnElement, and_, exists, or_, select, true
 from sqlalchemy.orm import Session, aliased
 
+from models import event_reads
 from models.access import Page, interaction_visible, run_visible
 from models.horizon import final_below
 from models.status import PrincipalKind
@@ -17,8 +18,8 @@ from models.tables import Event, Interaction, Principal, Run
 
 def run_events(session: Session, run_id: str, *, after: int, limit: int) -> Page[Event]:
     """One run's final events with ``seq > after``, in order, ``limit`` at a time (one statement)."""
-    stmt = select(Event).where(Event.run_id == run_id, Event.seq > after, Event.seq < final_below())
-    rows = list(session.scalars(stmt.order_by(Event.seq).limit(limit + 1)))
+    stmt = select(Event).where(Event.run_id == run_id, event_reads.after(after), event_reads.below(final_below()))
+    rows = list(session.scalars(stmt.order_by(*event_reads.IN_ORDER).limit(limit + 1)))
     items = rows[:limit]
     return Page(items, str(items[-1].seq) if len(rows) > limit else None)
 
@@ -39,8 +40,8 @@ def visible_events(
     page = (
         select(Event)
         .join(Run, Run.id == Event.run_id)
-        .where(Event.seq > after, Event.seq < below, event_visible(principal), *one_run)
-        .order_by(Event.seq)
+        .where(event_reads.after(after), event_reads.below(below), event_visible(principal), *one_run)
+        .order_by(*event_reads.IN_ORDER)
         .limit(limit)
         .subquery("page")
     )

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import func, literal, select
 from sqlalchemy.orm import Session, aliased
 
-from models import access, event_log, fleet, paging, team_views
+from models import access, event_log, event_reads, fleet, paging, team_views
 from models.access import InteractionView, Page
 from models.cursors import position_cursor, read_placed_position, read_position, read_ranked_position
 from models.status import InteractionStatus, PrincipalKind
@@ -110,7 +110,10 @@ def run_history(session: Session, principal: Principal, run_id: str) -> History:
     owner = session.scalar(select(Principal.name).where(Principal.id == run.owner_id)) or ""
     events = list(
         session.scalars(
-            select(Event).where(Event.run_id == run.id, Event.seq <= cursor).order_by(Event.seq).limit(EVENT_LIMIT + 1)
+            select(Event)
+            .where(Event.run_id == run.id, event_reads.through(cursor))
+            .order_by(*event_reads.IN_ORDER)
+            .limit(EVENT_LIMIT + 1)
         )
     )
     return History(

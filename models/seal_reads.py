@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
-from models import decisions
+from models import decisions, event_reads
 from models.access import CLOSED_EVENT_TYPES
 from models.horizon import final_below
 from models.record_tables import Seal
@@ -32,11 +32,11 @@ class Entries:
 def entries_after(session: Session, after: int, *, limit: int, through: int | None = None) -> Entries:
     """The entries of up to ``limit`` events with ``seq > after``: final ones (below the horizon, so a lower
     seq still to commit is never passed over), or those up to ``through`` when given."""
-    upto = Event.seq <= through if through is not None else Event.seq < final_below()
+    upto = event_reads.through(through) if through is not None else event_reads.below(final_below())
     rows = session.execute(
         select(Event.seq, Event.run_id, Event.type, Event.at, Event.data)
-        .where(Event.seq > after, upto)
-        .order_by(Event.seq)
+        .where(event_reads.after(after), upto)
+        .order_by(*event_reads.IN_ORDER)
         .limit(limit)
     ).all()
     closed = {row.seq: _closed_id(row.type, row.data) for row in rows}

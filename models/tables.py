@@ -25,6 +25,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, UTCDateTime, utcnow
+from models.event_tables import Event as Event  # the log's view and its storage, re-exported
+from models.event_tables import EventBatch as EventBatch
 from models.status import (
     RUN_TERMINAL,
     ContinuationKind,
@@ -306,21 +308,6 @@ class Continuation(Base):
             postgresql_where=text("status = 'claimed'"),
         ),
     )
-
-
-class Event(Base):
-    __tablename__ = "events"
-
-    # PostgreSQL: server default ``parkway_event_seq()`` (migration 0004), the writing transaction's id << 16
-    # | its n-th event, so readers can deliver exactly (models/access.py); no insert may set it.
-    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ID)  # no foreign key (0023): appended by the statement that writes the run
-    type: Mapped[str] = mapped_column(String(64))
-    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    data: Mapped[Any] = mapped_column(JSON)
-    trace_id: Mapped[str | None] = mapped_column(String(32))  # the trace of its change, when traced (0024)
-
-    __table_args__ = (Index("ix_events_run_seq", "run_id", "seq"),)
 
 
 class Review(Base):

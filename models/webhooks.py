@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, false, func, or_, select, true
 from sqlalchemy.orm import Session
 
+from models import event_reads
 from models.cursors import read_text, text_cursor
 from models.horizon import final_below
 from models.status import InteractionStatus, RunStatus, StepStatus, WebhookStatus
@@ -75,15 +76,20 @@ def due_events(session: Session, hook: Webhook, *, limit: int) -> tuple[list[Eve
     the last event read (or to the final horizon when none is left)."""
     below = final_below()
     # A bounded window of the log (matching or not), so a subscription to rare types reads little per call.
-    window = select(Event.seq).where(Event.seq > hook.cursor, Event.seq < below).order_by(Event.seq).limit(limit * 20)
+    window = (
+        select(Event.seq)
+        .where(event_reads.after(hook.cursor), event_reads.below(below))
+        .order_by(*event_reads.IN_ORDER)
+        .limit(limit * 20)
+    )
     upto = session.scalar(select(func.max(window.subquery().c.seq)))
     if upto is None:
         return [], hook.cursor
     stmt = (
         select(Event)
         .join(Run, Run.id == Event.run_id)
-        .where(Event.seq > hook.cursor, Event.seq <= upto, matches(hook.events, hook.targets))
-        .order_by(Event.seq)
+        .where(event_reads.after(hook.cursor), event_reads.through(upto), matches(hook.events, hook.targets))
+        .order_by(*event_reads.IN_ORDER)
         .limit(limit)
     )
     events = list(session.scalars(stmt))
@@ -158,8 +164,8 @@ def oldest_pending(session: Session) -> dict[str, datetime | None]:
     one primary-key probe each."""
     first_after = (
         select(Event.at)
-        .where(Event.seq > Webhook.cursor, Event.seq < final_below())
-        .order_by(Event.seq)
+        .where(event_reads.after(Webhook.cursor), event_reads.below(final_below()))
+        .order_by(*event_reads.IN_ORDER)
         .limit(1)
         .scalar_subquery()
     )

@@ -1,15 +1,18 @@
-"""A run's event log: appended in the transaction of the change it records."""
+"""A run's event log: appended in the transaction of the change it records, as one ``event_batches`` row per
+statement and run (models/event_tables.py); readers see one event per ``seq`` through the view ``events``."""
 
 from __future__ import annotations
 
+import json
+from itertools import groupby
 from typing import Any
 
-from sqlalchemy import JSON, Integer, String, cast, func, insert, literal, literal_column, select, union_all
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import JSON, Integer, String, cast, func, insert, literal, literal_column, select, text, union_all
+from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
-from models.store.sql import EVENTS, INSERT_EVENT, TRACE_ID, Executor, bp
+from models.store.sql import BATCHES, EVENTS, TRACE_ID, Executor, bp
 from parkway import tracing
 
 
@@ -21,15 +24,55 @@ def event_row(run_id: str, type_: str, **data: Any) -> dict[str, Any]:
 
 def append_event(session: Session, run_id: str, type_: str, **data: Any) -> None:
     """Append one event to the run's log, inserted now (events take their ``seq`` in statement order)."""
-    session.execute(INSERT_EVENT, event_row(run_id, type_, **data))
+    append_events(session, [event_row(run_id, type_, **data)])
+
+
+_INSERT_BATCH = text(
+    "INSERT INTO event_batches (first_seq, run_id, at, trace_id, events) "
+    "VALUES (parkway_event_seqs(CAST(:k AS integer)), :run_id, :at, :trace_id, CAST(:events AS json))"
+)
 
 
 def append_events(session: Executor, rows: list[dict[str, Any]]) -> None:
-    """Append several events in one round trip, in list order."""
-    session.execute(INSERT_EVENT, rows)
+    """Append several events in one round trip, in list order: one batch per run of consecutive rows."""
+    batches = []
+    for run_id, group in groupby(rows, key=lambda row: row["run_id"]):
+        of_run = list(group)
+        events = json.dumps([{"type": row["type"], "data": row["data"]} for row in of_run])
+        first = of_run[0]
+        batches.append({"k": len(of_run), "run_id": run_id, "at": first["at"], "trace_id": first["trace_id"],
+                        "events": events})  # fmt: skip
+    if batches:
+        session.execute(_INSERT_BATCH, batches)
 
 
 EVENT_COLUMNS = ("run_id", "type", "at", "data", "trace_id")
+
+
+def batches_of(every: Any, *order: Any) -> Any:
+    """The INSERT of the events ``every`` (a subquery of ``EVENT_COLUMNS``) holds, in ``order``, as batches:
+    each run of consecutive events of one run one row (``seq`` order stays the order they are listed in).
+    A batch's ``at`` and ``trace_id`` are its first event's (one statement's events share them)."""
+    rank = func.row_number().over(order_by=list(order))
+    island = rank - func.row_number().over(partition_by=every.c.run_id, order_by=list(order))
+    ranked = select(*every.c, rank.label("rank"), island.label("island")).subquery("ranked")
+    r = ranked.c
+    one = func.json_build_object(literal_column("'type'"), r.type, literal_column("'data'"), r.data)
+    batches = (
+        select(
+            cast(func.count(), Integer).label("k"),
+            r.run_id,
+            func.min(r.at).label("at"),
+            func.min(r.trace_id).label("trace_id"),
+            func.json_agg(aggregate_order_by(one, r.rank)).label("events"),
+        )
+        .group_by(r.run_id, r.island)
+        .order_by(func.min(r.rank))
+        .subquery("batches")
+    )
+    b = batches.c
+    rows = select(func.parkway_event_seqs(b.k), b.run_id, b.at, b.trace_id, b.events)
+    return insert(BATCHES).from_select(["first_seq", "run_id", "at", "trace_id", "events"], rows)
 
 
 def events_if(*conditions: Any, known: dict[int, dict[str, Any]] | None = None) -> Any:
@@ -38,15 +81,17 @@ def events_if(*conditions: Any, known: dict[int, dict[str, Any]] | None = None) 
     values only the statement reads (columns of its CTEs, by name), added to event ``k``'s bound data."""
     rows = []
     for k, condition in enumerate(conditions):
-        columns = [bp(f"e{k}_{name}", EVENTS.c[name]) for name in EVENT_COLUMNS]
+        columns = [bp(f"e{k}_{name}", EVENTS.c[name]).label(name) for name in EVENT_COLUMNS]
         if known and k in known:
             pairs: list[Any] = []
             for key, column in known[k].items():
                 pairs += [literal_column(f"'{key}'"), column]
             data = EVENT_COLUMNS.index("data")
-            columns[data] = cast(cast(columns[data], JSONB).op("||")(func.jsonb_build_object(*pairs)), JSON)
-        rows.append(select(*columns).where(condition))
-    return insert(EVENTS).from_select(list(EVENT_COLUMNS), union_all(*rows) if len(rows) > 1 else rows[0])
+            merged = cast(cast(columns[data], JSONB).op("||")(func.jsonb_build_object(*pairs)), JSON)
+            columns[data] = merged.label("data")
+        rows.append(select(literal_column(str(k), Integer).label("o"), *columns).where(condition))
+    every = (union_all(*rows) if len(rows) > 1 else rows[0]).subquery("every")
+    return batches_of(every, every.c.o)
 
 
 def event_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -101,5 +146,4 @@ def ended_event(order: int, type_: str, run_id: Any, ended: Any, **data: Any) ->
 def insert_events(*selects: Any) -> Any:
     """A CTE inserting the rows of ``event_select``s, ordered by their ``order`` (the order they are read)."""
     every = union_all(*selects).subquery("every") if len(selects) > 1 else selects[0].subquery("every")
-    rows = select(*(every.c[name] for name in EVENT_COLUMNS)).order_by(every.c.o)
-    return insert(EVENTS).from_select(list(EVENT_COLUMNS), rows).cte("events")
+    return batches_of(every, every.c.o).cte("events")

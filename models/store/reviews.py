@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 from models.base import utcnow
 from models.status import ContinuationStatus, ReviewStatus
 from models.store.claims import live_claim
-from models.store.events import EVENT_COLUMNS, event_params, event_row, event_select, events_if, insert_events
-from models.store.sql import CONT, EVENTS, REV, Executor, bp, new_id, skip_locked, word
+from models.store.events import batches_of, event_params, event_row, event_select, events_if, insert_events
+from models.store.sql import CONT, REV, Executor, bp, new_id, skip_locked, word
 from models.tables import Review
 
 
@@ -181,10 +181,7 @@ def _interrupt_review(chosen: Any = None) -> Any:
                          verification_count=done.c.verification_count, reason=done.c.reason)  # fmt: skip
     # In the order the reviews started, as a pass of one statement per review wrote them.
     rows = event.add_columns(done.c.created_at.label("started")).subquery("every")
-    events = insert(EVENTS).from_select(
-        list(EVENT_COLUMNS), select(*(rows.c[name] for name in EVENT_COLUMNS)).order_by(rows.c.started, rows.c.o)
-    )
-    return select(*done.c).add_cte(events.cte("events"))
+    return select(*done.c).add_cte(batches_of(rows, rows.c.started, rows.c.o).cte("events"))
 
 
 _INTERRUPT_REVIEW = _interrupt_review()

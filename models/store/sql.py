@@ -13,7 +13,6 @@ from sqlalchemy import (
     bindparam,
     exists,
     false,
-    insert,
     literal_column,
     select,
     true,
@@ -22,7 +21,18 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from models.tables import Continuation, Event, Grant, Interaction, Principal, Review, Run, ScheduleHistory, Step
+from models.tables import (
+    Continuation,
+    Event,
+    EventBatch,
+    Grant,
+    Interaction,
+    Principal,
+    Review,
+    Run,
+    ScheduleHistory,
+    Step,
+)
 from models.team_tables import InteractionAnswerer, InteractionResponse
 from parkway import tracing
 
@@ -75,8 +85,8 @@ def bp(name: str, column: Any) -> Any:
 TRACEPARENT = bindparam("traceparent", callable_=tracing.traceparent, type_=String(55))
 TRACE_ID = bindparam("trace_id", callable_=tracing.trace_id, type_=String(32))
 
-EVENTS = cast(Table, Event.__table__)
-INSERT_EVENT = insert(EVENTS)
+EVENTS = Event.__table__  # the view: one row per event, what the binds of an event are typed as
+BATCHES = cast(Table, EventBatch.__table__)  # what an insert of events writes (models.store.events)
 
 
 def skip_locked(stmt: Any) -> Any:

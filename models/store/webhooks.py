@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
+from models import event_reads
 from models.clock import db_now
 from models.horizon import final_below
 from models.status import WebhookStatus
@@ -192,7 +193,7 @@ def record_failure(
         values.update(status=status, reason=reason)
     if not _changed(session, _held(webhook_id, token).values(**values)):
         return False
-    run_id = session.scalar(select(Event.run_id).where(Event.seq == seq))
+    run_id = session.scalar(select(Event.run_id).where(event_reads.at(seq)))
     if status == WebhookStatus.FAILING and retry_in_s is None and run_id is not None:
         append_event(session, run_id, "webhook.failing", webhook_id=webhook_id, seq=seq, reason=public_reason)
     return True
@@ -249,7 +250,8 @@ def due_webhooks(session: Session, *, batch: int, republish_after_s: float) -> l
     """The sweep's category: active subscriptions that are due, unclaimed (or their lease ran out), behind
     the newest final event, and not published in the last ``republish_after_s``; at most ``batch``, read
     through ``ix_webhooks_active_due``, each marked published now (a concurrent sweep skips them)."""
-    newest = select(func.max(Event.seq)).where(Event.seq < final_below()).scalar_subquery()
+    below = event_reads.below(final_below())
+    newest = select(Event.seq).where(below).order_by(*event_reads.NEWEST_FIRST).limit(1).scalar_subquery()
     stmt = (
         select(_W.id)
         .where(

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
@@ -23,11 +24,13 @@ from tests.support import (
     TARGET,
     Stack,
     continuations,
+    effects,
     interactions,
     new_response_id,
     run_status,
     start,
     wait_for,
+    wait_status,
 )
 
 T = TypeVar("T")
@@ -221,3 +224,38 @@ def database_at(stack: Stack, revision: str, fill: Callable[[], None]) -> Iterat
         reset_engine()
         drop_database(url)
         use_database(previous)
+
+
+def completed_resumed_once(run_id: str) -> None:
+    """Wait for the run (a ``t.ask_one`` answered) to complete, then: its continuation body ran once and
+    its one resume was consumed at the first attempt."""
+    wait_status(run_id, "completed")
+    assert effects(run_id, "one_done") == 1
+    resumes = [c for c in continuations(run_id) if c.kind == "resume"]
+    assert [(c.status, c.attempts) for c in resumes] == [("consumed", 1)]
+
+
+@contextlib.contextmanager
+def upgrade_refused_while_held(table: str, revision: str) -> Iterator[None]:
+    """While a transaction holds ``table`` as a writer does, ``alembic upgrade head`` fails on its lock
+    timeout and the schema stays at ``revision``; the block checks what else it left unchanged. Once the
+    writer has ended (after the block), the upgrade goes through."""
+    from alembic import command
+    from sqlalchemy.exc import OperationalError
+
+    from parkway.db import get_engine, reset_engine
+    from parkway.migrate import alembic_config, current_revision, head_revision
+
+    reset_engine()
+    writer = get_engine().connect()
+    try:
+        writer.execute(text(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE"))
+        with pytest.raises(OperationalError, match="lock timeout"):
+            command.upgrade(alembic_config(), "head")
+        assert current_revision(get_engine()) == revision
+        yield
+    finally:
+        writer.rollback()
+        writer.close()
+    command.upgrade(alembic_config(), "head")
+    assert current_revision(get_engine()) == head_revision()

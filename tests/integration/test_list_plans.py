@@ -147,12 +147,12 @@ class Plan:
         return lines
 
 
-def _captured(call: Callable[[Session], object]) -> list[tuple[str, Any]]:
-    """The statements ``call`` sends that read interactions or runs, with their parameters."""
+def _captured(call: Callable[[Session], object], tables: tuple[str, ...] = TABLES) -> list[tuple[str, Any]]:
+    """The statements ``call`` sends that read one of ``tables`` (interactions or runs), with their parameters."""
     sent: list[tuple[str, Any]] = []
 
     def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-        if any(f" {t} " in f" {statement} " or f"{t}." in statement for t in TABLES):
+        if any(f" {t} " in f" {statement} " or f"{t}." in statement for t in tables):
             sent.append((statement, parameters))
 
     engine = get_engine()
@@ -165,9 +165,10 @@ def _captured(call: Callable[[Session], object]) -> list[tuple[str, Any]]:
     return sent
 
 
-def plans_of(call: Callable[[Session], object]) -> list[Plan]:
-    plans = [plan for statement, parameters in _captured(call) for plan in explained(statement, parameters)]
-    assert plans, "the call sent no statement reading interactions or runs"
+def plans_of(call: Callable[[Session], object], tables: tuple[str, ...] = TABLES) -> list[Plan]:
+    sent = _captured(call, tables)
+    plans = [plan for statement, parameters in sent for plan in explained(statement, parameters)]
+    assert plans, f"the call sent no statement reading {' or '.join(tables)}"
     return plans
 
 

@@ -13,13 +13,12 @@ from collections.abc import Iterator
 import pytest
 from alembic import command
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
 
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.migrate import alembic_config, current_revision, head_revision
 from tasks.sdk import answer
-from tests.integration.helpers import database_at, parked
-from tests.support import HUMAN, Stack, continuations, effects, event_types, new_response_id, wait_status
+from tests.integration.helpers import completed_resumed_once, database_at, parked, upgrade_refused_while_held
+from tests.support import HUMAN, Stack, event_types, new_response_id
 
 FROM_REVISION = "0022"
 _FOREIGN_KEYS = "SELECT conname FROM pg_constraint WHERE contype = 'f' AND conrelid::regclass::text = ANY(:tables)"
@@ -75,31 +74,15 @@ def test_migration_0023__waits_parked_before_it_resume_once_after_it(head_db: st
 
     # Then each run completes, its continuation body ran once and its log holds each event once
     for run_id in waits:
-        wait_status(run_id, "completed")
-        assert effects(run_id, "one_done") == 1
-        resumes = [c for c in continuations(run_id) if c.kind == "resume"]
-        assert [(c.status, c.attempts) for c in resumes] == [("consumed", 1)]
+        completed_resumed_once(run_id)
         types = event_types(run_id)
         assert [t for t in types if t in ("step.resumed", "run.completed")] == ["step.resumed", "run.completed"]
 
 
 def test_migration_0023__gives_up_within_its_lock_timeout_while_a_writer_holds_the_tables(previous_db: str) -> None:
-    # Given a transaction that has written an event and is still open
-    reset_engine()
-    writer = get_engine().connect()
-    try:
-        writer.execute(text("LOCK TABLE events IN ROW EXCLUSIVE MODE"))
-
-        # When the upgrade runs beside it, it fails on its lock timeout and changes nothing
-        with pytest.raises(OperationalError, match="lock timeout"):
-            command.upgrade(alembic_config(), "head")
-        assert current_revision(get_engine()) == FROM_REVISION
+    # Given a transaction that has written an event and is still open, when the upgrade runs beside it, it
+    # fails on its lock timeout and changes nothing
+    with upgrade_refused_while_held("events", FROM_REVISION):
         assert "fk_events_run_id_runs" in foreign_keys()
-    finally:
-        writer.rollback()
-        writer.close()
-
-    # Then once the writer has ended, the upgrade goes through
-    command.upgrade(alembic_config(), "head")
-    assert current_revision(get_engine()) == head_revision()
+    # Then once the writer has ended, the upgrade went through
     assert foreign_keys() == set()
