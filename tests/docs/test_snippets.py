@@ -20,8 +20,8 @@ def test_every_block__is_run_or_is_a_tested_file_or_says_why_not() -> None:
     assert not unsaid, "blocks neither run nor marked (<!-- illustrative: reason --> above each):\n" + "\n".join(unsaid)
     unreasoned = [str(b) for b in EVERY if b.claim == "illustrative" and len(b.detail) < MIN_REASON]
     assert not unreasoned, f"an illustrative block without its reason: {unreasoned}"
-    runs = {(b.language, b.detail, b.doc == "README.md") for b in EVERY if b.claim == "runs"}
-    assert runs <= {("sh", AFTER_WALKTHROUGH, True), ("python", IMPORTED, True), ("python", IMPORTED, False)}, runs
+    runs = {(b.language, b.detail) for b in EVERY if b.claim == "runs"}
+    assert runs <= {("sh", AFTER_WALKTHROUGH), ("python", IMPORTED)}, runs
     assert {b.language for b in EVERY} <= set(RUNNABLE)
     print("blocks by doc and claim:", dict(Counter((b.doc, b.claim) for b in EVERY)))
 
