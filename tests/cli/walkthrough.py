@@ -150,9 +150,10 @@ class Shell:
         return self.out.stat().st_size
 
     def printed_since(self, offset: int) -> str:
-        """What was printed from ``offset`` on (the background's too), the lines that end each command left out."""
-        printed = self.out.read_bytes()[offset:].decode(errors="replace")
-        return re.sub(rf"\n?\n{MARKER}[0-9a-f]+\n", "\n", printed)
+        """What was printed from ``offset`` on (the background's too), without the lines that end each command
+        and without blank lines."""
+        printed = self.out.read_bytes()[offset:].decode(errors="replace").splitlines()
+        return "".join(f"{line}\n" for line in printed if line.strip() and not line.startswith(MARKER))
 
     def value(self, name: str) -> str:
         """A variable the commands so far have set."""

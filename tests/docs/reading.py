@@ -105,7 +105,7 @@ def restart_with(shell: Shell, stack: Stack, settings: dict[str, str]) -> None:
     """Ctrl-C in the first terminal, then ``make run`` with ``settings``: it starts where it stopped."""
     stack.stop()
     up = stack.start(settings)
-    assert "first start" not in up.stdout(), "a later start prints no tokens"
+    assert "pk_" not in up.stdout(), "a later start prints no tokens"
     shell.replace[README_API] = up.api
 
 

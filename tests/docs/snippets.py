@@ -14,6 +14,9 @@ one — show output, data or a picture). Each one is one of these, said by the H
   point of the same order, for a later block to run;
 - ``<!-- runs: imported -->``: a ``python`` block run as it is by a fresh interpreter of this virtualenv
   (``tests/docs/test_snippets.py``): an import, a module that defines and registers;
+- ``<!-- runs: in the installed package (tests/acceptance/test_typescript_package.py) -->``: a ``ts`` block
+  of the TypeScript client's README that test compiles with tsc and runs with plain Node, where the packed
+  tarball is installed outside the checkout;
 - ``<!-- file: PATH -->``: the block is PATH's text, all of it or a run of its lines (a formatter's
   ``# fmt: skip`` aside), and the tests that run PATH run it;
 - ``<!-- illustrative: REASON -->``: not run, for the reason given.
@@ -33,6 +36,7 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 MARKER = re.compile(r"<!-- (runs|saved|file|illustrative): (.*?) -->")
 AFTER_WALKTHROUGH = "after the walkthrough"
 IMPORTED = "imported"
+IN_THE_PACKAGE = "in the installed package (tests/acceptance/test_typescript_package.py)"
 RUNS_AFTER = ("runs", AFTER_WALKTHROUGH)
 SHOWN = re.compile(r"\n\n```text\n(.*?)^```$", re.DOTALL | re.MULTILINE)  # right after a block: its output
 FMT_SKIP = re.compile(r"\s+# fmt: skip$", re.MULTILINE)

@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 
 from tests.cli import walkthrough
-from tests.docs.snippets import AFTER_WALKTHROUGH, IMPORTED, RUNNABLE, Block, blocks, docs, is_part_of
+from tests.docs.snippets import AFTER_WALKTHROUGH, IMPORTED, IN_THE_PACKAGE, RUNNABLE, Block, blocks, docs, is_part_of
 from tests.support import ROOT
 
 EVERY = [block for doc in docs() for block in blocks(doc)]
@@ -21,7 +21,7 @@ def test_every_block__is_run_or_is_a_tested_file_or_says_why_not() -> None:
     unreasoned = [str(b) for b in EVERY if b.claim == "illustrative" and len(b.detail) < MIN_REASON]
     assert not unreasoned, f"an illustrative block without its reason: {unreasoned}"
     runs = {(b.language, b.detail) for b in EVERY if b.claim == "runs"}
-    assert runs <= {("sh", AFTER_WALKTHROUGH), ("python", IMPORTED)}, runs
+    assert runs <= {("sh", AFTER_WALKTHROUGH), ("python", IMPORTED), ("ts", IN_THE_PACKAGE)}, runs
     assert {b.language for b in EVERY} <= set(RUNNABLE)
     print("blocks by doc and claim:", dict(Counter((b.doc, b.claim) for b in EVERY)))
 
