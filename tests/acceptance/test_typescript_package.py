@@ -74,19 +74,22 @@ def test_typescript_package__installed_from_its_tarball__plain_node_imports_and_
     assert esm_names == cjs_names and {"Parkway", "worker", "pushHandler"} <= set(esm_names.split(",")), (
         imported + required
     )
-    (project / "required.cts").write_text(REQUIRED)
-    run([*TSC, "required.cts"], project)
-    assert run(["node", "required.cjs"], project).split() == ["function", "complete"]
     # Nothing but the package itself was installed: it has no runtime dependency.
     assert "dependencies" not in PACKAGE
     assert sorted(p.name for p in (project / "node_modules").iterdir()) == [".package-lock.json", "@parkway"]
 
 
-def test_typescript_package__the_readmes_import_line__compiles_and_runs_with_plain_node(project: Path) -> None:
+def test_typescript_package__a_commonjs_consumer_and_the_readmes_import_line__compile_and_run(project: Path) -> None:
+    # Given: a CommonJS consumer, and the README's import line using each name it imports (an ES module)
     [block] = [b for b in snippets.blocks("clients/typescript/README.md") if b.detail == IN_THE_PACKAGE]
     imported = re.fullmatch(r"import \{ (.+) \} from \"@parkway/client\";\n", block.text)
     assert imported is not None, block.text
     names = imported.group(1).split(", ")
+    (project / "required.cts").write_text(REQUIRED)
     (project / "names.mts").write_text(f"{block.text}console.log([{', '.join(names)}].map((f) => typeof f).join());\n")
-    run([*TSC, "names.mts"], project)
+
+    # When: tsc checks both against the installed types (one run), plain Node runs each
+    run([*TSC, "required.cts", "names.mts"], project)
+
+    assert run(["node", "required.cjs"], project).split() == ["function", "complete"]
     assert run(["node", "names.mjs"], project).strip() == ",".join(["function"] * len(names))

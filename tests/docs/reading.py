@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -65,6 +66,7 @@ def read_on(shell: Shell, stack: Stack, tokens: dict[str, str]) -> None:
     port = str(free_port())
     shell.replace.update({f"127.0.0.1:{RECEIVER}": f"127.0.0.1:{port}", f"--port {RECEIVER}": f"--port {port}"})
     for block in snippets.after_walkthrough():
+        began = time.monotonic()
         settle(stack, tokens["admin"])
         if block.claim == "saved":
             (Path(shell.run("pwd")) / block.detail).write_text(block.text)
@@ -72,6 +74,7 @@ def read_on(shell: Shell, stack: Stack, tokens: dict[str, str]) -> None:
             restart_with(shell, stack, dict(re.findall(r"([A-Z_]+)=(\S+)", restart.group(1))))
         else:
             run(shell, block, tokens)
+        print(f"{block}: {time.monotonic() - began:.1f} s")  # where the module's time goes (pytest -s)
 
 
 def run(shell: Shell, block: Block, tokens: dict[str, str]) -> None:
