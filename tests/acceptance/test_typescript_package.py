@@ -6,7 +6,6 @@ in the walkthrough's terminal, on its stack (tests/cli/test_walkthrough.py, test
 
 from __future__ import annotations
 
-import fcntl
 import json
 import re
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 
 from api.app import app
 from tests.docs import snippets
+from tests.docs.reading import pack_the_client
 from tests.docs.snippets import IN_THE_PACKAGE
 from tests.support import ROOT
 
@@ -43,9 +43,7 @@ def run(args: list[str], cwd: Path, timeout: float = 120) -> str:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An empty npm project outside the checkout, the tarball installed in it."""
-    with open(CLIENT / "package.json") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one make here at a time: this module's other xdist workers wait
-        run(["make", "-s", "ts-pack"], ROOT, timeout=300)
+    pack_the_client()
     tarball = CLIENT / f"parkway-client-{PACKAGE['version']}.tgz"
     project = tmp_path_factory.mktemp("ts-project").resolve()
     assert not project.is_relative_to(ROOT)

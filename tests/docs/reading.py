@@ -11,8 +11,10 @@ restarted with those settings, the shell's URLs pointed at it.
 
 from __future__ import annotations
 
+import fcntl
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -61,8 +63,18 @@ def terminal(tmp_path: Path, **settings: str) -> dict[str, str]:
     return embedded_env(**settings, **go, npm_config_offline="true", npm_config_cache=str(tmp_path / "npm"))
 
 
+def pack_the_client() -> None:
+    """``make ts-pack`` in this checkout, one at a time: a module running at once waits, then finds it done (the
+    TypeScript README's own ``make ts-pack`` then has nothing to do)."""
+    with open(ROOT / "clients" / "typescript" / "package.json") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(["make", "-s", "ts-pack"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"make ts-pack: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+
+
 def read_on(shell: Shell, stack: Stack, tokens: dict[str, str]) -> None:
     """Every block past the walkthrough, in reader order (tests/docs/snippets.py ``after_walkthrough``)."""
+    pack_the_client()
     port = str(free_port())
     shell.replace.update({f"127.0.0.1:{RECEIVER}": f"127.0.0.1:{port}", f"--port {RECEIVER}": f"--port {port}"})
     for block in snippets.after_walkthrough():
