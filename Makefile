@@ -22,7 +22,8 @@ $(RUN_STAMP): pyproject.toml
 # when the lock file changes), then the package (dist/esm, dist/cjs) and its tests compiled (again when a source
 # changes), then the package's npm tarball packed from that build (ts-pack).
 # tests/acceptance/test_typescript_client.py runs the compiled tests against a real stack;
-# tests/acceptance/test_typescript_package.py installs the tarball outside the checkout and runs the README's agent.
+# tests/acceptance/test_typescript_package.py installs the tarball outside the checkout; tests/cli/test_walkthrough.py
+# runs the client README's install and agent as printed (tests/docs/reading.py).
 TS := clients/typescript
 TS_DEPS := $(TS)/node_modules/.package-lock.json
 TS_BUILT := $(TS)/.built

@@ -1,30 +1,26 @@
 """The TypeScript client as someone outside this repository gets it (clients/typescript/README.md, "Install"):
 the tarball ``make ts-pack`` packs, installed with ``npm install`` into an empty project outside the checkout,
-offline (it has no runtime dependency). Plain Node loads it with ``import`` and with ``require``; tsc compiles
-the README's agent there against the installed types, and plain Node runs it against a real uvicorn on this
-module's database until its run completes. No Celery worker: the agent serves its own continuation."""
+offline (it has no runtime dependency). Plain Node loads it with ``import`` and with ``require``, and runs the
+README's import line compiled by tsc against the installed types. The README's install and agent run as printed
+in the walkthrough's terminal, on its stack (tests/cli/test_walkthrough.py, tests/docs/reading.py)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
-import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
 
 from api.app import app
-from tests.acceptance.conftest import remote_principals
-from tests.api.conftest import ApiServer
-from tests.support import ROOT, TARGET, Stack, Worker, wait_for
+from tests.docs import snippets
+from tests.docs.reading import pack_the_client
+from tests.docs.snippets import IN_THE_PACKAGE
+from tests.support import ROOT
 
 CLIENT = ROOT / "clients" / "typescript"
 PACKAGE = json.loads((CLIENT / "package.json").read_text())
-AGENT, HUMAN, WORKER, ADMIN = "tspkg-agent", "tspkg-ana", "tspkg-worker", "tspkg-root"
 
 # A CommonJS consumer: tsc checks it against the types of the `require` condition, plain Node runs it.
 REQUIRED = """import { Parkway, complete } from "@parkway/client";
@@ -46,18 +42,13 @@ def run(args: list[str], cwd: Path, timeout: float = 120) -> str:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An empty npm project outside the checkout, the tarball installed in it, the README's agent compiled
-    there (by the checkout's tsc: the project installs nothing but the tarball)."""
-    with open(CLIENT / "package.json") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one make here at a time: this module's other xdist workers wait
-        run(["make", "-s", "ts-pack"], ROOT, timeout=300)
+    """An empty npm project outside the checkout, the tarball installed in it."""
+    pack_the_client()
     tarball = CLIENT / f"parkway-client-{PACKAGE['version']}.tgz"
     project = tmp_path_factory.mktemp("ts-project").resolve()
     assert not project.is_relative_to(ROOT)
     run(["npm", "install", "--offline", "--no-audit", "--no-fund", "--cache", str(project / ".npm"), str(tarball)],
         project)  # fmt: skip
-    shutil.copy(CLIENT / "examples" / "park-and-resume.ts", project / "park-and-resume.mts")
-    run([*TSC, "park-and-resume.mts"], project)
     return project
 
 
@@ -81,63 +72,22 @@ def test_typescript_package__installed_from_its_tarball__plain_node_imports_and_
     assert esm_names == cjs_names and {"Parkway", "worker", "pushHandler"} <= set(esm_names.split(",")), (
         imported + required
     )
-    (project / "required.cts").write_text(REQUIRED)
-    run([*TSC, "required.cts"], project)
-    assert run(["node", "required.cjs"], project).split() == ["function", "complete"]
     # Nothing but the package itself was installed: it has no runtime dependency.
     assert "dependencies" not in PACKAGE
     assert sorted(p.name for p in (project / "node_modules").iterdir()) == [".package-lock.json", "@parkway"]
 
 
-def test_typescript_package__the_readmes_agent_with_plain_node__prints_its_runs_outcome(
-    stack: Stack, project: Path
-) -> None:
-    server = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-tspkg.log").start()
-    try:
-        with server.client() as http:
-            tokens = remote_principals(http, admin=ADMIN, agent=AGENT, human=HUMAN, worker=WORKER)
-            admin, human = ({"Authorization": f"Bearer {tokens[name]}"} for name in (ADMIN, HUMAN))
-            # A worker leases only what runs on a target it is granted (an agent parks only on one).
-            granted = http.post("/v1/grants", json={"principal": WORKER, "target": TARGET}, headers=admin)
-            assert granted.status_code == 201, granted.text
+def test_typescript_package__a_commonjs_consumer_and_the_readmes_import_line__compile_and_run(project: Path) -> None:
+    # Given: a CommonJS consumer, and the README's import line using each name it imports (an ES module)
+    [block] = [b for b in snippets.blocks("clients/typescript/README.md") if b.detail == IN_THE_PACKAGE]
+    imported = re.fullmatch(r"import \{ (.+) \} from \"@parkway/client\";\n", block.text)
+    assert imported is not None, block.text
+    names = imported.group(1).split(", ")
+    (project / "required.cts").write_text(REQUIRED)
+    (project / "names.mts").write_text(f"{block.text}console.log([{', '.join(names)}].map((f) => typeof f).join());\n")
 
-            agent = start_agent(stack, project, server.url, agent=tokens[AGENT], worker=tokens[WORKER])
-            run_id = wait_for(lambda: waiting(agent), timeout=30, what="the agent's run waiting")
-            pending = http.get("/v1/interactions", params={"run_id": run_id, "status": "pending"}, headers=human)
-            (question,) = pending.json()["items"]
-            assert question["prompt"] == "Priority of ticket 4711?"
-            answered = http.post(f"/v1/interactions/{question['id']}/answer", headers=human,
-                                 json={"response_id": uuid.uuid4().hex, "value": "high"})  # fmt: skip
-            assert answered.status_code == 200, answered.text
+    # When: tsc checks both against the installed types (one run), plain Node runs each
+    run([*TSC, "required.cts", "names.mts"], project)
 
-            # Its continuation completes the run; it prints the outcome and stops serving: the process ends.
-            try:
-                exit_code = agent.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                raise AssertionError(f"the agent did not end with its run:\n{agent.text()}") from None
-    finally:
-        server.stop()
-    assert exit_code == 0, agent.text()
-    assert agent.text().splitlines() == [
-        f"run {run_id} is waiting",
-        f'run {run_id} is completed: {{"ticket":4711,"priority":"high","by":"{HUMAN}"}}',
-    ]
-
-
-def start_agent(stack: Stack, project: Path, url: str, *, agent: str, worker: str) -> Worker:
-    """``node park-and-resume.mjs`` in the project, its output (both streams) in the module's logs."""
-    log = stack.logs / "park-and-resume.log"
-    env = {**os.environ, "PARKWAY_URL": url, "AGENT_TOKEN": agent, "WORKER_TOKEN": worker}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(["node", "park-and-resume.mjs"], cwd=project, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    process = Worker(proc=proc, log=log, name="park-and-resume")
-    stack.workers.append(process)  # killed by stack.stop_all() if the test fails with it running
-    return process
-
-
-def waiting(agent: Worker) -> str | None:
-    """The id of the agent's run once it printed that it waits; an agent that exited first fails the test."""
-    found = re.search(r"^run (\S+) is waiting$", agent.text(), re.M)
-    assert found or agent.alive(), f"the agent exited with {agent.proc.returncode}:\n{agent.text()}"
-    return found.group(1) if found else None
+    assert run(["node", "required.cjs"], project).split() == ["function", "complete"]
+    assert run(["node", "names.mjs"], project).strip() == ",".join(["function"] * len(names))

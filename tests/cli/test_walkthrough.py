@@ -4,14 +4,15 @@ A real ``parkway up`` on the embedded defaults in a fresh ``PARKWAY_HOME`` (``ma
 the tokens and URLs read from what it prints; the README's own shell blocks run in one bash, in order,
 their output compared with what the README shows; the first run answered on the Decisions page in a
 headless Chromium, and its history page screenshotted to
-$PARKWAY_TEST_ARTIFACTS/run-history-walkthrough.png (var/artifacts).
+$PARKWAY_TEST_ARTIFACTS/run-history-walkthrough.png (var/artifacts). Then, in the same terminal on the same
+stack, every block of the docs that runs after the walkthrough, in reader order (tests/docs/reading.py): the
+webhook receiver, the teams' release, the TypeScript package's agent, the Go worker.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import Actors, ApiServer
-from tests.cli.support import Up, child_pids, embedded_env, start_up
+from tests.cli.support import Up, child_pids, start_up
 from tests.cli.walkthrough import (
     README_API,
     README_FLOWER,
@@ -32,7 +33,7 @@ from tests.cli.walkthrough import (
     assert_prints,
     steps,
 )
-from tests.docs import snippets
+from tests.docs import reading
 from tests.pages import conftest as pages
 from tests.pages.browsing import Site, sign_in
 from tests.support import ROOT, wait_for
@@ -46,14 +47,32 @@ WAIT_S = 90
 browser = pages.browser  # the suite's headless Chromium, as this module's fixture
 
 
-@pytest.fixture
-def up(tmp_path: Path, empty_home: Path) -> Iterator[Up]:
+class MakeRun:
     """``make run``, on free ports: ``parkway up`` with nothing configured (the examples loaded by default), in
-    a home with nothing in it yet, as a newcomer's first start is."""
-    running = start_up(tmp_path, empty_home, imports=None)
+    a home with nothing in it yet, as a newcomer's first start is; stopped (Ctrl-C) and started again with
+    settings when a block of the docs says so."""
+
+    def __init__(self, tmp_path: Path, home: Path) -> None:
+        self.tmp_path, self.home, self.starts = tmp_path, home, 0
+        self.up: Up | None = None
+
+    def start(self, settings: dict[str, str]) -> Up:
+        self.starts += 1
+        self.up = up = start_up(self.tmp_path, self.home, name=f"up-{self.starts}", imports=None, extra_env=settings)
+        wait_for(lambda: up.printed("run history  "), timeout=180, what="parkway up to print its URLs")
+        up.groups = list(child_pids(up.stdout()).values())
+        return up
+
+    def stop(self) -> None:
+        if self.up is not None:
+            self.up.stop()
+
+
+@pytest.fixture
+def make_run(tmp_path: Path, empty_home: Path) -> Iterator[MakeRun]:
+    running = MakeRun(tmp_path, empty_home)
     try:
-        wait_for(lambda: running.printed("run history  "), timeout=180, what="parkway up to print its URLs")
-        running.groups = list(child_pids(running.stdout()).values())
+        running.start({})
         yield running
     finally:
         running.stop()
@@ -65,9 +84,11 @@ def printed(pattern: str, text: str) -> str:
     return found.group(1)
 
 
-def test_readme_walkthrough__make_run_start_answer_on_the_page_and_by_curl_then_the_history(
-    up: Up, tmp_path: Path, browser: WebDriver
+def test_readme_walkthrough__make_run_start_answer_on_the_page_and_by_curl_then_the_history__then_the_docs(
+    make_run: MakeRun, tmp_path: Path, browser: WebDriver
 ) -> None:
+    up = make_run.up
+    assert up is not None
     walk = steps()
     assert sorted(walk) == list(range(1, len(walk) + 1)) and len(walk) >= 6, "steps 1, 2, … in order"
     out = up.stdout()
@@ -84,13 +105,16 @@ def test_readme_walkthrough__make_run_start_answer_on_the_page_and_by_curl_then_
     assert set(tokens) == {"admin", "agent", "human"}, out
     decisions = printed(r"^parkway up: Decisions\s+(\S+)$", out)
 
-    # The terminal of steps 2 to 6: the same directory (.venv is this suite's virtualenv), the same environment
-    (tmp_path / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    # The terminal of steps 2 to 6 and of the docs after them: a checkout (this one's .venv, Makefile and
+    # clients; a copy of examples/go, where the Go README builds), the same environment
+    checkout = reading.checkout(tmp_path / "parkway")
     # The README's home is ./var (nothing configured); this stack's is up.home: the same paths under it
     where = {README_API: up.api, README_WORKSPACES: str(up.home / "workspaces")}
-    shell = Shell(tmp_path, embedded_env(PARKWAY_HOME=up.env["PARKWAY_HOME"]), where)
+    shell = Shell(checkout, reading.terminal(tmp_path, PARKWAY_HOME=up.env["PARKWAY_HOME"]), where)
     try:
         walk_on(walk, shell, up, tokens, decisions, browser)
+        # Past the walkthrough: the blocks of every doc that run in its terminal, in reader order
+        reading.read_on(shell, make_run, tokens)
     finally:
         shell.close()
 
@@ -145,39 +169,6 @@ def walk_on(
         printed_urls = run_each(shell, walk[6])
         assert f"{README_API}/runs/{first}" in printed_urls  # (as the README shows it)
         see_the_history(site, f"{up.api}/runs/{first}", first, run(first))
-
-    # Past the walkthrough: the README's blocks that run in its terminal, in the README's order (tests/docs);
-    # then the teams section's release, approved by its two on-call engineers as the README says
-    for block in snippets.after_walkthrough():
-        shell.run(block.text, timeout=240)  # four CLI commands on a busy machine
-    approve_the_release(up.api, shell.value("RELEASE"), {"ana": shell.value("ANA_TOKEN"), "human": tokens["human"]})
-
-
-def approve_the_release(api: str, run_id: str, tokens: dict[str, str]) -> None:
-    """The README's ``release.request`` (examples/release.py, loaded by ``make run``) asks team:oncall for two
-    approvals; ana's and the human's complete it with both."""
-    auth = {who: {"Authorization": f"Bearer {token}"} for who, token in tokens.items()}
-    with httpx.Client(base_url=api, timeout=30) as http:
-
-        def asked() -> list[dict[str, Any]] | None:
-            listed = http.get("/v1/interactions", params={"run_id": run_id, "status": "pending"}, headers=auth["ana"])
-            assert listed.status_code == 200, listed.text
-            return listed.json()["items"] or None
-
-        [wait] = wait_for(asked, timeout=WAIT_S, what="the release to ask team:oncall")
-        assert (wait["target"], wait["quorum"]) == ("team:oncall", 2), wait
-        for who in ("ana", "human"):
-            body = {"response_id": f"release-{who}", "value": {"approved": True}}
-            answered = http.post(f"/v1/interactions/{wait['id']}/answer", json=body, headers=auth[who])
-            assert answered.status_code == 200, answered.text
-
-        def ended() -> dict[str, Any] | None:
-            run: dict[str, Any] = http.get(f"/v1/runs/{run_id}", headers=auth["human"]).json()
-            return run if run["status"] != "waiting" and run["status"] != "running" else None
-
-        run = wait_for(ended, timeout=WAIT_S, what="the release to complete")
-        assert run["status"] == "completed", run
-        assert run["result"] == {"deployed": True, "service": "api", "approvals": [["ana", 0], ["human", 0]]}
 
 
 def run_each(shell: Shell, step: Step) -> str:

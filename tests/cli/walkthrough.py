@@ -8,9 +8,12 @@ timestamps and pids are compared by their shape only (every run makes new ones).
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
+import signal
 import subprocess
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,11 +23,13 @@ WALKTHROUGH = "## Walkthrough"
 README_API, README_FLOWER, README_HOME = "http://127.0.0.1:8000", "http://127.0.0.1:5555", "/home/you/parkway/var"
 README_WORKSPACES = "var/workspaces"  # the default home's workspaces, as the README's commands name them
 ELIDED = "…"
+MARKER = "walkthrough-done-"  # a line the shell prints after each command: where its output ends
 SHAPES = (
     (re.compile(r"\bpk_[A-Za-z0-9_-]{20,}"), "pk_<token>"),
     (re.compile(r"\b[0-9a-f]{32}\b"), "<id>"),
     (re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"), "<time>"),
     (re.compile(r"\bpid \d+"), "pid <n>"),
+    (re.compile(r"\bgo-triage-\S+-\d+\b"), "go-triage-<host>-<pid>"),  # the Go example's worker, by host and pid
 )
 TOKEN_LINE = re.compile(r"^([A-Z]+)_TOKEN=pk_\.\.\.(?=\s|$)", re.MULTILINE)
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
@@ -91,7 +96,8 @@ def assert_prints(shown: str, printed: str) -> None:
 
 class Shell:
     """One bash, as in a terminal: its variables carry from one command to the next; it stops at the
-    first command that fails (``set -euo pipefail``). Output (stdout and stderr, interleaved) goes to a file."""
+    first command that fails (``set -euo pipefail``). Output (stdout and stderr, interleaved) goes to a file,
+    what it starts in the background too; closing it ends them all (its process group)."""
 
     def __init__(self, cwd: Path, env: dict[str, str], replace: dict[str, str]) -> None:
         self.cwd, self.replace = cwd, replace
@@ -100,7 +106,13 @@ class Shell:
         self.scripts.mkdir()
         with open(self.out, "wb") as sink:
             self.proc = subprocess.Popen(
-                ["bash", "--noprofile", "--norc"], cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=sink, stderr=sink
+                ["bash", "--noprofile", "--norc"],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=sink,
+                stderr=sink,
+                start_new_session=True,
             )
         self.count = 0
         self._send("set -euo pipefail")
@@ -117,8 +129,8 @@ class Shell:
         self.count += 1
         path = self.scripts / f"{self.count:02d}.sh"
         path.write_text(script)
-        marker = f"walkthrough-done-{secrets.token_hex(6)}"
-        start = self.out.stat().st_size
+        marker = f"{MARKER}{secrets.token_hex(6)}"
+        start = self.offset()
         # stdin from /dev/null: a command that reads it must not swallow the next block
         self._send(f"source {path} < /dev/null; printf '\\n{marker}\\n'")
 
@@ -133,6 +145,16 @@ class Shell:
         [printed] = wait_for(finished, timeout=timeout, what=f"the walkthrough's command to finish:\n{script}")
         return printed.removesuffix("\n")
 
+    def offset(self) -> int:
+        """Where the output printed from now on starts."""
+        return self.out.stat().st_size
+
+    def printed_since(self, offset: int) -> str:
+        """What was printed from ``offset`` on (the background's too), without the lines that end each command
+        and without blank lines."""
+        printed = self.out.read_bytes()[offset:].decode(errors="replace").splitlines()
+        return "".join(f"{line}\n" for line in printed if line.strip() and not line.startswith(MARKER))
+
     def value(self, name: str) -> str:
         """A variable the commands so far have set."""
         return self.run(f'printf "%s\\n" "${name}"')
@@ -146,3 +168,5 @@ class Shell:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+        with suppress(ProcessLookupError):  # what a block left running in the background
+            os.killpg(self.proc.pid, signal.SIGKILL)

@@ -6,10 +6,17 @@ one — show output, data or a picture). Each one is one of these, said by the H
 
 - in the README's walkthrough (``tests/cli/walkthrough.py``: its ``sh`` blocks, step by step): run by
   ``tests/cli/test_walkthrough.py`` against ``make run``'s stack, exactly as printed;
-- ``<!-- runs: after the walkthrough -->`` (README.md only): a ``sh`` block run by that same test, in the
-  walkthrough's shell (its tokens, its targets), after the walkthrough, in the order of the README;
+- ``<!-- runs: after the walkthrough -->``: a ``sh`` block run by that same test, in the walkthrough's shell
+  (its tokens, its targets, its stack), after the walkthrough, in the order a reader meets them (``docs()``);
+  a ``text`` block right after it is what it prints, at once or (a process it started in the background)
+  soon after; a block that is ``make run`` with settings before it restarts the stack with them;
+- ``<!-- saved: PATH -->``: a block the reader saves as PATH (in the terminal's current directory) at that
+  point of the same order, for a later block to run;
 - ``<!-- runs: imported -->``: a ``python`` block run as it is by a fresh interpreter of this virtualenv
   (``tests/docs/test_snippets.py``): an import, a module that defines and registers;
+- ``<!-- runs: in the installed package (tests/acceptance/test_typescript_package.py) -->``: a ``ts`` block
+  of the TypeScript client's README that test compiles with tsc and runs with plain Node, where the packed
+  tarball is installed outside the checkout;
 - ``<!-- file: PATH -->``: the block is PATH's text, all of it or a run of its lines (a formatter's
   ``# fmt: skip`` aside), and the tests that run PATH run it;
 - ``<!-- illustrative: REASON -->``: not run, for the reason given.
@@ -26,9 +33,12 @@ from tests.support import ROOT
 
 RUNNABLE = ("sh", "python", "ts", "go")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
-MARKER = re.compile(r"<!-- (runs|file|illustrative): (.*?) -->")
+MARKER = re.compile(r"<!-- (runs|saved|file|illustrative): (.*?) -->")
 AFTER_WALKTHROUGH = "after the walkthrough"
 IMPORTED = "imported"
+IN_THE_PACKAGE = "in the installed package (tests/acceptance/test_typescript_package.py)"
+RUNS_AFTER = ("runs", AFTER_WALKTHROUGH)
+SHOWN = re.compile(r"\n\n```text\n(.*?)^```$", re.DOTALL | re.MULTILINE)  # right after a block: its output
 FMT_SKIP = re.compile(r"\s+# fmt: skip$", re.MULTILINE)
 
 
@@ -38,8 +48,9 @@ class Block:
     line: int  # of its opening fence
     language: str
     text: str
-    claim: str | None  # "walkthrough", "runs", "file", "illustrative", or None: nothing said
+    claim: str | None  # "walkthrough", "runs", "saved", "file", "illustrative", or None: nothing said
     detail: str  # what the marker says after its kind: the file, the reason
+    shown: str | None = None  # a ``text`` block right after it: what it prints
 
     def __str__(self) -> str:
         return f"{self.doc}:{self.line} ```{self.language}"
@@ -69,7 +80,9 @@ def blocks(doc: str) -> list[Block]:
         else:
             claim, detail = None, ""
         line = text.count("\n", 0, fence.start()) + 1
-        found.append(Block(doc, line, fence.group(1), fence.group(2), claim, detail))
+        output = SHOWN.match(text, fence.end())
+        shown = output.group(1) if output is not None else None
+        found.append(Block(doc, line, fence.group(1), fence.group(2), claim, detail, shown))
     return found
 
 
@@ -80,8 +93,8 @@ def _walkthrough_span(text: str) -> tuple[int, int]:
 
 
 def after_walkthrough() -> list[Block]:
-    """The README's blocks the walkthrough's test runs after the walkthrough, in order."""
-    return [b for b in blocks("README.md") if b.claim == "runs" and b.detail == AFTER_WALKTHROUGH]
+    """The blocks of every doc the walkthrough's test runs (or saves) after the walkthrough, in reader order."""
+    return [b for doc in docs() for b in blocks(doc) if b.claim == "saved" or (b.claim, b.detail) == RUNS_AFTER]
 
 
 def is_part_of(block: Block, path: Path) -> bool:
