@@ -58,6 +58,7 @@ BROKER_MODULES = {
 # collection order (``--no-loadscope-reorder``): these go out first, so no long one starts last while the
 # other workers sit idle; the many short modules fill in behind them.
 LONG_MODULES = (
+    "tests/cli/test_walkthrough.py",
     "tests/acceptance/test_terminal_truth.py",
     "tests/acceptance/test_recovery.py",
     "tests/acceptance/test_tools.py",
@@ -82,7 +83,6 @@ LONG_MODULES = (
     "tests/api/test_offline_docs.py",
     "tests/api/test_db_outage.py",
     "tests/cli/test_refusals.py",
-    "tests/cli/test_walkthrough.py",
     "tests/api/test_event_soak.py",
     "tests/acceptance/test_go_example.py",
 )
