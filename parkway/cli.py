@@ -22,28 +22,31 @@ if TYPE_CHECKING:
 
 
 def _unreachable(exc: Exception) -> str | None:
-    """``cannot reach the database at …: why`` when ``exc`` is a failed connection, else ``None``."""
-    from sqlalchemy.exc import OperationalError
-
+    """``cannot reach the database at …: why`` when ``exc`` is a failed connection (psycopg's, or SQLAlchemy's
+    around it), else ``None``."""
+    psycopg = sys.modules.get("psycopg")  # not imported: nothing connected
+    cause = getattr(exc, "orig", None) or exc
+    if psycopg is None or not isinstance(cause, psycopg.OperationalError):
+        return None
     from parkway.settings import get_settings
 
-    if not isinstance(exc, OperationalError):
-        return None
     # The driver's first line says why: refused, unknown host, bad password, no such database.
-    why = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+    why = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
     return f"cannot reach the database at {database_shown(get_settings())}: {why}"
 
 
 def cmd_token_create(args: argparse.Namespace) -> int:
-    from models.store.principals import create_principal
-    from parkway.db import get_engine, transaction
-    from parkway.migrate import require_current_schema
+    """Make a principal; its token alone on stdout. On plain psycopg (``parkway.pgconn``): a quick command."""
+    from models import principal_sql
+    from parkway import pgconn
+    from parkway.migrate import require_revision, revision_read
 
-    require_current_schema(get_engine())
     token = new_token()
-    with transaction() as session:
-        principal = create_principal(session, kind=args.kind, name=args.name, token_hash=hash_token(token))
-    if principal is None:
+    with pgconn.transaction() as conn:
+        require_revision(revision_read(conn.execute))
+        made = principal_sql.create_principal(conn.execute, kind=args.kind, name=args.name,
+                                              token_hash=hash_token(token))  # fmt: skip
+    if made is None:
         print(f"parkway token create: the name {args.name!r} is taken", file=sys.stderr)
         return 1
     print(token)
