@@ -28,17 +28,19 @@ HEAVY = {
     "examples": "a worker (the workflow modules of PARKWAY_IMPORTS)",
     "jsonschema": "a worker or the API checking answers",
 }
-# What the commands that write or read principals, grants and workers need neither.
-STORE = {
-    "sqlalchemy": "the store's statements (these commands run theirs on psycopg)",
+# What none but ``parkway run start`` needs: it publishes the run's first task.
+BROKER = {
     "celery": "publishing a task (parkway run start)",
     "kombu": "publishing a task (parkway run start)",
     "redis": "the broker (parkway run start)",
 }
+# What the commands that make principals and grants do without: they run the store's statements for them
+# (models/principal_sql.py) on plain psycopg. The workers' reads and a run's start are still SQLAlchemy's.
+SQLALCHEMY = {"sqlalchemy": "the store's other statements"}
 COMMANDS = {
-    "token create": (["token", "create", "--kind", "agent", "--name", "probe"], HEAVY | STORE),
-    "grant create": (["grant", "create", "--principal", "probe", "--target", "t"], HEAVY | STORE),
-    "workers": (["workers"], HEAVY | STORE),
+    "token create": (["token", "create", "--kind", "agent", "--name", "probe"], HEAVY | BROKER | SQLALCHEMY),
+    "grant create": (["grant", "create", "--principal", "probe", "--target", "t"], HEAVY | BROKER | SQLALCHEMY),
+    "workers": (["workers"], HEAVY | BROKER),
     "run start": (["run", "start", "deploy.plan", "--as", "probe", "--target", "t"], HEAVY),
 }
 
