@@ -34,13 +34,14 @@ BROKER = {
     "kombu": "publishing a task (parkway run start)",
     "redis": "the broker (parkway run start)",
 }
-# What the commands that make principals and grants do without: they run the store's statements for them
-# (models/principal_sql.py) on plain psycopg. The workers' reads and a run's start are still SQLAlchemy's.
+# What the commands that make principals and grants and list the workers do without: they run the store's
+# statements for them (models/principal_sql.py, models/fleet_sql.py) on plain psycopg. A run's start is still
+# the store's on SQLAlchemy.
 SQLALCHEMY = {"sqlalchemy": "the store's other statements"}
 COMMANDS = {
     "token create": (["token", "create", "--kind", "agent", "--name", "probe"], HEAVY | BROKER | SQLALCHEMY),
     "grant create": (["grant", "create", "--principal", "probe", "--target", "t"], HEAVY | BROKER | SQLALCHEMY),
-    "workers": (["workers"], HEAVY | BROKER),
+    "workers": (["workers"], HEAVY | BROKER | SQLALCHEMY),
     "run start": (["run", "start", "deploy.plan", "--as", "probe", "--target", "t"], HEAVY),
 }
 
