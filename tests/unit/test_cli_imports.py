@@ -27,6 +27,8 @@ HEAVY = {
     "alembic": "parkway migrate, or explaining a schema mismatch",
     "examples": "a worker (the workflow modules of PARKWAY_IMPORTS)",
     "jsonschema": "a worker or the API checking answers",
+    "parkway.cli_up": "parkway up and parkway logs (the parser builds the command's own group alone)",
+    "parkway.supervisor": "parkway up",
 }
 # What none but ``parkway run start`` needs: it publishes the run's first task.
 BROKER = {
