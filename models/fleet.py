@@ -14,13 +14,14 @@ whether a live worker runs each (``models.served``), at once and without the gra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table, case, distinct, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
 from models.fail_closed import parked_keys
+from models.fleet_view import VersionLoad as VersionLoad
+from models.fleet_view import version_load
 from models.served import ADVERTISED, grace_left, served
 from models.status import ContinuationKind, ContinuationStatus, InteractionStatus
 from models.store.sql import CONT, word, words
@@ -29,17 +30,6 @@ from models.tables import Interaction
 _I = cast(Table, Interaction.__table__)
 _PENDING = _I.c.status == word(InteractionStatus.PENDING)
 _RESUME = ContinuationKind.RESUME.value
-
-
-@dataclass(frozen=True)
-class VersionLoad:
-    """A continuation version that work still needs."""
-
-    version: str  # name@version
-    parked: int  # parked steps waiting on it (pending interactions)
-    due: int  # its continuations made due (answered, expired) and not yet run: ready or claimed
-    served: bool  # a live worker advertises it now
-    grace_left_s: float | None = None  # unserved: seconds before its waits are interrupted; None: served, or paused
 
 
 def _served(version: Any) -> Any:
@@ -99,17 +89,14 @@ def _versions() -> Any:
     )
 
 
-_VERSIONS = _versions()
+VERSIONS = _versions()  # its compiled text runs on psycopg too: models/fleet_sql.py
 
 
 def versions(session: Session, *, grace_s: float) -> list[VersionLoad]:
     """Every continuation version that parked steps or due continuations need, by name, whether a live
     worker runs it, and if none does the time left of its grace of ``grace_s`` (``PARKWAY_VERSION_GRACE_S``).
     Counts every pending wait: for an operator's request, not for every scrape."""
-    return [
-        VersionLoad(str(v), int(parked), int(due), bool(served), None if left is None else float(left))
-        for v, parked, due, served, left in session.execute(_VERSIONS, {"grace": -grace_s})
-    ]
+    return [version_load(row) for row in session.execute(VERSIONS, {"grace": -grace_s})]
 
 
 def unserved_versions(session: Session, run_id: str) -> list[str]:

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from parkway import cli_check, cli_decisions, cli_grants, cli_handlers, cli_up, cli_webhooks, cli_workers
 from parkway.children import child_environment
 from parkway.cli_migrate import cmd_migrate, database_shown
 from parkway.errors import ConfigError, ParkwayError
@@ -22,28 +22,31 @@ if TYPE_CHECKING:
 
 
 def _unreachable(exc: Exception) -> str | None:
-    """``cannot reach the database at …: why`` when ``exc`` is a failed connection, else ``None``."""
-    from sqlalchemy.exc import OperationalError
-
+    """``cannot reach the database at …: why`` when ``exc`` is a failed connection (psycopg's, or SQLAlchemy's
+    around it), else ``None``."""
+    psycopg = sys.modules.get("psycopg")  # not imported: nothing connected
+    cause = getattr(exc, "orig", None) or exc
+    if psycopg is None or not isinstance(cause, psycopg.OperationalError):
+        return None
     from parkway.settings import get_settings
 
-    if not isinstance(exc, OperationalError):
-        return None
     # The driver's first line says why: refused, unknown host, bad password, no such database.
-    why = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+    why = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
     return f"cannot reach the database at {database_shown(get_settings())}: {why}"
 
 
 def cmd_token_create(args: argparse.Namespace) -> int:
-    from models.store.principals import create_principal
-    from parkway.db import get_engine, transaction
-    from parkway.migrate import require_current_schema
+    """Make a principal; its token alone on stdout. On plain psycopg (``parkway.pgconn``): a quick command."""
+    from models import principal_sql
+    from parkway import pgconn
+    from parkway.migrate import require_revision, revision_read
 
-    require_current_schema(get_engine())
     token = new_token()
-    with transaction() as session:
-        principal = create_principal(session, kind=args.kind, name=args.name, token_hash=hash_token(token))
-    if principal is None:
+    with pgconn.transaction() as conn:
+        require_revision(revision_read(conn.execute))
+        made = principal_sql.create_principal(conn.execute, kind=args.kind, name=args.name,
+                                              token_hash=hash_token(token))  # fmt: skip
+    if made is None:
         print(f"parkway token create: the name {args.name!r} is taken", file=sys.stderr)
         return 1
     print(token)
@@ -141,11 +144,11 @@ def _in_home(command: str) -> None:
         embedded.start_for_process(settings.embedded_dir)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="parkway", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("migrate", help="bring the database schema to the current revision").set_defaults(fn=cmd_migrate)
-    token = sub.add_parser("token", help="manage principals' tokens")
+AddParser = Callable[..., argparse.ArgumentParser]  # the ``add_parser`` of the commands' subparsers
+
+
+def _add_token(add_parser: AddParser) -> None:
+    token = add_parser("token", help="manage principals' tokens")
     token_sub = token.add_subparsers(dest="token_command", required=True)
     create = token_sub.add_parser("create", help="create a principal and print its token once")
     create.add_argument("--kind", required=True, choices=["agent", "human", "admin", "worker", "auditor"])
@@ -157,19 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
     rotate = token_sub.add_parser("rotate", help="give a principal a new token and print it once; the old one ends")
     rotate.add_argument("name", metavar="NAME")
     rotate.set_defaults(fn=cmd_token_rotate)
-    cli_grants.add_commands(sub.add_parser)
-    sweep = sub.add_parser("sweep", help="run the recovery sweep")
+
+
+def _add_sweep(add_parser: AddParser) -> None:
+    sweep = add_parser("sweep", help="run the recovery sweep")
     sweep.add_argument("--once", action="store_true", required=True, help="one pass, then exit")
     sweep.add_argument("--batch", type=int, default=None)
     sweep.add_argument("--json", action="store_true", help="print the report as one JSON object, not the line")
     sweep.set_defaults(fn=cmd_sweep)
-    cli_workers.add_commands(sub.add_parser)
-    cli_check.add_commands(sub.add_parser)
-    cli_webhooks.add_commands(sub.add_parser)
-    cli_handlers.add_commands(sub.add_parser)
-    cli_decisions.add_commands(sub.add_parser)
-    cli_up.add_commands(sub.add_parser)
-    demo = sub.add_parser(
+
+
+def _add_demo(add_parser: AddParser) -> None:
+    demo = add_parser(
         "demo",
         help="the restart story, end to end, with real processes",
         description="Start API, worker and beat on the embedded defaults in a fresh temporary PARKWAY_HOME, "
@@ -180,6 +182,42 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep", action="store_true", help="keep the temporary PARKWAY_HOME (logs, database)")
     demo.add_argument("--verbose", action="store_true", help="relay the children's logs to stderr")
     demo.set_defaults(fn=cmd_demo)
+
+
+def _add_migrate(add_parser: AddParser) -> None:
+    add_parser("migrate", help="bring the database schema to the current revision").set_defaults(fn=cmd_migrate)
+
+
+def _module(name: str) -> Callable[[AddParser], None]:
+    """The ``add_commands`` of ``parkway.<name>``, imported only when called."""
+    return lambda add_parser: importlib.import_module(f"parkway.{name}").add_commands(add_parser)
+
+
+# The commands, in the order --help lists them, each group with what adds it to the parser. A run of one
+# command builds (and imports) its own group alone; --help and a mistyped command build them all.
+COMMANDS: list[tuple[tuple[str, ...], Callable[[AddParser], None]]] = [
+    (("migrate",), _add_migrate),
+    (("token",), _add_token),
+    (("grant", "run"), _module("cli_grants")),
+    (("sweep",), _add_sweep),
+    (("workers",), _module("cli_workers")),
+    (("check",), _module("cli_check")),
+    (("webhook",), _module("cli_webhooks")),
+    (("handler",), _module("cli_handlers")),
+    (("decisions",), _module("cli_decisions")),
+    (("up", "logs"), _module("cli_up")),
+    (("demo",), _add_demo),
+]
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``parkway`` parser: every command's, or only ``command``'s group when it names one."""
+    parser = argparse.ArgumentParser(prog="parkway", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    named = any(command in names for names, _ in COMMANDS)
+    for names, add in COMMANDS:
+        if not named or command in names:
+            add(sub.add_parser)
     return parser
 
 
@@ -190,7 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # does this process (a console script's path starts at its bin/), which imports PARKWAY_IMPORTS too.
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(given[0] if given else None).parse_args(given)
     from parkway.logs import setup_logging
 
     setup_logging()

@@ -47,21 +47,19 @@ def _ready() -> None:
 
 
 def cmd_grant_create(args: argparse.Namespace) -> int:
-    """Give a live principal a target; the new grant's id alone on stdout."""
-    from models import principals
-    from models.store.principals import create_grant, principal_by_name
-    from parkway.db import transaction
+    """Give a live principal a target; the new grant's id alone on stdout. On plain psycopg
+    (``parkway.pgconn``): a quick command."""
+    from models import principal_sql
+    from parkway import pgconn
+    from parkway.migrate import require_revision, revision_read
 
-    _ready()
-    with transaction() as session:
-        # The principal's row locked: a grant cannot be made for it while it is being disabled.
-        principal = principals.live_principal_for_update(session, args.principal)
-        if principal is None:
-            disabled = principal_by_name(session, args.principal) is not None
-            why = "is disabled" if disabled else "does not exist (parkway token create makes one)"
+    with pgconn.transaction() as conn:
+        require_revision(revision_read(conn.execute))
+        found = principal_sql.lock_principal(conn.execute, args.principal)
+        if found is None or not found[1]:
+            why = "is disabled" if found is not None else "does not exist (parkway token create makes one)"
             return _fail("grant create", f"the principal {args.principal!r} {why}", 1)
-        grant = create_grant(session, principal_id=principal.id, target=args.target)
-        grant_id = grant.id
+        grant_id = principal_sql.create_grant(conn.execute, principal_id=found[0], target=args.target)
     print(grant_id)
     return 0
 

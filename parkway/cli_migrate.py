@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
 
 from parkway import embedded
 
@@ -31,8 +32,10 @@ def cmd_migrate(_: argparse.Namespace) -> int:
 
 def database_shown(settings: Settings) -> str:
     """The database as a person may be shown it: the embedded one's directory, or the URL without its password."""
-    from sqlalchemy.engine import make_url
-
     if settings.embedded_dir:
         return embedded.describe(settings.embedded_dir)
-    return make_url(settings.database_url).render_as_string(hide_password=True)
+    parts = urlsplit(settings.database_url)
+    if parts.password is None:
+        return settings.database_url
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.partition(':')[0]}:***@{host}"))

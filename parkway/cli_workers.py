@@ -40,16 +40,15 @@ def _kind(w: Any) -> str:
 
 def cmd_workers(args: argparse.Namespace) -> int:
     """One line per live worker and its keys under it, then each version parked or due work needs."""
-    from models import fleet
-    from models.store.workers import live_workers
-    from parkway.db import get_engine, transaction
-    from parkway.migrate import require_current_schema
+    from models import fleet_view
+    from parkway import pgconn
+    from parkway.migrate import require_revision, revision_read
     from parkway.settings import get_settings
 
-    require_current_schema(get_engine())
-    with transaction() as session:
-        workers = live_workers(session)
-        loads = fleet.versions(session, grace_s=get_settings().version_grace_s)
+    with pgconn.transaction() as conn:  # plain psycopg: the store's two reads as compiled text (models/fleet_sql.py)
+        require_revision(revision_read(conn.execute))
+        workers = fleet_view.live_workers(conn.execute)
+        loads = fleet_view.versions(conn.execute, grace_s=get_settings().version_grace_s)
     if args.json:
         listing = {"items": [dataclasses.asdict(w) for w in workers], "next": None,
                    "versions": [dataclasses.asdict(v) for v in loads]}  # fmt: skip

@@ -15,19 +15,12 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
+from parkway.pgconn import connect_args as connect_args  # beside the plain connections; their callers import here
+from parkway.pgconn import normalize_url as normalize_url
 from parkway.settings import get_settings
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {"pid": None, "engine": None, "factory": None, "relaxed": None}
-
-
-def normalize_url(url: str) -> str:
-    """Use psycopg 3 for PostgreSQL whatever driver the URL names (or none): ``postgres[ql][+driver]://``,
-    in any case, becomes ``postgresql+psycopg://``, the rest of the URL kept as it is."""
-    scheme, found, rest = url.partition("://")
-    if found and scheme.split("+", 1)[0].lower() in ("postgresql", "postgres"):
-        return "postgresql+psycopg://" + rest
-    return url
 
 
 def make_engine(url: str, *, durable: bool = True) -> Engine:
@@ -36,18 +29,6 @@ def make_engine(url: str, *, durable: bool = True) -> Engine:
     engine = create_engine(normalize_url(url), connect_args=connect_args(durable=durable), **pool_options())
     _ping_when_idle(engine)
     return engine
-
-
-def connect_args(*, durable: bool = True) -> dict[str, str]:
-    """The session settings of every connection: ``durable=False``, ``synchronous_commit=off`` (for
-    ``transaction(durable=False)``); and always an ``idle_in_transaction_session_timeout`` of two claim
-    leases (no transaction of Parkway's stays open across a body). A process that hangs inside a
-    transaction (stopped, paused, deadlocked) then holds its row locks for no more than about what it
-    could hold a claim: PostgreSQL ends the session, the rows are released, the sweep re-drives what it
-    left. (Two leases: a live process on a busy host is not cut off mid-work.)"""
-    idle_ms = round(2 * get_settings().claim_lease_s * 1000)
-    options = f"-c idle_in_transaction_session_timeout={idle_ms}"
-    return {"options": options if durable else f"{options} -c synchronous_commit=off"}
 
 
 def pool_options() -> dict[str, int]:

@@ -12,8 +12,6 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-from parkway import tracing
-
 _FIELDS = (
     "action",
     "run_id",
@@ -59,6 +57,14 @@ def bind(**ids: Any) -> None:
         current.update(ids)
 
 
+def _traced_ids() -> tuple[str, str] | None:
+    """The current span's trace and span ids, when traced; no span is current in a process that never imported
+    ``parkway.tracing`` (a quick CLI command does not pay for OpenTelemetry's import)."""
+    tracing = sys.modules.get("parkway.tracing")
+    ids: tuple[str, str] | None = None if tracing is None else tracing.ids()
+    return ids
+
+
 class ContextFilter(logging.Filter):
     """Copies the bound ids onto each record that does not carry them already."""
 
@@ -66,7 +72,7 @@ class ContextFilter(logging.Filter):
         for name, value in (_context.get() or {}).items():
             if not hasattr(record, name):
                 setattr(record, name, value)
-        traced = tracing.ids()  # the current span's, when traced
+        traced = _traced_ids()
         if traced is not None and not hasattr(record, "trace_id"):
             record.trace_id, record.span_id = traced
         return True

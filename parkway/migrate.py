@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from sqlalchemy import Engine, text
+from typing import TYPE_CHECKING, Any
 
 from parkway.errors import SchemaMismatch
-from parkway.placeholders import refuse_placeholders
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy import Engine
+
+# A DB-API ``execute`` of one statement: SQLAlchemy's ``Connection.exec_driver_sql``, or psycopg's
+# ``Connection.execute`` (the CLI's quick commands read the revision without importing SQLAlchemy).
+Execute = Callable[[str], Any]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,6 +40,8 @@ def upgrade(engine: Engine) -> str:
     """Bring the schema to head; returns the revision now current."""
     from alembic import command
 
+    from parkway.placeholders import refuse_placeholders
+
     refuse_placeholders(engine)  # an env file's placeholders stop a deployment at its first step
     config = alembic_config()
     with engine.begin() as connection:
@@ -52,15 +57,24 @@ def head_revision() -> str:
 def current_revision(engine: Engine) -> str | None:
     """The database's revision (``alembic_version``), or ``None`` when it has no Parkway schema."""
     with engine.connect() as connection:
-        if connection.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None:
-            return None
-        revisions = connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+        return revision_read(connection.exec_driver_sql)
+
+
+def revision_read(execute: Execute) -> str | None:
+    """``current_revision`` through ``execute``."""
+    if execute("SELECT to_regclass('alembic_version')").fetchone()[0] is None:
+        return None
+    revisions = [row[0] for row in execute("SELECT version_num FROM alembic_version").fetchall()]
     return ",".join(sorted(revisions)) or None
 
 
 def schema_problem(engine: Engine) -> str | None:
     """Why this code cannot run against the database's schema, or ``None`` when it matches."""
-    current = current_revision(engine)
+    return revision_problem(current_revision(engine))
+
+
+def revision_problem(current: str | None) -> str | None:
+    """Why this code cannot run against a schema at revision ``current``, or ``None`` when it matches."""
     head = head_revision()
     if current == head:
         return None
@@ -79,6 +93,11 @@ def schema_problem(engine: Engine) -> str | None:
 
 def require_current_schema(engine: Engine) -> None:
     """Raise ``SchemaMismatch`` unless the schema is exactly the revision this code needs."""
-    problem = schema_problem(engine)
+    require_revision(current_revision(engine))
+
+
+def require_revision(current: str | None) -> None:
+    """Raise ``SchemaMismatch`` unless ``current`` is the revision this code needs."""
+    problem = revision_problem(current)
     if problem is not None:
         raise SchemaMismatch(problem)

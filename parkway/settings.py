@@ -6,15 +6,17 @@ import contextlib
 import ipaddress
 import os
 import secrets
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from parkway import embedded, valkey
 from parkway.errors import ConfigError
 
+ENV_PREFIX = "PARKWAY_"  # each setting is read from PARKWAY_<NAME>, the name in any case
 DEFAULT_HOME = Path("var")
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"  # ``parkway up``'s API with its default ``--port``
 HOME_MARKS = ("secret.key", "postgres")  # what a home that ``parkway up`` or ``parkway migrate`` used holds
@@ -32,10 +34,17 @@ def nearest_home(start: Path) -> Path | None:
     return next((d / DEFAULT_HOME for d in (start, *start.parents) if is_home(d / DEFAULT_HOME)), None)
 
 
-class Settings(BaseSettings):
-    """Configuration of Parkway. Unset database and broker mean the embedded default."""
+def environment(names: Iterable[str]) -> dict[str, str]:
+    """The ``PARKWAY_*`` variables set for ``names`` (the settings' field names), by field name."""
+    wanted = {f"{ENV_PREFIX}{name}".upper(): name for name in names}
+    return {wanted[key.upper()]: value for key, value in os.environ.items() if key.upper() in wanted}
 
-    model_config = SettingsConfigDict(env_prefix="PARKWAY_", extra="ignore")
+
+class Settings(BaseModel):
+    """Configuration of Parkway. Unset database and broker mean the embedded default. Each field is read from
+    ``PARKWAY_<FIELD>`` (what is passed to the constructor wins), and validated as a pydantic model field."""
+
+    model_config = ConfigDict(extra="ignore", validate_default=True)
 
     database_url: str = ""
     broker_url: str = ""
@@ -67,6 +76,11 @@ class Settings(BaseSettings):
     # Where people reach the API (its pages, approval links): every link Parkway hands out starts with it.
     # Unset: the API's own address (``parkway up`` sets it for its children; else the default of ``--port``).
     public_url: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment(cls, given: Any) -> Any:
+        return {**environment(cls.model_fields), **given} if isinstance(given, dict) else given
 
     @field_validator("imports")
     @classmethod
@@ -120,9 +134,11 @@ class Settings(BaseSettings):
     @field_validator("broker_url")
     @classmethod
     def _known_transport(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            return value
         from kombu.transport import TRANSPORT_ALIASES  # only when a broker is configured
 
-        value = value.strip()
         for url in filter(None, value.split(";")):  # Celery's failover list
             if _scheme(url) not in TRANSPORT_ALIASES:
                 raise ValueError(

@@ -6,24 +6,23 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy import and_, bindparam, exists, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
+from models import principal_sql
 from models.base import utcnow
 from models.status import PrincipalKind
 from models.store.driver import DriverStatement
-from models.store.sql import GRANT, PRIN, Executor, new_id
+from models.store.sql import GRANT, PRIN, Executor
 from models.tables import Grant, Principal
 from parkway.errors import Forbidden
 
 
 def create_principal(session: Session, *, kind: str, name: str, token_hash: str | None) -> Principal | None:
-    """none -> live: a new principal, one statement; ``None`` when the name (or the token) is taken
-    (nothing is written)."""
-    values = {"id": new_id(), "kind": PrincipalKind(kind).value, "name": name, "token_hash": token_hash}
-    made = pg_insert(Principal).values(**values).on_conflict_do_nothing().returning(Principal)
-    principal: Principal | None = session.scalar(select(Principal).from_statement(made))
-    return principal
+    """none -> live: a new principal, one statement (``models.principal_sql``, which the CLI runs too); ``None``
+    when the name (or the token) is taken (nothing is written)."""
+    made = principal_sql.create_principal(session.connection().exec_driver_sql, kind=kind, name=name,
+                                          token_hash=token_hash)  # fmt: skip
+    return None if made is None else session.get(Principal, made)
 
 
 _PRINCIPAL_BY_NAME = select(Principal).where(Principal.name == bindparam("name"))
@@ -71,21 +70,14 @@ def unknown_principal(name: str) -> Forbidden:
     return Forbidden(f"principal {name} does not exist or is disabled")
 
 
-_LIVE_GRANT = select(Grant).where(
-    Grant.principal_id == bindparam("pid"), Grant.target == bindparam("target"), Grant.revoked_at.is_(None)
-)
-
-
 def create_grant(session: Session, *, principal_id: str, target: str) -> Grant:
     """none -> live: the principal's live grant of the target, made now, or the one it already holds (so one
-    revoke always ends its access). Callers hold the principal's row lock (``live_principal_for_update``),
-    so two grants of one target cannot be made side by side."""
-    held = session.scalar(_LIVE_GRANT, {"pid": principal_id, "target": target})
-    if held is not None:
-        return held
-    grant = Grant(id=new_id(), principal_id=principal_id, target=target, created_at=utcnow())
-    session.add(grant)
-    session.flush()
+    revoke always ends its access), one statement (``models.principal_sql``, which the CLI runs too). Callers
+    hold the principal's row lock (``live_principal_for_update``), so two grants of one target cannot be made
+    side by side."""
+    made = principal_sql.create_grant(session.connection().exec_driver_sql, principal_id=principal_id, target=target)
+    grant = session.get(Grant, made)
+    assert grant is not None  # written or read in this transaction
     return grant
 
 

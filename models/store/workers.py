@@ -19,6 +19,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
+from models.fleet_view import WorkerView as WorkerView
+from models.fleet_view import worker_view
 from models.served import (
     ADVERTISED,
     PUSH_NODE,
@@ -125,25 +127,17 @@ def withdraw(conn: Executor, worker_id: str) -> bool:
     return row is not None
 
 
-@dataclass(frozen=True)
-class WorkerView:
-    node: str
-    kind: str  # celery | remote | push (``models.served.kind_of``)
-    pid: int
-    steps: list[str]
-    continuations: list[str]
-    started_at: datetime  # since when it serves (a push handler: since it was registered)
-    heartbeat_at: datetime  # a push handler: its last accepted push (or its registration)
-    remote: bool
+LIVE_WORKERS = (
+    select(WORKERS.c.node, kind_of(), *(WORKERS.c[c] for c in ("pid", "steps", "continuations", "started_at",
+                                                              "heartbeat_at", "remote")))
+    .where(live())
+    .order_by(WORKERS.c.node)
+)  # fmt: skip
 
 
 def live_workers(session: Session) -> list[WorkerView]:
     """The live workers, by node name."""
-    columns = ("pid", "steps", "continuations", "started_at", "heartbeat_at", "remote")
-    rows = session.execute(
-        select(WORKERS.c.node, kind_of(), *(WORKERS.c[c] for c in columns)).where(live()).order_by(WORKERS.c.node)
-    )
-    return [WorkerView(*row) for row in rows]
+    return [worker_view(row) for row in session.execute(LIVE_WORKERS)]
 
 
 def unserved_reason(kind: str, key: str, last_seen_at: datetime | None) -> str:
