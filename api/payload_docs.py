@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from api import schema_rules
 from parkway.errors import InvalidPayload
 from tasks import registry
 from tasks.payloads import PayloadSchema
@@ -24,7 +25,8 @@ COMPONENTS = "#/components/schemas/"
 
 def install(app: FastAPI) -> None:
     """Make ``app.openapi()`` add the workflows' variants to FastAPI's document (built once), for the
-    workflows registered when it is asked: the API imports ``PARKWAY_IMPORTS`` as it starts."""
+    workflows registered when it is asked (the API imports ``PARKWAY_IMPORTS`` as it starts), and say the
+    rules every request is held to (``api.schema_rules``)."""
     build: Callable[[], dict[str, Any]] = app.openapi
     made: dict[tuple[str, ...], dict[str, Any]] = {}
 
@@ -32,18 +34,17 @@ def install(app: FastAPI) -> None:
         steps = tuple(sorted(registry.keys("start")))
         if steps not in made:
             made.clear()
-            made[steps] = with_workflows(build(), steps, registry.payload_schemas())
+            made[steps] = schema_rules.apply(with_workflows(build(), steps, registry.payload_schemas()))
         return made[steps]
 
     app.openapi = openapi  # type: ignore[method-assign]
 
 
 def with_workflows(base: dict[str, Any], steps: tuple[str, ...], declared: dict[str, PayloadSchema]) -> dict[str, Any]:
-    """A copy of ``base`` whose start route takes one of the workflows' bodies (``base`` itself when no
-    workflow is registered)."""
-    if not steps:
-        return base
+    """A copy of ``base`` whose start route takes one of the workflows' bodies (when any is registered)."""
     document = copy.deepcopy(base)
+    if not steps:
+        return document
     schemas: dict[str, Any] = document["components"]["schemas"]
     generic = schemas["RunCreate"]
     variants = []

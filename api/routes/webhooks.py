@@ -28,8 +28,10 @@ LINKS = (
 )
 WebhookId = Annotated[str, Path(pattern=ID, description="the subscription's id")]
 Url = Annotated[str, Field(min_length=1, max_length=2000, pattern=TEXT, description="an http(s) URL")]
+# What ``models.webhooks.input_problem`` accepts, listed so a client knows: a type, ``family.*``, or ``*``.
+EVENT_PATTERNS = sorted(webhooks.EVENT_TYPES) + sorted(f"{family}.*" for family in webhooks.FAMILIES) + ["*"]
 Patterns = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=64, pattern=TEXT)]],
+    list[Annotated[str, Field(min_length=1, max_length=64, pattern=TEXT, json_schema_extra={"enum": EVENT_PATTERNS})]],
     Field(min_length=1, max_length=100, description="event types (`run.completed`), families (`interaction.*`), `*`"),
 ]
 Targets = Annotated[

@@ -6,14 +6,14 @@ export type AnswerIn = {
   /** the client's id for it */
   response_id: string;
   /** a JSON value matching the interaction's schema */
-  value: unknown;
+  value: JSONValue;
 };
 
 export type AnswerOut = {
   /** the interaction's status: answered, rejected, expired, canceled, ... */
   status: string;
   /** the answer's value (sensitive fields decrypted: only here) */
-  value: unknown;
+  value: JSONValue;
   /** true only for an approved permission */
   approved: boolean;
   answered_by: string | null;
@@ -32,7 +32,7 @@ export type AnswerReceiptOut = {
 export type AnswerResponseOut = {
   principal: string;
   /** sensitive fields "***" on every read (decrypted only in a worker's lease item) */
-  value: unknown;
+  value: JSONValue;
   at: string;
   /** the escalation level of the wait when it came */
   level: number;
@@ -50,7 +50,7 @@ export type CancelReceiptOut = {
 };
 
 export type Complete = {
-  result?: unknown;
+  result?: JSONValue;
   type?: "complete";
 };
 
@@ -78,6 +78,7 @@ export type ContinuationEventData = {
   step_id?: string | null;
   name?: string | null;
   reason?: string | null;
+  [key: string]: JSONValue | unknown;
 };
 
 export type DelegateIn = {
@@ -147,7 +148,7 @@ export type EventPage = {
 
 export type Fail = {
   error: string;
-  details?: unknown;
+  details?: JSONValue;
   type?: "fail";
 };
 
@@ -176,7 +177,7 @@ export type HandlerCreate = {
   /** an http(s) URL (the webhooks' rules) */
   url: string;
   /** step names (`deploy.plan`) and continuation keys (`deploy.decide@1`) POSTed to the URL */
-  serves: Array<unknown>;
+  serves: Array<string>;
 };
 
 export type HandlerCreated = {
@@ -263,9 +264,10 @@ export type InteractionEventData = {
   /** interaction.delegated: the delegator */
   by?: string | null;
   /** interaction.delegated: the delegate; .escalated: the level's target */
-  to?: unknown;
+  to?: JSONValue;
   /** interaction.reminded: its number, from 1 */
   reminder?: number | null;
+  [key: string]: JSONValue | unknown;
 };
 
 /** 410 on an answer or cancel: the wait ended without an answer; ``state`` says how, and the run's status. */
@@ -284,7 +286,7 @@ export type InteractionOut = {
   kind: "question" | "permission";
   prompt: string | null;
   /** the JSON Schema of the answer's value */
-  schema: unknown;
+  schema: JSONValue;
   action: string | null;
   resources: Array<string> | null;
   target: string;
@@ -293,7 +295,7 @@ export type InteractionOut = {
   answered_by: string | null;
   answered_at: string | null;
   /** null unless answered; sensitive fields are always "***" */
-  value: unknown;
+  value: JSONValue;
   sensitive: Array<string>;
   created_at: string;
   closed_at: string | null;
@@ -334,7 +336,7 @@ export type InteractionState = {
   kind: "question" | "permission";
   prompt: string | null;
   /** the JSON Schema of the answer's value */
-  schema: unknown;
+  schema: JSONValue;
   action: string | null;
   resources: Array<string> | null;
   target: string;
@@ -343,7 +345,7 @@ export type InteractionState = {
   answered_by: string | null;
   answered_at: string | null;
   /** null unless answered; sensitive fields are always "***" */
-  value: unknown;
+  value: JSONValue;
   sensitive: Array<string>;
   created_at: string;
   closed_at: string | null;
@@ -385,9 +387,9 @@ export type ItemOut = {
   /** what was served: the step name, or name@version */
   key: string;
   /** the step's payload (start) */
-  payload?: unknown;
+  payload?: JSONValue;
   /** what the parked step kept for its continuation (resume) */
-  snapshot?: unknown;
+  snapshot?: JSONValue;
   /** the step's interactions by key (resume) */
   answers?: Record<string, AnswerOut> | null;
   lease_expires_at: string;
@@ -395,12 +397,15 @@ export type ItemOut = {
   traceparent?: string | null;
 };
 
+/** any JSON value; no string or object key in it contains NUL (\u0000) */
+export type JSONValue = unknown;
+
 /** What a lease call asks for, and what a completion's `lease` asks for: the next items. */
 export type LeaseAsk = {
   /** a stable name of this worker process: how it shows in `GET /v1/workers` */
   worker: string;
   /** what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys (`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call. It selects among the runs on targets the caller holds a live grant on (admins: any), never beyond them */
-  serves: Array<unknown>;
+  serves: Array<string>;
   /** at most this many items; 0: lease nothing, only advertise (a busy worker) */
   max?: number;
   /** how long the lease lasts without a heartbeat, in seconds */
@@ -411,7 +416,7 @@ export type LeaseIn = {
   /** a stable name of this worker process: how it shows in `GET /v1/workers` */
   worker: string;
   /** what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys (`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call. It selects among the runs on targets the caller holds a live grant on (admins: any), never beyond them */
-  serves: Array<unknown>;
+  serves: Array<string>;
   /** at most this many items; 0: lease nothing, only advertise (a busy worker) */
   max?: number;
   /** how long the lease lasts without a heartbeat, in seconds */
@@ -443,7 +448,7 @@ export type LinkOut = {
 
 export type Next = {
   step: string;
-  payload?: unknown;
+  payload?: JSONValue;
   type?: "next";
 };
 
@@ -456,14 +461,36 @@ export type OtherEvent = {
   /** the trace of the change it records, when traced (docs/operations.md "Tracing") */
   trace_id?: string | null;
   type: string;
-  data: Record<string, unknown>;
+  data: Record<string, JSONValue>;
 };
 
 export type Park = {
   continuation: string;
   interactions: Array<Question | Permission>;
-  snapshot?: unknown;
+  snapshot?: JSONValue;
   type?: "park";
+};
+
+/** One way a run's payload misses what its workflow declares (pydantic's ``loc``, ``msg``, ``type``). */
+export type PayloadProblem = {
+  /** where, from the body's `payload`: `["payload", "service"]` */
+  loc: Array<string | number>;
+  /** what is wrong; never the value sent */
+  msg: string;
+  /** which rule: pydantic's error type, or the JSON Schema keyword */
+  type: string;
+};
+
+/** 422 on a start: the request is not valid, the workflow is unknown (`unknown_workflow`), or the payload does not match what the workflow declares (`invalid_payload`, with `problems`); nothing was stored. */
+export type PayloadRefused = {
+  /** a stable machine-readable code, e.g. `forbidden`, `not_found`, `unavailable` */
+  error: string;
+  /** a sentence for people */
+  detail: string;
+  /** each problem found, where one is named */
+  errors?: Array<string> | null;
+  /** with `invalid_payload`: each problem */
+  problems?: Array<PayloadProblem> | null;
 };
 
 export type Permission = {
@@ -514,7 +541,7 @@ export type PrincipalPage = {
 export type Question = {
   key: string;
   prompt: string;
-  schema: Record<string, unknown>;
+  schema: Record<string, JSONValue>;
   target: string;
   expires_in?: number | null;
   sensitive?: Array<string>;
@@ -566,7 +593,7 @@ export type Replay = {
 export type ResponseOut = {
   principal: string;
   /** sensitive fields "***" on every read (decrypted only in a worker's lease item) */
-  value: unknown;
+  value: JSONValue;
   at: string;
   /** the escalation level of the wait when it came */
   level: number;
@@ -594,6 +621,7 @@ export type ReviewEventData = {
   finding_count?: number | null;
   verification_count?: number | null;
   reason?: string | null;
+  [key: string]: JSONValue | unknown;
 };
 
 export type ReviewOut = {
@@ -624,7 +652,7 @@ export type RunCreate = {
   /** the name of the workflow's first step */
   workflow: string;
   /** any JSON value, handed to the first step */
-  payload?: unknown;
+  payload?: JSONValue;
   /** the target the run is for, e.g. `team:ops` */
   target: string;
   /** park the first step at once (an agent running its own loop): its continuation, snapshot and interactions, as a `park` outcome (its `type` may be left out); the run answers `waiting` */
@@ -655,8 +683,9 @@ export type RunEventData = {
   /** on the terminal event: the execution that ended it */
   execution_id?: string | null;
   error?: string | null;
-  error_details?: unknown;
+  error_details?: JSONValue;
   reason?: string | null;
+  [key: string]: JSONValue | unknown;
 };
 
 /** A run as a list shows it: a run's own fields, without its steps, interactions, tool calls and reviews (read one run for those). */
@@ -668,7 +697,7 @@ export type RunLineOut = {
   target: string;
   created_at: string;
   completed_at: string | null;
-  result: unknown;
+  result: JSONValue;
   error: string | null;
   reason: string | null;
   /** its interactions still waiting for someone */
@@ -687,10 +716,10 @@ export type RunOut = {
   created_at: string;
   updated_at: string;
   completed_at: string | null;
-  result: unknown;
+  result: JSONValue;
   error: string | null;
   /** a failed run's Fail details, or the partial-failure context of a step that returned Complete while its review was running; null otherwise */
-  error_details?: unknown;
+  error_details?: JSONValue;
   reason: string | null;
   /** who committed its terminal state, as `<node> pid <pid>` (a worker's Celery node name) */
   finished_on?: string | null;
@@ -738,6 +767,7 @@ export type StepEventData = {
   /** step.completed with a Next: the next step's name */
   next?: string | null;
   reason?: string | null;
+  [key: string]: JSONValue | unknown;
 };
 
 export type StepOut = {
@@ -773,6 +803,7 @@ export type ToolCallEventData = {
   phase?: "authorizing" | "executing" | "settled" | null;
   /** toolcall.settled: whether it returned without error */
   ok?: boolean | null;
+  [key: string]: JSONValue | unknown;
 };
 
 export type ToolCallOut = {
@@ -790,19 +821,19 @@ export type ToolIntentIn = {
   /** unique within the step */
   key: string;
   /** journaled as a digest only: a re-execution must send the same */
-  args?: unknown;
+  args?: JSONValue;
   replay: "safe" | "never";
 };
 
 export type ToolOutcomeIn = {
-  result?: unknown;
+  result?: JSONValue;
   error?: string | null;
 };
 
 export type ToolStateOut = {
   /** run: the intent is durable, run it now; settled: do not */
   state: "run" | "settled";
-  result?: unknown;
+  result?: JSONValue;
   error?: string | null;
   /** a never call a lost lease left executing: never run again */
   possibly_ran?: boolean;
@@ -834,7 +865,7 @@ export type VersionOut = {
 
 export type WebhookChange = {
   url?: string | null;
-  events?: Array<string> | null;
+  events?: Array<"continuation.dead" | "continuation.ready" | "interaction.answered" | "interaction.asked" | "interaction.canceled" | "interaction.delegated" | "interaction.escalated" | "interaction.expired" | "interaction.interrupted" | "interaction.rejected" | "interaction.reminded" | "review.completed" | "review.failed" | "review.interrupted" | "review.started" | "run.canceled" | "run.completed" | "run.created" | "run.failed" | "run.interrupted" | "step.canceled" | "step.completed" | "step.failed" | "step.interrupted" | "step.parked" | "step.resuming" | "toolcall.authorized" | "toolcall.intent" | "toolcall.possibly_ran" | "toolcall.settled" | "webhook.failing" | "continuation.*" | "interaction.*" | "review.*" | "run.*" | "step.*" | "toolcall.*" | "webhook.*" | "*"> | null;
   /** only events of runs on these targets; null: every target */
   targets?: Array<string> | null;
   description?: string | null;
@@ -848,7 +879,7 @@ export type WebhookCreate = {
   /** an http(s) URL */
   url: string;
   /** event types (`run.completed`), families (`interaction.*`), `*` */
-  events: Array<string>;
+  events: Array<"continuation.dead" | "continuation.ready" | "interaction.answered" | "interaction.asked" | "interaction.canceled" | "interaction.delegated" | "interaction.escalated" | "interaction.expired" | "interaction.interrupted" | "interaction.rejected" | "interaction.reminded" | "review.completed" | "review.failed" | "review.interrupted" | "review.started" | "run.canceled" | "run.completed" | "run.created" | "run.failed" | "run.interrupted" | "step.canceled" | "step.completed" | "step.failed" | "step.interrupted" | "step.parked" | "step.resuming" | "toolcall.authorized" | "toolcall.intent" | "toolcall.possibly_ran" | "toolcall.settled" | "webhook.failing" | "continuation.*" | "interaction.*" | "review.*" | "run.*" | "step.*" | "toolcall.*" | "webhook.*" | "*">;
   /** only events of runs on these targets; null: every target */
   targets?: Array<string> | null;
   description?: string | null;
