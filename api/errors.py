@@ -24,11 +24,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from api.payloads import PayloadRefused
 from api.schemas import (
     ErrorBody,
     InteractionConflict,
     InteractionGone,
-    PayloadRefused,
     RunConflict,
     ValidationErrorBody,
 )

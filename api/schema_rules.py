@@ -11,8 +11,9 @@ from typing import Any
 from api.schemas import TEXT
 
 BIGINT = (-(2**63), 2**63 - 1)
+COMPONENTS = "#/components/schemas/"
 JSON_VALUE = "JSONValue"
-JSON_REF = {"$ref": f"#/components/schemas/{JSON_VALUE}"}
+JSON_REF = {"$ref": f"{COMPONENTS}{JSON_VALUE}"}
 # Any JSON whose strings and keys hold no NUL. Untyped: each keyword applies to the values of its own type.
 JSON_VALUE_SCHEMA: dict[str, Any] = {
     "description": "any JSON value; no string or object key in it contains NUL (\\u0000)",
@@ -29,18 +30,39 @@ NESTED_MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
 
 
 def apply(document: dict[str, Any]) -> dict[str, Any]:
-    """Say the rules in ``document`` (changed in place, and returned)."""
+    """Say the rules in ``document`` (changed in place, and returned): in what requests send, their
+    parameters and bodies and every component they reach (a response says what it says)."""
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    for name in list(schemas):
-        schemas[name] = _said(schemas[name])
+    sent: list[dict[str, Any]] = []
     for methods in document.get("paths", {}).values():
         for operation in methods.values():
-            for parameter in operation.get("parameters", []):
-                parameter["schema"] = _said(parameter.get("schema", {}))
-            for media in operation.get("requestBody", {}).get("content", {}).values():
-                media["schema"] = _said(media.get("schema", {}))
+            sent.extend(p for p in operation.get("parameters", []) if "schema" in p)
+            sent.extend(operation.get("requestBody", {}).get("content", {}).values())
+    for holder in sent:
+        holder["schema"] = _said(holder["schema"])
+    for name in _reached([holder["schema"] for holder in sent], schemas):
+        schemas[name] = _said(schemas[name])
     schemas[JSON_VALUE] = JSON_VALUE_SCHEMA
     return document
+
+
+def _reached(roots: list[Any], schemas: dict[str, Any]) -> set[str]:
+    """The names of the components ``roots`` refer to, directly or through one another."""
+    found: set[str] = set()
+    todo = list(roots)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith(COMPONENTS):
+                name = ref[len(COMPONENTS) :]
+                if name not in found and name in schemas:
+                    found.add(name)
+                    todo.append(schemas[name])
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return found
 
 
 def _said(schema: Any) -> Any:

@@ -294,21 +294,6 @@ class ValidationErrorBody(ErrorBody):
     errors: list[str] | None = Field(default=None, description="each problem found, where one is named")
 
 
-class PayloadProblem(BaseModel):
-    """One way a run's payload misses what its workflow declares (pydantic's ``loc``, ``msg``, ``type``)."""
-
-    loc: list[str | int] = Field(description='where, from the body\'s `payload`: `["payload", "service"]`')
-    msg: str = Field(description="what is wrong; never the value sent")
-    type: str = Field(description="which rule: pydantic's error type, or the JSON Schema keyword")
-
-
-class PayloadRefused(ValidationErrorBody):
-    """422 on a start: the request is not valid, the workflow is unknown (`unknown_workflow`), or the payload
-    does not match what the workflow declares (`invalid_payload`, with `problems`); nothing was stored."""
-
-    problems: list[PayloadProblem] | None = Field(default=None, description="with `invalid_payload`: each problem")
-
-
 class InteractionState(InteractionOut):
     """An interaction as ``GET /v1/interactions/{id}`` shows it, with the status of its run."""
 

@@ -2,7 +2,8 @@
 (ST202: a schema-valid request rejected) runs on every operation and says what it exists to say: a 422 for
 what the OpenAPI could have said (a pattern, an enum, typed items) fails the run.
 
-A schema describes shapes. A 422 for what no schema can know is dropped, each by its code (docs/api.md):
+A schema describes shapes. A 410 is dropped (the wait ended: the resource's state, not the request's shape),
+and a 422 for what no schema can know, each by its code (docs/api.md):
 - ``invalid_cursor``: a cursor of the right form this API never handed out (cursors are opaque);
 - ``unknown_principal``: a grant for a name no principal has;
 - ``invalid_outcome``: a park whose rules span fields or people (unique keys, times in order, a quorum more
@@ -23,9 +24,11 @@ URL_REFUSALS = ("a webhook URL is", "not a URL", "the host ")
 
 @schemathesis.hook
 def filter_failure(context: Any, failure: Any, case: Any, response: Any) -> bool:
-    """Keep every failure but an ST202 whose 422 is for what no schema can say."""
-    if not isinstance(failure, RejectedPositiveData) or response.status_code != 422:
+    """Keep every failure but an ST202 whose 410 or 422 is for what no schema can say."""
+    if not isinstance(failure, RejectedPositiveData):
         return True
+    if response.status_code != 422:
+        return response.status_code != 410
     try:
         body = response.json()
     except ValueError:

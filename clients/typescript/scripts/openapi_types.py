@@ -83,7 +83,7 @@ def one_line(text: str) -> str:
     return " ".join(text.split()).replace("*/", "*\\/")
 
 
-WORKFLOWS = "workflow."  # api/payload_docs.py: the workflows of the serving process, not the API's own types
+WORKFLOWS = "workflow."  # api/payloads.py: the workflows of the serving process, not the API's own types
 
 
 def render(openapi: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ export type AnswerOut = {
   /** the interaction's status: answered, rejected, expired, canceled, ... */
   status: string;
   /** the answer's value (sensitive fields decrypted: only here) */
-  value: JSONValue;
+  value: unknown;
   /** true only for an approved permission */
   approved: boolean;
   answered_by: string | null;
@@ -32,7 +32,7 @@ export type AnswerReceiptOut = {
 export type AnswerResponseOut = {
   principal: string;
   /** sensitive fields "***" on every read (decrypted only in a worker's lease item) */
-  value: JSONValue;
+  value: unknown;
   at: string;
   /** the escalation level of the wait when it came */
   level: number;
@@ -78,7 +78,6 @@ export type ContinuationEventData = {
   step_id?: string | null;
   name?: string | null;
   reason?: string | null;
-  [key: string]: JSONValue | unknown;
 };
 
 export type DelegateIn = {
@@ -264,10 +263,9 @@ export type InteractionEventData = {
   /** interaction.delegated: the delegator */
   by?: string | null;
   /** interaction.delegated: the delegate; .escalated: the level's target */
-  to?: JSONValue;
+  to?: unknown;
   /** interaction.reminded: its number, from 1 */
   reminder?: number | null;
-  [key: string]: JSONValue | unknown;
 };
 
 /** 410 on an answer or cancel: the wait ended without an answer; ``state`` says how, and the run's status. */
@@ -286,7 +284,7 @@ export type InteractionOut = {
   kind: "question" | "permission";
   prompt: string | null;
   /** the JSON Schema of the answer's value */
-  schema: JSONValue;
+  schema: unknown;
   action: string | null;
   resources: Array<string> | null;
   target: string;
@@ -295,7 +293,7 @@ export type InteractionOut = {
   answered_by: string | null;
   answered_at: string | null;
   /** null unless answered; sensitive fields are always "***" */
-  value: JSONValue;
+  value: unknown;
   sensitive: Array<string>;
   created_at: string;
   closed_at: string | null;
@@ -336,7 +334,7 @@ export type InteractionState = {
   kind: "question" | "permission";
   prompt: string | null;
   /** the JSON Schema of the answer's value */
-  schema: JSONValue;
+  schema: unknown;
   action: string | null;
   resources: Array<string> | null;
   target: string;
@@ -345,7 +343,7 @@ export type InteractionState = {
   answered_by: string | null;
   answered_at: string | null;
   /** null unless answered; sensitive fields are always "***" */
-  value: JSONValue;
+  value: unknown;
   sensitive: Array<string>;
   created_at: string;
   closed_at: string | null;
@@ -387,9 +385,9 @@ export type ItemOut = {
   /** what was served: the step name, or name@version */
   key: string;
   /** the step's payload (start) */
-  payload?: JSONValue;
+  payload?: unknown;
   /** what the parked step kept for its continuation (resume) */
-  snapshot?: JSONValue;
+  snapshot?: unknown;
   /** the step's interactions by key (resume) */
   answers?: Record<string, AnswerOut> | null;
   lease_expires_at: string;
@@ -461,7 +459,7 @@ export type OtherEvent = {
   /** the trace of the change it records, when traced (docs/operations.md "Tracing") */
   trace_id?: string | null;
   type: string;
-  data: Record<string, JSONValue>;
+  data: Record<string, unknown>;
 };
 
 export type Park = {
@@ -593,7 +591,7 @@ export type Replay = {
 export type ResponseOut = {
   principal: string;
   /** sensitive fields "***" on every read (decrypted only in a worker's lease item) */
-  value: JSONValue;
+  value: unknown;
   at: string;
   /** the escalation level of the wait when it came */
   level: number;
@@ -621,7 +619,6 @@ export type ReviewEventData = {
   finding_count?: number | null;
   verification_count?: number | null;
   reason?: string | null;
-  [key: string]: JSONValue | unknown;
 };
 
 export type ReviewOut = {
@@ -683,9 +680,8 @@ export type RunEventData = {
   /** on the terminal event: the execution that ended it */
   execution_id?: string | null;
   error?: string | null;
-  error_details?: JSONValue;
+  error_details?: unknown;
   reason?: string | null;
-  [key: string]: JSONValue | unknown;
 };
 
 /** A run as a list shows it: a run's own fields, without its steps, interactions, tool calls and reviews (read one run for those). */
@@ -697,7 +693,7 @@ export type RunLineOut = {
   target: string;
   created_at: string;
   completed_at: string | null;
-  result: JSONValue;
+  result: unknown;
   error: string | null;
   reason: string | null;
   /** its interactions still waiting for someone */
@@ -716,10 +712,10 @@ export type RunOut = {
   created_at: string;
   updated_at: string;
   completed_at: string | null;
-  result: JSONValue;
+  result: unknown;
   error: string | null;
   /** a failed run's Fail details, or the partial-failure context of a step that returned Complete while its review was running; null otherwise */
-  error_details?: JSONValue;
+  error_details?: unknown;
   reason: string | null;
   /** who committed its terminal state, as `<node> pid <pid>` (a worker's Celery node name) */
   finished_on?: string | null;
@@ -767,7 +763,6 @@ export type StepEventData = {
   /** step.completed with a Next: the next step's name */
   next?: string | null;
   reason?: string | null;
-  [key: string]: JSONValue | unknown;
 };
 
 export type StepOut = {
@@ -803,7 +798,6 @@ export type ToolCallEventData = {
   phase?: "authorizing" | "executing" | "settled" | null;
   /** toolcall.settled: whether it returned without error */
   ok?: boolean | null;
-  [key: string]: JSONValue | unknown;
 };
 
 export type ToolCallOut = {
@@ -833,7 +827,7 @@ export type ToolOutcomeIn = {
 export type ToolStateOut = {
   /** run: the intent is durable, run it now; settled: do not */
   state: "run" | "settled";
-  result?: JSONValue;
+  result?: unknown;
   error?: string | null;
   /** a never call a lost lease left executing: never run again */
   possibly_ran?: boolean;
@@ -864,13 +858,15 @@ export type VersionOut = {
 };
 
 export type WebhookChange = {
-  url?: string | null;
-  events?: Array<"continuation.dead" | "continuation.ready" | "interaction.answered" | "interaction.asked" | "interaction.canceled" | "interaction.delegated" | "interaction.escalated" | "interaction.expired" | "interaction.interrupted" | "interaction.rejected" | "interaction.reminded" | "review.completed" | "review.failed" | "review.interrupted" | "review.started" | "run.canceled" | "run.completed" | "run.created" | "run.failed" | "run.interrupted" | "step.canceled" | "step.completed" | "step.failed" | "step.interrupted" | "step.parked" | "step.resuming" | "toolcall.authorized" | "toolcall.intent" | "toolcall.possibly_ran" | "toolcall.settled" | "webhook.failing" | "continuation.*" | "interaction.*" | "review.*" | "run.*" | "step.*" | "toolcall.*" | "webhook.*" | "*"> | null;
+  /** an http(s) URL */
+  url?: string;
+  /** event types (`run.completed`), families (`interaction.*`), `*` */
+  events?: Array<"continuation.dead" | "continuation.ready" | "interaction.answered" | "interaction.asked" | "interaction.canceled" | "interaction.delegated" | "interaction.escalated" | "interaction.expired" | "interaction.interrupted" | "interaction.rejected" | "interaction.reminded" | "review.completed" | "review.failed" | "review.interrupted" | "review.started" | "run.canceled" | "run.completed" | "run.created" | "run.failed" | "run.interrupted" | "step.canceled" | "step.completed" | "step.failed" | "step.interrupted" | "step.parked" | "step.resuming" | "toolcall.authorized" | "toolcall.intent" | "toolcall.possibly_ran" | "toolcall.settled" | "webhook.failing" | "continuation.*" | "interaction.*" | "review.*" | "run.*" | "step.*" | "toolcall.*" | "webhook.*" | "*">;
   /** only events of runs on these targets; null: every target */
   targets?: Array<string> | null;
   description?: string | null;
   /** deliveries of `interaction.asked`, `.reminded` and `.escalated` carry `links`: one approval link per person the wait names, for that person alone (docs/webhooks.md) */
-  links?: boolean | null;
+  links?: boolean;
   /** false: disable; true: resume from where it stopped */
   enabled?: boolean | null;
 };
