@@ -53,7 +53,9 @@ def install(app: FastAPI) -> None:
         steps = tuple(sorted(registry.keys("start")))
         if steps not in made:
             made.clear()
-            made[steps] = schema_rules.apply(with_workflows(build(), steps, registry.payload_schemas()))
+            # The rules before (RunCreate, which the variants copy) and after (the payloads' own schemas)
+            base = schema_rules.apply(copy.deepcopy(build()))
+            made[steps] = schema_rules.apply(with_workflows(base, steps, registry.payload_schemas()))
         return made[steps]
 
     app.openapi = openapi  # type: ignore[method-assign]

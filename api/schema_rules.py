@@ -88,8 +88,10 @@ def _said(schema: Any) -> Any:
         said["pattern"] = TEXT
     if kinds == "object" or (isinstance(kinds, list) and "object" in kinds):
         said.setdefault("propertyNames", {"pattern": TEXT})
-        if said.get("additionalProperties") is True:
+        if said.get("additionalProperties", True) is True:  # what a request sends: any key, no NUL in it
             said["additionalProperties"] = JSON_REF
+    if (kinds == "array" or (isinstance(kinds, list) and "array" in kinds)) and "items" not in said:
+        said["items"] = JSON_REF
     if kinds == "integer":
         _integer_bounds(said)
     tag = (said.get("discriminator") or {}).get("propertyName")
