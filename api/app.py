@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import docs, errors, presence
+from api import docs, errors, payloads, presence
 from api.deps import authentication_problem
 from api.input import CheckedRoute
 from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
@@ -149,6 +149,7 @@ def create_app() -> FastAPI:
     # The docs pages last: every request is matched against the routes in order, and they are rarely asked for.
     app.router.route_class = CheckedRoute  # the app's own routes (the docs pages) are checked like the others
     docs.install(app)
+    payloads.install(app)  # the start route's body, one variant per workflow this process knows
     return app
 
 

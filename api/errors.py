@@ -24,7 +24,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from api.schemas import ErrorBody, InteractionConflict, InteractionGone, RunConflict, ValidationErrorBody
+from api.payloads import PayloadRefused
+from api.schemas import (
+    ErrorBody,
+    InteractionConflict,
+    InteractionGone,
+    RunConflict,
+    ValidationErrorBody,
+)
 from models.cursors import InvalidCursor
 from parkway.db import database_unavailable
 from parkway.errors import (
@@ -33,6 +40,7 @@ from parkway.errors import (
     Gone,
     InvalidAnswer,
     InvalidOutcome,
+    InvalidPayload,
     NotFound,
     OutcomeError,
     Unauthenticated,
@@ -100,6 +108,7 @@ OUTCOME_STATUS: dict[type[OutcomeError], int] = {
     Gone: 410,
     InvalidAnswer: 422,
     InvalidOutcome: 422,
+    InvalidPayload: 422,
 }
 
 
@@ -139,12 +148,15 @@ def error_response(
     state: dict[str, Any] | None = None,
     errors: list[str] | None = None,
     headers: dict[str, str] | None = None,
+    problems: list[dict[str, Any]] | None = None,
 ) -> JSONResponse:
     body: dict[str, Any] = {"error": code, "detail": detail}
     if state is not None:
         body["state"] = jsonable_encoder(state)
     if errors is not None:
         body["errors"] = errors
+    if problems is not None:
+        body["problems"] = problems
     return JSONResponse(body, status_code=status_code, headers=headers)
 
 
@@ -166,7 +178,7 @@ DESCRIPTIONS = {
 # The body of each error code, where it is not the plain ``ErrorBody``; routes name their 409/410 models.
 MODELS: dict[int, type[BaseModel]] = {422: ValidationErrorBody}
 INTERACTION_OUTCOMES: dict[int, type[BaseModel]] = {409: InteractionConflict, 410: InteractionGone}
-RUN_OUTCOMES: dict[int, type[BaseModel]] = {409: RunConflict}
+RUN_OUTCOMES: dict[int, type[BaseModel]] = {409: RunConflict, 422: PayloadRefused}
 
 
 def documented(*codes: int, models: dict[int, type[BaseModel]] | None = None) -> dict[int | str, dict[str, Any]]:
@@ -224,8 +236,9 @@ async def _on_api_error_async(request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_outcome(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, OutcomeError)
-    errors = exc.errors if isinstance(exc, InvalidAnswer) else None
-    return error_response(outcome_status(exc), exc.code, exc.detail, state=exc.state, errors=errors)
+    errors = exc.errors if isinstance(exc, InvalidAnswer | InvalidPayload) else None
+    problems = exc.problems if isinstance(exc, InvalidPayload) else None
+    return error_response(outcome_status(exc), exc.code, exc.detail, state=exc.state, errors=errors, problems=problems)
 
 
 async def _on_http(request: Request, exc: Exception) -> JSONResponse:

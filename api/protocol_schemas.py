@@ -6,12 +6,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from api.schemas import TEXT, AnswerResponseOut, Body
 from models.outcome import OutcomeJSON
 
 KEY = r"^[^\x00@][^\x00]*$"
+# A step name, or a continuation's name@version (version an integer >= 1): what ``checked_serves`` accepts.
+SERVES_KEY: dict[str, JsonValue] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 200,
+    "pattern": r"^[^\x00@]+(@0*[1-9][0-9]*)?$",
+}
 WorkerName = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:/-]*$")
 LEASE_S = Field(30.0, ge=5, le=600, description="how long the lease lasts without a heartbeat, in seconds")
 
@@ -22,7 +29,7 @@ def checked_serves(serves: list[Any]) -> None:
         if not isinstance(key, str) or not key or len(key) > 200 or "\x00" in key:
             raise ValueError("serves lists step names and name@version keys (non-empty strings of 200 at most)")
         name, at, version = key.partition("@")
-        if at and (not name or not version.isdigit() or int(version) < 1):
+        if at and (not name or not (version.isascii() and version.isdigit()) or int(version) < 1):
             raise ValueError(f"{key!r}: a continuation key is name@version, the version an integer >= 1")
 
 
@@ -34,7 +41,7 @@ class LeaseAsk(Body):
         description="a stable name of this worker process: how it shows in `GET /v1/workers`",
     )  # fmt: skip
     serves: list[Any] = Field(
-        min_length=1, max_length=200,
+        min_length=1, max_length=200, json_schema_extra={"items": SERVES_KEY},
         description="what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys "
         "(`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call. It "
         "selects among the runs on targets the caller holds a live grant on (admins: any), never beyond them",
@@ -142,6 +149,8 @@ class ToolIntentIn(Body):
 
 
 class ToolOutcomeIn(Body):
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})  # result or error
+
     result: Any = None
     error: str | None = Field(None, min_length=1, pattern=TEXT)
 

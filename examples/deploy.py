@@ -1,12 +1,18 @@
 """The README's workflow: a permission and a question, then a side effect that must never run twice."""
 
+from pydantic import BaseModel, Field
+
 from parkway.settings import get_settings
 from tasks.sdk import Complete, Next, Park, Permission, Question, continuation, step
 
 
-@step("deploy.plan")
+class Deploy(BaseModel):
+    service: str = Field(min_length=1, max_length=100)  # a start without it is refused: 422, nothing stored
+
+
+@step("deploy.plan", payload=Deploy)
 def plan(ctx, payload):
-    cmd = f"deploy {payload['service']}"
+    cmd = f"deploy {payload.service}"
     return Park(continuation="deploy.decide@1", snapshot={"cmd": cmd}, interactions=[
         Permission(key="shell", action="shell.exec", resources=[cmd], target="example"),
         Question(key="window", prompt="When?", schema={"type": "string", "enum": ["now", "tonight"]},

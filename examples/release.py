@@ -1,12 +1,18 @@
 """The README's two-person approval with an escalation ("Approvals as teams make them", docs/teams.md): two
 of on-call must approve a release, a nudge after ten minutes, the leads may approve too after an hour."""
 
+from pydantic import BaseModel, Field
+
 from tasks.sdk import Complete, Park, Permission, continuation, step
 
 
-@step("release.request")
+class Release(BaseModel):
+    service: str = Field(min_length=1, max_length=100)
+
+
+@step("release.request", payload=Release)
 def release_request(ctx, payload):
-    service = payload["service"]
+    service = payload.service
     return Park(continuation="release.decide@1", snapshot={"service": service}, interactions=[
         Permission(key="deploy", action="deploy", resources=[service], target="team:oncall",
                    quorum=2,                              # two distinct approvals

@@ -1,5 +1,7 @@
 """A question with a sensitive field: the one-time code reaches the continuation, and nothing else."""
 
+from pydantic import BaseModel, Field
+
 from tasks.sdk import Complete, Fail, Park, Question, continuation, step
 
 CODE = {
@@ -10,9 +12,13 @@ CODE = {
 }
 
 
-@step("signin.ask")
+class SignIn(BaseModel):
+    site: str = Field(default="example.com", min_length=1, max_length=200)
+
+
+@step("signin.ask", payload=SignIn)
 def ask(ctx, payload):
-    return Park(continuation="signin.check@1", snapshot={"site": payload.get("site", "example.com")}, interactions=[
+    return Park(continuation="signin.check@1", snapshot={"site": payload.site}, interactions=[
         Question(key="code", prompt="Your user name and the 6-digit code from your phone?", schema=CODE,
                  target="example", sensitive=["otp"], expires_in=600),
     ])  # fmt: skip

@@ -13,8 +13,8 @@ RUN_EXIT_CODES = {
     0: "the run started; its id is printed on stdout",
     1: "refused: the principal is unknown, disabled or not an agent, or holds no grant on the target, "
     "or the idempotency key was used with another body",
-    2: "bad usage: --payload is not JSON or not storable, an option is wrong, or the database is not "
-    "reachable or not migrated",
+    2: "bad usage: --payload is not JSON, not storable or not what the workflow declares, an option is wrong, "
+    "or the database is not reachable or not migrated",
     3: "the workflow is not registered: no module of PARKWAY_IMPORTS defines it",
     4: "no live worker runs the workflow (none is running, or those running were started without its "
     "module): nothing is stored",
@@ -105,7 +105,7 @@ def cmd_grant_revoke(args: argparse.Namespace) -> int:
 
 def cmd_run_start(args: argparse.Namespace) -> int:
     """Start a run as an agent, as ``POST /v1/runs`` does; the run's id alone on stdout."""
-    from parkway.errors import Conflict, Forbidden, NotRegistered
+    from parkway.errors import Conflict, Forbidden, InvalidPayload, NotRegistered
     from parkway.settings import get_settings
 
     try:
@@ -128,7 +128,7 @@ def cmd_run_start(args: argparse.Namespace) -> int:
         return _fail("run start", _not_named(args.workflow), 3)
     except (Forbidden, Conflict) as exc:
         return _fail("run start", str(exc), 1)
-    except InvalidInput as exc:
+    except (InvalidInput, InvalidPayload) as exc:
         return _fail("run start", str(exc), 2)
     print(run_id)
     print(f"parkway run start: run {run_id} of {args.workflow} started as {args.as_} on target {args.target}; "

@@ -117,3 +117,16 @@ class InvalidDelegation(InvalidAnswer):
     """Raised when a delegation names oneself or a principal who could never answer; nothing was stored."""
 
     code = "invalid_delegation"
+
+
+class InvalidPayload(OutcomeError):
+    """Raised when a run's payload does not match what its first step declares (``@step(name, payload=...)``);
+    nothing was stored. ``errors`` has a line per problem, ``problems`` each one's ``loc``, ``msg`` and
+    ``type``; never a value."""
+
+    code = "invalid_payload"
+
+    def __init__(self, detail: str, *, errors: list[str], problems: list[dict[str, Any]]) -> None:
+        super().__init__(detail)
+        self.errors = errors
+        self.problems = problems

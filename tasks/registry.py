@@ -6,19 +6,27 @@ from collections.abc import Callable
 from typing import Any
 
 from parkway.errors import NotRegistered
+from tasks.payloads import PayloadSchema
 
 StepFn = Callable[..., Any]
 
 _steps: dict[str, StepFn] = {}
 _continuations: dict[str, StepFn] = {}
+_payloads: dict[str, PayloadSchema] = {}  # by step name: what its payload is declared to be
 
 
 def continuation_key(name: str, version: int) -> str:
     return f"{name}@{version}"
 
 
-def register_step(name: str, fn: StepFn) -> None:
+def register_step(name: str, fn: StepFn, payload: Any = None) -> None:
+    """Register a step body; ``payload`` (a pydantic model or a JSON Schema) is what its payload must be."""
+    schema = None if payload is None else PayloadSchema(payload)  # a bad schema is refused before registering
     _register(_steps, name, fn, "step")
+    if schema is None:
+        _payloads.pop(name, None)
+    else:
+        _payloads[name] = schema
 
 
 def register_continuation(name: str, version: int, fn: StepFn) -> None:
@@ -42,6 +50,18 @@ def step_body(name: str) -> StepFn:
         return _steps[name]
     except KeyError:
         raise NotRegistered(f"step {name} is not registered in this process") from None
+
+
+def checked_payload(name: str, payload: Any) -> Any:
+    """What step ``name``'s body receives for ``payload``: the payload as it is when the step declares none,
+    else its validated form; ``InvalidPayload`` when it does not match."""
+    schema = _payloads.get(name)
+    return payload if schema is None else schema.check(name, payload)
+
+
+def payload_schemas() -> dict[str, PayloadSchema]:
+    """The steps of this process that declare their payload, by name (the OpenAPI shows them)."""
+    return dict(_payloads)
 
 
 def continuation_body(key: str) -> StepFn:

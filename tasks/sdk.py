@@ -20,6 +20,7 @@ from parkway.errors import (
     Forbidden,
     Gone,
     InvalidAnswer,
+    InvalidPayload,
     NotFound,
     NotRegistered,
     WorkflowError,
@@ -41,6 +42,7 @@ __all__ = [
     "Forbidden",
     "Gone",
     "InvalidAnswer",
+    "InvalidPayload",
     "Next",
     "NotFound",
     "NotRegistered",
@@ -64,11 +66,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 # --------------------------------------------------------------------------- declaring
 
 
-def step(name: str) -> Callable[[F], F]:
-    """Register ``fn(ctx, payload)`` as the body of step ``name`` (a workflow is its first step)."""
+def step(name: str, *, payload: Any = None) -> Callable[[F], F]:
+    """Register ``fn(ctx, payload)`` as the body of step ``name`` (a workflow is its first step). With
+    ``payload`` (a pydantic model, or a JSON Schema as a dict) a start whose payload does not match is refused
+    (``InvalidPayload``, nothing stored) and the body receives the model's instance (or the checked dict)."""
 
     def decorate(fn: F) -> F:
-        registry.register_step(name, fn)
+        registry.register_step(name, fn, payload)
         references.mark(fn, ContinuationKind.START, name)  # so ``Next(fn)`` names it
         return fn
 
@@ -193,7 +197,8 @@ def start_run(
 ) -> str:
     """Start a run of ``workflow`` owned by ``principal`` (an agent granted on ``target``); returns its id.
 
-    Raises ``NotRegistered`` for a workflow no worker has ever run (neither this process nor any worker,
+    Raises ``InvalidPayload`` when ``payload`` does not match what the workflow's step declares (in this
+    process's registry), ``NotRegistered`` for a workflow no worker has ever run (neither this process nor any worker,
     Celery or remote, ever advertised it: a typo) and ``Forbidden`` without a grant; nothing is stored then;
     one whose workers are down now waits for them. With ``idempotency_key``, a retry
     returns the same run and a different body raises ``Conflict``. With ``park`` (an agent that runs its
@@ -208,6 +213,7 @@ def start_run(
         sent_outcome(park, f"the park of a run of {workflow}")  # raises InvalidOutcome: nothing is stored
         specs = interaction_specs(park.interactions)
     jsonsafe.require_storable({"payload": payload, "target": target, "idempotency_key": idempotency_key}, "the run")
+    registry.checked_payload(workflow, payload)  # InvalidPayload: nothing is stored
     with transaction() as session:
         owner = _principal(session, principal)
         if owner.kind != PrincipalKind.AGENT:

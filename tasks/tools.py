@@ -182,7 +182,7 @@ def rerun(ctx: Context, snapshot: dict[str, Any], answers: dict[str, Any]) -> An
     """After a tool call's permissions were answered, run the step body again on its own journal."""
     ctx.step_name, ctx.payload, ctx.journal_step_id = snapshot["step"], snapshot["payload"], snapshot["journal"]
     ctx.in_step_body = True
-    return registry.step_body(snapshot["step"])(ctx, snapshot["payload"])
+    return registry.step_body(snapshot["step"])(ctx, registry.checked_payload(snapshot["step"], snapshot["payload"]))
 
 
 registry.register_continuation(RERUN, RERUN_VERSION, rerun)  # as @continuation would; tasks.sdk imports this module

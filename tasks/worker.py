@@ -208,7 +208,7 @@ def _run_body(kind: str, name: str, ctx: Context, body_input: Any, answers: dict
     the workflow's ``Fail`` verdict (with text the store can hold), decided here on the first execution."""
     try:
         if kind == ContinuationKind.START:
-            result = registry.step_body(name)(ctx, body_input)
+            result = registry.step_body(name)(ctx, registry.checked_payload(name, body_input))
         else:
             result = registry.continuation_body(name)(ctx, body_input, answers)
         return check_outcome(result, f"{kind} {name}")

@@ -23,6 +23,13 @@ from tasks.sdk import (
     step,
 )
 
+
+def needs(**properties: Any) -> dict[str, Any]:
+    """A payload's JSON Schema: an object with these properties, each required (``@step(name, payload=...)``)."""
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+TEXT: dict[str, Any] = {"type": "string"}
 EFFECTS_DDL = "CREATE TABLE IF NOT EXISTS test_effects (run_id VARCHAR(64) NOT NULL, tag VARCHAR(64) NOT NULL)"
 
 
@@ -130,7 +137,7 @@ def after(ctx: Context, payload: dict[str, Any]) -> Complete:
     return Complete(result={"after": payload})
 
 
-@step("t.permission")
+@step("t.permission", payload=needs(cmd=TEXT))
 def permission(ctx: Context, payload: dict[str, Any]) -> Park:
     return Park(
         continuation="t.permission_done@1",
@@ -223,7 +230,7 @@ def stuck_tool(ctx: Context, payload: dict[str, Any]) -> Complete:
     return Complete(result={"outs": outs})
 
 
-@step("t.guarded")
+@step("t.guarded", payload=needs(cmd=TEXT, resources={"type": "array", "items": TEXT}))
 def guarded(ctx: Context, payload: dict[str, Any]) -> Complete:
     """A tool behind a permission preflight for a resource set given by the payload (or a file)."""
     resources = payload["resources"]
@@ -286,14 +293,14 @@ MALFORMED: dict[str, Any] = {
 }
 
 
-@step("t.malformed")
+@step("t.malformed", payload=needs(kind={"enum": sorted(MALFORMED)}))
 def malformed(ctx: Context, payload: dict[str, Any]) -> Any:
     """Returns (or raises) the malformed outcome the payload names."""
     record_effect(ctx, "malformed")  # in the commit: must never happen for a refused outcome
     return MALFORMED[payload["kind"]]()
 
 
-@step("t.outcome")
+@step("t.outcome", payload=needs(outcome=TEXT))
 def outcome(ctx: Context, payload: dict[str, Any]) -> Complete | Next | Park:
     """Returns the outcome its payload names, with no ``in_commit`` callback: its commit takes the statement
     production takes (autocommit for ``Complete`` and ``Next``)."""
@@ -309,13 +316,13 @@ def fail_details(ctx: Context, payload: dict[str, Any]) -> Fail:
     return Fail("the check broke", details={"code": 3, "checked": payload.get("checked", [])})
 
 
-@step("t.to_remote")
+@step("t.to_remote", payload=needs(to=TEXT))
 def to_remote(ctx: Context, payload: dict[str, Any]) -> Next:
     """Hands over to a step only a remote worker serves (tests/acceptance/test_worker_protocol.py)."""
     return Next(payload["to"], payload={"from": "python"})
 
 
-@step("t.gated")
+@step("t.gated", payload=needs(flag=TEXT))
 def gated(ctx: Context, payload: dict[str, Any]) -> Complete:
     """Says it runs (a file beside the flag), then on its first attempt waits for the flag file; completes
     (tests/acceptance/test_executor.py: a fault injected while it runs)."""

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from api.deps import AdminDep, SessionDep
 from api.errors import ApiError, documented
 from api.input import checked_router
-from api.protocol_schemas import checked_serves
+from api.protocol_schemas import SERVES_KEY, checked_serves
 from api.schemas import ID, TEXT, Body
 from models import store, webhooks
 from parkway.crypto import seal
@@ -28,7 +28,7 @@ HANDLER_NOT_FOUND = "push handler {id} does not exist"
 class HandlerCreate(Body):
     url: str = Field(min_length=1, max_length=2000, pattern=TEXT, description="an http(s) URL (the webhooks' rules)")
     serves: list[Any] = Field(
-        min_length=1, max_length=200,
+        min_length=1, max_length=200, json_schema_extra={"items": SERVES_KEY},
         description="step names (`deploy.plan`) and continuation keys (`deploy.decide@1`) POSTed to the URL",
     )  # fmt: skip
 

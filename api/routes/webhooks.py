@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from fastapi import Path, Response
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 
 from api import errors
 from api.deps import AdminDep, CursorParam, LimitParam, SessionDep
@@ -28,8 +29,10 @@ LINKS = (
 )
 WebhookId = Annotated[str, Path(pattern=ID, description="the subscription's id")]
 Url = Annotated[str, Field(min_length=1, max_length=2000, pattern=TEXT, description="an http(s) URL")]
+# What ``models.webhooks.input_problem`` accepts, listed so a client knows: a type, ``family.*``, or ``*``.
+EVENT_PATTERNS = sorted(webhooks.EVENT_TYPES) + sorted(f"{family}.*" for family in webhooks.FAMILIES) + ["*"]
 Patterns = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=64, pattern=TEXT)]],
+    list[Annotated[str, Field(min_length=1, max_length=64, pattern=TEXT, json_schema_extra={"enum": EVENT_PATTERNS})]],
     Field(min_length=1, max_length=100, description="event types (`run.completed`), families (`interaction.*`), `*`"),
 ]
 Targets = Annotated[
@@ -46,12 +49,21 @@ class WebhookCreate(Body):
     links: bool = Field(False, description=LINKS)
 
 
+def _omitted_not_null(schema: JsonDict) -> None:
+    """A field left out keeps its value; null is refused (``WEBHOOK_FIELD_NULL``): the schema says so."""
+    kept = [branch for branch in schema.pop("anyOf", []) if branch != {"type": "null"}]  # type: ignore[union-attr]
+    schema.update(kept[0] if kept else {})  # type: ignore[arg-type]
+
+
+Omittable = Field(None, json_schema_extra=_omitted_not_null)
+
+
 class WebhookChange(Body):
-    url: Url | None = None
-    events: Patterns | None = None
+    url: Url | None = Omittable
+    events: Patterns | None = Omittable
     targets: Targets = None
     description: Annotated[str | None, Field(max_length=2000, pattern=TEXT)] = None
-    links: bool | None = Field(None, description=LINKS)
+    links: bool | None = Field(None, description=LINKS, json_schema_extra=_omitted_not_null)
     enabled: bool | None = Field(default=None, description="false: disable; true: resume from where it stopped")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, Field, SecretStr
+
 from tasks.sdk import Complete, Context, Park, Question, continuation, step
 
 OTP_SCHEMA = {
@@ -48,3 +50,30 @@ def ask_any(ctx: Context, payload: Any) -> Park:
         continuation="api.login_done@1",
         interactions=[Question(key="any", prompt="Anything?", schema={}, target="team:ops")],
     )
+
+
+class Deployment(BaseModel):
+    """What ``api.deploy`` declares: a start without ``service`` is refused at the door."""
+
+    service: str = Field(min_length=1)
+    replicas: int = Field(default=1, ge=1)
+    token: SecretStr | None = None  # sensitive: never echoed in an error
+
+
+@step("api.deploy", payload=Deployment)
+def deploy(ctx: Context, payload: Deployment) -> Complete:
+    """Completes with what it received, so a test sees the model's instance arrived."""
+    received = type(payload).__name__
+    return Complete(result={"received": received, "service": payload.service, "replicas": payload.replicas})
+
+
+WINDOW = {
+    "type": "object",
+    "properties": {"window": {"enum": ["now", "tonight"]}, "otp": {"type": "string", "writeOnly": True}},
+    "required": ["window"],
+}
+
+
+@step("api.window", payload=WINDOW)
+def window(ctx: Context, payload: Any) -> Complete:
+    return Complete(result={"received": type(payload).__name__, "window": payload["window"]})

@@ -131,3 +131,20 @@ def test_signin_example__the_sensitive_code_reaches_its_continuation_only(
     read = api.get(f"/v1/interactions/{question['id']}")
     assert read["value"] == {"user": "ana", "otp": "***"}
     assert "204613" not in json.dumps(api.get(f"/v1/runs/{run_id}/events"))
+
+
+def test_deploy_example__a_payload_without_service_is_refused_at_the_door(api: Caller) -> None:
+    def plans() -> int:
+        page = api.http.get(
+            "/v1/runs", params={"workflow": "deploy.plan", "limit": 200}, headers=api.actors.auth(AGENT)
+        )
+        return len(page.json()["items"])
+
+    before = plans()
+    # The case: it was 201, then the run failed with KeyError: 'service'
+    body = {"workflow": "deploy.plan", "payload": {"servce": "api"}, "target": EXAMPLE_TARGET}
+    refused = api.http.post("/v1/runs", json=body, headers=api.actors.auth(AGENT))
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"] == "invalid_payload"
+    assert refused.json()["problems"] == [{"loc": ["payload", "service"], "msg": "Field required", "type": "missing"}]
+    assert plans() == before  # no run was made

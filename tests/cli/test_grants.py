@@ -141,6 +141,18 @@ def test_run_start__bad_json_unknown_workflow_and_unknown_principal_have_their_e
     assert all(f"  {code}  " in documented.stdout for code in range(5)), documented.stdout
 
 
+def test_run_start__a_payload_the_workflow_does_not_declare_exits_2_storing_nothing(
+    stack: Stack, worker: Worker
+) -> None:
+    before = runs_of("t.permission")  # its step declares payload={cmd: string}
+    done = stack.parkway(
+        "run", "start", "t.permission", "--payload", '{"cmnd": "ls"}', "--as", AGENT, "--target", TARGET
+    )
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert "does not match what step t.permission declares: payload: 'cmd' is a required property" in done.stderr
+    assert "Traceback" not in done.stderr and runs_of("t.permission") == before
+
+
 def test_run_start__a_workflow_only_a_remote_worker_serves_is_started(stack: Stack, worker: Worker) -> None:
     # Given a remote worker (docs/worker-protocol.md) that leases chk.plan, which the live Celery worker lacks
     advert = store.Advert(id=uuid.uuid4().hex, node="agent-ts", pid=0, steps=("chk.plan",), continuations=(),

@@ -24,4 +24,6 @@ def test_typescript_api_types__every_component_is_a_type() -> None:
 
     committed = (ROOT / "clients" / "typescript" / "src" / "api-types.ts").read_text()
     for name in app.openapi()["components"]["schemas"]:
+        if name.startswith("workflow."):  # a server's own workflows (api/payloads.py), not the API's types
+            continue
         assert f"export type {name.replace('-', '')} = " in committed, name

@@ -83,10 +83,16 @@ def one_line(text: str) -> str:
     return " ".join(text.split()).replace("*/", "*\\/")
 
 
+WORKFLOWS = "workflow."  # api/payloads.py: the workflows of the serving process, not the API's own types
+
+
 def render(openapi: dict[str, Any]) -> str:
-    """``src/api-types.ts``: one exported type per component schema, in name order."""
+    """``src/api-types.ts``: one exported type per component schema of the API, in name order (not the
+    ``workflow.*`` components: which workflows a server runs is its ``PARKWAY_IMPORTS``' business)."""
     parts = [HEADER]
     for name, schema in sorted(openapi.get("components", {}).get("schemas", {}).items()):
+        if name.startswith(WORKFLOWS):
+            continue
         if schema.get("description"):
             parts.append(f"/** {one_line(schema['description'])} */")
         parts.append(f"export type {type_name(name)} = {ts_type(schema)};\n")

@@ -6,7 +6,7 @@ export type AnswerIn = {
   /** the client's id for it */
   response_id: string;
   /** a JSON value matching the interaction's schema */
-  value: unknown;
+  value: JSONValue;
 };
 
 export type AnswerOut = {
@@ -50,7 +50,7 @@ export type CancelReceiptOut = {
 };
 
 export type Complete = {
-  result?: unknown;
+  result?: JSONValue;
   type?: "complete";
 };
 
@@ -147,7 +147,7 @@ export type EventPage = {
 
 export type Fail = {
   error: string;
-  details?: unknown;
+  details?: JSONValue;
   type?: "fail";
 };
 
@@ -176,7 +176,7 @@ export type HandlerCreate = {
   /** an http(s) URL (the webhooks' rules) */
   url: string;
   /** step names (`deploy.plan`) and continuation keys (`deploy.decide@1`) POSTed to the URL */
-  serves: Array<unknown>;
+  serves: Array<string>;
 };
 
 export type HandlerCreated = {
@@ -395,12 +395,15 @@ export type ItemOut = {
   traceparent?: string | null;
 };
 
+/** any JSON value; no string or object key in it contains NUL (\u0000) */
+export type JSONValue = unknown;
+
 /** What a lease call asks for, and what a completion's `lease` asks for: the next items. */
 export type LeaseAsk = {
   /** a stable name of this worker process: how it shows in `GET /v1/workers` */
   worker: string;
   /** what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys (`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call. It selects among the runs on targets the caller holds a live grant on (admins: any), never beyond them */
-  serves: Array<unknown>;
+  serves: Array<string>;
   /** at most this many items; 0: lease nothing, only advertise (a busy worker) */
   max?: number;
   /** how long the lease lasts without a heartbeat, in seconds */
@@ -411,7 +414,7 @@ export type LeaseIn = {
   /** a stable name of this worker process: how it shows in `GET /v1/workers` */
   worker: string;
   /** what it runs: step names (`deploy.plan`, leased as `start`) and continuation keys (`deploy.decide@1`, leased as `resume`); advertised in the worker registry by every lease call. It selects among the runs on targets the caller holds a live grant on (admins: any), never beyond them */
-  serves: Array<unknown>;
+  serves: Array<string>;
   /** at most this many items; 0: lease nothing, only advertise (a busy worker) */
   max?: number;
   /** how long the lease lasts without a heartbeat, in seconds */
@@ -443,7 +446,7 @@ export type LinkOut = {
 
 export type Next = {
   step: string;
-  payload?: unknown;
+  payload?: JSONValue;
   type?: "next";
 };
 
@@ -462,8 +465,30 @@ export type OtherEvent = {
 export type Park = {
   continuation: string;
   interactions: Array<Question | Permission>;
-  snapshot?: unknown;
+  snapshot?: JSONValue;
   type?: "park";
+};
+
+/** One way a run's payload misses what its workflow declares (pydantic's ``loc``, ``msg``, ``type``). */
+export type PayloadProblem = {
+  /** where, from the body's `payload`: `["payload", "service"]` */
+  loc: Array<string | number>;
+  /** what is wrong; never the value sent */
+  msg: string;
+  /** which rule: pydantic's error type, or the JSON Schema keyword */
+  type: string;
+};
+
+/** 422 on a start: the request is not valid, the workflow is unknown (`unknown_workflow`), or the payload does not match what the workflow declares (`invalid_payload`, with `problems`); nothing was stored. */
+export type PayloadRefused = {
+  /** a stable machine-readable code, e.g. `forbidden`, `not_found`, `unavailable` */
+  error: string;
+  /** a sentence for people */
+  detail: string;
+  /** each problem found, where one is named */
+  errors?: Array<string> | null;
+  /** with `invalid_payload`: each problem */
+  problems?: Array<PayloadProblem> | null;
 };
 
 export type Permission = {
@@ -514,7 +539,7 @@ export type PrincipalPage = {
 export type Question = {
   key: string;
   prompt: string;
-  schema: Record<string, unknown>;
+  schema: Record<string, JSONValue>;
   target: string;
   expires_in?: number | null;
   sensitive?: Array<string>;
@@ -624,7 +649,7 @@ export type RunCreate = {
   /** the name of the workflow's first step */
   workflow: string;
   /** any JSON value, handed to the first step */
-  payload?: unknown;
+  payload?: JSONValue;
   /** the target the run is for, e.g. `team:ops` */
   target: string;
   /** park the first step at once (an agent running its own loop): its continuation, snapshot and interactions, as a `park` outcome (its `type` may be left out); the run answers `waiting` */
@@ -790,12 +815,12 @@ export type ToolIntentIn = {
   /** unique within the step */
   key: string;
   /** journaled as a digest only: a re-execution must send the same */
-  args?: unknown;
+  args?: JSONValue;
   replay: "safe" | "never";
 };
 
 export type ToolOutcomeIn = {
-  result?: unknown;
+  result?: JSONValue;
   error?: string | null;
 };
 
@@ -833,13 +858,15 @@ export type VersionOut = {
 };
 
 export type WebhookChange = {
-  url?: string | null;
-  events?: Array<string> | null;
+  /** an http(s) URL */
+  url?: string;
+  /** event types (`run.completed`), families (`interaction.*`), `*` */
+  events?: Array<"continuation.dead" | "continuation.ready" | "interaction.answered" | "interaction.asked" | "interaction.canceled" | "interaction.delegated" | "interaction.escalated" | "interaction.expired" | "interaction.interrupted" | "interaction.rejected" | "interaction.reminded" | "review.completed" | "review.failed" | "review.interrupted" | "review.started" | "run.canceled" | "run.completed" | "run.created" | "run.failed" | "run.interrupted" | "step.canceled" | "step.completed" | "step.failed" | "step.interrupted" | "step.parked" | "step.resuming" | "toolcall.authorized" | "toolcall.intent" | "toolcall.possibly_ran" | "toolcall.settled" | "webhook.failing" | "continuation.*" | "interaction.*" | "review.*" | "run.*" | "step.*" | "toolcall.*" | "webhook.*" | "*">;
   /** only events of runs on these targets; null: every target */
   targets?: Array<string> | null;
   description?: string | null;
   /** deliveries of `interaction.asked`, `.reminded` and `.escalated` carry `links`: one approval link per person the wait names, for that person alone (docs/webhooks.md) */
-  links?: boolean | null;
+  links?: boolean;
   /** false: disable; true: resume from where it stopped */
   enabled?: boolean | null;
 };
@@ -848,7 +875,7 @@ export type WebhookCreate = {
   /** an http(s) URL */
   url: string;
   /** event types (`run.completed`), families (`interaction.*`), `*` */
-  events: Array<string>;
+  events: Array<"continuation.dead" | "continuation.ready" | "interaction.answered" | "interaction.asked" | "interaction.canceled" | "interaction.delegated" | "interaction.escalated" | "interaction.expired" | "interaction.interrupted" | "interaction.rejected" | "interaction.reminded" | "review.completed" | "review.failed" | "review.interrupted" | "review.started" | "run.canceled" | "run.completed" | "run.created" | "run.failed" | "run.interrupted" | "step.canceled" | "step.completed" | "step.failed" | "step.interrupted" | "step.parked" | "step.resuming" | "toolcall.authorized" | "toolcall.intent" | "toolcall.possibly_ran" | "toolcall.settled" | "webhook.failing" | "continuation.*" | "interaction.*" | "review.*" | "run.*" | "step.*" | "toolcall.*" | "webhook.*" | "*">;
   /** only events of runs on these targets; null: every target */
   targets?: Array<string> | null;
   description?: string | null;

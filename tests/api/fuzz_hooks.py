@@ -1,0 +1,49 @@
+"""Schemathesis hooks of ``tests/api/test_fuzz.py`` (``SCHEMATHESIS_HOOKS``), so that ``positive_data_acceptance``
+(ST202: a schema-valid request rejected) runs on every operation and says what it exists to say: a 422 for
+what the OpenAPI could have said (a pattern, an enum, typed items) fails the run.
+
+A schema describes shapes. A 410 is dropped (the wait ended: the resource's state, not the request's shape),
+and a 422 for what no schema can know, each by its code (docs/api.md):
+- ``invalid_cursor``: a cursor of the right form this API never handed out (cursors are opaque);
+- ``unknown_principal``: a grant for a name no principal has;
+- ``invalid_outcome``: a park whose rules span fields or people (unique keys, times in order, a quorum more
+  people than could ever answer);
+- ``invalid_answer``, ``invalid_delegation``: a value checked against that interaction's own schema, a
+  person who holds no place on it;
+- a webhook or push handler URL whose host does not resolve, or resolves where it may not be reached; a
+  replay past the subscription's cursor (its state).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import schemathesis
+from schemathesis.openapi.checks import RejectedPositiveData
+
+BEYOND_A_SCHEMA = {"invalid_cursor", "unknown_principal", "invalid_outcome", "invalid_answer", "invalid_delegation"}
+STATE_REFUSALS = ("a webhook URL is", "not a URL", "the host ", "a replay goes back")  # validation_error details
+
+
+@schemathesis.hook
+def filter_failure(context: Any, failure: Any, case: Any, response: Any) -> bool:
+    """Keep every failure but an ST202 whose 410 or 422 is for what no schema can say."""
+    if not isinstance(failure, RejectedPositiveData):
+        return True
+    if response.status_code != 422:
+        return response.status_code != 410
+    try:
+        body = response.json()
+    except ValueError:
+        return True
+    code, detail = body.get("error"), str(body.get("detail", ""))
+    return code not in BEYOND_A_SCHEMA and not (code == "validation_error" and detail.startswith(STATE_REFUSALS))
+
+
+@schemathesis.hook
+def map_body(context: Any, body: Any) -> Any:
+    """A lease's long poll waits up to ``wait_s`` by design: the fuzz asks for its answer at once."""
+    operation = context.operation
+    if operation is not None and operation.path == "/v1/worker/lease" and isinstance(body, dict):
+        return {**body, "wait_s": 0}
+    return body
