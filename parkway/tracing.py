@@ -15,14 +15,24 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-_state: dict[str, Any] = {"pid": None, "on": False, "tracer": None}
-_PROPAGATOR = TraceContextTextMapPropagator()
+# "on": set up in this process. A forked child starts off (the at-fork hook below), so every call here checks
+# one flag, never the process id: what tracing costs a process that is not traced is that read.
+_state: dict[str, Any] = {"pid": None, "on": False, "tracer": None, "provider": None}
 KINDS = {"internal": SpanKind.INTERNAL, "server": SpanKind.SERVER, "consumer": SpanKind.CONSUMER,
          "producer": SpanKind.PRODUCER, "client": SpanKind.CLIENT}  # fmt: skip
+_NEW_TRACE = trace.set_span_in_context(trace.INVALID_SPAN)
+
+
+def _forked() -> None:
+    """A forked child (a Celery pool process) sets up its own SDK, or stays untraced."""
+    _state.update(on=False, tracer=None, provider=None)
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def wanted() -> bool:
@@ -40,7 +50,7 @@ def setup(service: str) -> bool:
     ``False`` (and nothing imported) when tracing is not asked for, or the ``otel`` extra is not installed."""
     if not wanted():
         return False
-    if _state["pid"] == os.getpid():
+    if _state["pid"] == os.getpid():  # tried once in this process
         return bool(_state["on"])
     _state["pid"] = os.getpid()
     try:
@@ -62,7 +72,7 @@ def setup(service: str) -> bool:
 
 
 def on() -> bool:
-    return bool(_state["on"]) and _state["pid"] == os.getpid()
+    return bool(_state["on"])
 
 
 def flush() -> None:
@@ -73,12 +83,19 @@ def flush() -> None:
 
 def links(*traceparents: str | None) -> list[Link]:
     """Links to the spans these stored contexts name (``None`` and malformed ones left out)."""
-    found = []
-    for carrier in traceparents:
-        span = trace.get_current_span(_PROPAGATOR.extract({"traceparent": carrier})) if carrier else None
-        if span is not None and span.get_span_context().is_valid:
-            found.append(Link(span.get_span_context()))
-    return found
+    return [Link(found) for found in map(span_context, traceparents) if found is not None]
+
+
+def span_context(traceparent: str | None) -> SpanContext | None:
+    """The span a W3C ``traceparent`` (version 00, as ``traceparent()`` writes it) names; ``None`` if it is not one."""
+    parts = traceparent.split("-") if traceparent else ()
+    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
+        return None
+    try:
+        found = SpanContext(int(parts[1], 16), int(parts[2], 16), is_remote=True, trace_flags=TraceFlags(int(parts[3], 16)))
+    except ValueError:
+        return None
+    return found if found.is_valid else None
 
 
 def publisher(traceparent: str | None) -> tuple[str | None, ...]:
@@ -105,24 +122,24 @@ def span(
     contexts it links to (the first is its parent under ``PARKWAY_TRACE_WAITS=parent``); ``root``: a new
     trace (a resume, a sweep's re-drive) rather than a child of the current span. An exception ends it
     with an error status naming its type."""
-    if not on():
+    if not _state["on"]:
         yield None
         return
     stored = [tp for tp in follows if tp]
-    context = None
-    if root and stored and follows_wait():
-        context = _PROPAGATOR.extract({"traceparent": stored.pop(0)})  # its parent, then not a link too
-    elif root:
-        context = trace.set_span_in_context(trace.INVALID_SPAN)
-    attrs = {f"parkway.{k}": v for k, v in attributes.items() if v is not None}
-    with _state["tracer"].start_as_current_span(name, context=context, kind=KINDS[kind], attributes=attrs,
-                                                links=links(*stored), record_exception=False,
-                                                set_status_on_exception=False) as current:  # fmt: skip
-        try:
-            yield current
-        except Exception as exc:  # its type only: an exception's text may quote a value
-            current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-            raise
+    parent = span_context(stored.pop(0)) if root and stored and follows_wait() else None  # then not a link too
+    context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else _NEW_TRACE if root else None
+    current = _state["tracer"].start_span(name, context=context, kind=KINDS[kind], links=links(*stored),
+                                          attributes={f"parkway.{k}": v for k, v in attributes.items() if v is not None},
+                                          record_exception=False, set_status_on_exception=False)  # fmt: skip
+    token = otel_context.attach(trace.set_span_in_context(current))
+    try:
+        yield current
+    except Exception as exc:  # its type only: an exception's text may quote a value
+        current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        raise
+    finally:
+        otel_context.detach(token)
+        current.end()
 
 
 def follow(*traceparents: str | None) -> None:
@@ -136,12 +153,9 @@ def follow(*traceparents: str | None) -> None:
 
 
 def annotate(**attributes: Any) -> None:
-    """Attributes added to the current span (an outcome known at its end)."""
-    if on():
-        current = trace.get_current_span()
-        for key, value in attributes.items():
-            if value is not None:
-                current.set_attribute(f"parkway.{key}", value)
+    """Attributes added to the current span (an outcome known at its end), in one call."""
+    if _state["on"]:
+        trace.get_current_span().set_attributes({f"parkway.{k}": v for k, v in attributes.items() if v is not None})
 
 
 def failed(why: str) -> None:
@@ -152,16 +166,15 @@ def failed(why: str) -> None:
 
 def traceparent() -> str | None:
     """The current span's context as a W3C ``traceparent`` (stored on a wait, sent to a remote worker)."""
-    if not on():
+    if not _state["on"]:
         return None
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier)
-    return carrier.get("traceparent")
+    found = trace.get_current_span().get_span_context()
+    return f"00-{found.trace_id:032x}-{found.span_id:016x}-{found.trace_flags:02x}" if found.is_valid else None
 
 
 def ids() -> tuple[str, str] | None:
     """The current span's (trace id, span id) in hex, for events and log lines; ``None`` outside one."""
-    if not on():
+    if not _state["on"]:
         return None
     context = trace.get_current_span().get_span_context()
     return (f"{context.trace_id:032x}", f"{context.span_id:016x}") if context.is_valid else None
