@@ -92,7 +92,8 @@ def span_context(traceparent: str | None) -> SpanContext | None:
     if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
         return None
     try:
-        found = SpanContext(int(parts[1], 16), int(parts[2], 16), is_remote=True, trace_flags=TraceFlags(int(parts[3], 16)))
+        trace_int, span_int, flags = (int(part, 16) for part in parts[1:])
+        found = SpanContext(trace_int, span_int, is_remote=True, trace_flags=TraceFlags(flags))
     except ValueError:
         return None
     return found if found.is_valid else None
@@ -128,9 +129,10 @@ def span(
     stored = [tp for tp in follows if tp]
     parent = span_context(stored.pop(0)) if root and stored and follows_wait() else None  # then not a link too
     context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else _NEW_TRACE if root else None
+    named = {f"parkway.{k}": v for k, v in attributes.items() if v is not None}
     current = _state["tracer"].start_span(name, context=context, kind=KINDS[kind], links=links(*stored),
-                                          attributes={f"parkway.{k}": v for k, v in attributes.items() if v is not None},
-                                          record_exception=False, set_status_on_exception=False)  # fmt: skip
+                                          attributes=named, record_exception=False,
+                                          set_status_on_exception=False)  # fmt: skip
     token = otel_context.attach(trace.set_span_in_context(current))
     try:
         yield current

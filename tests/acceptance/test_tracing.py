@@ -5,6 +5,7 @@ body; and with no ``OTEL_*``, nothing set up at all."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,8 +22,9 @@ from models.tables import Continuation, Event, Interaction
 from parkway.db import transaction
 from tests.acceptance.conftest import remote_principals
 from tests.acceptance.otlp_receiver import Receiver, Span
+from tests.acceptance.push_support import serving
 from tests.acceptance.test_typescript_client import build
-from tests.acceptance.trace_workflows import ASK
+from tests.acceptance.trace_workflows import ASK, LOGGED
 from tests.api.conftest import ApiServer
 from tests.pages.conftest import Forms
 from tests.support import ROOT, TARGET, Stack, child_env, pass_time, wait_for, wait_status
@@ -159,6 +161,9 @@ def test_a_decision__its_spans_attributes_and_links_across_the_wait(traced: Trac
     assert outcomes == {"r-1": "answered", "r-late": "conflict"}, outcomes
     won = next(s for s in answers if s.attributes["parkway.response_id"] == "r-1")
     assert won.attributes["parkway.principal"] == "tr-human"
+    late = next(s for s in answers if s.attributes["parkway.response_id"] == "r-late")
+    winner = (late.attributes.get("parkway.won_by"), late.attributes.get("parkway.won_response_id"))
+    assert winner == ("tr-human", "r-1"), late.attributes
 
     # The continuation: a new trace (PARKWAY_TRACE_WAITS=link), linked to the park's span and the answer's
     resume = t.span("parkway.resume_step", **by_run)
@@ -304,6 +309,85 @@ def test_a_remote_typescript_worker__continues_the_trace_it_leased(traced: Trace
 
     wanted = {"/v1/worker/leases/{lease_id}/tools", "/v1/worker/leases/{lease_id}/complete"}
     wait_for(lambda: wanted <= calls(), timeout=30, what=f"the worker's calls in the lease's trace: {calls()}")
+
+
+def _lease(t: Traced, wait_s: float = 10) -> dict[str, Any]:
+    """One item of ``trace.remote@1``, leased over HTTP as a remote worker does."""
+    ask = {"worker": "trace-py", "serves": ["trace.remote@1"], "max": 1, "lease_s": 60, "wait_s": wait_s}
+    leased = t.http.post("/v1/worker/lease", json=ask, headers=t.auth("tr-worker"), timeout=wait_s + 30)
+    assert leased.status_code == 200, leased.text
+    (item,) = leased.json()["items"]
+    return dict(item)
+
+
+def _claimed_trace(continuation_id: str) -> str | None:
+    with transaction() as session:
+        found = session.get(Continuation, continuation_id)
+        assert found is not None
+        return found.claimed_trace
+
+
+def test_a_remote_lease__writes_its_claims_trace_and_a_redrive_links_to_it(traced: Traced) -> None:
+    t = traced
+    # Given a decision whose continuation only a remote worker serves (advertised by a lease call of nothing)
+    advertised = {"worker": "trace-py", "serves": ["trace.remote@1"], "max": 0, "wait_s": 0}
+    assert t.http.post("/v1/worker/lease", json=advertised, headers=t.auth("tr-worker")).status_code == 200
+    run_id = t.start({"continuation": "trace.remote@1"})
+    wait = _parked(run_id)
+    assert t.answer(wait.id).status_code == 200
+    # When a remote worker leases it: the claim stores the span its item was handed out in, as a Celery claim does
+    first = _lease(t)
+    continuation_id = first["lease_id"].split(".")[0]
+    assert first["traceparent"] is not None
+    assert _claimed_trace(continuation_id) == first["traceparent"]
+    # And when that worker goes away, its lease runs out and another lease takes the work (a re-drive)
+    pass_time(3600)
+    second = _lease(t)
+    assert second["lease_id"].split(".")[0] == continuation_id and second["attempt"] == 2
+    done = t.http.post(f"/v1/worker/leases/{second['lease_id']}/complete", headers=t.auth("tr-worker"),
+                       json={"outcome": {"type": "complete", "result": "ok"}})  # fmt: skip
+    assert done.status_code == 200, done.text
+    # Then the second lease's span links to the first's
+    redrive = t.span("parkway.lease", **{"parkway.lease_id": second["lease_id"]})
+    assert _ids(first["traceparent"]) in redrive.links, (first["traceparent"], redrive.links)
+
+
+def test_a_log_line_written_in_a_span__carries_its_trace_id_and_span_id(traced: Traced) -> None:
+    t = traced
+    run_id = t.start({"log": True})
+    _parked(run_id)
+    step = t.span("parkway.run_step", **{"parkway.run_id": run_id})
+
+    def lines() -> list[dict[str, Any]]:
+        text = "".join(w.text() for w in t.stack.workers)
+        return [json.loads(line) for line in text.splitlines()
+                if line.startswith("{") and LOGGED in line and run_id in line]  # fmt: skip
+
+    wait_for(lines, timeout=30, what="the step body's log line")
+    (line,) = lines()
+    assert (line.get("trace_id"), line.get("span_id")) == (step.trace_id, step.span_id), line
+
+
+def test_a_push__carries_the_traceparent_header_of_its_execution(traced: Traced) -> None:
+    t = traced
+    with serving() as handler:
+        made = t.http.post("/v1/handlers", json={"url": handler.url, "serves": ["push.ask"]},
+                           headers=t.auth("tr-admin"))  # fmt: skip
+        assert made.status_code == 201, made.text
+        handler.secret = made.json()["secret"]
+        try:
+            started = t.http.post("/v1/runs", json={"workflow": "push.ask", "payload": {}, "target": TARGET},
+                                  headers=t.auth("tr-agent"))  # fmt: skip
+            assert started.status_code == 201, started.text
+            run_id = started.json()["id"]
+            wait_status(run_id, "completed", sweep=False)
+        finally:
+            t.http.delete(f"/v1/handlers/{made.json()['id']}", headers=t.auth("tr-admin"))
+    # The POST carried its item's traceparent as the W3C header too: the push execution's span
+    pushed = t.span("parkway.push_step", **{"parkway.run_id": run_id})
+    (got,) = handler.got
+    assert got["item"]["traceparent"] and got.get("traceparent") == got["item"]["traceparent"], got
+    assert _ids(got["traceparent"]) == (pushed.trace_id, pushed.span_id)
 
 
 PROBE_SETUP = """
