@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -130,58 +132,88 @@ def span(
     parent = span_context(stored.pop(0)) if root and stored and follows_wait() else None  # then not a link too
     context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else _NEW_TRACE if root else None
     named = {f"parkway.{k}": v for k, v in attributes.items() if v is not None}
-    current = _state["tracer"].start_span(name, context=context, kind=KINDS[kind], links=links(*stored),
+    started = _state["tracer"].start_span(name, context=context, kind=KINDS[kind], links=links(*stored),
                                           attributes=named, record_exception=False,
                                           set_status_on_exception=False)  # fmt: skip
-    token = otel_context.attach(trace.set_span_in_context(current))
+    token, mine = otel_context.attach(trace.set_span_in_context(started)), _CURRENT.set(Current.of(started))
     try:
-        yield current
+        yield started
     except Exception as exc:  # its type only: an exception's text may quote a value
-        current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        started.set_status(Status(StatusCode.ERROR, type(exc).__name__))
         raise
     finally:
+        _CURRENT.reset(mine)
         otel_context.detach(token)
-        current.end()
+        started.end()
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """A span with its ids in hex, formatted once: what every statement, event and log line in it reads."""
+
+    span: Any
+    trace_id: str
+    span_id: str
+    traceparent: str
+
+    @staticmethod
+    def of(found: Any) -> Current | None:
+        context = found.get_span_context()
+        if not context.is_valid:
+            return None
+        trace_hex, span_hex = f"{context.trace_id:032x}", f"{context.span_id:016x}"
+        return Current(found, trace_hex, span_hex, f"00-{trace_hex}-{span_hex}-{context.trace_flags:02x}")
+
+
+# Parkway's innermost span, as ``span`` began it (one context variable read, where OpenTelemetry's current span
+# is three calls deep).
+_CURRENT: ContextVar[Current | None] = ContextVar("parkway_span", default=None)
+
+
+def current() -> Current | None:
+    """The current span: Parkway's own, else whatever another instrumentation made current (the API's HTTP
+    span); ``None`` when tracing is off or there is none."""
+    if not _state["on"]:
+        return None
+    return _CURRENT.get() or Current.of(trace.get_current_span())
 
 
 def follow(*traceparents: str | None) -> None:
     """Links added to the current span once what it follows is read (a claim reads the stored contexts)."""
-    if on():
-        current = trace.get_current_span()
-        parent = getattr(current, "parent", None)  # linked once: a parent under PARKWAY_TRACE_WAITS=parent
+    found = current()
+    if found is not None:
+        parent = getattr(found.span, "parent", None)  # linked once: a parent under PARKWAY_TRACE_WAITS=parent
         for link in links(*dict.fromkeys(traceparents)):
             if parent is None or link.context.span_id != parent.span_id:
-                current.add_link(link.context)
+                found.span.add_link(link.context)
 
 
 def annotate(**attributes: Any) -> None:
     """Attributes added to the current span (an outcome known at its end), in one call."""
-    if _state["on"]:
-        trace.get_current_span().set_attributes({f"parkway.{k}": v for k, v in attributes.items() if v is not None})
+    found = current()
+    if found is not None:
+        found.span.set_attributes({f"parkway.{k}": v for k, v in attributes.items() if v is not None})
 
 
 def failed(why: str) -> None:
     """The current span's status set to an error, with a sentence (never a value)."""
-    if on():
-        trace.get_current_span().set_status(Status(StatusCode.ERROR, why))
+    found = current()
+    if found is not None:
+        found.span.set_status(Status(StatusCode.ERROR, why))
 
 
 def traceparent() -> str | None:
     """The current span's context as a W3C ``traceparent`` (stored on a wait, sent to a remote worker)."""
-    if not _state["on"]:
-        return None
-    found = trace.get_current_span().get_span_context()
-    return f"00-{found.trace_id:032x}-{found.span_id:016x}-{found.trace_flags:02x}" if found.is_valid else None
+    found = current()
+    return found.traceparent if found else None
 
 
 def ids() -> tuple[str, str] | None:
     """The current span's (trace id, span id) in hex, for events and log lines; ``None`` outside one."""
-    if not _state["on"]:
-        return None
-    context = trace.get_current_span().get_span_context()
-    return (f"{context.trace_id:032x}", f"{context.span_id:016x}") if context.is_valid else None
+    found = current()
+    return (found.trace_id, found.span_id) if found else None
 
 
 def trace_id() -> str | None:
-    found = ids()
-    return found[0] if found else None
+    found = current()
+    return found.trace_id if found else None
