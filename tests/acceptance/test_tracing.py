@@ -20,6 +20,7 @@ from sqlalchemy import select
 
 from models.tables import Continuation, Event, Interaction
 from parkway.db import transaction
+from tasks.celery_app import SWEEP, SWEEP_QUEUE, app
 from tests.acceptance.conftest import remote_principals
 from tests.acceptance.otlp_receiver import Receiver, Span
 from tests.acceptance.push_support import serving
@@ -272,13 +273,20 @@ def test_a_worker_killed_in_a_body__the_redrive_links_to_the_first_attempt(trace
     # When a worker is back and the sweep re-drives it (its lease ran out on the database's clock)
     t.stack.start_worker(**t.env)  # the module's worker from now on
     pass_time(3600)
-    wait_status(run_id, "completed", timeout=60, sweep=True)
+    app.send_task(SWEEP, queue=SWEEP_QUEUE)  # the sweep in the traced worker, as beat sends it
+    wait_status(run_id, "completed", timeout=60, sweep=False)
     # Then the re-drive's span links to the first attempt's (which never ended: a killed process exports nothing)
     wait_for(lambda: t.receiver.named("parkway.resume_step", **{"parkway.run_id": run_id}), timeout=30,
              what="the re-drive's span")  # fmt: skip
     (redrive,) = t.receiver.named("parkway.resume_step", **{"parkway.run_id": run_id})
     assert _ids(first.claimed_trace) in redrive.links, (first.claimed_trace, redrive.links)
     assert redrive.attributes["parkway.attempt"] == 2
+
+    # And the sweep's pass that re-drove it is a span of its own, naming what it re-drove
+    def sweeps() -> list[Span]:
+        return [s for s in t.receiver.named("parkway.sweep") if first.id in s.attributes.get("parkway.redriven", "")]
+
+    wait_for(sweeps, timeout=30, what="the sweep's span")
 
 
 def test_a_remote_typescript_worker__continues_the_trace_it_leased(traced: Traced) -> None:
