@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +112,6 @@ def follows_wait() -> bool:
     return os.environ.get("PARKWAY_TRACE_WAITS", "link").strip().lower() == "parent"
 
 
-@contextmanager
 def span(
     name: str,
     *,
@@ -120,14 +119,19 @@ def span(
     follows: Iterable[str | None] = (),
     root: bool = False,
     **attributes: Any,
-) -> Iterator[Any]:
+) -> AbstractContextManager[Any]:
     """A span around the block, current inside it; ``None`` when tracing is off. ``follows``: stored
     contexts it links to (the first is its parent under ``PARKWAY_TRACE_WAITS=parent``); ``root``: a new
     trace (a resume, a sweep's re-drive) rather than a child of the current span. An exception ends it
     with an error status naming its type."""
-    if not _state["on"]:
-        yield None
-        return
+    return _span(name, kind, follows, root, attributes) if _state["on"] else _OFF
+
+
+_OFF = nullcontext()  # what a span is when tracing is off: one object for every call, entered as None
+
+
+@contextmanager
+def _span(name: str, kind: str, follows: Iterable[str | None], root: bool, attributes: dict[str, Any]) -> Iterator[Any]:
     stored = [tp for tp in follows if tp]
     parent = span_context(stored.pop(0)) if root and stored and follows_wait() else None  # then not a link too
     context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else _NEW_TRACE if root else None
