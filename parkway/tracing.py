@@ -12,17 +12,29 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-_state: dict[str, Any] = {"pid": None, "on": False, "tracer": None}
-_PROPAGATOR = TraceContextTextMapPropagator()
+# "on": set up in this process. A forked child starts off (the at-fork hook below), so every call here checks
+# one flag, never the process id: what tracing costs a process that is not traced is that read.
+_state: dict[str, Any] = {"pid": None, "on": False, "tracer": None, "provider": None}
 KINDS = {"internal": SpanKind.INTERNAL, "server": SpanKind.SERVER, "consumer": SpanKind.CONSUMER,
          "producer": SpanKind.PRODUCER, "client": SpanKind.CLIENT}  # fmt: skip
+_NEW_TRACE = trace.set_span_in_context(trace.INVALID_SPAN)
+
+
+def _forked() -> None:
+    """A forked child (a Celery pool process) sets up its own SDK, or stays untraced."""
+    _state.update(on=False, tracer=None, provider=None)
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def wanted() -> bool:
@@ -40,7 +52,7 @@ def setup(service: str) -> bool:
     ``False`` (and nothing imported) when tracing is not asked for, or the ``otel`` extra is not installed."""
     if not wanted():
         return False
-    if _state["pid"] == os.getpid():
+    if _state["pid"] == os.getpid():  # tried once in this process
         return bool(_state["on"])
     _state["pid"] = os.getpid()
     try:
@@ -62,7 +74,7 @@ def setup(service: str) -> bool:
 
 
 def on() -> bool:
-    return bool(_state["on"]) and _state["pid"] == os.getpid()
+    return bool(_state["on"])
 
 
 def flush() -> None:
@@ -73,12 +85,20 @@ def flush() -> None:
 
 def links(*traceparents: str | None) -> list[Link]:
     """Links to the spans these stored contexts name (``None`` and malformed ones left out)."""
-    found = []
-    for carrier in traceparents:
-        span = trace.get_current_span(_PROPAGATOR.extract({"traceparent": carrier})) if carrier else None
-        if span is not None and span.get_span_context().is_valid:
-            found.append(Link(span.get_span_context()))
-    return found
+    return [Link(found) for found in map(span_context, traceparents) if found is not None]
+
+
+def span_context(traceparent: str | None) -> SpanContext | None:
+    """The span a W3C ``traceparent`` (version 00, as ``traceparent()`` writes it) names; ``None`` if it is not one."""
+    parts = traceparent.split("-") if traceparent else ()
+    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
+        return None
+    try:
+        trace_int, span_int, flags = (int(part, 16) for part in parts[1:])
+        found = SpanContext(trace_int, span_int, is_remote=True, trace_flags=TraceFlags(flags))
+    except ValueError:
+        return None
+    return found if found.is_valid else None
 
 
 def publisher(traceparent: str | None) -> tuple[str | None, ...]:
@@ -92,7 +112,6 @@ def follows_wait() -> bool:
     return os.environ.get("PARKWAY_TRACE_WAITS", "link").strip().lower() == "parent"
 
 
-@contextmanager
 def span(
     name: str,
     *,
@@ -100,73 +119,105 @@ def span(
     follows: Iterable[str | None] = (),
     root: bool = False,
     **attributes: Any,
-) -> Iterator[Any]:
+) -> AbstractContextManager[Any]:
     """A span around the block, current inside it; ``None`` when tracing is off. ``follows``: stored
     contexts it links to (the first is its parent under ``PARKWAY_TRACE_WAITS=parent``); ``root``: a new
     trace (a resume, a sweep's re-drive) rather than a child of the current span. An exception ends it
     with an error status naming its type."""
-    if not on():
-        yield None
-        return
+    return _span(name, kind, follows, root, attributes) if _state["on"] else _OFF
+
+
+_OFF = nullcontext()  # what a span is when tracing is off: one object for every call, entered as None
+
+
+@contextmanager
+def _span(name: str, kind: str, follows: Iterable[str | None], root: bool, attributes: dict[str, Any]) -> Iterator[Any]:
     stored = [tp for tp in follows if tp]
-    context = None
-    if root and stored and follows_wait():
-        context = _PROPAGATOR.extract({"traceparent": stored.pop(0)})  # its parent, then not a link too
-    elif root:
-        context = trace.set_span_in_context(trace.INVALID_SPAN)
-    attrs = {f"parkway.{k}": v for k, v in attributes.items() if v is not None}
-    with _state["tracer"].start_as_current_span(name, context=context, kind=KINDS[kind], attributes=attrs,
-                                                links=links(*stored), record_exception=False,
-                                                set_status_on_exception=False) as current:  # fmt: skip
-        try:
-            yield current
-        except Exception as exc:  # its type only: an exception's text may quote a value
-            current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-            raise
+    parent = span_context(stored.pop(0)) if root and stored and follows_wait() else None  # then not a link too
+    context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else _NEW_TRACE if root else None
+    named = {f"parkway.{k}": v for k, v in attributes.items() if v is not None}
+    started = _state["tracer"].start_span(name, context=context, kind=KINDS[kind], links=links(*stored),
+                                          attributes=named, record_exception=False,
+                                          set_status_on_exception=False)  # fmt: skip
+    token, mine = otel_context.attach(trace.set_span_in_context(started)), _CURRENT.set(Current.of(started))
+    try:
+        yield started
+    except Exception as exc:  # its type only: an exception's text may quote a value
+        started.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        raise
+    finally:
+        _CURRENT.reset(mine)
+        otel_context.detach(token)
+        started.end()
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """A span with its ids in hex, formatted once: what every statement, event and log line in it reads."""
+
+    span: Any
+    trace_id: str
+    span_id: str
+    traceparent: str
+
+    @staticmethod
+    def of(found: Any) -> Current | None:
+        context = found.get_span_context()
+        if not context.is_valid:
+            return None
+        trace_hex, span_hex = f"{context.trace_id:032x}", f"{context.span_id:016x}"
+        return Current(found, trace_hex, span_hex, f"00-{trace_hex}-{span_hex}-{context.trace_flags:02x}")
+
+
+# Parkway's innermost span, as ``span`` began it (one context variable read, where OpenTelemetry's current span
+# is three calls deep).
+_CURRENT: ContextVar[Current | None] = ContextVar("parkway_span", default=None)
+
+
+def current() -> Current | None:
+    """The current span: Parkway's own, else whatever another instrumentation made current (the API's HTTP
+    span); ``None`` when tracing is off or there is none."""
+    if not _state["on"]:
+        return None
+    return _CURRENT.get() or Current.of(trace.get_current_span())
 
 
 def follow(*traceparents: str | None) -> None:
     """Links added to the current span once what it follows is read (a claim reads the stored contexts)."""
-    if on():
-        current = trace.get_current_span()
-        parent = getattr(current, "parent", None)  # linked once: a parent under PARKWAY_TRACE_WAITS=parent
+    found = current()
+    if found is not None:
+        parent = getattr(found.span, "parent", None)  # linked once: a parent under PARKWAY_TRACE_WAITS=parent
         for link in links(*dict.fromkeys(traceparents)):
             if parent is None or link.context.span_id != parent.span_id:
-                current.add_link(link.context)
+                found.span.add_link(link.context)
 
 
 def annotate(**attributes: Any) -> None:
-    """Attributes added to the current span (an outcome known at its end)."""
-    if on():
-        current = trace.get_current_span()
-        for key, value in attributes.items():
-            if value is not None:
-                current.set_attribute(f"parkway.{key}", value)
+    """Attributes added to the current span (an outcome known at its end), in one call."""
+    found = current()
+    if found is not None:
+        found.span.set_attributes({f"parkway.{k}": v for k, v in attributes.items() if v is not None})
 
 
 def failed(why: str) -> None:
     """The current span's status set to an error, with a sentence (never a value)."""
-    if on():
-        trace.get_current_span().set_status(Status(StatusCode.ERROR, why))
+    found = current()
+    if found is not None:
+        found.span.set_status(Status(StatusCode.ERROR, why))
 
 
 def traceparent() -> str | None:
     """The current span's context as a W3C ``traceparent`` (stored on a wait, sent to a remote worker)."""
-    if not on():
-        return None
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier)
-    return carrier.get("traceparent")
+    found = current()
+    return found.traceparent if found else None
 
 
 def ids() -> tuple[str, str] | None:
     """The current span's (trace id, span id) in hex, for events and log lines; ``None`` outside one."""
-    if not on():
-        return None
-    context = trace.get_current_span().get_span_context()
-    return (f"{context.trace_id:032x}", f"{context.span_id:016x}") if context.is_valid else None
+    found = current()
+    return (found.trace_id, found.span_id) if found else None
 
 
 def trace_id() -> str | None:
-    found = ids()
-    return found[0] if found else None
+    found = current()
+    return found.trace_id if found else None

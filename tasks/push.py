@@ -119,7 +119,7 @@ def _post(claim: store.Claim, target: store.Target, lease_id: str, lease_s: floa
     item = item_of(claim, lease_id, utcnow() + timedelta(seconds=lease_s), traceparent=tracing.traceparent())
     return post(_http(), target.url, secrets=[unseal(target.secret_sealed)],
                 msg_id=message_id(claim.continuation.id), body=_ITEM.dump_json(item), max_bytes=MAX_ANSWER_BYTES,
-                agent="parkway-push", confidential=sensitive)  # fmt: skip
+                agent="parkway-push", confidential=sensitive, traceparent=item.traceparent)  # fmt: skip
 
 
 def answered(sent: Sent, handler_id: str, key: str) -> tuple[Outcome | None, bool]:

@@ -105,11 +105,16 @@ def lease_due(ask: Ask) -> list[Item]:
     with single_statement(durable=False) as conn:
         leased = store.lease(conn, holder=ask.principal_id, steps=steps, continuations=continuations, n=ask.n,
                              lease_s=ask.lease_s, max_attempts=settings.max_attempts)  # fmt: skip
-    return [
+    items = [
         handed_out(held.claim, held.lease_id, held.lease_expires_at)
         for held in leased
         if executor.drivable(held.claim, held.lease_id, _extra(held.claim.continuation.id, held.lease_id))
     ]
+    traced = {item.lease_id: item.traceparent for item in items if item.traceparent}
+    if traced:  # when traced: each claim's trace, as a Celery claim writes its own (a re-drive links to it)
+        with single_statement(durable=False) as conn:
+            store.trace_leases(conn, traced)
+    return items
 
 
 def handed_out(claim: store.Claim, lease_id: str, lease_expires_at: datetime) -> Item:

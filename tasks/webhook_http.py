@@ -144,12 +144,14 @@ def post(
     max_bytes: int = MAX_RESPONSE_BYTES,
     agent: str = "parkway-webhooks",
     confidential: bool = False,
+    traceparent: str | None = None,
 ) -> Sent:
     """POST ``body`` to ``url`` through ``sender``, signed with each secret (a rotation's overlap:
     space-separated signatures, any of which verifies); never raises for what the network or the receiver
     did. The request goes to the address checked when its connection opened. The answer's body is read up
     to ``max_bytes``. ``confidential`` (the body holds sensitive values): ``Exposed`` is raised, before
-    anything is sent, when the URL is plain http to an address outside the allowed networks."""
+    anything is sent, when the URL is plain http to an address outside the allowed networks. ``traceparent``
+    (when traced): sent as the W3C header, so the receiver's spans continue the sender's trace."""
     started = time.monotonic()
     timestamp = int(time.time())
     headers = {
@@ -159,6 +161,8 @@ def post(
         "webhook-signature": " ".join(signature(secret, msg_id, timestamp, body) for secret in secrets),
         "user-agent": agent,
     }
+    if traceparent:
+        headers["traceparent"] = traceparent
     try:
         request = _Request(split_url(url), _target(url), headers, body, confidential)
         return _exchange(sender, request, max_bytes, started)

@@ -155,6 +155,8 @@ def _authoritative(exc: OutcomeError) -> OutcomeError:
             return exc
         state = InteractionOut.of(view).model_dump(mode="json", by_alias=True)
         state["run_status"] = access.run_status_of(session, view.interaction.run_id)
+    if isinstance(exc, Conflict):  # the refused answer's span (when traced) names the response that won
+        tracing.annotate(won_by=view.answered_by, won_response_id=view.interaction.response_id)
     # The store's verdict on the status stands: a wait past its deadline is expired by the database's
     # clock before the sweep has recorded it (the row still says pending).
     state["status"] = exc.state.get("status", state["status"])

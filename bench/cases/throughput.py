@@ -184,23 +184,32 @@ VARIANT_LABELS = {
 TRACED = {"OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_TRACES_SAMPLER": "always_on", "OTEL_SERVICE_NAME": "parkway-bench"}
 
 
+WARM_N = 200  # answer→consume run by freshly started workers before a measure: their first executions' one-offs
+
+
 @contextlib.contextmanager
-def traced_workers(bench: Bench) -> Iterator[None]:
-    """``--what-if tracing``: the workers restarted exporting every span (100 % sampling) over OTLP/HTTP to a
-    local sink that answers 200 at once (bench/receiver.py), then restarted untraced."""
+def fresh_workers(bench: Bench, *, traced: bool) -> Iterator[None]:
+    """``--what-if tracing``: the answer→consume variant and its traced twin each on workers started for it
+    (exporting every span, 100 % sampling, over OTLP/HTTP to a local sink that answers 200 at once:
+    bench/receiver.py; or untraced) and warmed by ``WARM_N`` answers, all outside the measure, so the two
+    differ by the tracing alone, not by one of them paying a fresh pool child's first executions (its lazy
+    imports, statement compiles and prepares)."""
     from bench.cases.webhooks import receiver
 
-    with receiver(bench) as sink:
-        bench.services.env.update(TRACED, OTEL_EXPORTER_OTLP_ENDPOINT=sink.url.removesuffix("/hook"))
+    with receiver(bench) if traced else contextlib.nullcontext() as sink:
+        if sink is not None:
+            bench.services.env.update(TRACED, OTEL_EXPORTER_OTLP_ENDPOINT=sink.url.removesuffix("/hook"))
         bench.services.stop_workers()
         bench.services.start_worker()
         try:
+            run_parkway_throughput(bench, WARM_N, http_base=None, label="warm-up")
             yield
         finally:
             for key in TRACED:
                 bench.services.env.pop(key, None)
-            bench.services.stop_workers()
-            bench.services.start_worker()
+            if traced:
+                bench.services.stop_workers()
+                bench.services.start_worker()
 
 
 def run_consume_throughput(bench: Bench, n: int) -> float:
@@ -254,8 +263,9 @@ def case_throughput(bench: Bench) -> None:
             for variant in order:
                 if variant == "http" and base_url is None:
                     continue
-                traced = traced_workers(bench) if variant == "python-traced" else contextlib.nullcontext()
-                with traced, CpuMeter(bench) as meter:  # the workers' restarts outside the measure
+                fresh = "tracing" in WHAT_IF and variant in ("python", "python-traced")
+                workers = fresh_workers(bench, traced=variant == "python-traced") if fresh else contextlib.nullcontext()
+                with workers, CpuMeter(bench) as meter:  # the workers' restarts and warm-up outside the measure
                     if variant == "baseline":
                         rates[variant] = run_baseline_throughput(bench, n)
                     elif variant == "consume":
@@ -287,6 +297,11 @@ def case_throughput(bench: Bench) -> None:
                 bench.metric("throughput", "ratio Parkway(Python) traced ÷ untraced", "x", ">= 0.95").add(
                     ratio(rates["python-traced"], rates["python"])
                 )
+                # The same ratio as a host bound by CPU would show it: steadier than the rates on a shared machine.
+                for part in ("total", "workers"):
+                    bench.metric("cpu", f"ratio CPU per unit, {part}: untraced ÷ traced", "x").add(
+                        ratio(cpus["python"][part], cpus["python-traced"][part])
+                    )
             base_m.add(rates["baseline"])
             py_m.add(rates["python"])
             py_r.add(ratio(rates["python"], rates["baseline"]))

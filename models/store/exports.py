@@ -38,6 +38,7 @@ from models.store.leases import (
     lease_state,
     outstanding_leases,
     receipt_of,
+    trace_leases,
 )
 from models.store.links import make_link, use_link
 from models.store.outcomes import (
@@ -254,6 +255,7 @@ __all__ = [
     "skip_locked",
     "start_review",
     "stranded_reviews",
+    "trace_leases",
     "unknown_principal",
     "update_webhook",
     "use_link",

@@ -157,6 +157,25 @@ def lease(
     return [Leased(claim, row.c_claimed_by, row.c_lease_expires_at) for claim, row in claims_of(rows)]
 
 
+def _trace_leases() -> Any:
+    """PostgreSQL: each leased row's ``claimed_trace`` from (lease id, traceparent) pairs given as two arrays."""
+    given = func.unnest(
+        *(bindparam(name, type_=ARRAY(String)) for name in ("lids", "tps"))
+    ).table_valued("lid", "tp").render_derived(name="given")  # fmt: skip
+    return update(CONT).where(live_claim(given.c.lid)).values(claimed_trace=given.c.tp)
+
+
+_TRACE_LEASES = _trace_leases()
+
+
+def trace_leases(conn: Executor, traced: dict[str, str]) -> None:
+    """claimed -> claimed, each lease's ``claimed_trace`` the span it was handed out in (a Celery claim writes
+    its execution's in the claim), for whatever re-drives it to link to; one statement. A row no longer held
+    by that lease is left alone."""
+    if traced:
+        conn.execute(_TRACE_LEASES, {"lids": list(traced), "tps": list(traced.values())})
+
+
 @dataclass(frozen=True)
 class LeaseState:
     """Where a lease's continuation and run stand now (what a refused heartbeat or completion reports)."""

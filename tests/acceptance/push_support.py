@@ -45,7 +45,7 @@ class Handler:
             except standardwebhooks.WebhookVerificationError:
                 self.unverified += 1
                 return 401, {"error": "unverified"}
-            self.got.append({"id": headers["webhook-id"], "item": item})
+            self.got.append({"id": headers["webhook-id"], "item": item, "traceparent": headers.get("traceparent")})
             gate, answer = self.gate, self.script.pop(0) if self.script else self.last
         if gate is not None:
             assert gate.wait(timeout=60), "the test never opened the handler's gate"

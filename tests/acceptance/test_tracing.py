@@ -5,11 +5,9 @@ body; and with no ``OTEL_*``, nothing set up at all."""
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,79 +15,27 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from models.tables import Continuation, Event, Interaction
+from models.tables import Continuation, Event
 from parkway.db import transaction
-from tests.acceptance.conftest import remote_principals
-from tests.acceptance.otlp_receiver import Receiver, Span
-from tests.acceptance.test_typescript_client import build
-from tests.acceptance.trace_workflows import ASK
-from tests.api.conftest import ApiServer
+from tasks.celery_app import SWEEP, SWEEP_QUEUE, app
+from tests.acceptance.otlp_receiver import Span
+from tests.acceptance.trace_workflows import ASK, LOGGED
+from tests.acceptance.tracing_support import (
+    CODE,
+    CONSUMER,
+    SERVER,
+    TRACE_URL,
+    Traced,
+    ids_of,
+    in_trace,
+    parked,
+    traced,
+    waits,
+)
 from tests.pages.conftest import Forms
-from tests.support import ROOT, TARGET, Stack, child_env, pass_time, wait_for, wait_status
+from tests.support import ROOT, Stack, child_env, pass_time, wait_for, wait_status
 
-CONSUMER, SERVER = 5, 2
-TRACE_URL = "https://jaeger.example/trace/{trace_id}"
-CODE = "493817"  # the sensitive answer: never in an exported byte
-IMPORTS = f"{os.environ.get('PARKWAY_IMPORTS', 'tests.workflows')},tests.acceptance.trace_workflows"
-
-
-@dataclass
-class Traced:
-    receiver: Receiver
-    http: httpx.Client
-    tokens: dict[str, str]
-    stack: Stack
-    env: dict[str, str]
-
-    def auth(self, role: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.tokens[role]}"}
-
-    def start(self, payload: dict[str, Any] | None = None) -> str:
-        made = self.http.post("/v1/runs", json={"workflow": ASK, "payload": payload or {}, "target": TARGET},
-                              headers=self.auth("tr-agent"))  # fmt: skip
-        assert made.status_code == 201, made.text
-        return str(made.json()["id"])
-
-    def answer(self, interaction_id: str, response_id: str = "r-1") -> httpx.Response:
-        value = {"user": "ana", "otp": CODE}
-        return self.http.post(f"/v1/interactions/{interaction_id}/answer", headers=self.auth("tr-human"),
-                              json={"value": value, "response_id": response_id})  # fmt: skip
-
-    def span(self, name: str, **attributes: Any) -> Span:
-        wait_for(lambda: self.receiver.named(name, **attributes), timeout=30, what=f"span {name} {attributes}")
-        found = self.receiver.named(name, **attributes)
-        assert len(found) == 1, found
-        return found[0]
-
-
-@pytest.fixture(scope="module")
-def traced(stack: Stack) -> Iterator[Traced]:
-    receiver = Receiver().start()
-    env = {**receiver.env(), "PARKWAY_IMPORTS": IMPORTS}
-    api = ApiServer(database_url=stack.database_url, log=stack.logs / "uvicorn-traced.log").start(
-        PARKWAY_TRACE_URL=TRACE_URL, **env
-    )
-    worker = stack.start_worker(**env)
-    try:
-        with api.client() as http:
-            names = ("tr-admin", "tr-agent", "tr-human", "tr-worker")
-            tokens = remote_principals(http, **dict(zip(("admin", "agent", "human", "worker"), names, strict=True)))
-            yield Traced(receiver, http, tokens, stack, env)
-    finally:
-        api.stop()
-        worker.kill()
-        receiver.stop()
-
-
-def _waits(run_id: str) -> list[Interaction]:
-    with transaction() as session:
-        return list(session.scalars(select(Interaction).where(Interaction.run_id == run_id)).all())
-
-
-def _parked(run_id: str) -> Interaction:
-    wait_for(lambda: _waits(run_id), timeout=30, what=f"run {run_id} parked")
-    (wait,) = _waits(run_id)
-    return wait
+__all__ = ["traced"]  # the module's stack (tests/acceptance/tracing_support.py)
 
 
 def _event_traces(run_id: str) -> dict[str, str | None]:
@@ -108,23 +54,10 @@ def _run_page(t: Traced, run_id: str) -> str:
         return page.text
 
 
-def _ids(traceparent: str | None) -> tuple[str, str]:
-    """The (trace id, span id) a stored W3C traceparent names."""
-    assert traceparent is not None
-    _, trace_id, span_id, _ = traceparent.split("-")
-    return trace_id, span_id
-
-
-def _in_trace(t: Traced, trace_id: str, name: str) -> Span:
-    wait_for(lambda: [s for s in t.receiver.named(name) if s.trace_id == trace_id], timeout=30, what=name)
-    (found,) = [s for s in t.receiver.named(name) if s.trace_id == trace_id]
-    return found
-
-
 def test_a_decision__its_spans_attributes_and_links_across_the_wait(traced: Traced) -> None:
     t = traced
     run_id = t.start()
-    wait = _parked(run_id)
+    wait = parked(run_id)
     answered = t.answer(wait.id)
     assert answered.status_code == 200, answered.text
     again = t.answer(wait.id, response_id="r-late")  # a second response: 409, and its span says so
@@ -145,11 +78,11 @@ def test_a_decision__its_spans_attributes_and_links_across_the_wait(traced: Trac
     assert (start.trace_id, start.span_id) in step.links
     assert step.attributes["parkway.step"] == ASK and step.attributes["parkway.principal"] == "tr-agent"
     assert step.attributes["parkway.outcome"] == "Park"
-    commit = _in_trace(t, step.trace_id, "parkway.commit")
-    park = _in_trace(t, step.trace_id, "parkway.park")
+    commit = in_trace(t, step.trace_id, "parkway.commit")
+    park = in_trace(t, step.trace_id, "parkway.park")
     assert commit.parent == step.span_id and park.parent == commit.span_id
     assert park.attributes["parkway.waits"] == "otp" and park.end_ns <= commit.end_ns <= step.end_ns
-    assert _ids(_waits(run_id)[0].traceparent) == (park.trace_id, park.span_id)
+    assert ids_of(waits(run_id)[0].traceparent) == (park.trace_id, park.span_id)
 
     # The answer (API): which response won, and the late one's 409
     wait_for(lambda: len(t.receiver.named("parkway.answer", **{"parkway.interaction_id": wait.id})) == 2,
@@ -159,6 +92,9 @@ def test_a_decision__its_spans_attributes_and_links_across_the_wait(traced: Trac
     assert outcomes == {"r-1": "answered", "r-late": "conflict"}, outcomes
     won = next(s for s in answers if s.attributes["parkway.response_id"] == "r-1")
     assert won.attributes["parkway.principal"] == "tr-human"
+    late = next(s for s in answers if s.attributes["parkway.response_id"] == "r-late")
+    winner = (late.attributes.get("parkway.won_by"), late.attributes.get("parkway.won_response_id"))
+    assert winner == ("tr-human", "r-1"), late.attributes
 
     # The continuation: a new trace (PARKWAY_TRACE_WAITS=link), linked to the park's span and the answer's
     resume = t.span("parkway.resume_step", **by_run)
@@ -168,11 +104,11 @@ def test_a_decision__its_spans_attributes_and_links_across_the_wait(traced: Trac
     assert resume.attributes["parkway.outcome"] == "Complete" and resume.attributes["parkway.waits"] == "otp"
     assert resume.attributes["parkway.waited_s"] >= 0
     # its tool call (replay class, whether it possibly ran) and its commit
-    tool = _in_trace(t, resume.trace_id, "parkway.tool")
+    tool = in_trace(t, resume.trace_id, "parkway.tool")
     assert tool.parent == resume.span_id
     assert (tool.attributes["parkway.tool"], tool.attributes["parkway.replay"]) == ("notify", "safe")
     assert tool.attributes["parkway.possibly_ran"] is False and tool.attributes["parkway.replayed"] is False
-    assert _in_trace(t, resume.trace_id, "parkway.commit").attributes["parkway.outcome"] == "Complete"
+    assert in_trace(t, resume.trace_id, "parkway.commit").attributes["parkway.outcome"] == "Complete"
 
     # Each event carries the trace of the change it records: stored, in the API's events, on the run page
     traces = _event_traces(run_id)
@@ -193,7 +129,7 @@ def test_a_decision__its_spans_attributes_and_links_across_the_wait(traced: Trac
 def test_an_approval_link__opened_under_tracing__its_token_is_in_no_exported_byte(traced: Traced) -> None:
     t = traced
     run_id = t.start()
-    wait = _parked(run_id)
+    wait = parked(run_id)
     made = t.http.post(f"/v1/interactions/{wait.id}/links", json={"principal": "tr-human"}, headers=t.auth("tr-admin"))
     assert made.status_code == 201, made.text
     token = made.json()["url"].rsplit("/", 1)[1]
@@ -212,8 +148,8 @@ def test_an_approval_link__opened_under_tracing__its_token_is_in_no_exported_byt
 def test_a_wait_of_seven_days__links_the_same_way_and_no_span_stays_open(traced: Traced) -> None:
     t = traced
     run_id = t.start()
-    wait = _parked(run_id)
-    park_context = _waits(run_id)[0].traceparent
+    wait = parked(run_id)
+    park_context = waits(run_id)[0].traceparent
     assert park_context is not None
     # A week passes on the database's clock (the clock every wait is judged by)
     pass_time(7 * 86400)
@@ -221,7 +157,7 @@ def test_a_wait_of_seven_days__links_the_same_way_and_no_span_stays_open(traced:
     wait_status(run_id, "completed", sweep=False)
     resume = t.span("parkway.resume_step", **{"parkway.run_id": run_id})
     won = t.span("parkway.answer", **{"parkway.interaction_id": wait.id})
-    park_trace, park_span = _ids(park_context)
+    park_trace, park_span = ids_of(park_context)
     assert {(park_trace, park_span), (won.trace_id, won.span_id)} <= set(resume.links)
     assert resume.attributes["parkway.waited_s"] >= 7 * 86400
     # No span of the decision lasted across the wait: each ended within a minute of its start
@@ -237,7 +173,7 @@ def test_parent_mode__a_resume_is_the_child_of_the_answer_that_made_it_due(trace
     parent_mode = t.stack.start_worker(**t.env, PARKWAY_TRACE_WAITS="parent")
     try:
         run_id = t.start()
-        wait = _parked(run_id)
+        wait = parked(run_id)
         assert t.answer(wait.id).status_code == 200
         wait_status(run_id, "completed", sweep=False)
         resume = t.span("parkway.resume_step", **{"parkway.run_id": run_id})
@@ -247,14 +183,14 @@ def test_parent_mode__a_resume_is_the_child_of_the_answer_that_made_it_due(trace
         t.stack.start_worker(**t.env)  # the module's worker again, in the default mode
     # The resume is in the answer's trace, its child; the park is still a link (and the answer is not one too)
     assert (resume.trace_id, resume.parent) == (won.trace_id, won.span_id)
-    assert resume.links == [_ids(_waits(run_id)[0].traceparent)], resume.links
+    assert resume.links == [ids_of(waits(run_id)[0].traceparent)], resume.links
 
 
 def test_a_worker_killed_in_a_body__the_redrive_links_to_the_first_attempt(traced: Traced, tmp_path: Path) -> None:
     t = traced
     flag = str(tmp_path / "go")
     run_id = t.start({"flag": flag})
-    wait = _parked(run_id)
+    wait = parked(run_id)
     assert t.answer(wait.id).status_code == 200
     # The continuation's first attempt is in its body when its worker is killed
     wait_for(lambda: Path(f"{flag}.running").exists(), timeout=30, what="the first attempt in its body")
@@ -267,43 +203,36 @@ def test_a_worker_killed_in_a_body__the_redrive_links_to_the_first_attempt(trace
     # When a worker is back and the sweep re-drives it (its lease ran out on the database's clock)
     t.stack.start_worker(**t.env)  # the module's worker from now on
     pass_time(3600)
-    wait_status(run_id, "completed", timeout=60, sweep=True)
+    app.send_task(SWEEP, queue=SWEEP_QUEUE)  # the sweep in the traced worker, as beat sends it
+    wait_status(run_id, "completed", timeout=60, sweep=False)
     # Then the re-drive's span links to the first attempt's (which never ended: a killed process exports nothing)
     wait_for(lambda: t.receiver.named("parkway.resume_step", **{"parkway.run_id": run_id}), timeout=30,
              what="the re-drive's span")  # fmt: skip
     (redrive,) = t.receiver.named("parkway.resume_step", **{"parkway.run_id": run_id})
-    assert _ids(first.claimed_trace) in redrive.links, (first.claimed_trace, redrive.links)
+    assert ids_of(first.claimed_trace) in redrive.links, (first.claimed_trace, redrive.links)
     assert redrive.attributes["parkway.attempt"] == 2
 
+    # And the sweep's pass that re-drove it is a span of its own, naming what it re-drove
+    def sweeps() -> list[Span]:
+        return [s for s in t.receiver.named("parkway.sweep") if first.id in s.attributes.get("parkway.redriven", "")]
 
-def test_a_remote_typescript_worker__continues_the_trace_it_leased(traced: Traced) -> None:
+    wait_for(sweeps, timeout=30, what="the sweep's span")
+
+
+def test_a_log_line_written_in_a_span__carries_its_trace_id_and_span_id(traced: Traced) -> None:
     t = traced
-    build()  # the TypeScript client's package (make decides whether it is stale)
-    env = {**os.environ, "PARKWAY_URL": str(t.http.base_url), "PARKWAY_TOKEN": t.tokens["tr-worker"]}
-    agent = subprocess.Popen(["node", "tests/acceptance/trace_agent.mjs"], cwd=ROOT, env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-        assert agent.stdout is not None and agent.stdout.readline().strip() == "ready"
-        # A decision whose continuation only the TypeScript worker serves
-        run_id = t.start({"continuation": "trace.remote@1"})
-        wait = _parked(run_id)
-        assert t.answer(wait.id).status_code == 200
-        wait_status(run_id, "completed", sweep=False)
-    finally:
-        agent.terminate()
-        agent.wait(timeout=30)
-    # The item was handed out in a span of a new trace, linked to the park's and the answer's
-    lease = t.span("parkway.lease", **{"parkway.run_id": run_id})
-    won = t.span("parkway.answer", **{"parkway.interaction_id": wait.id})
-    assert {_ids(_waits(run_id)[0].traceparent), (won.trace_id, won.span_id)} <= set(lease.links)
+    run_id = t.start({"log": True})
+    parked(run_id)
+    step = t.span("parkway.run_step", **{"parkway.run_id": run_id})
 
-    # And the worker's calls on its lease (its tool call's intent and outcome, its completion) continue it
-    def calls() -> set[str]:
-        return {s.attributes.get("http.route", "") for s in t.receiver.spans
-                if s.kind == SERVER and s.trace_id == lease.trace_id and s.parent == lease.span_id}  # fmt: skip
+    def lines() -> list[dict[str, Any]]:
+        text = "".join(w.text() for w in t.stack.workers)
+        return [json.loads(line) for line in text.splitlines()
+                if line.startswith("{") and LOGGED in line and run_id in line]  # fmt: skip
 
-    wanted = {"/v1/worker/leases/{lease_id}/tools", "/v1/worker/leases/{lease_id}/complete"}
-    wait_for(lambda: wanted <= calls(), timeout=30, what=f"the worker's calls in the lease's trace: {calls()}")
+    wait_for(lines, timeout=30, what="the step body's log line")
+    (line,) = lines()
+    assert (line.get("trace_id"), line.get("span_id")) == (step.trace_id, step.span_id), line
 
 
 PROBE_SETUP = """

@@ -3,6 +3,7 @@ question with a sensitive field, and a continuation that reads it, calls a tool 
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from tasks.sdk import Complete, Context, Park, Question, continuation, step
 
 ASK, DONE = "trace.ask", "trace.done"
+LOGGED = "the step body logs, as the test asked"  # a line written in the execution's span
 SCHEMA = {
     "type": "object",
     "properties": {"user": {"type": "string"}, "otp": {"type": "string"}},
@@ -19,6 +21,8 @@ SCHEMA = {
 
 @step(ASK)
 def ask(ctx: Context, payload: dict[str, Any]) -> Park:
+    if payload.get("log"):
+        logging.getLogger("tests.trace").warning(LOGGED)
     question = Question(key="otp", prompt="Your code?", schema=SCHEMA, target="team:ops", sensitive=["otp"])
     return Park(continuation=payload.get("continuation", f"{DONE}@1"), snapshot=payload, interactions=[question])
 
