@@ -68,7 +68,9 @@ def test_a_decision__its_spans_attributes_and_links_across_the_wait(traced: Trac
     # The run's start (API), in the trace of its HTTP request
     start = t.span("parkway.run.start", **by_run)
     assert start.attributes["parkway.workflow"] == ASK and start.attributes["parkway.principal"] == "tr-agent"
-    http_start = [s for s in t.receiver.spans if s.span_id == start.parent]
+    # (its parent ends after the response is sent: it may come in a later export than its child)
+    http_start = wait_for(lambda: [s for s in t.receiver.spans if s.span_id == start.parent], timeout=30,
+                          what="the start's HTTP span")  # fmt: skip
     assert http_start and http_start[0].kind == SERVER and http_start[0].service == "parkway-api"
 
     # The step body's execution: a consumer span of its own trace, linked to the start; its commit and the
