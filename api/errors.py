@@ -24,7 +24,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from api.payloads import PayloadRefused
 from api.schemas import (
     ErrorBody,
     InteractionConflict,
@@ -178,7 +177,7 @@ DESCRIPTIONS = {
 # The body of each error code, where it is not the plain ``ErrorBody``; routes name their 409/410 models.
 MODELS: dict[int, type[BaseModel]] = {422: ValidationErrorBody}
 INTERACTION_OUTCOMES: dict[int, type[BaseModel]] = {409: InteractionConflict, 410: InteractionGone}
-RUN_OUTCOMES: dict[int, type[BaseModel]] = {409: RunConflict, 422: PayloadRefused}
+RUN_OUTCOMES: dict[int, type[BaseModel]] = {409: RunConflict}
 
 
 def documented(*codes: int, models: dict[int, type[BaseModel]] | None = None) -> dict[int | str, dict[str, Any]]:

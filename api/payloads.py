@@ -1,10 +1,10 @@
-"""A run's payload as the API shows it: the 422 of a payload its workflow refuses (``PayloadRefused``), and
-the start route's body in the OpenAPI, one variant per workflow this process knows: a workflow whose
-first step declares its payload (``@step(name, payload=...)``) has a body whose ``payload`` is that schema
-(a component ``workflow.<name>.payload``, its nested models beside it); every other registered workflow
-shares one variant whose ``payload`` is any JSON. The ``RunCreate`` component stays the generic shape, for
-clients written against any workflow. Workflows only remote workers serve are accepted too (a worker has
-advertised them) but are not listed: this process does not know them."""
+"""A run's payload as the API shows it: the start route's body in the OpenAPI, one variant per workflow this
+process knows: a workflow whose first step declares its payload (``@step(name, payload=...)``) has a body whose
+``payload`` is that schema (a component ``workflow.<name>.payload``, its nested models beside it); every other
+registered workflow shares one variant whose ``payload`` is any JSON. The ``RunCreate`` component stays the
+generic shape, for clients written against any workflow. Workflows only remote workers serve are accepted too
+(a worker has advertised them) but are not listed: this process does not know them. A refused payload is the
+usual 422 (``ValidationErrorBody``, its ``problems`` listed)."""
 
 from __future__ import annotations
 
@@ -14,29 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
-from pydantic import BaseModel, Field
 
 from api import schema_rules
-from api.schemas import ValidationErrorBody
 from parkway.errors import InvalidPayload
 from tasks import registry
 from tasks.payloads import PayloadSchema
-
-
-class PayloadProblem(BaseModel):
-    """One way a run's payload misses what its workflow declares (pydantic's ``loc``, ``msg``, ``type``)."""
-
-    loc: list[str | int] = Field(description='where, from the body\'s `payload`: `["payload", "service"]`')
-    msg: str = Field(description="what is wrong; never the value sent")
-    type: str = Field(description="which rule: pydantic's error type, or the JSON Schema keyword")
-
-
-class PayloadRefused(ValidationErrorBody):
-    """422 on a start: the request is not valid, the workflow is unknown (`unknown_workflow`), or the payload
-    does not match what the workflow declares (`invalid_payload`, with `problems`); nothing was stored."""
-
-    problems: list[PayloadProblem] | None = Field(default=None, description="with `invalid_payload`: each problem")
-
 
 START = ("/v1/runs", "post")
 COMPONENTS = "#/components/schemas/"

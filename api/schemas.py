@@ -288,10 +288,20 @@ class ErrorBody(BaseModel):
     detail: str = Field(description="a sentence for people")
 
 
+class PayloadProblem(BaseModel):
+    """One way a run's payload misses what its workflow declares (pydantic's ``loc``, ``msg``, ``type``)."""
+
+    loc: list[str | int] = Field(description='where, from the body\'s `payload`: `["payload", "service"]`')
+    msg: str = Field(description="what is wrong; never the value sent")
+    type: str = Field(description="which rule: pydantic's error type, or the JSON Schema keyword")
+
+
 class ValidationErrorBody(ErrorBody):
-    """422: the request, or an answer's value, is not valid; nothing was stored."""
+    """422: the request, or an answer's value, is not valid, or a start's workflow is unknown
+    (`unknown_workflow`) or refuses its payload (`invalid_payload`, with `problems`); nothing was stored."""
 
     errors: list[str] | None = Field(default=None, description="each problem found, where one is named")
+    problems: list[PayloadProblem] | None = Field(default=None, description="with `invalid_payload`: each problem")
 
 
 class InteractionState(InteractionOut):

@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 from parkway.children import OUTBOUND_QUEUES, WORK_QUEUES
 from parkway.errors import ConfigError
 from parkway.placeholders import is_placeholder, placeholder_problems
-from parkway.settings import Settings
+from parkway.settings import ENV_PREFIX, Settings
 from tasks.celery_app import CONTINUATIONS_QUEUE, PUSH_QUEUE, STEPS_QUEUE, SWEEP_QUEUE, WEBHOOKS_QUEUE
 from tasks.celery_app import app as celery_app
 from tests.deploy.flower import flower_command
@@ -264,7 +264,7 @@ def stack_settings(**changes: str) -> Settings:
 
 
 def test_env_example__every_parkway_name_is_a_setting() -> None:
-    assert Settings.model_config["env_prefix"] == "PARKWAY_"
+    assert ENV_PREFIX == "PARKWAY_"  # each setting is read from PARKWAY_<ITS NAME>
     settings = {f"PARKWAY_{name.upper()}" for name in Settings.model_fields}
     names = {name for name in STACK_ENV if name.startswith("PARKWAY_")}
     assert names - settings == set()

@@ -479,18 +479,6 @@ export type PayloadProblem = {
   type: string;
 };
 
-/** 422 on a start: the request is not valid, the workflow is unknown (`unknown_workflow`), or the payload does not match what the workflow declares (`invalid_payload`, with `problems`); nothing was stored. */
-export type PayloadRefused = {
-  /** a stable machine-readable code, e.g. `forbidden`, `not_found`, `unavailable` */
-  error: string;
-  /** a sentence for people */
-  detail: string;
-  /** each problem found, where one is named */
-  errors?: Array<string> | null;
-  /** with `invalid_payload`: each problem */
-  problems?: Array<PayloadProblem> | null;
-};
-
 export type Permission = {
   key: string;
   action: string;
@@ -833,7 +821,7 @@ export type ToolStateOut = {
   possibly_ran?: boolean;
 };
 
-/** 422: the request, or an answer's value, is not valid; nothing was stored. */
+/** 422: the request, or an answer's value, is not valid, or a start's workflow is unknown (`unknown_workflow`) or refuses its payload (`invalid_payload`, with `problems`); nothing was stored. */
 export type ValidationErrorBody = {
   /** a stable machine-readable code, e.g. `forbidden`, `not_found`, `unavailable` */
   error: string;
@@ -841,6 +829,8 @@ export type ValidationErrorBody = {
   detail: string;
   /** each problem found, where one is named */
   errors?: Array<string> | null;
+  /** with `invalid_payload`: each problem */
+  problems?: Array<PayloadProblem> | null;
 };
 
 /** A version work still needs, read from ``models.fleet.VersionLoad`` (``model_validate``). */
