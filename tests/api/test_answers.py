@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 
 from beat.sweep import run_sweep
-from tests.api.conftest import ADMIN, AGENT, HUMAN, Actors, drive
 from parkway.db import get_engine
+from tests.api.conftest import ADMIN, AGENT, HUMAN, Actors, drive
 from tests.support import TARGET, event_types, interactions, pass_time
 
 
