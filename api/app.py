@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import docs, errors, payloads, presence
 from api.deps import authentication_problem
 from api.input import CheckedRoute
-from api.limits import MAX_BODY_BYTES, BodyLimitMiddleware
-from api.metrics import MetricsMiddleware
+from api.limits import MAX_BODY_BYTES
+from api.middleware import ApiMiddleware
 from api.pages import decisions
 from api.pages import links as link_pages
 from api.pages import runs as run_pages
@@ -37,7 +34,6 @@ from api.routes import (
     workers,
 )
 from parkway import tracing
-from parkway.logs import setup_logging
 from parkway.settings import get_settings
 from parkway.startup import start_problem
 
@@ -59,38 +55,6 @@ def import_workflows() -> None:
     """Import ``PARKWAY_IMPORTS`` so ``POST /v1/runs`` knows the workflows."""
     for module in get_settings().import_modules:
         importlib.import_module(module)
-
-
-class RefusedToStart(RuntimeError):
-    """This process must not serve: ``startup_problem`` said why."""
-
-
-class StartupGuard:
-    """The outermost ASGI layer: refuses the lifespan's startup when ``startup_problem`` says why, in one
-    line on stderr and no traceback (the server exits 3, as the worker and beat do), before the app's own
-    lifespan runs; anything else passes through untouched."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "lifespan":
-            await self.app(scope, receive, send)
-            return
-        startup = await receive()
-        setup_logging()
-        problem = await run_in_threadpool(startup_problem)
-        if problem is not None:
-            line = f"parkway api: refusing to start: {problem}"
-            sys.stderr.write(line + "\n")
-            await send({"type": "lifespan.startup.failed", "message": ""})  # said above, once
-            raise RefusedToStart(line)  # the server, having been told, ends quietly; a TestClient raises it
-        pending = [startup]
-
-        async def replay() -> Message:
-            return pending.pop() if pending else await receive()
-
-        await self.app(scope, replay, send)
 
 
 @asynccontextmanager
@@ -123,9 +87,9 @@ def create_app() -> FastAPI:
         redoc_url=None,
     )
     errors.install(app, authentication_problem)
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=MAX_BODY_BYTES)
-    app.add_middleware(MetricsMiddleware)  # every request is observed, refused ones too
-    app.add_middleware(StartupGuard)  # outermost: the lifespan's startup is checked before anything runs
+    # Outermost of the app's: the lifespan's startup checked before anything runs, every request observed
+    # (refused ones too), bodies over the limit refused (api/middleware.py).
+    app.add_middleware(ApiMiddleware, startup_problem=startup_problem, max_body_bytes=MAX_BODY_BYTES)
     traced(app)
     for module in (
         runs,

@@ -20,8 +20,10 @@ from api.errors import ApiError
 from api.schemas import TEXT
 from models import access
 from models.status import PrincipalKind
+from models.store.principals import TokenHolder
 from models.tables import Principal
 from parkway.db import read_statement, session_factory
+from parkway.errors import Unauthenticated, WrongKind
 from parkway.settings import get_settings
 from parkway.tokens import hash_token
 
@@ -50,6 +52,23 @@ def identify(token: str | None) -> Principal:
     if principal is None:
         raise ApiError(401, errors.BAD_TOKEN, headers=CHALLENGE)
     return principal
+
+
+def token_holder(token: str | None, kinds: tuple[str, ...]) -> TokenHolder:
+    """The holder of this token for the store to read in its first statement (no I/O here; a 401 ``ApiError``
+    when there is no token). ``refused`` turns what the store then raises into the API's errors."""
+    if not token:
+        raise ApiError(401, errors.NO_TOKEN, headers=CHALLENGE)
+    return TokenHolder(hash_token(token), kinds)
+
+
+def refused(exc: Unauthenticated | WrongKind) -> ApiError:
+    """The error ``authenticate`` then ``admitted`` give for what the store found of a ``TokenHolder``: a 401
+    for a token no live principal holds; a 403 for the wrong kind, naming ``OPERATORS`` for a principal the
+    API serves only the decision record (an auditor), else the kinds the call admits."""
+    if isinstance(exc, Unauthenticated):
+        return ApiError(401, errors.BAD_TOKEN, headers=CHALLENGE)
+    return _wrong_kind(exc.name, exc.kind, exc.kinds if exc.kind in OPERATORS else OPERATORS)
 
 
 def _token(authorization: str | None) -> str | None:
@@ -97,10 +116,12 @@ def presented(credentials: HTTPAuthorizationCredentials | None) -> str | None:
 def admitted(principal: Principal, kinds: tuple[str, ...]) -> Principal:
     """The principal, if it is of one of ``kinds``; a 403 ``ApiError`` otherwise."""
     if principal.kind not in kinds:
-        raise ApiError(
-            403, errors.WRONG_KIND.format(kinds=" or ".join(kinds), kind=principal.kind, name=principal.name)
-        )
+        raise _wrong_kind(principal.name, principal.kind, kinds)
     return principal
+
+
+def _wrong_kind(name: str, kind: str, kinds: tuple[str, ...]) -> ApiError:
+    return ApiError(403, errors.WRONG_KIND.format(kinds=" or ".join(kinds), kind=kind, name=name))
 
 
 _executor: list[ThreadPoolExecutor] = []

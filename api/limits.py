@@ -26,51 +26,41 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, errors.TOO_LARGE.format(limit=limit))
 
 
-class BodyLimitMiddleware:
-    """A declared ``Content-Length`` over the limit is refused at once; a streamed body (none declared) is
-    counted as it is read."""
+async def within_limit(app: ASGIApp, limit: int, scope: Scope, receive: Receive, send: Send) -> None:
+    """``app`` serving an HTTP request whose body may be at most ``limit`` bytes: a declared ``Content-Length``
+    over it is refused at once (413); a streamed body (none declared) is counted as it is read."""
+    declared = _declared_length(scope)
+    if declared is not None:
+        if declared > limit:
+            await _refuse(limit, scope, receive, send)
+        else:  # the server reads exactly the declared length: no more can arrive, nothing to count
+            await app(scope, receive, send)
+        return
+    received = 0
+    started = False
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_BODY_BYTES) -> None:
-        self.app = app
-        self.limit = max_body_bytes
+    async def capped_receive() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise BodyTooLarge(limit)
+        return message
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = _declared_length(scope)
-        if declared is not None:
-            if declared > self.limit:
-                await self._refuse(scope, receive, send)
-            else:  # the server reads exactly the declared length: no more can arrive, nothing to count
-                await self.app(scope, receive, send)
-            return
-        received = 0
-        started = False
+    async def tracked_send(message: Message) -> None:
+        nonlocal started
+        started = started or message["type"] == "http.response.start"
+        await send(message)
 
-        async def capped_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise BodyTooLarge(self.limit)
-            return message
+    try:
+        await app(scope, capped_receive, tracked_send)
+    except BodyTooLarge:
+        if started:
+            raise
+        await _refuse(limit, scope, receive, send)
 
-        async def tracked_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
 
-        try:
-            await self.app(scope, capped_receive, tracked_send)
-        except BodyTooLarge:
-            if started:
-                raise
-            await self._refuse(scope, receive, send)
-
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(
-            413, "too_large", errors.TOO_LARGE.format(limit=self.limit), headers={"Connection": "close"}
-        )
-        await response(scope, receive, send)
+async def _refuse(limit: int, scope: Scope, receive: Receive, send: Send) -> None:
+    response = error_response(413, "too_large", errors.TOO_LARGE.format(limit=limit), headers={"Connection": "close"})
+    await response(scope, receive, send)

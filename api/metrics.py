@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.routing import Match, Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from api import webhook_metrics
 from models import fleet, gauges, store
@@ -327,30 +327,12 @@ REGISTRY.register(BrokerMetrics())
 # --------------------------------------------------------------------------- requests
 
 
-class MetricsMiddleware:
-    """Observes every HTTP request's latency under its route template (bounded label values)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = {"code": 500}
-
-        async def observe_status(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, observe_status)
-        finally:
-            route = getattr(scope.get("route"), "path", None) or _plain_route(scope) or "unmatched"
-            if route not in UNTIMED_ROUTES:
-                _latency(scope["method"], route, status["code"]).observe(time.perf_counter() - started)
+def observe(scope: Scope, status: int, started: float) -> None:
+    """An HTTP request's latency since ``started`` (``time.perf_counter``), under its route template (bounded
+    label values), unless its route is one of ``UNTIMED_ROUTES``."""
+    route = getattr(scope.get("route"), "path", None) or _plain_route(scope) or "unmatched"
+    if route not in UNTIMED_ROUTES:
+        _latency(scope["method"], route, status).observe(time.perf_counter() - started)
 
 
 _latencies: dict[tuple[str, str, int], Any] = {}

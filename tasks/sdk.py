@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from models import jsonsafe, store
 from models.outcome import OUTCOME
 from models.status import ContinuationKind, PrincipalKind
-from models.store import Actor, Answer
+from models.store import Actor, Answer, TokenHolder
 from parkway.crash import crash_point
 from parkway.db import core_transaction, transaction
 from parkway.errors import (
@@ -265,11 +265,12 @@ def answer(
     value: Any,
     *,
     response_id: str,
-    principal: str | Actor,
+    principal: str | Actor | TokenHolder,
     link: str | None = None,
     justification: str | None = None,
 ) -> dict[str, Any]:
-    """Answer an interaction as ``principal`` (a name, or the principal the caller has just authenticated):
+    """Answer an interaction as ``principal`` (a name, the principal the caller has just authenticated, or the
+    holder of a token, read in the answer's first statement: ``models.store.TokenHolder``):
     first response wins, an exact retry gets the same receipt. Through an approval link (``link``, its id:
     ``models.links``), the link is used in the answer's transaction with ``justification``: both or neither.
 

@@ -8,16 +8,17 @@ from fastapi import Path, Query
 
 from api import errors
 from api.deps import (
+    OPERATORS,
     CursorParam,
     LimitParam,
     PrincipalDep,
     SessionDep,
     TextFilter,
     TokenDep,
-    admitted,
-    authenticate,
     in_thread,
     presented,
+    refused,
+    token_holder,
 )
 from api.errors import ApiError, documented
 from api.input import checked_router
@@ -37,7 +38,7 @@ from models import access
 from models.store import ANSWERERS
 from parkway import tracing
 from parkway.db import transaction
-from parkway.errors import Conflict, Gone, OutcomeError
+from parkway.errors import Conflict, Gone, OutcomeError, Unauthenticated, WrongKind
 from tasks import sdk
 
 router = checked_router(prefix="/v1/interactions", tags=["interactions"])
@@ -92,22 +93,21 @@ def read_interaction(interaction_id: InteractionId, principal: PrincipalDep, ses
     responses=documented(401, 403, 404, 409, 410, 413, 422, models=errors.INTERACTION_OUTCOMES),
 )
 async def answer(interaction_id: InteractionId, body: AnswerIn, credentials: TokenDep) -> dict[str, Any]:
-    # The hot path: one hop off the event loop, the caller authenticated on that thread (a human or an
-    # admin; a bad token is a 401 and an agent a 403, before anything about the interaction is told).
+    # The hot path: one hop off the event loop, and the caller read by its token in the answer's first
+    # statement (a human or an admin; a bad token is a 401 and an agent a 403, before anything about the
+    # interaction is told): no round trip of its own.
     return await in_thread(_answer, interaction_id, body, presented(credentials))
 
 
 def _answer(interaction_id: str, body: AnswerIn, token: str | None) -> dict[str, Any]:
-    principal = authenticate(token)
-    try:
-        admitted(principal, ANSWERERS)
-    except ApiError:
-        ANSWERS.labels(outcome="forbidden").inc()  # an answer refused (403) like any other
-        raise
-    with tracing.span("parkway.answer", interaction_id=interaction_id, principal=principal.name,
-                      response_id=body.response_id):  # fmt: skip
+    holder = token_holder(token, ANSWERERS)
+    with tracing.span("parkway.answer", interaction_id=interaction_id, response_id=body.response_id):
         try:
-            receipt = sdk.answer(interaction_id, body.value, response_id=body.response_id, principal=principal)
+            receipt = sdk.answer(interaction_id, body.value, response_id=body.response_id, principal=holder)
+        except (Unauthenticated, WrongKind) as exc:
+            if isinstance(exc, WrongKind) and exc.kind in OPERATORS:
+                ANSWERS.labels(outcome="forbidden").inc()  # an answer refused (403) like any other
+            raise refused(exc) from None
         except OutcomeError as exc:
             ANSWERS.labels(outcome=exc.code).inc()
             tracing.annotate(outcome=exc.code)  # conflict: another response won (409)

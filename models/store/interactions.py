@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,10 +17,20 @@ from models.jsonsafe import canonical_json
 from models.status import RUN_TERMINAL, AnswererSource, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
 from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
-from models.store.principals import ANSWERERS, Actor, PrincipalRef, live_grant, live_named, unknown_principal
+from models.store.principals import (
+    ANSWERERS,
+    Actor,
+    PrincipalRef,
+    TokenHolder,
+    live_grant,
+    live_holding,
+    live_named,
+    unknown_principal,
+)
 from models.store.runs import FINISH_STEP, finish_run_update, finished_by, history_of
 from models.store.sql import ANSWERER, INTER, PRIN, RUN, STEP, Executor, bp, word, words
-from parkway.errors import Conflict, Forbidden, Gone, NotFound, WrongKind
+from parkway import tracing
+from parkway.errors import Conflict, Forbidden, Gone, NotFound, Unauthenticated, WrongKind
 
 
 def interaction_state(interaction: Row[Any]) -> dict[str, Any]:
@@ -123,24 +134,24 @@ def locking(read: Any) -> Any:
     return read.join(STEP, STEP.c.id == INTER.c.step_id).with_for_update(of=STEP)
 
 
-# The caller given by name (an in-process answer or cancel): the live principal of that name, joined into
-# the interaction's read, so that finding it costs no statement of its own.
+# The caller given by name (an in-process answer or cancel) or by its token's hash (an answer over HTTP): the
+# live principal so found, joined into the interaction's read, so that finding it costs no statement of its own.
 CALLER = PRIN.alias("caller")
 
 
 class InteractionRead:
-    """One read of ``interaction_read`` (``read(principal_id)`` builds it) as two statements: for a principal
-    given as an ``Actor`` (``:pid``), and for one given by name (``:pname``). The second is the live
-    principal of that name (its ``caller_*`` columns) with the read lateral to it: one row when that
+    """One read of ``interaction_read`` (``read(principal_id)`` builds it) as three statements: for a principal
+    given as an ``Actor`` (``:pid``), by name (``:pname``) and by token hash (``:th``). The last two are the
+    live principal so found (its ``caller_*`` columns) with the read lateral to it: one row when that
     principal is live (the interaction's columns NULL for an unknown ``:iid``), none otherwise."""
 
     def __init__(self, read: Callable[[Any], Any]) -> None:
         self.by_id = DriverStatement(read(bindparam("pid")))
         found = read(CALLER.c.id).lateral("interaction")
-        caller = [CALLER.c[name].label(f"caller_{name}") for name in ("id", "name", "kind")]
-        self.by_name = DriverStatement(
-            select(*caller, *found.c).select_from(CALLER.outerjoin(found, true())).where(live_named(CALLER))
-        )
+        caller = [CALLER.c[name].label(f"caller_{name}") for name in ("id", "name", "kind", "token_hash")]
+        joined = select(*caller, *found.c).select_from(CALLER.outerjoin(found, true()))
+        self.by_name = DriverStatement(joined.where(live_named(CALLER)))
+        self.by_token = DriverStatement(joined.where(live_holding(CALLER)))
 
 
 def _cancel_read(principal_id: Any) -> Any:
@@ -156,14 +167,13 @@ INTERACTION = InteractionRead(_cancel_read)
 
 
 def read_interaction(
-    session: Executor, read: InteractionRead, interaction_id_: str, principal: Actor | str, act: Act
+    session: Executor, read: InteractionRead, interaction_id_: str, principal: Caller, act: Act
 ) -> tuple[Row[Any], Actor]:
-    """``read`` for this interaction and principal (an ``Actor``, or a name: ``Forbidden`` first when no live
-    principal has it), and the principal; then ``NotFound`` for an unknown id, then as ``authorize``."""
-    if isinstance(principal, str):
-        row = read.by_name.first(session, {"iid": interaction_id_, "pname": principal})
-        if row is None:
-            raise unknown_principal(principal)
+    """``read`` for this interaction and principal (an ``Actor``; a name, ``Forbidden`` first when no live
+    principal has it; a ``TokenHolder``, as ``_caller_row``), and the principal; then ``NotFound`` for an
+    unknown id, then as ``authorize``."""
+    if isinstance(principal, str | TokenHolder):
+        row = _caller_row(session, read, interaction_id_, principal)
         principal = PrincipalRef(row.caller_id, row.caller_name, row.caller_kind)
         interaction = None if row.id is None else row
     else:
@@ -174,7 +184,25 @@ def read_interaction(
     return interaction, principal
 
 
+def _caller_row(session: Executor, read: InteractionRead, interaction_id_: str, caller: str | TokenHolder) -> Any:
+    """The row of ``read`` for the live principal of this name (none: ``Forbidden``) or holding this token
+    (none: ``Unauthenticated``; not of the holder's kinds: ``WrongKind``, before anything of the interaction)."""
+    if isinstance(caller, str):
+        row = read.by_name.first(session, {"iid": interaction_id_, "pname": caller})
+        if row is None:
+            raise unknown_principal(caller)
+        return row
+    row = read.by_token.first(session, {"iid": interaction_id_, "th": caller.token_hash})
+    if row is None or not hmac.compare_digest(row.caller_token_hash, caller.token_hash):
+        raise Unauthenticated("no live principal holds this token")
+    tracing.annotate(principal=row.caller_name)
+    if row.caller_kind not in caller.kinds:
+        raise _wrong_kind(PrincipalRef(row.caller_id, row.caller_name, row.caller_kind), caller.kinds)
+    return row
+
+
 Act = Literal["answer", "cancel"]
+Caller = Actor | str | TokenHolder  # a principal read already, or one the read finds (by name, by token)
 
 
 def authorize(interaction: Row[Any], principal: Actor, act: Act) -> None:
@@ -187,12 +215,7 @@ def authorize(interaction: Row[Any], principal: Actor, act: Act) -> None:
     ``run_owner_id`` and ``owner_granted`` too)."""
     if principal.kind not in ANSWERERS:
         if act == "answer":
-            raise WrongKind(
-                f"principal {principal.name} is of kind {principal.kind}; this needs {' or '.join(ANSWERERS)}",
-                name=principal.name,
-                kind=principal.kind,
-                kinds=ANSWERERS,
-            )
+            raise _wrong_kind(principal, ANSWERERS)
         if interaction.run_owner_id != principal.id or not interaction.owner_granted:
             raise Forbidden(
                 f"agent {principal.name} may cancel only the interactions of its own runs, while granted on "
@@ -202,6 +225,11 @@ def authorize(interaction: Row[Any], principal: Actor, act: Act) -> None:
     if interaction.place is None:
         raise Forbidden(f"principal {principal.name} holds no place on interaction {interaction.id}: no grant on"
                         f" target {interaction.target}, not named by it, or delegated away")  # fmt: skip
+
+
+def _wrong_kind(principal: Actor, kinds: tuple[str, ...]) -> WrongKind:
+    detail = f"principal {principal.name} is of kind {principal.kind}; this needs {' or '.join(kinds)}"
+    return WrongKind(detail, name=principal.name, kind=principal.kind, kinds=kinds)
 
 
 def refuse_ended_wait(interaction: Row[Any]) -> None:

@@ -50,9 +50,23 @@ class PrincipalRef:
     kind: str
 
 
+@dataclass(frozen=True)
+class TokenHolder:
+    """Whoever holds the bearer token of this hash (the API's caller, not yet read), admitted only if of one of
+    ``kinds``: the store reads it in the first statement of what it does for it, as a principal given by name."""
+
+    token_hash: str
+    kinds: tuple[str, ...]
+
+
 def live_named(principals: Any) -> Any:
     """The live principal named ``:pname`` among ``principals`` (the table or an alias of it)."""
     return and_(principals.c.name == bindparam("pname"), principals.c.disabled_at.is_(None))
+
+
+def live_holding(principals: Any) -> Any:
+    """The live principal holding the token hashed ``:th`` among ``principals`` (disabling clears it too)."""
+    return and_(principals.c.token_hash == bindparam("th"), principals.c.disabled_at.is_(None))
 
 
 _PRINCIPAL_REF = DriverStatement(select(PRIN.c.id, PRIN.c.name, PRIN.c.kind).where(live_named(PRIN)))

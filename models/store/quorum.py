@@ -21,6 +21,7 @@ from models.status import InteractionKind, InteractionStatus, PrincipalKind
 from models.store.answering import ANSWER_LOCKED, AnswerReceipt, Decision, answer_first, close
 from models.store.events import append_events, event_row
 from models.store.interactions import (
+    Caller,
     authorize,
     interaction_read,
     interaction_state,
@@ -86,12 +87,12 @@ def answer(
     value: Any,
     response_id: str,
     response_digest: str,
-    principal: Actor | str,
+    principal: Caller,
 ) -> AnswerReceipt:
-    """An answer, by a ``principal`` (given by name: read with the interaction, ``Forbidden`` before all
-    else when no live principal has it); ``NotFound``, then ``WrongKind``/``Forbidden`` (as ``authorize``)
-    come before anything is written. The first statement reads the interaction and takes its step's lock;
-    then ``answer_first``, or ``respond`` for a quorum wait."""
+    """An answer, by a ``principal`` (given by name or as a ``TokenHolder``: read with the interaction, and
+    refused before all else when no live principal is found, as ``read_interaction``); ``NotFound``, then
+    ``WrongKind``/``Forbidden`` (as ``authorize``) come before anything is written. The first statement
+    reads the interaction and takes its step's lock; then ``answer_first``, or ``respond`` for a quorum wait."""
     interaction, principal = read_interaction(session, ANSWER_LOCKED, interaction_id_, principal, "answer")
     if interaction.quorum > 1:
         return respond(session, interaction_id_, principal, value, response_id, response_digest)

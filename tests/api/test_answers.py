@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 
 from beat.sweep import run_sweep
+from parkway.db import get_engine
 from tests.api.conftest import ADMIN, AGENT, HUMAN, Actors, drive
 from tests.support import TARGET, event_types, interactions, pass_time
 
@@ -172,6 +175,37 @@ def test_malformed_answer_body__422_in_the_error_shape(client: TestClient, actor
         assert response.json()["error"] == "validation_error"
         assert isinstance(response.json()["detail"], str) and response.json()["errors"]
     assert interactions(run_id)["go"].status == "pending"
+
+
+def test_an_answer_by_token__reads_its_principal_in_the_answers_first_statement_not_a_round_trip_of_its_own(
+    client: TestClient, actors: Actors
+) -> None:
+    # Given a parked wait, and what the API's thread pool (where an answer runs) takes from the pool and sends
+    iid = interactions(start_parked(client, actors, "t.ask_one"))["go"].id
+    checkouts: list[str] = []
+    statements: list[str] = []
+
+    def checkout(*_: Any) -> None:
+        if threading.current_thread().name.startswith("parkway-api"):
+            checkouts.append(threading.current_thread().name)
+
+    def sent(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if threading.current_thread().name.startswith("parkway-api"):
+            statements.append(statement)
+
+    engine = get_engine()
+    event.listen(engine, "checkout", checkout)
+    event.listen(engine, "before_cursor_execute", sent)
+    try:
+        # When a human answers it over HTTP with its token
+        answered = answer(client, actors, iid, "yes", "by-token")
+    finally:
+        event.remove(engine, "before_cursor_execute", sent)
+        event.remove(engine, "checkout", checkout)
+    # Then the answer is made on one connection, and no statement of its own read the principal by its token
+    assert answered.status_code == 200 and answered.json()["status"] == "answered", answered.text
+    assert len(checkouts) == 1, checkouts
+    assert not [s for s in statements if "token_hash" in s], statements
 
 
 def test_permission__denied_is_rejected(client: TestClient, actors: Actors) -> None:
