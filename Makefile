@@ -5,10 +5,11 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# The suite in four processes, a module's tests together (they share its workers): most of a test is
-# waiting on real processes, so this fits the 2-core machine; TEST_PARALLEL= runs it in one process.
-# Modules go out in collection order, the longest first (LONG_MODULES in tests/conftest.py), not by test count.
-TEST_PARALLEL ?= -n 4 --dist loadfile --no-loadscope-reorder
+# The suite in six processes, a module's tests together (they share its workers): much of a test is
+# waiting on real processes, so six still fit the 2-core machine (four left it half idle); TEST_PARALLEL= runs
+# it in one process. Modules go out in collection order, the longest first (LONG_MODULES in tests/conftest.py,
+# the order the suite's own "longest modules" summary prints), not by test count.
+TEST_PARALLEL ?= -n 6 --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test test-postgres lint migrate sweep bench demo clean ts-pack
 
