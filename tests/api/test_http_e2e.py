@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -208,28 +209,26 @@ def test_authorization_matrix__holds_after_revoke_and_after_restarting_api_and_w
 def read_sse(
     live: Live, who: str, *, count: int, timeout: float = 10, params: dict[str, str] | None = None, **headers: str
 ) -> list[tuple[int, dict[str, Any]]]:
-    """Read up to ``count`` events from the stream, giving up after ``timeout`` seconds of waiting."""
+    """Read up to ``count`` events from the stream, giving up after ``timeout`` seconds of waiting. (A read
+    timeout ends the line iterator for good, so a read may wait the whole ``timeout``: the stream may be quiet
+    for a while between two events.)"""
     events: list[tuple[int, dict[str, Any]]] = []
     deadline = time.monotonic() + timeout
-    with httpx.Client(base_url=live.server.url, timeout=httpx.Timeout(5, read=1.0)) as http:
+    with httpx.Client(base_url=live.server.url, timeout=httpx.Timeout(5, read=timeout)) as http:
         url = "/v1/events/stream"
         with http.stream("GET", url, params=params, headers={**live.actors.auth(who), **headers}) as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             seq: int | None = None
-            lines = response.iter_lines()
-            while len(events) < count and time.monotonic() < deadline:
-                try:
-                    line = next(lines)
-                except httpx.ReadTimeout:
-                    continue
-                except StopIteration:
-                    break
-                if line.startswith("id: "):
-                    seq = int(line[4:])
-                elif line.startswith("data: "):
-                    assert seq is not None
-                    events.append((seq, json.loads(line[6:])))
+            with contextlib.suppress(httpx.ReadTimeout):  # quiet for the whole timeout
+                for line in response.iter_lines():
+                    if line.startswith("id: "):
+                        seq = int(line[4:])
+                    elif line.startswith("data: "):
+                        assert seq is not None
+                        events.append((seq, json.loads(line[6:])))
+                    if len(events) >= count or time.monotonic() >= deadline:
+                        break
     return events
 
 
