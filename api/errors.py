@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from api.schemas import (
+from api.error_schemas import (
     ErrorBody,
     InteractionConflict,
     InteractionGone,
