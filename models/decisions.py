@@ -10,9 +10,10 @@ million waits streams in bounded memory.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, String, literal, select, true, tuple_
@@ -25,6 +26,7 @@ from models.tables import Event, Grant, Interaction, Principal, Run
 from parkway.db import transaction
 
 PAGE = 500
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]|$)")
 EXPIRED = "not decided before it expired"
 
 _ANSWERER, _CLOSER = aliased(Principal), aliased(Principal)
@@ -98,6 +100,16 @@ class Span:
     since: datetime | None = None
     until: datetime | None = None
     target: str | None = None
+
+    @staticmethod
+    def instant(text: str) -> datetime:
+        """An end of a span as a person writes it: an ISO 8601 date or date-time (``2026-12-01``,
+        ``2026-12-01T09:30``, ``…Z``, ``…+01:00``), UTC unless it says. A bare number is refused, not read as
+        Unix time: the API's schema says a date-time, and so does the CLI's help."""
+        if not isinstance(text, str) or not _ISO_DATE.match(text):
+            raise ValueError("an ISO 8601 date or date-time such as 2026-12-01T09:30:00Z")
+        at = datetime.fromisoformat(text)
+        return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
     def header(self) -> dict[str, Any]:
         times = {k: v.isoformat() if v else None for k, v in (("since", self.since), ("until", self.until))}

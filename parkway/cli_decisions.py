@@ -7,13 +7,14 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 
 def _when(text: str) -> datetime:
-    at = datetime.fromisoformat(text)
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+    from models.decisions import Span
+
+    return Span.instant(text)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -3,11 +3,12 @@ verified against the tables now; the public key an auditor verifies with (docs/o
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Query
 from fastapi.responses import StreamingResponse
+from pydantic import BeforeValidator
 
 from api.deps import AuditDep, TextFilter, in_thread
 from api.errors import documented
@@ -18,13 +19,11 @@ from parkway.crypto import seal_public_key
 
 router = checked_router(prefix="/v1/decisions", tags=["decisions"])
 
-Since = Annotated[datetime | None, Query(description="decided at or after (ISO 8601; UTC unless it says)")]
-Until = Annotated[datetime | None, Query(description="decided before (ISO 8601; UTC unless it says)")]
+# An ISO 8601 string only: pydantic alone would read a number such as -34981 as Unix time.
+Instant = BeforeValidator(Span.instant)
+Since = Annotated[datetime | None, Instant, Query(description="decided at or after (ISO 8601; UTC unless it says)")]
+Until = Annotated[datetime | None, Instant, Query(description="decided before (ISO 8601; UTC unless it says)")]
 NDJSON = "application/x-ndjson"
-
-
-def utc(at: datetime | None) -> datetime | None:
-    return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
 
 
 @router.get(
@@ -42,7 +41,7 @@ def export_decisions(
     target: TextFilter = None,
     format: Annotated[Literal["ndjson", "csv"], Query(description="`ndjson` (default) or `csv`")] = "ndjson",
 ) -> StreamingResponse:
-    span = Span(utc(since), utc(until), target)
+    span = Span(since, until, target)
     targets = access.decision_targets(principal)
     if format == "csv":
         return StreamingResponse(decision_export.csv_rows(targets, span), media_type="text/csv")
@@ -56,9 +55,7 @@ def export_decisions(
     responses=documented(401, 403, 422),
 )
 async def verify_decisions(principal: AuditDep, since: Since = None, until: Until = None) -> dict[str, Any]:
-    verdict = await in_thread(
-        lambda: seal_reads.verify_live(since=utc(since), until=utc(until), public_key=seal_public_key())
-    )
+    verdict = await in_thread(lambda: seal_reads.verify_live(since=since, until=until, public_key=seal_public_key()))
     return verdict.as_dict()
 
 

@@ -176,3 +176,17 @@ def test_record__an_auditor_reads_decisions_and_nothing_else__nobody_else_reads_
         _, token = principal(kind, team)
         assert get(client, token, "/v1/decisions").status_code == 403, kind
         assert get(client, token, "/v1/decisions/verify").status_code == 403, kind
+
+
+def test_record__a_span_end_is_an_iso_date__a_number_is_refused_not_read_as_unix_time(
+    stack: Stack, client: TestClient
+) -> None:
+    team = f"team:record-{uuid.uuid4().hex[:6]}"
+    _, auditor = principal("auditor", team)
+    for path in ("/v1/decisions", "/v1/decisions/verify"):
+        for good in ("2026-12-01", "2026-12-01T09:30:00", "2026-12-01T09:30:00Z", "2026-12-01T09:30+01:00"):
+            assert get(client, auditor, path, since=good, until="2100-01-01").status_code == 200, (path, good)
+        for bad in ("-34981", "1700000000", "0", "yesterday", "2026-13-01"):
+            refused = get(client, auditor, path, since=bad)
+            assert refused.status_code == 422 and refused.json()["error"] == "validation_error", (path, bad)
+            assert "query.since" in refused.json()["detail"], refused.text
