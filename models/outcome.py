@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from models.jsonsafe import interaction_id
 
@@ -135,5 +135,7 @@ class InteractionSpec:
 OutcomeJSON = Annotated[Outcome, Field(discriminator="type")]
 
 # Reads an outcome from JSON (strict about the shape, never about the values' meaning: see check_outcome).
-OUTCOME: TypeAdapter[Outcome] = TypeAdapter(OutcomeJSON)
-INTERACTIONS: TypeAdapter[list[Question | Permission]] = TypeAdapter(list[Interaction])
+# Built on first use: a process that only declares workflows never needs them.
+_LATER = ConfigDict(defer_build=True)
+OUTCOME: TypeAdapter[Outcome] = TypeAdapter(OutcomeJSON, config=_LATER)
+INTERACTIONS: TypeAdapter[list[Question | Permission]] = TypeAdapter(list[Interaction], config=_LATER)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from models.status import PrincipalKind
+from parkway.errors import Forbidden
 
 Execute = Callable[[str, Mapping[str, Any]], Any]
 
@@ -61,3 +62,7 @@ def create_grant(execute: Execute, *, principal_id: str, target: str) -> str:
     holds. Callers hold the principal's row lock (``lock_principal``)."""
     values = {"id": uuid.uuid4().hex, "pid": principal_id, "target": target, "at": datetime.now(UTC)}
     return str(execute(CREATE_GRANT, values).fetchone()[0])
+
+
+def unknown_principal(name: str) -> Forbidden:
+    return Forbidden(f"principal {name} does not exist or is disabled")

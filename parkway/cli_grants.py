@@ -104,32 +104,37 @@ def cmd_grant_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_run_start(args: argparse.Namespace) -> int:
-    """Start a run as an agent, as ``POST /v1/runs`` does; the run's id alone on stdout."""
-    from parkway.errors import Conflict, Forbidden, InvalidPayload, NotRegistered
+    """Start a run as an agent, as ``POST /v1/runs`` does; the run's id alone on stdout. On plain psycopg
+    (``models.run_start``, the store's statements): the run's first continuation is published by beat's
+    sweep, which the start's ``NOTIFY`` wakes."""
+    from models import run_start
+    from models.jsonsafe import InvalidInput, require_storable
+    from parkway import pgconn
+    from parkway.errors import Conflict, Forbidden, InvalidPayload
+    from parkway.migrate import require_revision, revision_read
     from parkway.settings import get_settings
+    from tasks import registry
 
     try:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
         return _fail("run start", f"--payload is not JSON ({exc}): {args.payload[:80]!r}", 2)
     get_settings().require_imports()
-    _ready()
-    from models.jsonsafe import InvalidInput
-    from tasks import sdk
-
-    unserved = _unserved(args.workflow)
-    if unserved is not None:
-        return _fail("run start", *unserved)
-    try:
-        run_id = sdk.start_run(
-            args.workflow, payload, principal=args.as_, target=args.target, idempotency_key=args.idempotency_key
-        )
-    except NotRegistered:
-        return _fail("run start", _not_named(args.workflow), 3)
-    except (Forbidden, Conflict) as exc:
-        return _fail("run start", str(exc), 1)
-    except (InvalidInput, InvalidPayload) as exc:
-        return _fail("run start", str(exc), 2)
+    with pgconn.transaction() as conn:
+        require_revision(revision_read(conn.execute))
+        unserved = _unserved(args.workflow, *run_start.fleet(conn.execute, args.workflow))
+        if unserved is not None:
+            return _fail("run start", *unserved)
+        try:
+            require_storable({"payload": payload, "target": args.target, "idempotency_key": args.idempotency_key},
+                             "the run")  # fmt: skip
+            registry.checked_payload(args.workflow, payload)  # a step of this process's PARKWAY_IMPORTS
+            run_id = run_start.start(conn.execute, args.workflow, payload, principal=args.as_, target=args.target,
+                                     idempotency_key=args.idempotency_key)  # fmt: skip
+        except (Forbidden, Conflict) as exc:
+            return _fail("run start", str(exc), 1)
+        except (InvalidInput, InvalidPayload) as exc:
+            return _fail("run start", str(exc), 2)
     print(run_id)
     print(f"parkway run start: run {run_id} of {args.workflow} started as {args.as_} on target {args.target}; "
           f"GET /v1/runs/{run_id} follows it", file=sys.stderr)  # fmt: skip
@@ -142,22 +147,18 @@ def _not_named(workflow: str) -> str:
     return f"no workflow is named {workflow!r} (PARKWAY_IMPORTS imports {get_settings().imports or 'nothing'})"
 
 
-def _unserved(workflow: str) -> tuple[str, int] | None:
+def _unserved(workflow: str, served: bool, anyone_live: bool) -> tuple[str, int] | None:
     """Why no run of ``workflow`` should start, with the exit code, when no live worker runs it (today's
-    fleet, ``parkway workers``): its run would wait for one, or be interrupted once the grace ran out."""
-    from models import store
-    from models.status import ContinuationKind
-    from parkway.db import single_statement
+    fleet, ``parkway workers``): its run would wait for one, or be interrupted once the grace ran out.
+    Imports the workflows of ``PARKWAY_IMPORTS`` (a served one's payload is checked against its step)."""
     from tasks import registry
 
-    with single_statement() as conn:
-        fleet = store.serving(conn, ContinuationKind.START, workflow)
-    if fleet.served:  # a live Celery worker runs it, or a remote one leases it
-        return None
     registry.import_workflows()
+    if served:  # a live Celery worker runs it, or a remote one leases it
+        return None
     if not registry.has_step(workflow):
         return _not_named(workflow), 3
-    if not fleet.anyone_live:
+    if not anyone_live:
         return (f"no worker is running, so nothing would run {workflow}: start one (make run, parkway up, or "
                 "celery -A tasks.celery_app:app worker), then start the run; nothing was stored"), 4  # fmt: skip
     return (f"no live worker runs {workflow}: the running workers were started without its module ("

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import TypeAdapter, ValidationError
 
 from parkway.errors import InvalidPayload
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 MAX_PROBLEMS = 20
 NAMES_ONLY = ("required", "additionalProperties", "unevaluatedProperties")  # their messages quote names, not values
@@ -39,6 +40,9 @@ class PayloadSchema:
     def __init__(self, declared: Any) -> None:
         self.declared = declared
         if isinstance(declared, dict):
+            from jsonschema import Draft202012Validator  # only for a schema given as JSON
+            from jsonschema.exceptions import SchemaError
+
             try:
                 Draft202012Validator.check_schema(declared)
             except SchemaError as exc:

@@ -11,15 +11,10 @@ from sqlalchemy import JSON, Integer, String, cast, func, insert, literal, liter
 from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 from sqlalchemy.orm import Session
 
-from models.base import utcnow
+from models.event_rows import EVENT_COLUMNS
+from models.event_rows import event_params as event_params  # their home, without SQLAlchemy
+from models.event_rows import event_row as event_row
 from models.store.sql import BATCHES, EVENTS, TRACE_ID, Executor, bp
-from parkway import tracing
-
-
-def event_row(run_id: str, type_: str, **data: Any) -> dict[str, Any]:
-    """One event of a run's log (never carrying answer values), for ``append_events``."""
-    return {"run_id": run_id, "type": type_, "at": utcnow(), "data": {"run_id": run_id, **data},
-            "trace_id": tracing.trace_id()}  # fmt: skip
 
 
 def append_event(session: Session, run_id: str, type_: str, **data: Any) -> None:
@@ -44,9 +39,6 @@ def append_events(session: Executor, rows: list[dict[str, Any]]) -> None:
                         "events": events})  # fmt: skip
     if batches:
         session.execute(_INSERT_BATCH, batches)
-
-
-EVENT_COLUMNS = ("run_id", "type", "at", "data", "trace_id")
 
 
 def batches_of(every: Any, *order: Any) -> Any:
@@ -92,11 +84,6 @@ def events_if(*conditions: Any, known: dict[int, dict[str, Any]] | None = None) 
         rows.append(select(literal_column(str(k), Integer).label("o"), *columns).where(condition))
     every = (union_all(*rows) if len(rows) > 1 else rows[0]).subquery("every")
     return batches_of(every, every.c.o)
-
-
-def event_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """``event_row`` dicts as the parameters of ``events_if``."""
-    return {f"e{k}_{name}": row[name] for k, row in enumerate(rows) for name in EVENT_COLUMNS}
 
 
 def resumed_event(run_id: str, step_id: str, name: str, continuation_id: str) -> dict[str, Any]:

@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import and_, bindparam, exists, select, update
+from sqlalchemy import String, and_, bindparam, exists, select, update
 from sqlalchemy.orm import Session
 
 from models import principal_sql
 from models.base import utcnow
+from models.principal_sql import unknown_principal as unknown_principal
 from models.status import PrincipalKind
 from models.store.driver import DriverStatement
 from models.store.sql import GRANT, PRIN, Executor
 from models.tables import Grant, Principal
-from parkway.errors import Forbidden
 
 
 def create_principal(session: Session, *, kind: str, name: str, token_hash: str | None) -> Principal | None:
@@ -25,11 +25,11 @@ def create_principal(session: Session, *, kind: str, name: str, token_hash: str 
     return None if made is None else session.get(Principal, made)
 
 
-_PRINCIPAL_BY_NAME = select(Principal).where(Principal.name == bindparam("name"))
+PRINCIPAL_BY_NAME = select(Principal).where(Principal.name == bindparam("name"))
 
 
 def principal_by_name(session: Session, name: str) -> Principal | None:
-    return session.scalar(_PRINCIPAL_BY_NAME, {"name": name})
+    return session.scalar(PRINCIPAL_BY_NAME, {"name": name})
 
 
 class Actor(Protocol):
@@ -80,10 +80,6 @@ def principal_ref_by_name(session: Executor, name: str) -> PrincipalRef | None:
     return None if row is None else PrincipalRef(row.id, row.name, row.kind)
 
 
-def unknown_principal(name: str) -> Forbidden:
-    return Forbidden(f"principal {name} does not exist or is disabled")
-
-
 def create_grant(session: Session, *, principal_id: str, target: str) -> Grant:
     """none -> live: the principal's live grant of the target, made now, or the one it already holds (so one
     revoke always ends its access), one statement (``models.principal_sql``, which the CLI runs too). Callers
@@ -124,14 +120,15 @@ def live_grant(principal_id: Any, target: Any) -> Any:
     return exists().where(*granted).correlate_except(GRANT)
 
 
+# Whether ``:pid`` holds a live grant on ``:target`` (``parkway run start`` runs its text: models/start_sql.py).
+GRANTED = select(live_grant(bindparam("pid", type_=String), bindparam("target", type_=String)))
+
+
 def is_granted(session: Session, principal: Principal, target: str) -> bool:
     """Whether the principal holds a live grant on the target, read now (admins hold every target)."""
     if principal.kind == PrincipalKind.ADMIN:
         return True
-    found = session.scalar(
-        select(Grant.id).where(Grant.principal_id == principal.id, Grant.target == target, Grant.revoked_at.is_(None))
-    )
-    return found is not None
+    return bool(session.scalar(GRANTED, {"pid": principal.id, "target": target}))
 
 
 ANSWERERS = (PrincipalKind.HUMAN.value, PrincipalKind.ADMIN.value)

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, exists, insert, literal, select, true, update
+from sqlalchemy import bindparam, exists, insert, literal, null, select, true, update
 from sqlalchemy.orm import Session
 
 from models.base import utcnow
 from models.clock import db_now
+from models.run_start import run_params, same_request
 from models.status import RUN_LIVE, ContinuationKind, ContinuationStatus, RunStatus, StepStatus
 from models.store.events import event_params, event_row, events_if
 from models.store.sql import (
@@ -24,21 +25,26 @@ from models.store.sql import (
     insert_or_winner,
     insert_unless_taken,
     made_or_found,
-    new_id,
     words,
 )
 from models.store.workers import remote_only
 from models.tables import Principal, Run
 from parkway import identity
-from parkway.errors import Conflict
 
 
 def ready_continuation(
-    kind: ContinuationKind, id_: Any, run_id: Any, step_id: Any, name: Any, source: Any = None, target: Any = None
+    kind: ContinuationKind,
+    id_: Any,
+    run_id: Any,
+    step_id: Any,
+    name: Any,
+    source: Any = None,
+    target: Any = None,
+    published: bool = True,
 ) -> Any:
     """An insert of the ready continuation ``id_`` of ``kind`` (expressions for the rest), one for each row
     of ``source`` (a CTE; without one, a single row). ``target``: the run's, when the run is made in the same
-    statement (else it is read)."""
+    statement (else it is read). ``published=False``: never published, so the sweep's next pass sends it."""
     if target is None:
         target = select(RUN.c.target).where(RUN.c.id == run_id).scalar_subquery()
     row = select(
@@ -49,8 +55,8 @@ def ready_continuation(
         name,
         literal(ContinuationStatus.READY.value),
         literal(0),
-        literal(1),  # published right after this commit; if that publish is lost the sweep sends it again
-        db_now(),  # the re-enqueue age is measured on the database's clock
+        literal(int(published)),  # published right after this commit; if that publish is lost the sweep sends it again
+        db_now() if published else null(),  # the re-enqueue age is measured on the database's clock
         db_now(),
         remote_only(kind, name, target),
         TRACEPARENT,
@@ -72,10 +78,11 @@ def ready_continuation(
     return insert(CONT).from_select(columns, row if source is None else row.select_from(source))
 
 
-def _create_run(start: bool) -> Any:
+def _create_run(start: bool, published: bool = True) -> Any:
     """The run ``:id`` unless its owner used its idempotency key already, and only if it was made: its
     first step ``:sid``, that step's ready start continuation ``:cid`` and the two events (``start``), or
-    the step alone and ``run.created`` (a run whose first step parks at once: ``create_parked_run``)."""
+    the step alone and ``run.created`` (a run whose first step parks at once: ``create_parked_run``).
+    ``published=False``: the continuation is left for the sweep to publish (``parkway run start``)."""
     at = bp("at", RUN.c.created_at)
     given = ("id", "workflow", "owner_id", "target", "payload", "idempotency_key", "request_digest")
     values = {name: bp(name, RUN.c[name]) for name in given}
@@ -92,7 +99,7 @@ def _create_run(start: bool) -> Any:
                bp("payload", STEP.c.payload), at, at).select_from(made),
     )  # fmt: skip
     due = ready_continuation(ContinuationKind.START, bp("cid", CONT.c.id), made.c.id, bp("sid", CONT.c.step_id),
-                             made.c.workflow, made, target=made.c.target)  # fmt: skip
+                             made.c.workflow, made, target=made.c.target, published=published)  # fmt: skip
     # run.created, continuation.ready
     events = events_if(*[exists(select(made.c.id))] * (2 if start else 1))
     found = select(*RUN.c).where(
@@ -103,6 +110,7 @@ def _create_run(start: bool) -> Any:
 
 
 _CREATE_RUN = {start: _create_run(start) for start in (True, False)}
+CREATE_UNPUBLISHED_RUN = _create_run(True, published=False)  # its text: models/start_sql.py
 
 
 def create_run(
@@ -124,18 +132,15 @@ def create_run(
     the same body returns the existing run and ``None`` for the continuation; a different body raises
     ``Conflict``.
     """
-    rid, sid, cid = new_id(), new_id(), new_id()
-    events = [event_row(rid, "run.created", workflow=workflow, owner=owner.name, target=target)]
-    if start:
-        events.append(event_row(rid, "continuation.ready", continuation_id=cid, step_id=sid, name=workflow))
-    params = {"id": rid, "sid": sid, "cid": cid, "workflow": workflow, "owner_id": owner.id, "target": target,
-              "payload": payload, "idempotency_key": idempotency_key, "request_digest": request_digest,
-              "at": utcnow(), **event_params(events)}  # fmt: skip
+    params = run_params(workflow=workflow, payload=payload, owner_id=owner.id, owner_name=owner.name,
+                        target=target, idempotency_key=idempotency_key, digest=request_digest, start=start)  # fmt: skip
     run, made = insert_or_winner(
         session, Run, _CREATE_RUN[start], params, lambda: _run_by_key(session, owner.id, idempotency_key)
     )
     if not made:
-        return _same_request(run, request_digest), None
+        same_request(run.id, run.status, run.idempotency_key, run.request_digest, request_digest)
+        return run, None
+    rid, sid, cid = params["id"], params["sid"], params["cid"]
     remote = bool(start and session.scalar(select(CONT.c.remote).where(CONT.c.id == cid)))  # leased, not published
     return run, Due(cid, ContinuationKind.START.value, rid, sid, workflow, remote)
 
@@ -144,15 +149,6 @@ def _run_by_key(session: Session, owner_id: str, key: str | None) -> Run | None:
     if key is None:  # pragma: no cover - only a key can conflict
         return None
     return session.scalar(select(Run).where(Run.owner_id == owner_id, Run.idempotency_key == key))
-
-
-def _same_request(run: Run, request_digest: str) -> Run:
-    if run.request_digest != request_digest:
-        raise Conflict(
-            f"idempotency key {run.idempotency_key!r} was used for run {run.id} with a different request",
-            {"run_id": run.id, "status": run.status},
-        )
-    return run
 
 
 @dataclass(frozen=True)
