@@ -45,18 +45,23 @@ def timed(parkway: str, argv: list[str]) -> tuple[float, float]:
     return took, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(doc: str | None) -> tuple[int, dict[str, str]]:
+    """``--reps`` and the ``--parkway`` executables by name (this interpreter's ``parkway`` when none)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--parkway", action="append", metavar="[NAME=]EXECUTABLE")
     args = parser.parse_args()
     if "PARKWAY_HOME" not in os.environ and "PARKWAY_DATABASE_URL" not in os.environ:
         raise SystemExit("set PARKWAY_HOME (or PARKWAY_DATABASE_URL) to the running stack's")
     given = args.parkway or [str(Path(sys.executable).with_name("parkway"))]
-    executables = dict(p.partition("=")[::2] if "=" in p else (p, p) for p in given)
+    return args.reps, dict(p.partition("=")[::2] if "=" in p else (p, p) for p in given)
+
+
+def main() -> int:
+    reps, executables = arguments(__doc__)
     tag = uuid.uuid4().hex[:8]
     times: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for i in range(args.reps):  # interleaved, so a burst of load on the host touches each alike
+    for i in range(reps):  # interleaved, so a burst of load on the host touches each alike
         for n, (name, executable) in enumerate(executables.items()):
             for command, argv in commands(f"{tag}-{n}", i).items():
                 times.setdefault((name, command), []).append(timed(executable, argv))

@@ -46,6 +46,15 @@ def run_params(*, workflow: str, payload: Any, owner_id: str, owner_name: str, t
             "at": datetime.now(UTC), **event_params(events)}  # fmt: skip
 
 
+def may_start(principal: str, kind: str, target: str, granted: Callable[[], bool]) -> None:
+    """``Forbidden`` unless ``principal`` (of ``kind``) is an agent and ``granted()`` says it holds a grant on
+    ``target``."""
+    if kind != PrincipalKind.AGENT:
+        raise Forbidden(f"principal {principal} is a {kind}; runs are started by agents")
+    if not granted():
+        raise Forbidden(f"principal {principal} holds no grant on target {target}")
+
+
 def same_request(run_id: str, status: str, key: str | None, stored: str | None, digest: str) -> str:
     """The run an idempotency key found, when it was made for this request; else ``Conflict``."""
     if stored != digest:
@@ -64,10 +73,8 @@ def start(execute: Execute, workflow: str, payload: Any, *, principal: str, targ
     owner = _row(execute(*_bound(start_sql.PRINCIPAL_BY_NAME, name=principal)))
     if owner is None:
         raise unknown_principal(principal)
-    if owner["kind"] != PrincipalKind.AGENT:
-        raise Forbidden(f"principal {principal} is a {owner['kind']}; runs are started by agents")
-    if not execute(*_bound(start_sql.GRANTED, pid=owner["id"], target=target)).fetchone()[0]:
-        raise Forbidden(f"principal {principal} holds no grant on target {target}")
+    may_start(principal, owner["kind"], target, lambda: execute(*_bound(start_sql.GRANTED, pid=owner["id"],
+                                                                      target=target)).fetchone()[0])  # fmt: skip
     digest = request_digest(workflow, payload, target)
     params = run_params(workflow=workflow, payload=payload, owner_id=owner["id"], owner_name=principal,
                         target=target, idempotency_key=idempotency_key, digest=digest, start=True)  # fmt: skip

@@ -49,3 +49,13 @@ def transaction() -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
     url = libpq_url(get_settings().effective_database_url)
     with psycopg.connect(url, options=connect_args()["options"]) as conn:
         yield conn
+
+
+def listening(channel: str) -> psycopg.Connection[tuple[Any, ...]]:
+    """A connection of its own in autocommit, listening on ``channel`` (read with ``notifies``)."""
+    import psycopg
+
+    url = libpq_url(get_settings().effective_database_url)
+    conn = psycopg.connect(url, options=connect_args()["options"], autocommit=True)
+    conn.execute(f"LISTEN {channel}")
+    return conn

@@ -114,6 +114,7 @@ def _settings_or_refuse() -> Settings:
 app = Celery("parkway")
 configure(app, _settings_or_refuse())
 app.steps["worker"].add("tasks.fleet:Heartbeat")
+app.steps["worker"].add("tasks.ready:ReadyListener")  # publishes what parkway run start committed
 
 
 def _guard_schema(process: str) -> None:

@@ -31,6 +31,8 @@ from tasks.tooltypes import Permission, PermissionRejected, PossiblyRan, ToolFai
 if TYPE_CHECKING:
     from models.store import Answer
     from tasks.sdk_calls import answer, cancel, delegate, start_run
+    from tasks.sdk_calls import request_digest as request_digest
+    from tasks.sdk_calls import response_digest as response_digest
 
 __all__ = [
     "Answer",
@@ -189,8 +191,8 @@ class Context:
 
 
 # What the running half (``tasks.sdk_calls``) and the store define, imported on first use.
-_LATER = {"Answer": "models.store", "answer": "tasks.sdk_calls", "cancel": "tasks.sdk_calls",
-          "delegate": "tasks.sdk_calls", "start_run": "tasks.sdk_calls"}  # fmt: skip
+_CALLS = ("answer", "cancel", "delegate", "request_digest", "response_digest", "start_run")
+_LATER = {"Answer": "models.store", **dict.fromkeys(_CALLS, "tasks.sdk_calls")}
 
 
 def __getattr__(name: str) -> Any:

@@ -10,11 +10,10 @@ from typing import Any
 
 from models import jsonsafe, run_start, store
 from models.outcome import OUTCOME, Park
-from models.status import PrincipalKind
 from models.store import Actor, TokenHolder
 from parkway.crash import crash_point
 from parkway.db import core_transaction, transaction
-from parkway.errors import Conflict, Forbidden, InvalidAnswer, NotRegistered
+from parkway.errors import Conflict, InvalidAnswer, NotRegistered
 from parkway.settings import get_settings
 from tasks import registry
 from tasks.outcomes import interaction_specs
@@ -56,10 +55,7 @@ def start_run(
     registry.checked_payload(workflow, payload)  # InvalidPayload: nothing is stored
     with transaction() as session:
         owner = _principal(session, principal)
-        if owner.kind != PrincipalKind.AGENT:
-            raise Forbidden(f"principal {principal} is a {owner.kind}; runs are started by agents")
-        if not store.is_granted(session, owner, target):
-            raise Forbidden(f"principal {principal} holds no grant on target {target}")
+        run_start.may_start(owner.name, owner.kind, target, lambda: store.is_granted(session, owner, target))
         run, due = store.create_run(
             session,
             workflow=workflow,
