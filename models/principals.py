@@ -102,14 +102,6 @@ def list_grants(
     return rows[:limit], (position_cursor(last.created_at, last.id) if last is not None else None)
 
 
-def live_principal_for_update(session: Session, name: str) -> Principal | None:
-    """The live principal of this name, its row locked (a grant made now cannot slip past a disabling);
-    ``None`` when no principal has the name or it is disabled."""
-    return session.scalar(
-        select(Principal).where(Principal.name == name, Principal.disabled_at.is_(None)).with_for_update()
-    )
-
-
 def _end_sessions(session: Session, principal_id: str, now: datetime) -> None:
     session.execute(
         update(PageSession)

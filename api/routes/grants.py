@@ -60,14 +60,12 @@ def list_grants(
 )
 def create_grant(body: GrantCreate, admin: AdminDep) -> GrantOut:
     with transaction() as session:
-        # The principal's row locked: a grant cannot be made for it while it is being disabled.
-        principal = principals.live_principal_for_update(session, body.principal)
-        if principal is None:
-            if store.principal_by_name(session, body.principal) is not None:
-                raise ApiError(422, errors.PRINCIPAL_DISABLED.format(name=body.principal), code="unknown_principal")
-            raise ApiError(422, errors.UNKNOWN_PRINCIPAL.format(name=body.principal), code="unknown_principal")
-        grant = store.create_grant(session, principal_id=principal.id, target=body.target)
-        return GrantOut.of(grant, principal.name)
+        found = store.lock_principal(session, body.principal)  # no grant slips past a disabling
+        if found is None or not found[1]:
+            said = errors.UNKNOWN_PRINCIPAL if found is None else errors.PRINCIPAL_DISABLED
+            raise ApiError(422, said.format(name=body.principal), code="unknown_principal")
+        grant = store.create_grant(session, principal_id=found[0], target=body.target)
+        return GrantOut.of(grant, body.principal)
 
 
 @router.delete(

@@ -80,10 +80,16 @@ def principal_ref_by_name(session: Executor, name: str) -> PrincipalRef | None:
     return None if row is None else PrincipalRef(row.id, row.name, row.kind)
 
 
+def lock_principal(session: Session, name: str) -> tuple[str, bool] | None:
+    """The principal's id and whether it is live, its row locked until the transaction ends (a grant made now
+    cannot slip past a disabling); ``None`` when no principal has the name. The statement the CLI runs too."""
+    return principal_sql.lock_principal(session.connection().exec_driver_sql, name)
+
+
 def create_grant(session: Session, *, principal_id: str, target: str) -> Grant:
     """none -> live: the principal's live grant of the target, made now, or the one it already holds (so one
     revoke always ends its access), one statement (``models.principal_sql``, which the CLI runs too). Callers
-    hold the principal's row lock (``live_principal_for_update``), so two grants of one target cannot be made
+    hold the principal's row lock (``lock_principal``), so two grants of one target cannot be made
     side by side."""
     made = principal_sql.create_grant(session.connection().exec_driver_sql, principal_id=principal_id, target=target)
     grant = session.get(Grant, made)

@@ -124,7 +124,10 @@ def test_disable__401_at_once_and_after_a_restart_grants_revoked_name_taken(
     assert again.status_code == 409
     assert http.delete(f"/v1/principals/{made['id']}", headers=actors.auth(ADMIN)).status_code == 204
     regrant = http.post("/v1/grants", json={"principal": made["name"], "target": TARGET}, headers=actors.auth(ADMIN))
-    assert regrant.status_code == 422
+    assert regrant.status_code == 422 and "is disabled" in regrant.json()["detail"], regrant.text
+    nobody = http.post("/v1/grants", json={"principal": f"nobody-{made['id']}", "target": TARGET},
+                       headers=actors.auth(ADMIN))  # fmt: skip
+    assert nobody.status_code == 422 and "is disabled" not in nobody.json()["detail"], nobody.text
     listed = http.get("/v1/principals", params={"limit": 200}, headers=actors.auth(ADMIN)).json()["items"]
     assert next(p for p in listed if p["id"] == made["id"])["disabled_at"] is not None
     # And after the API restarts, still 401 (the state is in the database)
