@@ -66,24 +66,24 @@ def same_request(run_id: str, status: str, key: str | None, stored: str | None, 
 def start(execute: Execute, workflow: str, payload: Any, *, principal: str, target: str,
           idempotency_key: str | None) -> str:  # fmt: skip
     """none -> running, as ``tasks.sdk.start_run`` without a park: the run's id (the one its idempotency key
-    made before, for the same request). Its first continuation is left for the sweep to publish
-    (``READY_CHANNEL`` is notified as this commits). ``Forbidden`` (no such agent, no grant), ``Conflict``."""
+    made before, for the same request). Its first continuation is committed never published, and
+    ``READY_CHANNEL`` notified: a listening worker publishes it (``tasks.ready``), else the sweep.
+    ``Forbidden`` (no such agent, no grant), ``Conflict``."""
     from models import start_sql
 
     owner = _row(execute(*_bound(start_sql.PRINCIPAL_BY_NAME, name=principal)))
     if owner is None:
         raise unknown_principal(principal)
-    may_start(principal, owner["kind"], target, lambda: execute(*_bound(start_sql.GRANTED, pid=owner["id"],
-                                                                      target=target)).fetchone()[0])  # fmt: skip
+    granted = _bound(start_sql.GRANTED, pid=owner["id"], target=target)
+    may_start(principal, owner["kind"], target, lambda: bool(execute(*granted).fetchone()[0]))
     digest = request_digest(workflow, payload, target)
     params = run_params(workflow=workflow, payload=payload, owner_id=owner["id"], owner_name=principal,
                         target=target, idempotency_key=idempotency_key, digest=digest, start=True)  # fmt: skip
     for key in ("payload", "e0_data", "e1_data"):
         params[key] = json.dumps(params[key])
-    # The winner of a race on the key that committed after the first statement's snapshot: the next one reads it.
-    run = _row(execute(*_bound(start_sql.CREATE_UNPUBLISHED_RUN, **params))) or _row(
-        execute(*_bound(start_sql.CREATE_UNPUBLISHED_RUN, **params))
-    )
+    create = _bound(start_sql.CREATE_UNPUBLISHED_RUN, **params)
+    # The winner of a race on the key that committed after the statement's snapshot: the next one reads it.
+    run = _row(execute(*create)) or _row(execute(*create))
     assert run is not None, "an insert that did nothing lost to a row that exists"
     if not run["made"]:
         return same_request(run["id"], run["status"], idempotency_key, run["request_digest"], digest)

@@ -166,3 +166,23 @@ def test_run_start__a_workflow_only_a_remote_worker_serves_is_started(stack: Sta
     # Then the run is stored, for the remote worker to lease
     assert started.returncode == 0, started.stderr
     assert runs_of("chk.plan") == 1
+
+
+def test_run_start__an_idempotency_key_returns_the_same_run_and_refuses_another_body(
+    stack: Stack, worker: Worker
+) -> None:
+    key = "k-" + uuid.uuid4().hex
+
+    def start(payload: str) -> tuple[int, str, str]:
+        done = stack.parkway("run", "start", "t.after", "--payload", payload, "--as", AGENT, "--target", TARGET,
+                             "--idempotency-key", key)  # fmt: skip
+        return done.returncode, done.stdout.strip(), done.stderr
+
+    before = runs_of("t.after")
+    code, first, err = start('{"n": 7}')
+    assert code == 0, err
+    assert start('{"n": 7}')[:2] == (0, first)  # a retry: the same run, nothing more stored
+    code, out, err = start('{"n": 8}')
+    assert (code, out) == (1, "") and f"was used for run {first} with a different request" in err, err
+    assert runs_of("t.after") == before + 1
+    wait_status(first, "completed", sweep=False)
