@@ -9,6 +9,7 @@ listening, or its connection was being made again) leaves them to the sweep's ne
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from celery import bootsteps
@@ -22,6 +23,7 @@ from tasks.publish import publish
 log = logging.getLogger("parkway.worker")
 
 POLL_S = 0.2  # how often the listening connection is read: at most this is added to a shell start's latency
+RETRY_S = 5.0  # after a failure, the connection is made again no sooner than this
 BATCH = 100
 NEVER_PUBLISHED = 1e9  # seconds: older than any stamp, so only continuations never published are marked
 
@@ -45,6 +47,7 @@ class ReadyListener(bootsteps.StartStopStep):  # type: ignore[misc]
         self.conn: Any = None
         self.tref: Any = None
         self.failing = False
+        self.retry_at = 0.0
         super().__init__(worker, **kwargs)
 
     def start(self, worker: Any) -> None:
@@ -58,7 +61,10 @@ class ReadyListener(bootsteps.StartStopStep):  # type: ignore[misc]
 
     def poll(self) -> None:
         """Publish what was notified since the last read (after a new connection: what was committed while
-        none listened). A failure is one line until it recovers; the connection is made again next time."""
+        none listened). A failure is one line until it recovers; the connection is made again ``RETRY_S``
+        later."""
+        if time.monotonic() < self.retry_at:
+            return
         try:
             if self.conn is None:
                 self.conn = pgconn.listening(READY_CHANNEL)
@@ -73,6 +79,7 @@ class ReadyListener(bootsteps.StartStopStep):  # type: ignore[misc]
                 log.warning("could not publish the continuations started from the shell (the sweep will): %s",
                             failure_line(exc), exc_info=not database_unavailable(exc))  # fmt: skip
             self.failing = True
+            self.retry_at = time.monotonic() + RETRY_S
             self._close()
 
     def _close(self) -> None:
