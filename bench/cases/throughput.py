@@ -188,12 +188,12 @@ WARM_N = 200  # answer→consume run by freshly started workers before a measure
 
 
 @contextlib.contextmanager
-def fresh_workers(bench: Bench, *, traced: bool) -> Iterator[None]:
+def fresh_workers(bench: Bench, *, traced: bool) -> Iterator[Any]:
     """``--what-if tracing``: the answer→consume variant and its traced twin each on workers started for it
     (exporting every span, 100 % sampling, over OTLP/HTTP to a local sink that answers 200 at once:
     bench/receiver.py; or untraced) and warmed by ``WARM_N`` answers, all outside the measure, so the two
     differ by the tracing alone, not by one of them paying a fresh pool child's first executions (its lazy
-    imports, statement compiles and prepares)."""
+    imports, statement compiles and prepares). Yields the sink (``None`` untraced)."""
     from bench.cases.webhooks import receiver
 
     with receiver(bench) if traced else contextlib.nullcontext() as sink:
@@ -203,7 +203,9 @@ def fresh_workers(bench: Bench, *, traced: bool) -> Iterator[None]:
         bench.services.start_worker()
         try:
             run_parkway_throughput(bench, WARM_N, http_base=None, label="warm-up")
-            yield
+            if sink is not None:  # the warm-up's spans sent before the measure, none of it in it
+                exported(bench, sink, SPANS_PER_RESUME * WARM_N)
+            yield sink
         finally:
             for key in TRACED:
                 bench.services.env.pop(key, None)
@@ -243,7 +245,7 @@ def run_leg(bench: Bench, variant: str, n: int, base_url: str | None) -> tuple[f
     variants each on workers started and warmed for it, outside the measure)."""
     fresh = "tracing" in WHAT_IF and variant in ("python", "python-traced")
     workers = fresh_workers(bench, traced=variant == "python-traced") if fresh else contextlib.nullcontext()
-    with workers, CpuMeter(bench) as meter:
+    with workers as sink, CpuMeter(bench) as meter:
         if variant == "baseline":
             rate = run_baseline_throughput(bench, n)
         elif variant == "consume":
@@ -254,7 +256,23 @@ def run_leg(bench: Bench, variant: str, n: int, base_url: str | None) -> tuple[f
             if variant != "python-traced":
                 label = "producer answers/s (HTTP)" if http else "producer answers/s (Python)"
                 bench.metric("throughput", label, "/s").add(answers)
+        if sink is not None:  # the spans still batched in the workers are exported inside the measure too
+            exported(bench, sink, SPANS_PER_RESUME * (WARM_N + n))
     return n / rate, meter.per_unit(n)
+
+
+SPANS_PER_RESUME = 2  # the bench's resume completes: its execution's CONSUMER span and its commit's
+
+
+def exported(bench: Bench, sink: Any, spans: int) -> None:
+    """Wait until the OTLP sink has received ``spans`` (the batch processor sends within its schedule delay)."""
+    import urllib.request
+
+    def received() -> int:
+        with urllib.request.urlopen(sink.url.replace("/hook", "/spans"), timeout=5) as answer:
+            return int(answer.read())
+
+    wait_count(received, spans, timeout=60, what="spans exported", services=bench.services, poll=0.2)
 
 
 def per_unit(legs: list[tuple[int, float, dict[str, float]]]) -> dict[str, float]:
