@@ -1,21 +1,45 @@
 """``python -m bench.receiver PORT``: the webhooks case's receiver, a threaded HTTP server on 127.0.0.1 that
 reads each request and answers 200 at once (no verification: the acceptance tests verify; this measures the
-sender). A process of its own, so it takes no GIL from the bench's producers."""
+sender). A process of its own, so it takes no GIL from the bench's producers. As the tracing what-if's OTLP
+sink it also counts the spans posted to ``/v1/traces`` (``GET /spans``: how many so far), so a measure can
+wait until the workers have exported all of theirs."""
 
 from __future__ import annotations
 
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_spans = [0]
+_lock = threading.Lock()
+
+
+def spans_in(body: bytes) -> int:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest.FromString(body)
+    return sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
 
 
 class Answer(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.path == "/v1/traces":
+            with _lock:
+                _spans[0] += spans_in(body)
         self.send_response(200)
         self.send_header("content-length", "0")
         self.end_headers()
+
+    def do_GET(self) -> None:
+        with _lock:
+            text = str(_spans[0]).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(text)))
+        self.end_headers()
+        self.wfile.write(text)
 
     def log_message(self, *args: object) -> None:
         pass

@@ -11,8 +11,8 @@ Attributes name ids, names and outcomes only, never a value a person or a tool g
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +23,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, S
 
 # "on": set up in this process. A forked child starts off (the at-fork hook below), so every call here checks
 # one flag, never the process id: what tracing costs a process that is not traced is that read.
-_state: dict[str, Any] = {"pid": None, "on": False, "tracer": None, "provider": None}
+_state: dict[str, Any] = {"pid": None, "on": False, "tracer": None, "provider": None, "parent": False}
 KINDS = {"internal": SpanKind.INTERNAL, "server": SpanKind.SERVER, "consumer": SpanKind.CONSUMER,
          "producer": SpanKind.PRODUCER, "client": SpanKind.CLIENT}  # fmt: skip
 _NEW_TRACE = trace.set_span_in_context(trace.INVALID_SPAN)
@@ -69,7 +69,7 @@ def setup(service: str) -> bool:
     provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER(_ARG)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
-    _state.update(on=True, tracer=provider.get_tracer("parkway"), provider=provider)
+    _state.update(on=True, tracer=provider.get_tracer("parkway"), provider=provider, parent=follows_wait())
     return True
 
 
@@ -104,11 +104,12 @@ def span_context(traceparent: str | None) -> SpanContext | None:
 def publisher(traceparent: str | None) -> tuple[str | None, ...]:
     """What a delivery follows of the span that published it (a message header): its parent under
     ``PARKWAY_TRACE_WAITS=parent``; nothing else (the claim links what made the work due, the stored way)."""
-    return (traceparent,) if follows_wait() else ()
+    return (traceparent,) if _state["parent"] and _state["on"] else ()
 
 
 def follows_wait() -> bool:
-    """``PARKWAY_TRACE_WAITS=parent``: a resume is the child of what it follows, not a new linked trace."""
+    """``PARKWAY_TRACE_WAITS=parent``: a resume is the child of what it follows, not a new linked trace (read
+    once, as tracing is set up)."""
     return os.environ.get("PARKWAY_TRACE_WAITS", "link").strip().lower() == "parent"
 
 
@@ -124,28 +125,35 @@ def span(
     contexts it links to (the first is its parent under ``PARKWAY_TRACE_WAITS=parent``); ``root``: a new
     trace (a resume, a sweep's re-drive) rather than a child of the current span. An exception ends it
     with an error status naming its type."""
-    return _span(name, kind, follows, root, attributes) if _state["on"] else _OFF
+    return _Span(name, kind, follows, root, attributes) if _state["on"] else _OFF
 
 
 _OFF = nullcontext()  # what a span is when tracing is off: one object for every call, entered as None
 
 
-@contextmanager
-def _span(name: str, kind: str, follows: Iterable[str | None], root: bool, attributes: dict[str, Any]) -> Iterator[Any]:
-    stored = [tp for tp in follows if tp]
-    parent = span_context(stored.pop(0)) if root and stored and follows_wait() else None  # then not a link too
-    context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else _NEW_TRACE if root else None
-    named = {f"parkway.{k}": v for k, v in attributes.items() if v is not None}
-    started = _state["tracer"].start_span(name, context=context, kind=KINDS[kind], links=links(*stored),
-                                          attributes=named, record_exception=False,
-                                          set_status_on_exception=False)  # fmt: skip
-    token, mine = otel_context.attach(trace.set_span_in_context(started)), _CURRENT.set(Current.of(started))
-    try:
-        yield started
-    except Exception as exc:  # its type only: an exception's text may quote a value
-        started.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-        raise
-    finally:
+class _Span:
+    """``span`` when tracing is on: started as the block is entered, ended as it is left."""
+
+    __slots__ = ("attributes", "follows", "kind", "name", "root", "started", "tokens")
+
+    def __init__(self, name: str, kind: str, follows: Iterable[str | None], root: bool, attributes: dict[str, Any]):
+        self.name, self.kind, self.follows, self.root, self.attributes = name, kind, follows, root, attributes
+
+    def __enter__(self) -> Any:
+        stored = [tp for tp in self.follows if tp]
+        parent = span_context(stored.pop(0)) if self.root and stored and _state["parent"] else None  # not a link too
+        context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else _NEW_TRACE if self.root else None
+        named = {f"parkway.{k}": v for k, v in self.attributes.items() if v is not None}
+        started = self.started = _state["tracer"].start_span(
+            self.name, context=context, kind=KINDS[self.kind], links=links(*stored) if stored else (),
+            attributes=named, record_exception=False, set_status_on_exception=False)  # fmt: skip
+        self.tokens = otel_context.attach(trace.set_span_in_context(started)), _CURRENT.set(Current.of(started))
+        return started
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        started, (token, mine) = self.started, self.tokens
+        if isinstance(exc, Exception):  # its type only: an exception's text may quote a value
+            started.set_status(Status(StatusCode.ERROR, type(exc).__name__))
         _CURRENT.reset(mine)
         otel_context.detach(token)
         started.end()
@@ -184,7 +192,7 @@ def current() -> Current | None:
 
 def follow(*traceparents: str | None) -> None:
     """Links added to the current span once what it follows is read (a claim reads the stored contexts)."""
-    found = current()
+    found = current() if any(traceparents) else None
     if found is not None:
         parent = getattr(found.span, "parent", None)  # linked once: a parent under PARKWAY_TRACE_WAITS=parent
         for link in links(*dict.fromkeys(traceparents)):

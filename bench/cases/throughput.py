@@ -188,12 +188,12 @@ WARM_N = 200  # answer→consume run by freshly started workers before a measure
 
 
 @contextlib.contextmanager
-def fresh_workers(bench: Bench, *, traced: bool) -> Iterator[None]:
+def fresh_workers(bench: Bench, *, traced: bool) -> Iterator[Any]:
     """``--what-if tracing``: the answer→consume variant and its traced twin each on workers started for it
     (exporting every span, 100 % sampling, over OTLP/HTTP to a local sink that answers 200 at once:
     bench/receiver.py; or untraced) and warmed by ``WARM_N`` answers, all outside the measure, so the two
     differ by the tracing alone, not by one of them paying a fresh pool child's first executions (its lazy
-    imports, statement compiles and prepares)."""
+    imports, statement compiles and prepares). Yields the sink (``None`` untraced)."""
     from bench.cases.webhooks import receiver
 
     with receiver(bench) if traced else contextlib.nullcontext() as sink:
@@ -203,7 +203,9 @@ def fresh_workers(bench: Bench, *, traced: bool) -> Iterator[None]:
         bench.services.start_worker()
         try:
             run_parkway_throughput(bench, WARM_N, http_base=None, label="warm-up")
-            yield
+            if sink is not None:  # the warm-up's spans sent before the measure, none of it in it
+                exported(bench, sink, SPANS_PER_RESUME * WARM_N)
+            yield sink
         finally:
             for key in TRACED:
                 bench.services.env.pop(key, None)
@@ -238,6 +240,47 @@ def run_consume_throughput(bench: Bench, n: int) -> float:
     return rate
 
 
+def run_leg(bench: Bench, variant: str, n: int, base_url: str | None) -> tuple[float, dict[str, float]]:
+    """One variant over ``n`` units: its seconds and CPU per unit (``--what-if tracing``: the Python
+    variants each on workers started and warmed for it, outside the measure)."""
+    fresh = "tracing" in WHAT_IF and variant in ("python", "python-traced")
+    workers = fresh_workers(bench, traced=variant == "python-traced") if fresh else contextlib.nullcontext()
+    with workers as sink, CpuMeter(bench) as meter:
+        if variant == "baseline":
+            rate = run_baseline_throughput(bench, n)
+        elif variant == "consume":
+            rate = run_consume_throughput(bench, n)
+        else:
+            http = variant == "http"
+            rate, answers = run_parkway_throughput(bench, n, http_base=base_url if http else None, label=variant)
+            if variant != "python-traced":
+                label = "producer answers/s (HTTP)" if http else "producer answers/s (Python)"
+                bench.metric("throughput", label, "/s").add(answers)
+        if sink is not None:  # the spans still batched in the workers are exported inside the measure too
+            exported(bench, sink, SPANS_PER_RESUME * (WARM_N + n))
+    return n / rate, meter.per_unit(n)
+
+
+SPANS_PER_RESUME = 2  # the bench's resume completes: its execution's CONSUMER span and its commit's
+
+
+def exported(bench: Bench, sink: Any, spans: int) -> None:
+    """Wait until the OTLP sink has received ``spans`` (the batch processor sends within its schedule delay)."""
+    import urllib.request
+
+    def received() -> int:
+        with urllib.request.urlopen(sink.url.replace("/hook", "/spans"), timeout=5) as answer:
+            return int(answer.read())
+
+    wait_count(received, spans, timeout=60, what="spans exported", services=bench.services, poll=0.2)
+
+
+def per_unit(legs: list[tuple[int, float, dict[str, float]]]) -> dict[str, float]:
+    """CPU per unit over a variant's legs (each ``(units, seconds, CPU per unit)``)."""
+    units = sum(size for size, _, _ in legs)
+    return {part: sum(size * cpu[part] for size, _, cpu in legs) / units for part in legs[0][2]}
+
+
 def case_throughput(bench: Bench) -> None:
     args = bench.args
     n = args.n
@@ -245,7 +288,6 @@ def case_throughput(bench: Bench) -> None:
     base_m = bench.metric("throughput", "CAS task on Parkway's app (bench.cas)", "/s")
     py_m = bench.metric("throughput", "Parkway answer→consume (Python)", "/s")
     py_r = bench.metric("throughput", "ratio Parkway(Python) ÷ CAS on Parkway's app", "x", ">= 0.5")
-    py_a = bench.metric("throughput", "producer answers/s (Python)", "/s")
     with api_server(bench) if args.http else contextlib.nullcontext() as base_url:
         if args.http and base_url is None:
             log(f"    HTTP variant skipped: {bench.skipped.get('throughput.http')}")
@@ -255,30 +297,23 @@ def case_throughput(bench: Bench) -> None:
             log(f"  rep {rep + 1}/{args.reps} (load {loadavg()})")
             # Each Parkway variant close in time to its baseline (python right beside it), the order
             # reversed every other rep, so the shared machine's slow spells fall on both sides of a ratio.
-            order = ["baseline", "python", *(["python-traced"] if "tracing" in WHAT_IF else []), "http", "consume"]
+            # ``--what-if tracing``: untraced and traced each run as two halves of N, in the order
+            # A B B A, so a drift of the host within the rep weighs on both alike.
+            pair = ["python", "python-traced", "python-traced", "python"] if "tracing" in WHAT_IF else ["python"]
+            order = ["baseline", *pair, "http", "consume"]
             if rep % 2:
                 order.reverse()
-            rates: dict[str, float] = {}
-            cpus: dict[str, dict[str, float]] = {}
+            legs: dict[str, list[tuple[int, float, dict[str, float]]]] = {}
             for variant in order:
                 if variant == "http" and base_url is None:
                     continue
-                fresh = "tracing" in WHAT_IF and variant in ("python", "python-traced")
-                workers = fresh_workers(bench, traced=variant == "python-traced") if fresh else contextlib.nullcontext()
-                with workers, CpuMeter(bench) as meter:  # the workers' restarts and warm-up outside the measure
-                    if variant == "baseline":
-                        rates[variant] = run_baseline_throughput(bench, n)
-                    elif variant == "consume":
-                        rates[variant] = run_consume_throughput(bench, n)
-                    elif variant == "python":
-                        rates[variant], answers = run_parkway_throughput(bench, n, http_base=None)
-                        py_a.add(answers)
-                    elif variant == "python-traced":
-                        rates[variant], _ = run_parkway_throughput(bench, n, http_base=None, label=variant)
-                    else:
-                        rates[variant], answers = run_parkway_throughput(bench, n, http_base=base_url)
-                        bench.metric("throughput", "producer answers/s (HTTP)", "/s").add(answers)
-                cpus[variant] = meter.per_unit(n)
+                size = n // 2 if len(pair) > 1 and variant in pair else n
+                legs.setdefault(variant, []).append((size, *run_leg(bench, variant, size, base_url)))
+            rates = {
+                variant: sum(size for size, _, _ in done) / sum(s for _, s, _ in done) for variant, done in legs.items()
+            }
+            cpus = {variant: per_unit(done) for variant, done in legs.items()}
+            for variant in legs:
                 record_cpu(bench, VARIANT_LABELS[variant], cpus[variant])
                 bench.record("cpu", {"variant": variant, "rep": rep, **cpus[variant]})
                 c = cpus[variant]
