@@ -46,10 +46,16 @@ def _kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-def stop_process(proc: subprocess.Popen[bytes], *, grace_s: float = 10.0) -> None:
-    """SIGTERM the process group (warm shutdown), SIGKILL it after ``grace_s``."""
+def stop_process(proc: subprocess.Popen[bytes], *, grace_s: float = 10.0, main_only: bool = False) -> None:
+    """SIGTERM the process group (warm shutdown), SIGKILL it after ``grace_s``. ``main_only``: SIGTERM the
+    main process alone (a Celery worker: it lets its pool children finish what they run, where a SIGTERM of
+    its own would end a child mid-task and leave that task's claim held, with no sweep in the bench to free it)."""
     if proc.poll() is None:
-        _kill_group(proc, signal.SIGTERM)
+        if main_only:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        else:
+            _kill_group(proc, signal.SIGTERM)
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
@@ -186,7 +192,7 @@ class Worker:
         return children_of(self.proc.pid)
 
     def stop(self) -> None:
-        stop_process(self.proc, grace_s=20.0)
+        stop_process(self.proc, grace_s=20.0, main_only=True)
 
 
 # --------------------------------------------------------------------------- services
