@@ -62,8 +62,10 @@ run: $(RUN_STAMP)
 
 ## test: the whole suite once, on PostgreSQL + Redis. PostgreSQL: PARKWAY_TEST_PG_URL, or 127.0.0.1:5432, or
 ## the embedded one (tests/conftest.py)
+# (PYTHONDONTWRITEBYTECODE, which this project's image sets, is cleared for the run: pytest's first process
+# then writes its plugins' assertion-rewritten bytecode, which the six that follow read instead of rewriting it)
 test: $(STAMP) $(TS_BUILT) $(TS_TARBALL)
-	PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= PARKWAY_TEST_BROKER=redis $(PY) -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 ## test-postgres: the same (kept for scripts that call it)
 test-postgres: test

@@ -36,6 +36,15 @@ CLUSTER_OWNER = "PARKWAY_TEST_CLUSTER_DIR" not in os.environ
 if CLUSTER_OWNER:
     os.environ["PARKWAY_TEST_CLUSTER_DIR"] = tempfile.mkdtemp(prefix="parkway-cluster-")
 CLUSTER_DIR = Path(os.environ["PARKWAY_TEST_CLUSTER_DIR"])
+# Every process the suite starts (workers, beat, API servers, ``parkway`` commands) imports the project's
+# modules: compiled to bytecode once here, by the run's first process, they are not compiled again in each of
+# them where ``PYTHONDONTWRITEBYTECODE`` is set (as in this project's image), which leaves nothing cached.
+PROJECT_PACKAGES = ("api", "beat", "examples", "models", "parkway", "tasks", "tests")
+if CLUSTER_OWNER:
+    import compileall
+
+    for _package in PROJECT_PACKAGES:
+        compileall.compile_dir(Path(__file__).resolve().parent.parent / _package, quiet=1)
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 PG_URL_SETTING = os.environ.get("PARKWAY_TEST_PG_URL", "")
 REQUIRE_SERVICES = os.environ.get("PARKWAY_REQUIRE_SERVICES") == "1"

@@ -1,8 +1,9 @@
 """CLI fixtures: a new ``PARKWAY_HOME`` whose embedded PostgreSQL is stopped and removed afterwards.
 
-``home`` starts from a copy of one data directory initialized once per run (initdb, then the ``parkway``
-database made, and stopped): a home whose database was made and never used, without each test paying for
-initdb. ``empty_home`` has nothing in it, for what a first start does from nothing.
+``home`` (``initialized_home`` for a fixture of wider scope) starts from a copy of one data directory
+initialized once per run (initdb, then the ``parkway`` database made, and stopped): a home whose database was
+made and never used, without each test paying for initdb. ``empty_home`` has nothing in it, for what a first
+start does from nothing.
 """
 
 from __future__ import annotations
@@ -49,12 +50,19 @@ def _new_home() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def home(initialized_cluster: Path) -> Iterator[Path]:
-    """A new home whose embedded PostgreSQL was initialized and never used."""
+@contextmanager
+def initialized_home(initialized_cluster: Path) -> Iterator[Path]:
+    """A new home whose embedded PostgreSQL was initialized and never used (a copy of the run's)."""
     with _new_home() as path:
         # cp -a keeps the owner: as root the server runs as its own user, which must own its data directory
         subprocess.run(["cp", "-a", str(initialized_cluster), str(embedded.data_dir(path))], check=True)
+        yield path
+
+
+@pytest.fixture
+def home(initialized_cluster: Path) -> Iterator[Path]:
+    """A new home whose embedded PostgreSQL was initialized and never used."""
+    with initialized_home(initialized_cluster) as path:
         yield path
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.cli.conftest import initialized_home
 from tests.cli.support import embedded_env, free_port, parkway
 
 SECRET = "migrate-test-secret-" + "k" * 32
@@ -103,6 +105,14 @@ def test_a_workflow_module_that_is_not_there__each_process_refuses_naming_it(
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
 
 
+@pytest.fixture(scope="module")
+def migrated_home(initialized_cluster: Path) -> Iterator[Path]:
+    """One home migrated once, for the commands below: each refuses before it reads or writes anything there."""
+    with initialized_home(initialized_cluster) as home:
+        assert parkway("migrate", env=embedded_env(PARKWAY_HOME=str(home)), cwd=home).returncode == 0
+        yield home
+
+
 @pytest.mark.parametrize(
     "command",
     [
@@ -113,12 +123,11 @@ def test_a_workflow_module_that_is_not_there__each_process_refuses_naming_it(
     ids=lambda command: " ".join(command[:2]),
 )
 def test_a_workflow_module_that_is_not_there__each_command_refuses_naming_it(
-    home: Path, command: tuple[str, ...]
+    migrated_home: Path, command: tuple[str, ...]
 ) -> None:
     # Given a migrated database, so nothing else stops the command first
-    assert parkway("migrate", env=embedded_env(PARKWAY_HOME=str(home)), cwd=home).returncode == 0
-    env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows, tests.no_such_workflows")
-    done = parkway(*command, env=env, cwd=home)
+    env = embedded_env(PARKWAY_HOME=str(migrated_home), PARKWAY_IMPORTS="tests.workflows, tests.no_such_workflows")
+    done = parkway(*command, env=env, cwd=migrated_home)
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr[-3000:])
     [line] = done.stderr.strip().splitlines()
     assert line == (f"parkway {command[0]}: refusing to start: PARKWAY_IMPORTS names 'tests.no_such_workflows', "
