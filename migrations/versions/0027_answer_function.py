@@ -1,0 +1,239 @@
+"""the answer as one server-side function (issue 42 item 2): ``parkway_answer`` finds the caller, locks the
+step, reads the wait afresh and closes it (``parkway_close``) in one call, one round trip
+
+``parkway_close`` is the one closing transition (an answer, the deciding response of a quorum, an expiry):
+the CAS on the pending interaction, the step made due when it was the last one pending (parked ->
+resuming, its run waiting -> running, a ready continuation) and their events in one batch. It runs
+under the step's lock, which its caller took; as a function its statements each read a fresh snapshot,
+so every closing of the step committed before that lock was granted is seen.
+
+``parkway_answer`` writes only when the caller's process vouched for the value: ``p_vouched`` holds the
+digests (``parkway_vouch``: kind, schema, sensitive fields) of the schemas the value passed; for any
+other wait it returns what was read, the caller validates, seals and calls again (models/store/answering.py).
+
+``parkway_place_of`` (who holds which place, docs/teams.md) and ``parkway_remote_only`` (work only remote
+workers serve) are the rules these need, as functions; the reads and the sweep call the same ones.
+
+Live: functions only, catalog changes that take no lock on any table: answers go on while it runs.
+
+Revision ID: 0027
+Revises: 0026
+Create Date: 2026-12-07 13:00:00
+"""
+
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0027"
+down_revision: str | None = "0026"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+PLACE_OF = """
+CREATE FUNCTION parkway_place_of(p_iid varchar, p_pid varchar, p_every_level boolean) RETURNS varchar
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+RETURN coalesce(
+    (SELECT moved.place_id FROM interaction_answerers AS moved
+     WHERE moved.interaction_id = p_iid AND moved.principal_id = p_pid AND moved.place_id IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM interaction_answerers AS later
+                       WHERE later.interaction_id = moved.interaction_id AND later.place_id = moved.place_id
+                         AND later.id > moved.id)
+     ORDER BY moved.id LIMIT 1),
+    (SELECT p_pid FROM interactions AS i
+     WHERE i.id = p_iid
+       AND ((EXISTS (SELECT 1 FROM grants AS g
+                     WHERE g.principal_id = p_pid AND g.target = i.target AND g.revoked_at IS NULL)
+             AND CAST(i.team ->> 'assignees_only' AS boolean) IS NOT true)
+            OR EXISTS (SELECT 1 FROM interaction_answerers AS named
+                       WHERE named.interaction_id = i.id AND named.source != 'delegate'
+                         AND (p_every_level OR named.level <= i.level)
+                         AND (named.principal_id = p_pid
+                              OR named.target IS NOT NULL
+                                 AND EXISTS (SELECT 1 FROM grants AS g
+                                             WHERE g.principal_id = p_pid AND g.target = named.target
+                                               AND g.revoked_at IS NULL))))
+       AND NOT EXISTS (SELECT 1 FROM interaction_answerers AS given
+                       WHERE given.interaction_id = i.id AND given.place_id = p_pid)));
+END
+$$
+"""
+
+REMOTE_ONLY = """
+CREATE FUNCTION parkway_remote_only(p_kind varchar, p_key varchar, p_target varchar) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+RETURN NOT EXISTS (SELECT 1 FROM workers AS w
+                   WHERE w.expires_at > now() AND NOT w.remote
+                     AND p_key = ANY (CASE WHEN p_kind = 'start' THEN w.steps ELSE w.continuations END))
+   AND EXISTS (SELECT 1 FROM workers AS w
+               WHERE w.expires_at > now() AND w.remote
+                 AND p_key = ANY (CASE WHEN p_kind = 'start' THEN w.steps ELSE w.continuations END)
+                 AND (EXISTS (SELECT 1 FROM principals AS p
+                              WHERE p.id = w.principal_id AND p.kind = 'admin' AND p.disabled_at IS NULL)
+                      OR EXISTS (SELECT 1 FROM grants AS g
+                                 WHERE g.principal_id = w.principal_id AND g.target = p_target
+                                   AND g.revoked_at IS NULL)));
+END
+$$
+"""
+
+VOUCH = """
+CREATE FUNCTION parkway_vouch(p_kind varchar, p_schema json, p_sensitive json) RETURNS varchar
+LANGUAGE sql IMMUTABLE AS $$
+SELECT md5(p_kind || ':' || coalesce(p_schema::text, 'null') || ':' || coalesce(p_sensitive::text, 'null'))
+$$
+"""
+
+CLOSE = """
+CREATE FUNCTION parkway_close(
+    p_iid varchar, p_sid varchar, p_status varchar, p_value json, p_secret varchar, p_rsp varchar,
+    p_digest varchar, p_by varchar, p_at timestamptz, p_cid varchar, p_extra json, p_trace_id varchar,
+    p_traceparent varchar
+) RETURNS TABLE (closed varchar, due_run_id varchar, due_name varchar, due_remote boolean)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    i record;
+    s record;
+    closing json;
+    k integer := 1;
+    made json := '[]';
+BEGIN
+    IF p_status = 'expired' THEN
+        UPDATE interactions AS x SET status = 'expired', closed_at = now()
+        WHERE x.id = p_iid AND x.step_id = p_sid AND x.status = 'pending' AND x.expires_at <= now()
+        RETURNING x.id, x.run_id, x.key, x.kind, x.target, x.level INTO i;
+    ELSE
+        UPDATE interactions AS x SET status = p_status, value = p_value, secret = p_secret, response_id = p_rsp,
+            response_digest = p_digest, answered_by_id = p_by, answered_at = p_at, closed_at = p_at,
+            answered_level = x.level
+        WHERE x.id = p_iid AND x.step_id = p_sid AND x.status = 'pending'
+          AND EXISTS (SELECT 1 FROM runs AS r WHERE r.id = x.run_id
+                      AND r.status NOT IN ('canceled', 'completed', 'failed', 'interrupted'))
+        RETURNING x.id, x.run_id, x.key, x.kind, x.target, x.level INTO i;
+    END IF;
+    IF i.id IS NULL THEN
+        RETURN;
+    END IF;
+    closing := json_build_object('run_id', i.run_id, 'interaction_id', i.id, 'step_id', p_sid, 'key', i.key,
+                                 'kind', i.kind, 'target', i.target, 'status', p_status);
+    IF p_status <> 'expired' THEN
+        closing := json_build_object('run_id', i.run_id, 'interaction_id', i.id, 'step_id', p_sid, 'key', i.key,
+            'kind', i.kind, 'target', i.target, 'status', p_status,
+            'answered_by', (SELECT p.name FROM principals AS p WHERE p.id = p_by));
+        IF i.level <> 0 THEN
+            closing := (left(closing::text, -1) || ', "level" : ' || i.level || '}')::json;
+        END IF;
+    END IF;
+    IF p_extra IS NOT NULL AND p_extra::text <> '{}' THEN  -- the caller's keys after these, in their order
+        closing := (left(closing::text, -1) || ', ' || substr(p_extra::text, 2))::json;
+    END IF;
+    UPDATE steps AS x SET status = 'resuming', updated_at = p_at
+    WHERE x.id = p_sid AND x.status = 'parked'
+      AND NOT EXISTS (SELECT 1 FROM interactions AS o WHERE o.step_id = x.id AND o.status = 'pending')
+    RETURNING x.run_id, x.continuation INTO s;
+    IF s.run_id IS NOT NULL THEN
+        UPDATE runs AS r SET status = 'running', updated_at = p_at WHERE r.id = s.run_id AND r.status = 'waiting';
+        INSERT INTO continuations AS c (id, run_id, step_id, kind, name, status, attempts, publishes, enqueued_at,
+                                        created_at, remote, traceparent)
+        VALUES (p_cid, s.run_id, p_sid, 'resume', s.continuation, 'ready', 0, 1, now(), now(),
+                parkway_remote_only('resume', s.continuation, (SELECT r.target FROM runs AS r WHERE r.id = s.run_id)),
+                p_traceparent)
+        RETURNING c.run_id, c.name, c.remote INTO due_run_id, due_name, due_remote;
+        k := 2;
+        made := json_build_array(json_build_object('type', 'continuation.ready', 'data', json_build_object(
+            'run_id', s.run_id, 'continuation_id', p_cid, 'step_id', p_sid, 'name', s.continuation)));
+    END IF;
+    INSERT INTO event_batches (first_seq, run_id, at, trace_id, events)
+    VALUES (parkway_event_seqs(k), i.run_id, p_at, p_trace_id,
+            (SELECT json_agg(e ORDER BY n) FROM (
+                SELECT json_build_object('type', 'interaction.' || p_status, 'data', closing) AS e, 0 AS n
+                UNION ALL SELECT x.e, 1 FROM json_array_elements(made) AS x(e)) AS every));
+    closed := i.id;
+    RETURN NEXT;
+END
+$$
+"""
+
+# The caller (live, by name or by token hash), the wait read afresh under its step's lock, and the answer
+# written when nothing refuses it and the value is vouched for; else the row read, ``outcome`` 'read'.
+ANSWER = """
+CREATE FUNCTION parkway_answer(
+    p_iid varchar, p_pname varchar, p_th varchar, p_vouched varchar[], p_value json, p_secret varchar,
+    p_rsp varchar, p_digest varchar, p_at timestamptz, p_cid varchar, p_trace_id varchar, p_traceparent varchar
+) RETURNS TABLE (
+    outcome varchar, caller_id varchar, caller_name varchar, caller_kind varchar, caller_token_hash varchar,
+    id varchar, run_id varchar, step_id varchar, key varchar, kind varchar, schema json, sensitive json,
+    target varchar, status varchar, expires_at timestamptz, response_id varchar, response_digest varchar,
+    answered_by_id varchar, answered_at timestamptz, quorum integer, level integer, run_status varchar,
+    expired boolean, answered_by varchar, place varchar, vouch varchar, due_run_id varchar, due_name varchar,
+    due_remote boolean
+) LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    sid varchar;
+    c record;
+BEGIN
+    outcome := 'read';
+    IF p_th IS NOT NULL THEN
+        SELECT p.id, p.name, p.kind, p.token_hash INTO caller_id, caller_name, caller_kind, caller_token_hash
+        FROM principals AS p WHERE p.token_hash = p_th AND p.disabled_at IS NULL;
+    ELSE
+        SELECT p.id, p.name, p.kind, p.token_hash INTO caller_id, caller_name, caller_kind, caller_token_hash
+        FROM principals AS p WHERE p.name = p_pname AND p.disabled_at IS NULL;
+    END IF;
+    IF caller_id IS NULL THEN
+        outcome := 'no_caller';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT x.step_id INTO sid FROM interactions AS x WHERE x.id = p_iid;
+    IF sid IS NULL OR caller_kind NOT IN ('human', 'admin') THEN  -- refused before anything of the wait is read
+        id := CASE WHEN sid IS NOT NULL THEN p_iid END;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    PERFORM 1 FROM steps AS x WHERE x.id = sid FOR UPDATE;
+    SELECT x.id, x.run_id, x.step_id, x.key, x.kind, x.schema, x.sensitive, x.target, x.status, x.expires_at,
+           x.response_id, x.response_digest, x.answered_by_id, x.answered_at, x.quorum, x.level, r.status,
+           x.expires_at <= now(), (SELECT p.name FROM principals AS p WHERE p.id = x.answered_by_id),
+           parkway_place_of(x.id, caller_id, false), parkway_vouch(x.kind, x.schema, x.sensitive)
+    INTO id, run_id, step_id, key, kind, schema, sensitive, target, status, expires_at, response_id,
+         response_digest, answered_by_id, answered_at, quorum, level, run_status, expired, answered_by, place, vouch
+    FROM interactions AS x JOIN runs AS r ON r.id = x.run_id WHERE x.id = p_iid;
+    IF quorum > 1 OR place IS NULL OR status <> 'pending' OR expired
+       OR run_status IN ('canceled', 'completed', 'failed', 'interrupted') OR NOT (vouch = ANY (p_vouched)) THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    status := CASE WHEN kind = 'permission' AND (p_value ->> 'approved') IS DISTINCT FROM 'true'
+                   THEN 'rejected' ELSE 'answered' END;
+    SELECT * INTO c FROM parkway_close(p_iid, sid, status, p_value, p_secret, p_rsp, p_digest, caller_id, p_at,
+                                       p_cid, NULL, p_trace_id, p_traceparent);
+    outcome := status;
+    due_run_id := c.due_run_id;
+    due_name := c.due_name;
+    due_remote := c.due_remote;
+    RETURN NEXT;
+END
+$$
+"""
+
+
+def upgrade() -> None:
+    op.execute(PLACE_OF)
+    op.execute(REMOTE_ONLY)
+    op.execute(VOUCH)
+    op.execute(CLOSE)
+    op.execute(ANSWER)
+
+
+def downgrade() -> None:
+    op.execute("DROP FUNCTION parkway_answer(varchar, varchar, varchar, varchar[], json, varchar, varchar, varchar,"
+               " timestamptz, varchar, varchar, varchar)")  # fmt: skip
+    op.execute("DROP FUNCTION parkway_close(varchar, varchar, varchar, json, varchar, varchar, varchar, varchar,"
+               " timestamptz, varchar, json, varchar, varchar)")  # fmt: skip
+    op.execute("DROP FUNCTION parkway_vouch(varchar, json, json)")
+    op.execute("DROP FUNCTION parkway_remote_only(varchar, varchar, varchar)")
+    op.execute("DROP FUNCTION parkway_place_of(varchar, varchar, boolean)")
