@@ -222,6 +222,7 @@ $$
 
 
 def upgrade() -> None:
+    op.execute("SET LOCAL lock_timeout = '1s'")  # none is taken on a table; should one be, never wait past 1 s
     op.execute(PLACE_OF)
     op.execute(REMOTE_ONLY)
     op.execute(VOUCH)

@@ -107,18 +107,29 @@ class Decision:
 
 def close(on: Executor, interaction: Row[Any], principal: Actor, decision: Decision, **data: Any) -> Any:
     """pending -> answered|rejected with ``decision`` (the step's lock held), and the step made due when this
-    was its last pending interaction (``parkway_close``), its event carrying ``data`` too; the function's
-    row, or ``None`` when the CAS lost (nothing written)."""
+    was its last pending interaction (``_closing``), its event carrying ``data`` too; ``True``, or ``None``
+    when the CAS lost (nothing written)."""
+    decision.due, closed = _closing(on, interaction.id, interaction.step_id, decision.status, decision.at,
+                                    answer=decision, by=principal.id, extra=data)  # fmt: skip
+    return closed or None
+
+
+def _closing(on: Executor, interaction_id_: str, step_id: str, status: InteractionStatus, at: datetime, *,
+             answer: Decision | None = None, by: str | None = None,
+             extra: dict[str, Any] | None = None) -> tuple[Due | None, bool]:  # fmt: skip
+    """``parkway_close``: the pending interaction closed as ``status`` (with ``answer``'s response, by ``by``;
+    ``extra`` added to its event), and when it was the step's last one pending the step made due: the
+    continuation made due, or ``None``, and whether the CAS won."""
     cid = new_id()
-    row = call(on, _CLOSE, {"iid": interaction.id, "sid": interaction.step_id, "to": decision.status.value,
-                            "val": json.dumps(decision.value), "sealed": decision.sealed,
-                            "rsp": decision.response_id, "digest": decision.digest, "by": principal.id,
-                            "at": decision.at, "cid": cid, "extra": json.dumps(data),
+    row = call(on, _CLOSE, {"iid": interaction_id_, "sid": step_id, "to": status.value,
+                            "val": json.dumps(answer.value) if answer else None,
+                            "sealed": answer.sealed if answer else None,
+                            "rsp": answer.response_id if answer else None, "digest": answer.digest if answer else None,
+                            "by": by, "at": at, "cid": cid, "extra": json.dumps(extra) if extra else None,
                             "trace_id": tracing.trace_id(), "traceparent": tracing.traceparent()})  # fmt: skip
     if row is None or row.closed is None:
-        return None
-    decision.due = _made_due(row, cid, interaction.step_id)
-    return row
+        return None, False
+    return _made_due(row, cid, step_id), True
 
 
 def _settled_answer(
@@ -157,7 +168,7 @@ class Expiry:
 # The lock of the step, skipped when an answer or a cancel holds it (this pass then leaves the row for the
 # next); the lock order is the answer's: the step first, and no interaction is held while taking it.
 _LOCK_FOR_EXPIRY = (
-    select(INTER.c.run_id, INTER.c.step_id, INTER.c.key, INTER.c.kind, INTER.c.target, STEP.c.continuation)
+    select(INTER.c.step_id)
     .join(STEP, STEP.c.id == INTER.c.step_id)
     .where(INTER.c.id == bindparam("iid"))
     .with_for_update(of=STEP, skip_locked=True)
@@ -166,20 +177,14 @@ _LOCK_FOR_EXPIRY = (
 
 def expire_due(session: Session, interaction_id_: str) -> Expiry:
     """pending -> expired past ``expires_at`` (the database's clock); the step's continuation becomes due
-    as for an answer (``closing_makes_due``).
+    as for an answer (``parkway_close``).
 
     Two statements: the step's lock (skipped, and ``expired`` False, when an answer or a cancel holds it, or
-    for an unknown id), then the CAS with all it implies and the events. ``expired`` is False when the CAS
-    lost (nothing is written).
+    for an unknown id), then the closing with all it implies and the events. ``expired`` is False when the
+    CAS lost (nothing is written).
     """
     locked = session.execute(_LOCK_FOR_EXPIRY, {"iid": interaction_id_}).first()
     if locked is None:
         return Expiry(False)
-    cid = new_id()
-    row = call(session, _CLOSE, {"iid": interaction_id_, "sid": locked.step_id, "to": InteractionStatus.EXPIRED.value,
-                                 "val": None, "sealed": None, "rsp": None, "digest": None, "by": None, "at": utcnow(),
-                                 "cid": cid, "extra": None, "trace_id": tracing.trace_id(),
-                                 "traceparent": tracing.traceparent()})  # fmt: skip
-    if row is None or row.closed is None:
-        return Expiry(False)
-    return Expiry(True, _made_due(row, cid, locked.step_id))
+    due, expired = _closing(session, interaction_id_, locked.step_id, InteractionStatus.EXPIRED, utcnow())
+    return Expiry(expired, due)
