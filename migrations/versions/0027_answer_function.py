@@ -11,7 +11,8 @@ so every closing of the step committed before that lock was granted is seen.
 digests (``parkway_vouch``: kind, schema, sensitive fields) of the schemas the value passed; for any
 other wait it returns what was read, the caller validates, seals and calls again (models/store/answering.py).
 
-``parkway_place_of`` (who holds which place, docs/teams.md) and ``parkway_remote_only`` (work only remote
+``parkway_place_of`` (who holds which place, docs/teams.md; ``parkway_held_by_delegation`` its part that a
+delegation decides) and ``parkway_remote_only`` (work only remote
 workers serve) are the rules these need, as functions; the reads and the sweep call the same ones.
 
 Live: functions only, catalog changes that take no lock on any table: answers go on while it runs.
@@ -30,17 +31,28 @@ down_revision: str | None = "0026"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# The place ``p_pid`` holds on the interaction by delegation: the first of the places moved to it whose move
+# still stands (its place has not moved on since); NULL for none.
+HELD_BY_DELEGATION = """
+CREATE FUNCTION parkway_held_by_delegation(p_iid varchar, p_pid varchar) RETURNS varchar
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+RETURN (SELECT moved.place_id FROM interaction_answerers AS moved
+        WHERE moved.interaction_id = p_iid AND moved.principal_id = p_pid AND moved.place_id IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM interaction_answerers AS later
+                          WHERE later.interaction_id = moved.interaction_id AND later.place_id = moved.place_id
+                            AND later.id > moved.id)
+        ORDER BY moved.id LIMIT 1);
+END
+$$
+"""
+
 PLACE_OF = """
 CREATE FUNCTION parkway_place_of(p_iid varchar, p_pid varchar, p_every_level boolean) RETURNS varchar
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
 RETURN coalesce(
-    (SELECT moved.place_id FROM interaction_answerers AS moved
-     WHERE moved.interaction_id = p_iid AND moved.principal_id = p_pid AND moved.place_id IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM interaction_answerers AS later
-                       WHERE later.interaction_id = moved.interaction_id AND later.place_id = moved.place_id
-                         AND later.id > moved.id)
-     ORDER BY moved.id LIMIT 1),
+    parkway_held_by_delegation(p_iid, p_pid),
     (SELECT p_pid FROM interactions AS i
      WHERE i.id = p_iid
        AND ((EXISTS (SELECT 1 FROM grants AS g
@@ -223,6 +235,7 @@ $$
 
 def upgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '1s'")  # none is taken on a table; should one be, never wait past 1 s
+    op.execute(HELD_BY_DELEGATION)
     op.execute(PLACE_OF)
     op.execute(REMOTE_ONLY)
     op.execute(VOUCH)
@@ -238,3 +251,4 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION parkway_vouch(varchar, json, json)")
     op.execute("DROP FUNCTION parkway_remote_only(varchar, varchar, varchar)")
     op.execute("DROP FUNCTION parkway_place_of(varchar, varchar, boolean)")
+    op.execute("DROP FUNCTION parkway_held_by_delegation(varchar, varchar)")

@@ -14,7 +14,7 @@ from sqlalchemy import Row, String, bindparam, case, cast, exists, func, literal
 from models.base import utcnow
 from models.clock import db_now
 from models.jsonsafe import canonical_json
-from models.status import RUN_TERMINAL, AnswererSource, InteractionStatus, RunStatus, StepStatus
+from models.status import RUN_TERMINAL, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
 from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
 from models.store.principals import (
@@ -50,13 +50,9 @@ def interaction_state(interaction: Row[Any]) -> dict[str, Any]:
     }
 
 
-_NAMED, _MOVED, _GIVEN = (ANSWERER.alias(name) for name in ("named", "moved", "given"))
-_DELEGATE = word(AnswererSource.DELEGATE)
-
-
 def stands(move: Any) -> Any:
     """A delegation (``move``, an alias of the answerer rows) still stands: its place has not moved on since.
-    Each place is held by the delegate of its latest move."""
+    Each place is held by the delegate of its latest move (the same test ``parkway_held_by_delegation`` makes)."""
     later = ANSWERER.alias()
     return ~exists().where(later.c.interaction_id == move.c.interaction_id, later.c.place_id == move.c.place_id,
                            later.c.id > move.c.id).correlate_except(later)  # fmt: skip
@@ -64,16 +60,9 @@ def stands(move: Any) -> Any:
 
 def held_by_delegation(principal_id: Any) -> Any:
     """The place ``principal_id`` holds on the interaction (of the enclosing read) by delegation: the first of
-    the places moved to it whose move still ``stands``; NULL for none."""
-    held = (
-        select(_MOVED.c.place_id)
-        .where(_MOVED.c.interaction_id == INTER.c.id, _MOVED.c.principal_id == principal_id,
-               _MOVED.c.place_id.is_not(None), stands(_MOVED))
-        .order_by(_MOVED.c.id)
-        .limit(1)
-    )  # fmt: skip
-    # Correlated explicitly: across a LATERAL (a caller given by name) it would otherwise read every principal.
-    return held.correlate_except(_MOVED).scalar_subquery()
+    the places moved to it whose move still ``stands``; NULL for none (``parkway_held_by_delegation``,
+    migration 0027, the part of ``place_of`` a delegation decides)."""
+    return func.parkway_held_by_delegation(INTER.c.id, principal_id)
 
 
 def place_of(principal_id: Any, *, every_level: bool = False) -> Any:

@@ -22,7 +22,14 @@ from tests.integration.helpers import completed_resumed_once, database_at, parke
 from tests.support import HUMAN, Stack, new_response_id
 
 FROM_REVISION = "0026"
-FUNCTIONS = {"parkway_answer", "parkway_close", "parkway_place_of", "parkway_remote_only", "parkway_vouch"}
+FUNCTIONS = {
+    "parkway_answer",
+    "parkway_close",
+    "parkway_held_by_delegation",
+    "parkway_place_of",
+    "parkway_remote_only",
+    "parkway_vouch",
+}
 # What an answer writes (or locks): an upgrade must not wait for any of them.
 ANSWER_TABLES = ("interactions", "steps", "runs", "continuations", "event_batches", "principals")
 
