@@ -18,7 +18,7 @@ from sqlalchemy import text
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.migrate import alembic_config, current_revision, head_revision
 from tasks.sdk import answer
-from tests.integration.helpers import completed_resumed_once, database_at, parked
+from tests.integration.helpers import completed_resumed_once, database_at, parked_then_taken_back
 from tests.support import HUMAN, Stack, new_response_id
 
 FROM_REVISION = "0026"
@@ -55,12 +55,7 @@ def functions() -> set[str]:
 def test_migration_0027__waits_parked_before_it_resume_once_after_it(head_db: str, stack: Stack) -> None:
     # Given three waits parked, one answered with no worker running (its continuation ready, its message
     # queued), and the schema then taken back to the previous revision, as a deployment of it holds them
-    waits = {run_id: asked["go"].id for run_id, asked in (parked("t.ask_one") for _ in range(3))}
-    stack.flush_broker()
-    early, *late = waits
-    answer(waits[early], "before", response_id=new_response_id(), principal=HUMAN)
-    reset_engine()
-    command.downgrade(alembic_config(), FROM_REVISION)
+    waits, late = parked_then_taken_back(stack, FROM_REVISION)
     assert functions() == set()
 
     # When the database is upgraded to head, then a worker runs and the other two are answered
