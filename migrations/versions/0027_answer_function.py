@@ -35,7 +35,7 @@ depends_on: str | Sequence[str] | None = None
 # still stands (its place has not moved on since); NULL for none.
 HELD_BY_DELEGATION = """
 CREATE FUNCTION parkway_held_by_delegation(p_iid varchar, p_pid varchar) RETURNS varchar
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
 RETURN (SELECT moved.place_id FROM interaction_answerers AS moved
         WHERE moved.interaction_id = p_iid AND moved.principal_id = p_pid AND moved.place_id IS NOT NULL
@@ -49,7 +49,7 @@ $$
 
 PLACE_OF = """
 CREATE FUNCTION parkway_place_of(p_iid varchar, p_pid varchar, p_every_level boolean) RETURNS varchar
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
 RETURN coalesce(
     parkway_held_by_delegation(p_iid, p_pid),
@@ -74,7 +74,7 @@ $$
 
 REMOTE_ONLY = """
 CREATE FUNCTION parkway_remote_only(p_kind varchar, p_key varchar, p_target varchar) RETURNS boolean
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
 RETURN NOT EXISTS (SELECT 1 FROM workers AS w
                    WHERE w.expires_at > now() AND NOT w.remote
@@ -98,72 +98,77 @@ SELECT md5(p_kind || ':' || coalesce(p_schema::text, 'null') || ':' || coalesce(
 $$
 """
 
+# One statement, as the Core one it replaces was: it starts after the caller took the step's lock, so its
+# snapshot shows every closing of the step committed before; the closing's own update is not visible to the
+# other parts of the statement (hence ``o.id <> p_iid``).
 CLOSE = """
 CREATE FUNCTION parkway_close(
     p_iid varchar, p_sid varchar, p_status varchar, p_value json, p_secret varchar, p_rsp varchar,
     p_digest varchar, p_by varchar, p_at timestamptz, p_cid varchar, p_extra json, p_trace_id varchar,
     p_traceparent varchar
 ) RETURNS TABLE (closed varchar, due_run_id varchar, due_name varchar, due_remote boolean)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
+#variable_conflict use_column
 DECLARE
-    i record;
-    s record;
-    closing json;
-    k integer := 1;
-    made json := '[]';
+    expiry boolean := p_status = 'expired';
 BEGIN
-    IF p_status = 'expired' THEN
-        UPDATE interactions AS x SET status = 'expired', closed_at = now()
-        WHERE x.id = p_iid AND x.step_id = p_sid AND x.status = 'pending' AND x.expires_at <= now()
-        RETURNING x.id, x.run_id, x.key, x.kind, x.target, x.level INTO i;
-    ELSE
-        UPDATE interactions AS x SET status = p_status, value = p_value, secret = p_secret, response_id = p_rsp,
-            response_digest = p_digest, answered_by_id = p_by, answered_at = p_at, closed_at = p_at,
-            answered_level = x.level
+    RETURN QUERY
+    WITH shut AS (
+        UPDATE interactions AS x SET status = p_status,
+            value = CASE WHEN expiry THEN x.value ELSE p_value END,
+            secret = CASE WHEN expiry THEN x.secret ELSE p_secret END,
+            response_id = CASE WHEN expiry THEN x.response_id ELSE p_rsp END,
+            response_digest = CASE WHEN expiry THEN x.response_digest ELSE p_digest END,
+            answered_by_id = CASE WHEN expiry THEN x.answered_by_id ELSE p_by END,
+            answered_at = CASE WHEN expiry THEN x.answered_at ELSE p_at END,
+            closed_at = CASE WHEN expiry THEN now() ELSE p_at END,
+            answered_level = CASE WHEN expiry THEN x.answered_level ELSE x.level END
         WHERE x.id = p_iid AND x.step_id = p_sid AND x.status = 'pending'
-          AND EXISTS (SELECT 1 FROM runs AS r WHERE r.id = x.run_id
-                      AND r.status NOT IN ('canceled', 'completed', 'failed', 'interrupted'))
-        RETURNING x.id, x.run_id, x.key, x.kind, x.target, x.level INTO i;
-    END IF;
-    IF i.id IS NULL THEN
-        RETURN;
-    END IF;
-    closing := json_build_object('run_id', i.run_id, 'interaction_id', i.id, 'step_id', p_sid, 'key', i.key,
-                                 'kind', i.kind, 'target', i.target, 'status', p_status);
-    IF p_status <> 'expired' THEN
-        closing := json_build_object('run_id', i.run_id, 'interaction_id', i.id, 'step_id', p_sid, 'key', i.key,
-            'kind', i.kind, 'target', i.target, 'status', p_status,
-            'answered_by', (SELECT p.name FROM principals AS p WHERE p.id = p_by));
-        IF i.level <> 0 THEN
-            closing := (left(closing::text, -1) || ', "level" : ' || i.level || '}')::json;
-        END IF;
-    END IF;
-    IF p_extra IS NOT NULL AND p_extra::text <> '{}' THEN  -- the caller's keys after these, in their order
-        closing := (left(closing::text, -1) || ', ' || substr(p_extra::text, 2))::json;
-    END IF;
-    UPDATE steps AS x SET status = 'resuming', updated_at = p_at
-    WHERE x.id = p_sid AND x.status = 'parked'
-      AND NOT EXISTS (SELECT 1 FROM interactions AS o WHERE o.step_id = x.id AND o.status = 'pending')
-    RETURNING x.run_id, x.continuation INTO s;
-    IF s.run_id IS NOT NULL THEN
-        UPDATE runs AS r SET status = 'running', updated_at = p_at WHERE r.id = s.run_id AND r.status = 'waiting';
-        INSERT INTO continuations AS c (id, run_id, step_id, kind, name, status, attempts, publishes, enqueued_at,
-                                        created_at, remote, traceparent)
-        VALUES (p_cid, s.run_id, p_sid, 'resume', s.continuation, 'ready', 0, 1, now(), now(),
-                parkway_remote_only('resume', s.continuation, (SELECT r.target FROM runs AS r WHERE r.id = s.run_id)),
-                p_traceparent)
-        RETURNING c.run_id, c.name, c.remote INTO due_run_id, due_name, due_remote;
-        k := 2;
-        made := json_build_array(json_build_object('type', 'continuation.ready', 'data', json_build_object(
-            'run_id', s.run_id, 'continuation_id', p_cid, 'step_id', p_sid, 'name', s.continuation)));
-    END IF;
-    INSERT INTO event_batches (first_seq, run_id, at, trace_id, events)
-    VALUES (parkway_event_seqs(k), i.run_id, p_at, p_trace_id,
-            (SELECT json_agg(e ORDER BY n) FROM (
-                SELECT json_build_object('type', 'interaction.' || p_status, 'data', closing) AS e, 0 AS n
-                UNION ALL SELECT x.e, 1 FROM json_array_elements(made) AS x(e)) AS every));
-    closed := i.id;
-    RETURN NEXT;
+          AND CASE WHEN expiry THEN x.expires_at <= now()
+                   ELSE EXISTS (SELECT 1 FROM runs AS r WHERE r.id = x.run_id
+                                AND r.status NOT IN ('canceled', 'completed', 'failed', 'interrupted')) END
+        RETURNING x.id, x.run_id, x.key, x.kind, x.target, x.level
+    ), resuming AS (
+        UPDATE steps AS x SET status = 'resuming', updated_at = p_at
+        WHERE x.id = p_sid AND x.status = 'parked' AND EXISTS (SELECT 1 FROM shut)
+          AND NOT EXISTS (SELECT 1 FROM interactions AS o
+                          WHERE o.step_id = x.id AND o.status = 'pending' AND o.id <> p_iid)
+        RETURNING x.run_id, x.continuation
+    ), resumed AS (
+        UPDATE runs AS r SET status = 'running', updated_at = p_at
+        WHERE r.id = (SELECT m.run_id FROM resuming AS m) AND r.status = 'waiting'
+    ), made AS (
+        INSERT INTO continuations (id, run_id, step_id, kind, name, status, attempts, publishes, enqueued_at,
+                                   created_at, remote, traceparent)
+        SELECT p_cid, m.run_id, p_sid, 'resume', m.continuation, 'ready', 0, 1, now(), now(),
+               parkway_remote_only('resume', m.continuation, (SELECT r.target FROM runs AS r WHERE r.id = m.run_id)),
+               p_traceparent
+        FROM resuming AS m
+        RETURNING run_id, name, remote
+    ), every AS (
+        SELECT 0 AS n, json_build_object('type', 'interaction.' || p_status, 'data', CASE WHEN expiry
+            THEN json_build_object('run_id', c.run_id, 'interaction_id', c.id, 'step_id', p_sid, 'key', c.key,
+                                   'kind', c.kind, 'target', c.target, 'status', p_status)
+            ELSE (left(json_build_object('run_id', c.run_id, 'interaction_id', c.id, 'step_id', p_sid,
+                                         'key', c.key, 'kind', c.kind, 'target', c.target, 'status', p_status,
+                                         'answered_by', (SELECT p.name FROM principals AS p WHERE p.id = p_by)
+                                        )::text, -1)
+                  || CASE WHEN c.level <> 0 THEN ', "level" : ' || c.level ELSE '' END
+                  -- the caller's keys after these, in their order
+                  || CASE WHEN p_extra IS NULL OR p_extra::text = '{}' THEN '}' ELSE ', ' || substr(p_extra::text, 2)
+                     END)::json END) AS e
+        FROM shut AS c
+        UNION ALL
+        SELECT 1, json_build_object('type', 'continuation.ready', 'data', json_build_object(
+            'run_id', d.run_id, 'continuation_id', p_cid, 'step_id', p_sid, 'name', d.name))
+        FROM made AS d
+    ), logged AS (
+        INSERT INTO event_batches (first_seq, run_id, at, trace_id, events)
+        SELECT parkway_event_seqs((SELECT count(*) FROM every)::integer), c.run_id, p_at, p_trace_id,
+               (SELECT json_agg(v.e ORDER BY v.n) FROM every AS v)
+        FROM shut AS c
+    )
+    SELECT c.id::varchar, d.run_id::varchar, d.name::varchar, d.remote FROM shut AS c LEFT JOIN made AS d ON true;
 END
 $$
 """
@@ -181,7 +186,7 @@ CREATE FUNCTION parkway_answer(
     answered_by_id varchar, answered_at timestamptz, quorum integer, level integer, run_status varchar,
     expired boolean, answered_by varchar, place varchar, vouch varchar, due_run_id varchar, due_name varchar,
     due_remote boolean
-) LANGUAGE plpgsql VOLATILE AS $$
+) LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     sid varchar;
@@ -189,10 +194,12 @@ DECLARE
 BEGIN
     outcome := 'read';
     IF p_th IS NOT NULL THEN
-        SELECT p.id, p.name, p.kind, p.token_hash INTO caller_id, caller_name, caller_kind, caller_token_hash
+        SELECT p.id, p.name, p.kind, p.token_hash, (SELECT x.step_id FROM interactions AS x WHERE x.id = p_iid)
+        INTO caller_id, caller_name, caller_kind, caller_token_hash, sid
         FROM principals AS p WHERE p.token_hash = p_th AND p.disabled_at IS NULL;
     ELSE
-        SELECT p.id, p.name, p.kind, p.token_hash INTO caller_id, caller_name, caller_kind, caller_token_hash
+        SELECT p.id, p.name, p.kind, p.token_hash, (SELECT x.step_id FROM interactions AS x WHERE x.id = p_iid)
+        INTO caller_id, caller_name, caller_kind, caller_token_hash, sid
         FROM principals AS p WHERE p.name = p_pname AND p.disabled_at IS NULL;
     END IF;
     IF caller_id IS NULL THEN
@@ -200,7 +207,6 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    SELECT x.step_id INTO sid FROM interactions AS x WHERE x.id = p_iid;
     IF sid IS NULL OR caller_kind NOT IN ('human', 'admin') THEN  -- refused before anything of the wait is read
         id := CASE WHEN sid IS NOT NULL THEN p_iid END;
         RETURN NEXT;
