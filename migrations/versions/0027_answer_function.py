@@ -3,17 +3,18 @@ step, reads the wait afresh and closes it (``parkway_close``) in one call, one r
 
 ``parkway_close`` is the one closing transition (an answer, the deciding response of a quorum, an expiry):
 the CAS on the pending interaction, the step made due when it was the last one pending (parked ->
-resuming, its run waiting -> running, a ready continuation) and their events in one batch. It runs
-under the step's lock, which its caller took; as a function its statements each read a fresh snapshot,
-so every closing of the step committed before that lock was granted is seen.
+resuming, its run waiting -> running, a ready continuation) and their events in one batch, one statement.
+It runs under the step's lock, which its caller took in an earlier statement: its snapshot, taken after,
+shows every closing of the step committed before that lock was granted.
 
 ``parkway_answer`` writes only when the caller's process vouched for the value: ``p_vouched`` holds the
 digests (``parkway_vouch``: kind, schema, sensitive fields) of the schemas the value passed; for any
 other wait it returns what was read, the caller validates, seals and calls again (models/store/answering.py).
 
 ``parkway_place_of`` (who holds which place, docs/teams.md; ``parkway_held_by_delegation`` its part that a
-delegation decides) and ``parkway_remote_only`` (work only remote
-workers serve) are the rules these need, as functions; the reads and the sweep call the same ones.
+delegation decides) and ``parkway_remote_only`` (work only remote workers serve) are the rules these need,
+as functions; the reads and the sweep call the same ones. All keep generic plans: PL/pgSQL would otherwise
+plan the closing's statement again at each call.
 
 Live: functions only, catalog changes that take no lock on any table: answers go on while it runs.
 
@@ -190,6 +191,7 @@ CREATE FUNCTION parkway_answer(
 #variable_conflict use_column
 DECLARE
     sid varchar;
+    decided varchar;
     c record;
 BEGIN
     outcome := 'read';
@@ -225,11 +227,16 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    status := CASE WHEN kind = 'permission' AND (p_value ->> 'approved') IS DISTINCT FROM 'true'
-                   THEN 'rejected' ELSE 'answered' END;
-    SELECT * INTO c FROM parkway_close(p_iid, sid, status, p_value, p_secret, p_rsp, p_digest, caller_id, p_at,
+    decided := CASE WHEN kind = 'permission' AND (p_value ->> 'approved') IS DISTINCT FROM 'true'
+                    THEN 'rejected' ELSE 'answered' END;
+    SELECT * INTO c FROM parkway_close(p_iid, sid, decided, p_value, p_secret, p_rsp, p_digest, caller_id, p_at,
                                        p_cid, NULL, p_trace_id, p_traceparent);
-    outcome := status;
+    IF c.closed IS NULL THEN  -- not under this lock; read again by the caller
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    outcome := decided;
+    status := decided;
     due_run_id := c.due_run_id;
     due_name := c.due_name;
     due_remote := c.due_remote;
