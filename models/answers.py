@@ -4,6 +4,8 @@ split into the clear part and the sealed (encrypted) sensitive fields."""
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -42,11 +44,14 @@ def _validator(schema_json: str) -> Draft202012Validator:
     return Draft202012Validator(json.loads(schema_json))
 
 
+def _validator_of(interaction: Asked) -> Draft202012Validator:
+    schema = PERMISSION_SCHEMA if interaction.kind == InteractionKind.PERMISSION else interaction.schema
+    return _validator(json.dumps(schema or {}, sort_keys=True))
+
+
 def validate_value(interaction: Asked, value: Any) -> None:
     """Raise ``InvalidAnswer`` (nothing stored) when the value fails the interaction's schema."""
-    schema = PERMISSION_SCHEMA if interaction.kind == InteractionKind.PERMISSION else interaction.schema
-    validator = _validator(json.dumps(schema or {}, sort_keys=True))
-    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.path))
+    errors = sorted(_validator_of(interaction).iter_errors(value), key=lambda e: list(e.path))
     if errors:
         sensitive = {str(k) for k in (interaction.sensitive or [])}
         messages = [_describe(e, sensitive) for e in errors][:20]
@@ -60,6 +65,31 @@ def validate_value(interaction: Asked, value: Any) -> None:
 def seal_value(interaction: Asked, value: Any) -> tuple[Any, str | None]:
     """Split a value into what is stored in clear and the sealed (encrypted) sensitive fields."""
     return split_sensitive(value, [str(k) for k in (interaction.sensitive or [])])
+
+
+# The schemas of the waits this process answered last, by the database's digest of them (``parkway_vouch``,
+# migration 0027: kind, schema and sensitive fields), those without sensitive fields only: an answer names the
+# ones its value passes, and the answer's function writes it at once when its wait has one of them.
+_VOUCHABLE = 16
+_seen: OrderedDict[str, Draft202012Validator] = OrderedDict()
+_seen_lock = threading.Lock()
+
+
+def remember(digest: str, interaction: Asked) -> None:
+    """``interaction``'s schema (its value just validated), to vouch for the next values by."""
+    if interaction.sensitive:
+        return  # its value is split and sealed first: always validated after the read
+    validator = _validator_of(interaction)
+    with _seen_lock:  # answers over HTTP run on several threads
+        _seen[digest] = validator
+        _seen.move_to_end(digest)
+        while len(_seen) > _VOUCHABLE:
+            _seen.popitem(last=False)
+
+
+def vouched(value: Any) -> list[str]:
+    """The digests of the remembered schemas that ``value`` is valid against."""
+    return [digest for digest, validator in list(_seen.items()) if validator.is_valid(value)]
 
 
 def _describe(error: Any, sensitive: set[str]) -> str:

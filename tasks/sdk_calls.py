@@ -12,7 +12,7 @@ from models import jsonsafe, run_start, store
 from models.outcome import OUTCOME, Park
 from models.store import Actor, TokenHolder
 from parkway.crash import crash_point
-from parkway.db import core_transaction, transaction
+from parkway.db import core_transaction, single_statement, transaction
 from parkway.errors import Conflict, InvalidAnswer, NotRegistered
 from parkway.settings import get_settings
 from tasks import registry
@@ -119,13 +119,21 @@ def answer(
     if (problem := jsonsafe.json_problem({"response_id": response_id, "value": value})) is not None:
         raise InvalidAnswer(f"the answer is not JSON Parkway can store ({problem})", errors=[problem])
     digest = response_digest(value)
-    with core_transaction() as conn:
-        receipt = store.answer(conn, interaction_id, value=value, response_id=response_id, response_digest=digest,
-                               principal=principal)  # fmt: skip
-        if link is not None and not store.use_link(conn, link, response_id=response_id, justification=justification):
-            raise Conflict(f"approval link {link} was used already, or has expired")
-        due = receipt.continuation
-        to_publish = [due] if due is not None and not due.remote else []  # remote: leased
+    receipt = None
+    if link is None:  # one call in autocommit (``None``: a quorum wait, answered in a transaction)
+        with single_statement() as conn:
+            receipt = store.answer(conn, interaction_id, value=value, response_id=response_id,
+                                   response_digest=digest, principal=principal)  # fmt: skip
+    if receipt is None:
+        with core_transaction() as conn:
+            receipt = store.answer(conn, interaction_id, value=value, response_id=response_id,
+                                   response_digest=digest, principal=principal)  # fmt: skip
+            assert receipt is not None  # in a transaction, a quorum wait is responded to
+            if link is not None and not store.use_link(conn, link, response_id=response_id,
+                                                       justification=justification):  # fmt: skip
+                raise Conflict(f"approval link {link} was used already, or has expired")
+    due = receipt.continuation
+    to_publish = [due] if due is not None and not due.remote else []  # remote: leased
     crash_point("answer.after_commit")
     publish(to_publish, retry=False)  # once: the sweep relays a lost publish; never slow a caller
     return receipt.as_dict()

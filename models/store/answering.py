@@ -1,136 +1,43 @@
 """Closing a pending interaction so that its step may go on: an answer (first response wins) or its expiry,
-the step made due in the same statement when it was the last one pending."""
+the step made due in the same call when it was the last one pending: the server-side functions
+``parkway_answer`` and ``parkway_close`` (migration 0027), each run by one ``execute`` of a fixed text."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, exists, select, true, update
+from sqlalchemy import Row, bindparam, select
 from sqlalchemy.orm import Session
 
 from models import answers
 from models.base import utcnow
-from models.clock import db_now
-from models.status import (
-    ContinuationKind,
-    InteractionKind,
-    InteractionStatus,
-    RunStatus,
-    StepStatus,
+from models.status import ContinuationKind, InteractionStatus
+from models.store.driver import call
+from models.store.interactions import Caller, authorize, interaction_state, refuse_caller, refuse_ended_wait
+from models.store.principals import Actor, TokenHolder
+from models.store.runs import Due
+from models.store.sql import INTER, STEP, Executor, new_id
+from parkway import tracing
+from parkway.errors import Conflict, Gone, NotFound
+
+_ANSWER = (
+    "SELECT * FROM parkway_answer(%(iid)s, %(pname)s, %(th)s, %(vouched)s::varchar[], %(val)s::json, %(sealed)s,"
+    " %(rsp)s, %(digest)s, %(at)s, %(cid)s, %(trace_id)s, %(traceparent)s)"
 )
-from models.store.driver import DriverStatement
-from models.store.events import event_params, event_row, events_if
-from models.store.interactions import (
-    INTERACTION,
-    InteractionRead,
-    interaction_read,
-    interaction_state,
-    locking,
-    may_answer,
-    read_interaction,
-    refuse_ended_wait,
-    run_not_ended,
-)
-from models.store.principals import Actor
-from models.store.runs import Due, ready_continuation
-from models.store.sql import CONT, INTER, RUN, STEP, Executor, bp, new_id, word
-from parkway.errors import Conflict, Gone
-
-_PENDING = INTER.c.status == word(InteractionStatus.PENDING)
-# A closing names the interaction's step too (the one it locked): the planner may then scan the step's
-# pending interactions (``ix_interactions_pending``) or the key, never every pending interaction, which it
-# chose while its statistics said that index was empty, so that each answer read them all.
-_OF_THE_STEP = INTER.c.step_id == bindparam("sid")
-# What an answer reads of its interaction (not its prompt, resources, value or closing: fewer columns to
-# describe and convert on every answer).
-_ANSWER_READS = tuple(
-    INTER.c[name]
-    for name in ("id", "run_id", "step_id", "key", "kind", "schema", "sensitive", "target", "status", "expires_at",
-                 "response_id", "response_digest", "answered_by_id", "answered_at", "quorum", "level")
-)  # fmt: skip
-
-
-# The step's continuation name is read too, for the event of the continuation this answer may make due.
-ANSWER_LOCKED = InteractionRead(
-    lambda principal_id: locking(interaction_read(principal_id, _ANSWER_READS)).add_columns(
-        STEP.c.continuation.label("step_continuation")
-    )
+_CLOSE = (
+    "SELECT * FROM parkway_close(%(iid)s, %(sid)s, %(to)s, %(val)s::json, %(sealed)s, %(rsp)s, %(digest)s, %(by)s,"
+    " %(at)s, %(cid)s, %(extra)s::json, %(trace_id)s, %(traceparent)s)"
 )
 
 
-def closing_makes_due(closing: Any) -> Any:
-    """One statement of data-modifying CTEs, under the step's lock (taken by an earlier statement, so this
-    one's snapshot shows every answer, cancel and expiry of the step that committed before): ``closing``
-    (an UPDATE closing the pending interaction ``:iid`` of the step ``:sid``, returning its id), then, when
-    that was the step's last pending interaction, the step parked -> resuming, its run waiting -> running and
-    a ready continuation ``:cid``; and the events: ``e0`` (the closing's) if it changed a row, ``e1``
-    (``continuation.ready``) if the continuation was made. One row (``closed``, and the continuation's
-    ``due_run_id`` and ``due_name`` or NULL) when ``closing`` won; none otherwise."""
-    closed = closing.returning(INTER.c.id).cte("closed")
-    resuming = (
-        update(STEP)
-        .where(
-            STEP.c.id == bindparam("sid"),
-            STEP.c.status == word(StepStatus.PARKED),
-            exists(select(closed.c.id)),
-            # The statement's snapshot still shows this interaction pending: the others must not be.
-            ~exists().where(INTER.c.step_id == STEP.c.id, _PENDING, INTER.c.id != bindparam("iid")),
-        )
-        .values(status=StepStatus.RESUMING.value, updated_at=bp("at", STEP.c.updated_at))
-        .returning(STEP.c.run_id, STEP.c.continuation)
-        .cte("resuming")
-    )
-    resumed = (
-        update(RUN)
-        # A scalar subquery, not a join with the CTE: the run is then found through its primary key. As a
-        # join, the generic plan a pooled connection keeps was chosen while the table was small and
-        # scanned every waiting run (a sequential scan of ``runs`` in each answer).
-        .where(RUN.c.id == select(resuming.c.run_id).scalar_subquery(), RUN.c.status == word(RunStatus.WAITING))
-        .values(status=RunStatus.RUNNING.value, updated_at=bp("at", RUN.c.updated_at))
-        .cte("resumed")
-    )
-    due = (
-        ready_continuation(
-            ContinuationKind.RESUME,
-            bindparam("cid", type_=CONT.c.id.type),
-            resuming.c.run_id,
-            bindparam("sid", type_=CONT.c.step_id.type),
-            resuming.c.continuation,
-            resuming,
-        )
-        .returning(CONT.c.run_id, CONT.c.name, CONT.c.remote)
-        .cte("due")
-    )
-    events = events_if(exists(select(closed.c.id)), exists(select(due.c.name))).cte("events")
-    return (
-        select(
-            closed.c.id.label("closed"),
-            due.c.run_id.label("due_run_id"),
-            due.c.name.label("due_name"),
-            due.c.remote.label("due_remote"),
-        )
-        .select_from(closed.outerjoin(due, true()))
-        .add_cte(resumed, events)
-    )
-
-
-def due_params(run_id: str, step_id: str, continuation: str, closing: dict[str, Any]) -> tuple[Due, dict[str, Any]]:
-    """The continuation ``closing_makes_due`` may make (its id drawn here), and the statement's parameters
-    for it and for the two events (``closing``'s first)."""
-    due = Due(new_id(), ContinuationKind.RESUME.value, run_id, step_id, continuation)
-    ready = event_row(run_id, "continuation.ready", continuation_id=due.id, step_id=step_id, name=continuation)
-    return due, {"sid": step_id, "cid": due.id, **event_params([closing, ready])}
-
-
-def made_due(row: Any, due: Due) -> Due | None:
-    """``due`` when the row of ``closing_makes_due`` says it was made; ``None`` while others are pending."""
+def _made_due(row: Any, cid: str, step_id: str) -> Due | None:
+    """The continuation a closing made due (``due_*`` of its row), or ``None`` while others are pending."""
     if row.due_name is None:
         return None
-    if (row.due_run_id, row.due_name) != (due.run_id, due.name):  # pragma: no cover - the caller rolls back
-        raise RuntimeError(f"step {due.step_id} was made due as {row.due_name}, not {due.name}")
-    return replace(due, remote=bool(row.due_remote))
+    return Due(cid, ContinuationKind.RESUME.value, row.due_run_id, step_id, row.due_name, bool(row.due_remote))
 
 
 @dataclass
@@ -144,64 +51,45 @@ class AnswerReceipt:
         return {"status": self.status, "response_id": self.response_id, "answered_at": self.answered_at}
 
 
-_ANSWERED_AT = bp("at", INTER.c.answered_at)
-_ANSWER = (
-    update(INTER)
-    .where(INTER.c.id == bindparam("iid"), _OF_THE_STEP, _PENDING)
-    .values(
-        status=bindparam("to"),
-        value=bp("val", INTER.c.value),
-        secret=bindparam("sealed"),
-        response_id=bindparam("rsp"),
-        response_digest=bindparam("digest"),
-        answered_by_id=bindparam("by"),
-        answered_at=_ANSWERED_AT,
-        closed_at=_ANSWERED_AT,
-        answered_level=INTER.c.level,  # the escalation level the decision came at
-    )
-)
+def answer_at_once(
+    on: Executor, interaction_id_: str, principal: Caller, value: Any, response_id: str, response_digest: str
+) -> AnswerReceipt | tuple[Any, Actor]:
+    """pending -> answered|rejected, first response wins, in one call of ``parkway_answer`` (migration 0027):
+    the caller found, the step locked, the wait read afresh and closed. The receipt (``continuation`` set
+    when this was the step's last pending interaction); an exact retry (same ``response_id`` and digest)
+    gets the first receipt. Refused in ``read_interaction``'s order, then ``Conflict`` (another response
+    won) or ``Gone`` (the wait ended unanswered), then ``InvalidAnswer``, nothing written.
 
-
-_ANSWER_AND_MAKE_DUE = DriverStatement(
-    # Only while the run has not ended, and the answerer still holds a place (none delegated away meanwhile).
-    closing_makes_due(_ANSWER.where(run_not_ended(INTER.c.run_id), may_answer(bindparam("by"))))
-)
-
-
-def answer_first(
-    session: Executor, interaction: Row[Any], principal: Actor, value: Any, response_id: str, response_digest: str
-) -> AnswerReceipt:
-    """pending -> answered|rejected, first response wins, for ``interaction`` as ``answer`` read it (the step's
-    lock held); an exact retry (same ``response_id`` and digest) returns the first receipt. Losing raises the
-    authoritative state: ``Conflict`` (another response won), ``Gone`` (the wait ended unanswered);
-    ``InvalidAnswer`` comes before anything is written. ``continuation`` of the receipt is set when this was
-    the step's last pending interaction (``None``: others still pending).
-
-    One statement after the read: the CAS with all it implies and the events (``closing_makes_due``). They
-    cannot be one: a statement's snapshot predates its wait for the lock, so an answer to a sibling committed
-    meanwhile would still look pending, and neither answer would make the step due.
-    """
-    interaction_id_ = interaction.id
-    settled = _settled_answer(interaction, response_id, response_digest, principal)
-    if settled is not None:
-        return settled
-    answers.validate_value(interaction, value)
-    # Sensitive fields are stored only sealed, apart from the clear value.
-    stored_value, secret = answers.seal_value(interaction, value)
-    new_status = InteractionStatus.ANSWERED
-    if interaction.kind == InteractionKind.PERMISSION and not value.get("approved"):
-        new_status = InteractionStatus.REJECTED
-    decision = Decision(new_status, stored_value, secret, response_id, response_digest, utcnow())
-    if close(session, interaction, principal, decision) is None:
-        # The read's snapshot predates its wait for the step's lock: another answer, a cancel, an expiry or a
-        # delegation of the answerer's place may have committed meanwhile, or the run ended. Read again, the
-        # lock held, and say which.
-        interaction, _ = read_interaction(session, INTERACTION, interaction_id_, principal, "answer")
-        settled = _settled_answer(interaction, response_id, response_digest, principal)
+    The function writes only a value vouched for (``answers.vouched``: valid against a schema this process
+    validated before, with no sensitive field); for any other wait it returns what it read and this
+    validates, seals and calls again. A quorum wait: the row read and the principal, for ``respond``."""
+    at, cid = utcnow(), new_id()
+    params = {"iid": interaction_id_, "pname": None, "th": None, "vouched": answers.vouched(value), "sealed": None,
+              "rsp": response_id, "digest": response_digest, "at": at, "cid": cid, "trace_id": tracing.trace_id(),
+              "traceparent": tracing.traceparent()}  # fmt: skip
+    if isinstance(principal, TokenHolder):
+        params["th"] = principal.token_hash
+    else:
+        params["pname"] = principal if isinstance(principal, str) else principal.name
+    params["val"] = json.dumps(value) if params["vouched"] else None  # no value goes where it cannot be written
+    for _ in range(2):
+        row = call(on, _ANSWER, params)
+        if row.outcome != "read" and row.outcome != "no_caller":
+            return AnswerReceipt(row.outcome, response_id, at, _made_due(row, cid, row.step_id))
+        actor = refuse_caller(row, principal)
+        if row.id is None:
+            raise NotFound(f"interaction {interaction_id_} does not exist")
+        authorize(row, actor, "answer")
+        if row.quorum > 1:
+            return row, actor
+        settled = _settled_answer(row, response_id, response_digest, actor)
         if settled is not None:
             return settled
-        raise Conflict(f"interaction {interaction.id} was answered concurrently")  # pragma: no cover
-    return AnswerReceipt(new_status.value, response_id, decision.at, decision.due)
+        answers.validate_value(row, value)  # pending, and the caller holds a place: the value was not vouched for
+        answers.remember(row.vouch, row)
+        clear, sealed = answers.seal_value(row, value)
+        params.update(vouched=[row.vouch], val=json.dumps(clear), sealed=sealed)
+    raise Conflict(f"interaction {interaction_id_} changed while it was answered")  # pragma: no cover
 
 
 @dataclass
@@ -217,31 +105,31 @@ class Decision:
     due: Due | None = None  # set by ``close`` when it made the step's continuation due
 
 
-def close(session: Executor, interaction: Row[Any], principal: Actor, decision: Decision, **data: Any) -> Any:
-    """pending -> answered|rejected with ``decision``, and the step made due when this was its last pending
-    interaction (``closing_makes_due``), its event carrying ``data`` too; the statement's row, or ``None``
+def close(on: Executor, interaction: Row[Any], principal: Actor, decision: Decision, **data: Any) -> Any:
+    """pending -> answered|rejected with ``decision`` (the step's lock held), and the step made due when this
+    was its last pending interaction (``_closing``), its event carrying ``data`` too; ``True``, or ``None``
     when the CAS lost (nothing written)."""
-    status = decision.status
-    answered = event_row(
-        interaction.run_id,
-        "interaction.answered" if status == InteractionStatus.ANSWERED else "interaction.rejected",
-        interaction_id=interaction.id,
-        step_id=interaction.step_id,
-        key=interaction.key,
-        kind=interaction.kind,
-        target=interaction.target,
-        status=status.value,
-        answered_by=principal.name,
-        **({"level": interaction.level} if interaction.level else {}),
-        **data,
-    )
-    due, params = due_params(interaction.run_id, interaction.step_id, interaction.step_continuation, answered)
-    params.update(iid=interaction.id, to=status.value, val=decision.value, sealed=decision.sealed,
-                  rsp=decision.response_id, digest=decision.digest, by=principal.id, at=decision.at)  # fmt: skip
-    row = _ANSWER_AND_MAKE_DUE.first(session, params)
-    if row is not None:
-        decision.due = made_due(row, due)
-    return row
+    decision.due, closed = _closing(on, interaction.id, interaction.step_id, decision.status, decision.at,
+                                    answer=decision, by=principal.id, extra=data)  # fmt: skip
+    return closed or None
+
+
+def _closing(on: Executor, interaction_id_: str, step_id: str, status: InteractionStatus, at: datetime, *,
+             answer: Decision | None = None, by: str | None = None,
+             extra: dict[str, Any] | None = None) -> tuple[Due | None, bool]:  # fmt: skip
+    """``parkway_close``: the pending interaction closed as ``status`` (with ``answer``'s response, by ``by``;
+    ``extra`` added to its event), and when it was the step's last one pending the step made due: the
+    continuation made due, or ``None``, and whether the CAS won."""
+    cid = new_id()
+    row = call(on, _CLOSE, {"iid": interaction_id_, "sid": step_id, "to": status.value,
+                            "val": json.dumps(answer.value) if answer else None,
+                            "sealed": answer.sealed if answer else None,
+                            "rsp": answer.response_id if answer else None, "digest": answer.digest if answer else None,
+                            "by": by, "at": at, "cid": cid, "extra": json.dumps(extra) if extra else None,
+                            "trace_id": tracing.trace_id(), "traceparent": tracing.traceparent()})  # fmt: skip
+    if row is None or row.closed is None:
+        return None, False
+    return _made_due(row, cid, step_id), True
 
 
 def _settled_answer(
@@ -280,34 +168,23 @@ class Expiry:
 # The lock of the step, skipped when an answer or a cancel holds it (this pass then leaves the row for the
 # next); the lock order is the answer's: the step first, and no interaction is held while taking it.
 _LOCK_FOR_EXPIRY = (
-    select(INTER.c.run_id, INTER.c.step_id, INTER.c.key, INTER.c.kind, INTER.c.target, STEP.c.continuation)
+    select(INTER.c.step_id)
     .join(STEP, STEP.c.id == INTER.c.step_id)
     .where(INTER.c.id == bindparam("iid"))
     .with_for_update(of=STEP, skip_locked=True)
-)
-_EXPIRE = closing_makes_due(
-    update(INTER)
-    .where(INTER.c.id == bindparam("iid"), _OF_THE_STEP, _PENDING, INTER.c.expires_at <= db_now())
-    .values(status=InteractionStatus.EXPIRED.value, closed_at=db_now())
 )
 
 
 def expire_due(session: Session, interaction_id_: str) -> Expiry:
     """pending -> expired past ``expires_at`` (the database's clock); the step's continuation becomes due
-    as for an answer (``closing_makes_due``).
+    as for an answer (``parkway_close``).
 
     Two statements: the step's lock (skipped, and ``expired`` False, when an answer or a cancel holds it, or
-    for an unknown id), then the CAS with all it implies and the events. ``expired`` is False when the CAS
-    lost (nothing is written).
+    for an unknown id), then the closing with all it implies and the events. ``expired`` is False when the
+    CAS lost (nothing is written).
     """
     locked = session.execute(_LOCK_FOR_EXPIRY, {"iid": interaction_id_}).first()
     if locked is None:
         return Expiry(False)
-    expired = event_row(locked.run_id, "interaction.expired", interaction_id=interaction_id_, step_id=locked.step_id,
-                        key=locked.key, kind=locked.kind, target=locked.target,
-                        status=InteractionStatus.EXPIRED.value)  # fmt: skip
-    due, params = due_params(locked.run_id, locked.step_id, locked.continuation, expired)
-    row = session.execute(_EXPIRE, {"iid": interaction_id_, "at": utcnow(), **params}).first()
-    if row is None:
-        return Expiry(False)
-    return Expiry(True, made_due(row, due))
+    due, expired = _closing(session, interaction_id_, locked.step_id, InteractionStatus.EXPIRED, utcnow())
+    return Expiry(expired, due)

@@ -8,9 +8,10 @@ execution context or result object per statement (about half the claim's client 
 dropped connection invalidated first), so callers see what ``Connection.execute`` would raise. Cursor
 events are not fired for these statements.
 
-Still needed after issue 42's first lever (the transitions are still Core statements of data-modifying CTEs,
-built and compiled by SQLAlchemy): it is what keeps their execution at psycopg's cost. It goes when each hot
-transition is a server-side function (issue 42 item 2), called by one psycopg ``execute`` of a fixed text.
+Still needed: the claim, the consumes, the park and the lease are still Core statements of data-modifying
+CTEs, built and compiled by SQLAlchemy, and this keeps their execution at psycopg's cost. The answer and
+every closing of a wait are server-side functions (migration 0027), run by ``call``: one ``execute`` of a
+fixed text, with the same error translation. The module goes once the other transitions are functions too.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
@@ -78,6 +80,52 @@ def _sqlalchemy_error(error: psycopg.Error, sql: str, params: Mapping[str, Any],
     return cls(sql, dict(params), error, connection_invalidated=dropped)
 
 
+def _cursor(conn: Connection, rows: Any = None) -> psycopg.Cursor[Any]:
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    return driver.cursor(row_factory=rows) if rows is not None else driver.cursor()
+
+
+def _raise(
+    conn: Connection,
+    cursor: psycopg.Cursor[Any],
+    error: psycopg.Error,
+    sql: str,
+    params: Mapping[str, Any],
+    hide: bool = False,
+) -> NoReturn:
+    """``error`` raised as the SQLAlchemy exception ``Connection.execute`` raises for it (a dropped connection
+    invalidated first); ``hide``: without the parameters (they may hold an answer's value)."""
+    # The driver's own objects, typed by SQLAlchemy only as PEP 249 ones.
+    dropped = conn.dialect.is_disconnect(cast(Any, error), conn.connection, cast(Any, cursor))
+    if dropped:
+        conn.invalidate(error)
+    raise _sqlalchemy_error(error, sql, {} if hide else params, dropped) from error
+
+
+def call(on: Connection | Session, sql: str, params: Mapping[str, Any]) -> Any:
+    """The first row (a named tuple of the result's columns) of ``sql``, a fixed text calling a server-side
+    function, run once on the connection's psycopg cursor in its transaction (or in autocommit). Its
+    errors are raised without the parameters."""
+    conn = on if isinstance(on, Connection) else on.connection()
+    cursor = _cursor(conn, namedtuple_row)
+    try:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+    except psycopg.Error as error:
+        _raise(conn, cursor, error, sql, params, hide=True)
+    finally:
+        cursor.close()
+
+
+def in_autocommit(on: Connection | Session) -> bool:
+    """Whether each statement on this connection commits on its own (no transaction holds a lock past it)."""
+    conn = on if isinstance(on, Connection) else on.connection()
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    return driver.autocommit
+
+
 class DriverStatement:
     """A Core ``SELECT`` (its CTEs may write) run on the psycopg cursor of a connection, in its transaction
     (or in autocommit)."""
@@ -90,10 +138,9 @@ class DriverStatement:
         """Execute with ``given`` in the connection's (or session's) transaction; every row, as named tuples
         with the statement's column keys."""
         conn = on if isinstance(on, Connection) else on.connection()
-        dialect = conn.dialect
-        plan = self.plans.get(dialect.name)
+        plan = self.plans.get(conn.dialect.name)
         if plan is None:
-            plan = self.plans[dialect.name] = _plan(self.statement, dialect)
+            plan = self.plans[conn.dialect.name] = _plan(self.statement, conn.dialect)
         params: dict[str, Any] = {}
         for b in plan.binds:
             if b.name in given:
@@ -105,18 +152,12 @@ class DriverStatement:
             else:
                 value = b.default
             params[b.name] = value if b.process is None else b.process(value)
-        driver = conn.connection.driver_connection
-        assert isinstance(driver, psycopg.Connection)
-        cursor = driver.cursor()
+        cursor = _cursor(conn)
         try:
             cursor.execute(plan.sql, params)
             raw = cursor.fetchall()  # a SELECT always has a result set
         except psycopg.Error as error:
-            # The driver's own objects, typed by SQLAlchemy only as PEP 249 ones.
-            dropped = dialect.is_disconnect(cast(Any, error), conn.connection, cast(Any, cursor))
-            if dropped:
-                conn.invalidate(error)
-            raise _sqlalchemy_error(error, plan.sql, params, dropped) from error
+            _raise(conn, cursor, error, plan.sql, params)
         finally:
             cursor.close()
         row, results = plan.row, plan.results

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Row, String, and_, bindparam, case, cast, exists, func, or_, select, true, update
+from sqlalchemy import Row, String, bindparam, case, cast, exists, func, literal, select, true, update
 
 from models.base import utcnow
 from models.clock import db_now
 from models.jsonsafe import canonical_json
-from models.status import RUN_TERMINAL, AnswererSource, InteractionStatus, RunStatus, StepStatus
+from models.status import RUN_TERMINAL, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
 from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
 from models.store.principals import (
@@ -50,13 +50,9 @@ def interaction_state(interaction: Row[Any]) -> dict[str, Any]:
     }
 
 
-_NAMED, _MOVED, _GIVEN = (ANSWERER.alias(name) for name in ("named", "moved", "given"))
-_DELEGATE = word(AnswererSource.DELEGATE)
-
-
 def stands(move: Any) -> Any:
     """A delegation (``move``, an alias of the answerer rows) still stands: its place has not moved on since.
-    Each place is held by the delegate of its latest move."""
+    Each place is held by the delegate of its latest move (the same test ``parkway_held_by_delegation`` makes)."""
     later = ANSWERER.alias()
     return ~exists().where(later.c.interaction_id == move.c.interaction_id, later.c.place_id == move.c.place_id,
                            later.c.id > move.c.id).correlate_except(later)  # fmt: skip
@@ -64,43 +60,20 @@ def stands(move: Any) -> Any:
 
 def held_by_delegation(principal_id: Any) -> Any:
     """The place ``principal_id`` holds on the interaction (of the enclosing read) by delegation: the first of
-    the places moved to it whose move still ``stands``; NULL for none."""
-    held = (
-        select(_MOVED.c.place_id)
-        .where(_MOVED.c.interaction_id == INTER.c.id, _MOVED.c.principal_id == principal_id,
-               _MOVED.c.place_id.is_not(None), stands(_MOVED))
-        .order_by(_MOVED.c.id)
-        .limit(1)
-    )  # fmt: skip
-    # Correlated explicitly: across a LATERAL (a caller given by name) it would otherwise read every principal.
-    return held.correlate_except(_MOVED).scalar_subquery()
-
-
-def _own_place(principal_id: Any, every_level: bool) -> Any:
-    """Whether ``principal_id`` holds its own place: a live grant on the target (unless its assignees alone
-    may answer), or a row naming it or a target it holds a live grant on (an assignee, an escalation level
-    reached; ``every_level``: any level), and it has not delegated that place away."""
-    only_assignees = INTER.c.team["assignees_only"].as_boolean().is_(True)
-    level = true() if every_level else _NAMED.c.level <= INTER.c.level
-    named = exists().where(
-        _NAMED.c.interaction_id == INTER.c.id,
-        _NAMED.c.source != _DELEGATE,
-        level,
-        or_(_NAMED.c.principal_id == principal_id,
-            and_(_NAMED.c.target.is_not(None), live_grant(principal_id, _NAMED.c.target))),
-    ).correlate_except(_NAMED)  # fmt: skip
-    given = exists().where(_GIVEN.c.interaction_id == INTER.c.id, _GIVEN.c.place_id == principal_id)
-    return and_(or_(and_(live_grant(principal_id, INTER.c.target), ~only_assignees), named),
-                ~given.correlate_except(_GIVEN))  # fmt: skip
+    the places moved to it whose move still ``stands``; NULL for none (``parkway_held_by_delegation``,
+    migration 0027, the part of ``place_of`` a delegation decides)."""
+    return func.parkway_held_by_delegation(INTER.c.id, principal_id)
 
 
 def place_of(principal_id: Any, *, every_level: bool = False) -> Any:
-    """Who holds which place, the one rule (docs/teams.md): the id of the place in which ``principal_id``
-    acts on the interaction (of the enclosing read) as a person, NULL when it holds none. A place delegated
-    to it first (``held_by_delegation``), else its own (``_own_place``). A delegation moves a place, never
-    adds one: the delegator holds it no more, and a quorum counts places."""
-    own = case((_own_place(principal_id, every_level), principal_id))
-    return func.coalesce(held_by_delegation(principal_id), own)
+    """Who holds which place, the one rule (docs/teams.md), as the function ``parkway_place_of`` (migration
+    0027) that the answer's own function calls too: the id of the place in which ``principal_id`` acts on the
+    interaction (of the enclosing read) as a person, NULL when it holds none. A place delegated to it first
+    (the first of the places moved to it whose move still ``stands``), else its own: a live grant on the
+    target (unless its assignees alone may answer), or a row naming it or a target it holds a live grant on
+    (an assignee, an escalation level reached; ``every_level``: any level), not delegated away. A delegation
+    moves a place, never adds one: the delegator holds it no more, and a quorum counts places."""
+    return func.parkway_place_of(INTER.c.id, principal_id, literal(every_level))
 
 
 def may_answer(principal_id: Any, *, every_level: bool = False) -> Any:
@@ -185,20 +158,32 @@ def read_interaction(
 
 
 def _caller_row(session: Executor, read: InteractionRead, interaction_id_: str, caller: str | TokenHolder) -> Any:
-    """The row of ``read`` for the live principal of this name (none: ``Forbidden``) or holding this token
-    (none: ``Unauthenticated``; not of the holder's kinds: ``WrongKind``, before anything of the interaction)."""
+    """The row of ``read`` for the live principal of this name or holding this token (``refuse_caller``)."""
     if isinstance(caller, str):
         row = read.by_name.first(session, {"iid": interaction_id_, "pname": caller})
-        if row is None:
-            raise unknown_principal(caller)
-        return row
-    row = read.by_token.first(session, {"iid": interaction_id_, "th": caller.token_hash})
-    if row is None or not hmac.compare_digest(row.caller_token_hash, caller.token_hash):
+    else:
+        row = read.by_token.first(session, {"iid": interaction_id_, "th": caller.token_hash})
+    refuse_caller(row, caller)
+    return row
+
+
+def refuse_caller(row: Any, caller: Caller) -> Actor:
+    """The principal a read found for ``caller`` (its ``caller_*`` columns; none found: ``row`` None or its
+    ``caller_id`` NULL), refused before anything of the interaction: by name (or an ``Actor`` looked up by
+    its name), ``Forbidden`` when no live principal has it; a ``TokenHolder``, ``Unauthenticated`` when none
+    holds the token, ``WrongKind`` when it is not of the holder's kinds."""
+    found = row is not None and row.caller_id is not None
+    if not isinstance(caller, TokenHolder):
+        if not found:
+            raise unknown_principal(caller if isinstance(caller, str) else caller.name)
+        return caller if not isinstance(caller, str) else PrincipalRef(row.caller_id, row.caller_name, row.caller_kind)
+    if not found or not hmac.compare_digest(row.caller_token_hash, caller.token_hash):
         raise Unauthenticated("no live principal holds this token")
     tracing.annotate(principal=row.caller_name)
+    principal = PrincipalRef(row.caller_id, row.caller_name, row.caller_kind)
     if row.caller_kind not in caller.kinds:
-        raise _wrong_kind(PrincipalRef(row.caller_id, row.caller_name, row.caller_kind), caller.kinds)
-    return row
+        raise _wrong_kind(principal, caller.kinds)
+    return principal
 
 
 Act = Literal["answer", "cancel"]

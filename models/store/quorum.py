@@ -1,4 +1,4 @@
-"""Answering: the first response wins (``answering.answer_first``), or, for a wait that needs ``quorum``
+"""Answering: the first response wins (``answering.answer_at_once``), or, for a wait that needs ``quorum``
 responses in distinct places (docs/teams.md), each is recorded until one decides.
 
 Each principal's response is a row of ``interaction_responses`` with its own receipt, in the place its
@@ -18,7 +18,8 @@ from sqlalchemy import Row, and_, bindparam, func, insert, select, update
 from models import answers
 from models.base import utcnow
 from models.status import InteractionKind, InteractionStatus, PrincipalKind
-from models.store.answering import ANSWER_LOCKED, AnswerReceipt, Decision, answer_first, close
+from models.store.answering import AnswerReceipt, Decision, answer_at_once, close
+from models.store.driver import in_autocommit
 from models.store.events import append_events, event_row
 from models.store.interactions import (
     Caller,
@@ -26,7 +27,6 @@ from models.store.interactions import (
     interaction_read,
     interaction_state,
     may_answer,
-    read_interaction,
     refuse_ended_wait,
 )
 from models.store.principals import Actor
@@ -88,15 +88,18 @@ def answer(
     response_id: str,
     response_digest: str,
     principal: Caller,
-) -> AnswerReceipt:
-    """An answer, by a ``principal`` (given by name or as a ``TokenHolder``: read with the interaction, and
-    refused before all else when no live principal is found, as ``read_interaction``); ``NotFound``, then
-    ``WrongKind``/``Forbidden`` (as ``authorize``) come before anything is written. The first statement
-    reads the interaction and takes its step's lock; then ``answer_first``, or ``respond`` for a quorum wait."""
-    interaction, principal = read_interaction(session, ANSWER_LOCKED, interaction_id_, principal, "answer")
-    if interaction.quorum > 1:
-        return respond(session, interaction_id_, principal, value, response_id, response_digest)
-    return answer_first(session, interaction, principal, value, response_id, response_digest)
+) -> AnswerReceipt | None:
+    """An answer, by a ``principal`` (a name, an ``Actor`` or a ``TokenHolder``: found in the answer's call,
+    and refused before all else when no live principal is, as ``read_interaction``); ``NotFound``, then
+    ``WrongKind``/``Forbidden`` (as ``authorize``) come before anything is written. ``answer_at_once``,
+    or ``respond`` for a quorum wait: that needs the step's lock its call took, so a transaction; on a
+    connection in autocommit, ``None`` (answer again in a transaction)."""
+    got = answer_at_once(session, interaction_id_, principal, value, response_id, response_digest)
+    if isinstance(got, AnswerReceipt):
+        return got
+    if in_autocommit(session):
+        return None
+    return respond(session, interaction_id_, got[1], value, response_id, response_digest)
 
 
 def respond(

@@ -239,11 +239,10 @@ def ever_advertised(conn: Executor, kind: str, key: str) -> bool:
 
 def remote_only(kind: Any, key: Any, target: Any) -> Any:
     """Work on ``key`` of a run on ``target`` is for remote workers: no live Celery worker runs it, and a live
-    remote worker that may lease it does. Decided when the continuation is made
-    (``models.store.runs.ready_continuation``) and again whenever the sweep re-routes it (``models.store.sweep``)."""
-    return ~served(kind, key, ~WORKERS.c.remote) & served(
-        kind, key, WORKERS.c.remote, may_lease(WORKERS.c.principal_id, target)
-    )
+    remote worker that may lease it does (``parkway_remote_only``, migration 0027, the function the closing of a
+    wait calls too). Decided when the continuation is made (``models.store.runs.ready_continuation``) and
+    again whenever the sweep re-routes it (``models.store.sweep``)."""
+    return func.parkway_remote_only(literal(kind.value) if isinstance(kind, ContinuationKind) else kind, key, target)
 
 
 def sorted_keys(keys: Sequence[str]) -> tuple[str, ...]:

@@ -511,12 +511,12 @@ def test_delegate__an_answer_that_waited_for_the_step_while_its_place_moved_gets
     run_id, iid = start(client, actors, "teams.approve")
     with open_transaction() as holder, ThreadPoolExecutor(1) as pool:
         store.delegate(holder, iid, principal=PrincipalRef(IDS[h1], h1, "human"), to=h3, note=None)
-        # When h1's answer reads the wait (its snapshot: the place still h1's) and waits for the step's lock
+        # When h1's answer (its function's call) waits for the step's lock
         answered = pool.submit(sdk.answer, iid, YES, response_id="r-h1", principal=h1)
 
         def waiting() -> bool:
-            with single_statement() as conn:  # the answer's read by name (its text's start: the rest is cut)
-                return bool(conn.execute(WAITING_ON_A_LOCK, {"like": "SELECT caller.id%"}).all())
+            with single_statement() as conn:  # the answer's call (its text's start)
+                return bool(conn.execute(WAITING_ON_A_LOCK, {"like": "SELECT * FROM parkway_answer(%"}).all())
 
         wait_for(waiting, what="the answer waiting for the step's lock")
         holder.commit()

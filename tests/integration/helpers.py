@@ -259,3 +259,22 @@ def upgrade_refused_while_held(table: str, revision: str) -> Iterator[None]:
         writer.close()
     command.upgrade(alembic_config(), "head")
     assert current_revision(get_engine()) == head_revision()
+
+
+def parked_then_taken_back(stack: Stack, revision: str) -> tuple[dict[str, str], list[str]]:
+    """Three ``t.ask_one`` waits parked at head, the first answered with no worker running (its continuation
+    ready, its message queued), then the schema taken back to ``revision``, as a deployment of it holds them:
+    the waits' interaction ids by run, and the runs of the two not answered yet."""
+    from alembic import command
+
+    from parkway.db import reset_engine
+    from parkway.migrate import alembic_config
+    from tasks.sdk import answer
+
+    waits = {run_id: asked["go"].id for run_id, asked in (parked("t.ask_one") for _ in range(3))}
+    stack.flush_broker()
+    early, *late = waits
+    answer(waits[early], "before", response_id=new_response_id(), principal=HUMAN)
+    reset_engine()
+    command.downgrade(alembic_config(), revision)
+    return waits, late

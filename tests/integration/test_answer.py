@@ -297,6 +297,26 @@ def test_answer__schema_failing_value_is_422_stores_nothing_and_a_valid_answer_s
     assert interaction(iid).value == "tonight"
 
 
+def test_answer__a_value_valid_for_a_schema_answered_before_is_still_checked_against_this_waits(
+    stack: Stack,
+) -> None:
+    # Given a wait of {"type": "string"} answered with "yesterday" (this process has validated that schema,
+    # and vouches for the values it accepts when it answers again: models.answers.vouched)
+    _, one = parked("t.ask_one")
+    answer(one["go"].id, "yesterday", response_id=new_response_id(), principal=HUMAN)
+    run_id, asked = parked("t.ask_two")
+    iid = asked["window"].id
+    before = event_types(run_id)
+
+    # When the same value goes to a wait whose schema it fails (an enum of "now" and "tonight")
+    with pytest.raises(InvalidAnswer):
+        answer(iid, "yesterday", response_id=new_response_id(), principal=HUMAN)
+
+    # Then nothing is stored, and a value of its enum is accepted
+    assert interaction(iid).status == "pending" and event_types(run_id) == before
+    assert answer(iid, "now", response_id=new_response_id(), principal=HUMAN)["status"] == "answered"
+
+
 def test_answer__wrong_type_is_422(stack: Stack) -> None:
     _, asked = parked("t.ask_two")
     with pytest.raises(InvalidAnswer) as caught:

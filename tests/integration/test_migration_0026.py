@@ -18,7 +18,12 @@ from models import event_log
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.migrate import alembic_config, current_revision, head_revision
 from tasks.sdk import answer
-from tests.integration.helpers import completed_resumed_once, database_at, parked, upgrade_refused_while_held
+from tests.integration.helpers import (
+    completed_resumed_once,
+    database_at,
+    parked_then_taken_back,
+    upgrade_refused_while_held,
+)
 from tests.support import HUMAN, Stack, new_response_id
 
 FROM_REVISION = "0025"
@@ -73,12 +78,7 @@ def test_migration_0026__waits_parked_before_it_resume_once_after_it_and_the_log
 ) -> None:
     # Given three waits parked, one answered with no worker running (its continuation ready, its message
     # queued), and the schema then taken back to the previous revision, as a deployment of it holds them
-    waits = {run_id: asked["go"].id for run_id, asked in (parked("t.ask_one") for _ in range(3))}
-    stack.flush_broker()
-    early, *late = waits
-    answer(waits[early], "before", response_id=new_response_id(), principal=HUMAN)
-    reset_engine()
-    command.downgrade(alembic_config(), FROM_REVISION)
+    waits, late = parked_then_taken_back(stack, FROM_REVISION)
     assert is_table("events")
     before = {run_id: stored_log(run_id) for run_id in waits}
     assert all(before.values())
