@@ -120,6 +120,7 @@ def cmd_run_start(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         return _fail("run start", f"--payload is not JSON ({exc}): {args.payload[:80]!r}", 2)
     get_settings().require_imports()
+    registry.import_workflows()  # before the transaction: an import must not hold it open (idle timeout)
     with pgconn.transaction() as conn:
         require_revision(revision_read(conn.execute))
         unserved = _unserved(args.workflow, *run_start.fleet(conn.execute, args.workflow))
@@ -150,10 +151,9 @@ def _not_named(workflow: str) -> str:
 def _unserved(workflow: str, served: bool, anyone_live: bool) -> tuple[str, int] | None:
     """Why no run of ``workflow`` should start, with the exit code, when no live worker runs it (today's
     fleet, ``parkway workers``): its run would wait for one, or be interrupted once the grace ran out.
-    Imports the workflows of ``PARKWAY_IMPORTS`` (a served one's payload is checked against its step)."""
+    The workflows of ``PARKWAY_IMPORTS`` are imported already."""
     from tasks import registry
 
-    registry.import_workflows()
     if served:  # a live Celery worker runs it, or a remote one leases it
         return None
     if not registry.has_step(workflow):
