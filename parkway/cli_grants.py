@@ -120,8 +120,8 @@ def cmd_run_start(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         return _fail("run start", f"--payload is not JSON ({exc}): {args.payload[:80]!r}", 2)
     get_settings().require_imports()
-    registry.import_workflows()  # before the transaction: an import must not hold it open (idle timeout)
-    with pgconn.transaction() as conn:
+    with pgconn.transaction() as conn:  # connected (or failed) before anything slower is done
+        registry.import_workflows()  # before the first statement begins the transaction: no idle timeout
         require_revision(revision_read(conn.execute))
         unserved = _unserved(args.workflow, *run_start.fleet(conn.execute, args.workflow))
         if unserved is not None:
