@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import ColumnElement, String, literal, select, true, tuple_
@@ -32,18 +33,20 @@ EXPIRED = "not decided before it expired"
 _ANSWERER, _CLOSER = aliased(Principal), aliased(Principal)
 
 
-_CLOSING_SEQ = (
-    select(Event.seq)
-    .where(
-        Event.run_id == Interaction.run_id,
-        Event.type.in_(CLOSED_EVENT_TYPES),
-        Event.data["interaction_id"].as_string() == Interaction.id,
+@cache
+def _closing_seq() -> Any:
+    return (
+        select(Event.seq)
+        .where(
+            Event.run_id == Interaction.run_id,
+            Event.type.in_(CLOSED_EVENT_TYPES),
+            Event.data["interaction_id"].as_string() == Interaction.id,
+        )
+        .order_by(*event_reads.IN_ORDER)
+        .limit(1)
+        .correlate(Interaction)
+        .scalar_subquery()
     )
-    .order_by(*event_reads.IN_ORDER)
-    .limit(1)
-    .correlate(Interaction)
-    .scalar_subquery()
-)
 
 
 def records(session: Session, ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -52,7 +55,7 @@ def records(session: Session, ids: list[str]) -> dict[str, dict[str, Any]]:
     if not ids:
         return {}
     rows = session.execute(
-        select(Interaction, Run.workflow, _ANSWERER.name, _CLOSER.name, _CLOSING_SEQ)
+        select(Interaction, Run.workflow, _ANSWERER.name, _CLOSER.name, _closing_seq())
         .join(Run, Run.id == Interaction.run_id)
         .outerjoin(_ANSWERER, _ANSWERER.id == Interaction.answered_by_id)
         .outerjoin(_CLOSER, _CLOSER.id == Interaction.closed_by_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, Select, and_, bindparam, exists, false, or_, select
@@ -100,24 +101,30 @@ def _the_answer(view: InteractionView, place: str | None) -> list[ResponseView]:
 
 
 _IDS = INTER.c.id.in_(bindparam("ids", expanding=True))
-_ANSWERED_FOR = select(
-    INTER.c.id, select(PRIN.c.name).where(PRIN.c.id == held_by_delegation(INTER.c.answered_by_id)).scalar_subquery()
-).where(_IDS)
+
+
+@cache
+def _answered_for_statement() -> Any:
+    return select(
+        INTER.c.id, select(PRIN.c.name).where(PRIN.c.id == held_by_delegation(INTER.c.answered_by_id)).scalar_subquery()
+    ).where(_IDS)
 
 
 def _answered_for(session: Session, ids: list[str]) -> dict[str, str]:
     """Whose place each of these decided first-wins waits was answered in, where it was a delegated one: the
     place its answerer held by delegation (``held_by_delegation``; a decided wait's places move no more)."""
-    return {iid: place for iid, place in session.execute(_ANSWERED_FOR, {"ids": ids}) if place is not None}
+    return {iid: place for iid, place in session.execute(_answered_for_statement(), {"ids": ids}) if place is not None}
 
 
-_HOLDS = select(INTER.c.id).where(_IDS, place_of(bindparam("pid")).is_not(None))
+@cache
+def _holds_statement() -> Any:
+    return select(INTER.c.id).where(_IDS, place_of(bindparam("pid")).is_not(None))
 
 
 def holding(session: Session, principal_id: str, ids: list[str]) -> set[str]:
     """Those of the interactions ``ids`` on which ``principal_id`` holds a place (``place_of``): where it
     may answer or delegate."""
-    return set(session.scalars(_HOLDS, {"ids": ids, "pid": principal_id})) if ids else set()
+    return set(session.scalars(_holds_statement(), {"ids": ids, "pid": principal_id})) if ids else set()
 
 
 _ROWS = InteractionAnswerer.__table__

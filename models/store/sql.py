@@ -75,6 +75,18 @@ RESP = cast(Table, InteractionResponse.__table__)
 ANSWERER = cast(Table, InteractionAnswerer.__table__)
 
 
+def by_name(**builders: Callable[[], Any]) -> Callable[[str], Any]:
+    """A module's ``__getattr__`` (PEP 562) for the statements read by name from outside it (the generated
+    SQL's test, ``models/start_sql.py``): each built by its builder when read, not at import."""
+
+    def attribute(name: str) -> Any:
+        if name not in builders:
+            raise AttributeError(f"module has no attribute {name!r}")
+        return builders[name]()
+
+    return attribute
+
+
 def bp(name: str, column: Any) -> Any:
     """A named bound parameter typed like ``column`` (JSON and UTC datetimes keep their processing)."""
     return bindparam(name, type_=column.type)
