@@ -70,7 +70,7 @@ def _plan(statement: Select[Any], dialect: Dialect) -> _Plan:
         sql=compiled.string,
         binds=tuple(binds.values()),
         results=results if any(p is not None for p in results) else None,
-        row=namedtuple("DriverRow", [str(c.key) for c in columns]),  # keys known at import
+        row=namedtuple("DriverRow", [str(c.key) for c in columns]),  # keys known once it is built
     )
 
 

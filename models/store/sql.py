@@ -61,8 +61,9 @@ def words(values: Iterable[str]) -> list[Any]:
     return [word(v) for v in values]
 
 
-# The hot path (claim, consume, a step's outcome, events) runs Core statements built once at import, on
-# the tables themselves: no ORM unit of work, no per-call statement construction or cache-key work.
+# The hot path (claim, consume, a step's outcome, events) runs Core statements on the tables themselves, each
+# built once, at its first use (a ``functools.cache`` builder: a process pays for the statements it runs, not
+# at import): no ORM unit of work, no per-call statement construction or cache-key work.
 CONT = cast(Table, Continuation.__table__)
 STEP = cast(Table, Step.__table__)
 RUN = cast(Table, Run.__table__)
