@@ -260,13 +260,15 @@ class Receipt:
     committed_at: datetime
 
 
-_RECORD = insert(RECEIPTS)  # built once: its parameters are the receipt's fields
+@cache
+def _record_receipt() -> Any:
+    return insert(RECEIPTS)  # built once: its parameters are the receipt's fields
 
 
 def record_receipt(session: Session, receipt: Receipt) -> None:
     """none -> recorded: the completion's receipt, in the transaction of its consume (the lease id is the
     key: a second completion of one lease cannot commit, its consume's CAS already lost)."""
-    session.execute(_RECORD, receipt.__dict__)
+    session.execute(_record_receipt(), receipt.__dict__)
 
 
 def receipt_of(session: Executor, lease_id: str) -> Receipt | None:

@@ -81,7 +81,9 @@ def _others_could_still_answer() -> Any:
     return select(_could_still_answer()).where(INTER.c.id == bindparam("iid"))
 
 
-_RECORD = insert(RESP)
+@cache
+def _record_response() -> Any:
+    return insert(RESP)
 
 
 @cache
@@ -139,10 +141,10 @@ def respond(
     clear, sealed = answers.seal_value(state, value)
     approved = bool(value.get("approved")) if state.kind == InteractionKind.PERMISSION else None
     status = _decided(session, state, approved)
-    session.execute(_RECORD, {"interaction_id": state.id, "principal_id": principal.id, "place_id": state.place,
-                              "response_id": response_id, "response_digest": digest, "value": clear,
-                              "approved": approved, "status": status.value, "level": state.level,
-                              "at": now})  # fmt: skip
+    session.execute(_record_response(), {"interaction_id": state.id, "principal_id": principal.id,
+                                         "place_id": state.place, "response_id": response_id,
+                                         "response_digest": digest, "value": clear, "approved": approved,
+                                         "status": status.value, "level": state.level, "at": now})  # fmt: skip
     # Every response's sealed fields, by principal, in the interaction's one sealed value: erased with it.
     kept = json.loads(state.secret) if state.secret else {}
     sealed_all = json.dumps({**kept, principal.id: sealed}) if sealed is not None else state.secret

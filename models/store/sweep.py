@@ -59,12 +59,10 @@ _FRESH_READY = and_(
 )
 
 
+@cache
 def _count_up_to(where: Any) -> Any:
     """How many continuations match, counted up to ``:n`` (an index range, never the whole table)."""
     return select(func.count()).select_from(select(CONT.c.id).where(where).limit(bindparam("n")).subquery())
-
-
-_COUNT_STALE, _COUNT_FRESH = _count_up_to(_STALE_READY), _count_up_to(_FRESH_READY)
 
 
 def mark_for_republish(session: Session, *, older_than_s: float, batch: int, queued: int = 0) -> list[Due]:
@@ -78,9 +76,11 @@ def mark_for_republish(session: Session, *, older_than_s: float, batch: int, que
     """
     params = {"older_than_s": -older_than_s}
     if queued > 0:
-        queued -= session.execute(_COUNT_FRESH, {**params, "n": queued}).scalar_one()
+        queued -= session.execute(_count_up_to(_FRESH_READY), {**params, "n": queued}).scalar_one()
     if queued > 0:
-        batch = min(batch, session.execute(_COUNT_STALE, {**params, "n": batch + queued}).scalar_one() - queued)
+        batch = min(
+            batch, session.execute(_count_up_to(_STALE_READY), {**params, "n": batch + queued}).scalar_one() - queued
+        )
         if batch <= 0:
             return []
     rows = session.execute(_mark_for_republish(), {**params, "n": batch})
