@@ -23,6 +23,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import (
@@ -83,10 +84,14 @@ class RunView:
 
 
 _P = Principal.__table__.c
-_PRINCIPAL_BY_TOKEN = select(_P.id, _P.kind, _P.name, _P.token_hash, _P.created_at).where(
-    _P.token_hash == bindparam("token_hash"),
-    _P.disabled_at.is_(None),  # disabling clears the hash too
-)
+
+
+@cache
+def _principal_by_token_statement() -> Any:
+    return select(_P.id, _P.kind, _P.name, _P.token_hash, _P.created_at).where(
+        _P.token_hash == bindparam("token_hash"),
+        _P.disabled_at.is_(None),  # disabling clears the hash too
+    )
 
 
 def principal_by_token(conn: Connection | Session, token_hash: str) -> Principal | None:
@@ -95,7 +100,7 @@ def principal_by_token(conn: Connection | Session, token_hash: str) -> Principal
     One Core read, meant for a connection in autocommit (``parkway.db.read_statement``: every request is
     authenticated, so no BEGIN and COMMIT and no ORM load). The principal returned belongs to no session;
     only its columns are read from it, as from one loaded by a session already closed."""
-    row = conn.execute(_PRINCIPAL_BY_TOKEN, {"token_hash": token_hash}).first()
+    row = conn.execute(_principal_by_token_statement(), {"token_hash": token_hash}).first()
     if row is None or row.token_hash is None or not hmac.compare_digest(row.token_hash, token_hash):
         return None
     return Principal(id=row.id, kind=row.kind, name=row.name, token_hash=row.token_hash, created_at=row.created_at)

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import ColumnElement, String, literal, select, true, tuple_
@@ -29,21 +30,28 @@ PAGE = 500
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]|$)")
 EXPIRED = "not decided before it expired"
 
-_ANSWERER, _CLOSER = aliased(Principal), aliased(Principal)
+
+@cache
+def _answerer_and_closer() -> tuple[Any, Any]:
+    """Who answered a wait and who closed it, as aliases of ``Principal`` made at their first use (an ORM
+    alias configures every mapper)."""
+    return aliased(Principal), aliased(Principal)
 
 
-_CLOSING_SEQ = (
-    select(Event.seq)
-    .where(
-        Event.run_id == Interaction.run_id,
-        Event.type.in_(CLOSED_EVENT_TYPES),
-        Event.data["interaction_id"].as_string() == Interaction.id,
+@cache
+def _closing_seq() -> Any:
+    return (
+        select(Event.seq)
+        .where(
+            Event.run_id == Interaction.run_id,
+            Event.type.in_(CLOSED_EVENT_TYPES),
+            Event.data["interaction_id"].as_string() == Interaction.id,
+        )
+        .order_by(*event_reads.IN_ORDER)
+        .limit(1)
+        .correlate(Interaction)
+        .scalar_subquery()
     )
-    .order_by(*event_reads.IN_ORDER)
-    .limit(1)
-    .correlate(Interaction)
-    .scalar_subquery()
-)
 
 
 def records(session: Session, ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -51,11 +59,12 @@ def records(session: Session, ids: list[str]) -> dict[str, dict[str, Any]]:
     each was made in as the API shows them (``team_views.fill``), a few reads for the whole list."""
     if not ids:
         return {}
+    answerer, closer = _answerer_and_closer()
     rows = session.execute(
-        select(Interaction, Run.workflow, _ANSWERER.name, _CLOSER.name, _CLOSING_SEQ)
+        select(Interaction, Run.workflow, answerer.name, closer.name, _closing_seq())
         .join(Run, Run.id == Interaction.run_id)
-        .outerjoin(_ANSWERER, _ANSWERER.id == Interaction.answered_by_id)
-        .outerjoin(_CLOSER, _CLOSER.id == Interaction.closed_by_id)
+        .outerjoin(answerer, answerer.id == Interaction.answered_by_id)
+        .outerjoin(closer, closer.id == Interaction.closed_by_id)
         .where(Interaction.id.in_(ids), Interaction.closed_at.is_not(None))
     ).all()
     views = team_views.fill(session, [InteractionView(row[0], row[2]) for row in rows])

@@ -14,6 +14,7 @@ whether a live worker runs each (``models.served``), at once and without the gra
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import Table, case, distinct, func, literal, select, union_all
@@ -24,7 +25,7 @@ from models.fleet_view import VersionLoad as VersionLoad
 from models.fleet_view import version_load
 from models.served import ADVERTISED, grace_left, served
 from models.status import ContinuationKind, ContinuationStatus, InteractionStatus
-from models.store.sql import CONT, word, words
+from models.store.sql import CONT, by_name, word, words
 from models.tables import Interaction
 
 _I = cast(Table, Interaction.__table__)
@@ -41,6 +42,7 @@ def _parked_steps(version: Any) -> Any:
     return select(func.count(distinct(_I.c.step_id))).where(_PENDING, _I.c.continuation == version).scalar_subquery()
 
 
+@cache
 def _unserved_counts() -> Any:
     keys = parked_keys()
     return (
@@ -50,13 +52,10 @@ def _unserved_counts() -> Any:
     )
 
 
-_UNSERVED_COUNTS = _unserved_counts()
-
-
 def unserved_counts(session: Session) -> dict[str, int]:
     """The parked steps waiting on each continuation version no live worker advertises now, by
     ``name@version`` (those past the grace fail closed at the next sweep, unless no worker is alive)."""
-    return {str(key): int(count) for key, count in session.execute(_UNSERVED_COUNTS)}
+    return {str(key): int(count) for key, count in session.execute(_unserved_counts())}
 
 
 def _first_wait(version: Any) -> Any:
@@ -64,6 +63,7 @@ def _first_wait(version: Any) -> Any:
     return select(func.min(_I.c.created_at)).where(_PENDING, _I.c.continuation == version).scalar_subquery()
 
 
+@cache
 def _versions() -> Any:
     keys = parked_keys()
     parked = select(keys.c.key.label("version"), _parked_steps(keys.c.key).label("parked"), literal(0).label("due"),
@@ -89,14 +89,15 @@ def _versions() -> Any:
     )
 
 
-VERSIONS = _versions()  # its compiled text runs on psycopg too: models/fleet_sql.py
+# ``VERSIONS``: the statement whose compiled text runs on psycopg too (models/fleet_sql.py).
+__getattr__ = by_name(VERSIONS=_versions)
 
 
 def versions(session: Session, *, grace_s: float) -> list[VersionLoad]:
     """Every continuation version that parked steps or due continuations need, by name, whether a live
     worker runs it, and if none does the time left of its grace of ``grace_s`` (``PARKWAY_VERSION_GRACE_S``).
     Counts every pending wait: for an operator's request, not for every scrape."""
-    return [version_load(row) for row in session.execute(VERSIONS, {"grace": -grace_s})]
+    return [version_load(row) for row in session.execute(_versions(), {"grace": -grace_s})]
 
 
 def unserved_versions(session: Session, run_id: str) -> list[str]:

@@ -7,6 +7,7 @@ was lost, never a commit.
 from __future__ import annotations
 
 import hashlib
+from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import Boolean, Table, bindparam, exists, select, update
@@ -32,6 +33,7 @@ def args_digest(args: Any) -> str:
 _TOOL = cast(Table, ToolCall.__table__)
 
 
+@cache
 def _record_intent() -> Any:
     """The tool call ``:id`` unless a row for its key exists, and its event only if it was made."""
     columns = ("id", "run_id", "step_id", "key", "name", "args_digest", "replay", "phase", "interaction_id",
@@ -46,9 +48,6 @@ def _record_intent() -> Any:
     )  # fmt: skip
     found = select(*_TOOL.c).where(_TOOL.c.id == bindparam("id"))
     return made_or_found(made, found).add_cte(events_if(exists(select(made.c.id))).cte("events"))
-
-
-_RECORD_INTENT = _record_intent()
 
 
 def record_intent(
@@ -72,7 +71,7 @@ def record_intent(
     params = {"id": call_id, "run_id": run_id, "step_id": journal_step_id, "key": key, "name": name,
               "args_digest": digest, "replay": replay, "phase": phase.value, "interaction_id": interaction_id,
               "journaled_by": journaled_by, "at": utcnow(), **event_params([intent])}  # fmt: skip
-    return insert_or_winner(session, ToolCall, _RECORD_INTENT, params, lambda: session.get(ToolCall, call_id))
+    return insert_or_winner(session, ToolCall, _record_intent(), params, lambda: session.get(ToolCall, call_id))
 
 
 def reauthorize(session: Session, call_id: str, *, interaction_id: str) -> ToolCall | None:
@@ -100,16 +99,26 @@ def _moved(to: ToolPhase, event: str, *, settles: bool = False, **data: Any) -> 
     return select(ToolCall).from_statement(statement).execution_options(populate_existing=True)
 
 
-_AUTHORIZE = _moved(ToolPhase.EXECUTING, "toolcall.authorized")
-_SETTLE = _moved(ToolPhase.SETTLED, "toolcall.settled", settles=True, ok=bindparam("ok", type_=Boolean))
-_SETTLE_POSSIBLY_RAN = _moved(ToolPhase.SETTLED, "toolcall.possibly_ran", settles=True)
+@cache
+def _authorize() -> Any:
+    return _moved(ToolPhase.EXECUTING, "toolcall.authorized")
+
+
+@cache
+def _settle() -> Any:
+    return _moved(ToolPhase.SETTLED, "toolcall.settled", settles=True, ok=bindparam("ok", type_=Boolean))
+
+
+@cache
+def _settle_possibly_ran() -> Any:
+    return _moved(ToolPhase.SETTLED, "toolcall.possibly_ran", settles=True)
 
 
 def authorize(session: Session, call_id: str) -> ToolCall | None:
     """authorizing -> executing, once its permission was approved, with its event: one statement; durable
     before the body runs. ``None`` when it is not authorizing any more."""
     params = {"call_id": call_id, "from_phase": ToolPhase.AUTHORIZING.value, "at": utcnow()}
-    return session.scalars(_AUTHORIZE, params).first()
+    return session.scalars(_authorize(), params).first()
 
 
 def mark_running(session: Session, call_id: str, *, journaled_by: str | None = None) -> ToolCall | None:
@@ -154,7 +163,7 @@ def settle(
     if it settled already."""
     params = {"call_id": call_id, "from_phase": from_.value, "at": utcnow(), "outcome": outcome, "error": error,
               "possibly_ran": possibly_ran, "ok": error is None}  # fmt: skip
-    return session.scalars(_SETTLE_POSSIBLY_RAN if possibly_ran else _SETTLE, params).first()
+    return session.scalars(_settle_possibly_ran() if possibly_ran else _settle(), params).first()
 
 
 def _transition(session: Session, call_id: str, from_: ToolPhase, to: ToolPhase, **values: Any) -> ToolCall | None:

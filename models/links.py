@@ -16,6 +16,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import bindparam, select
@@ -64,26 +65,34 @@ def justify_asked(interaction: Interaction) -> bool:
 
 
 _NAMED = ANSWERER.alias("link_named")
-_PEOPLE_NAMED = (
-    select(PRIN.c.id, PRIN.c.name)
-    .select_from(_NAMED.join(PRIN, PRIN.c.id == _NAMED.c.principal_id))
-    .join(INTER, INTER.c.id == _NAMED.c.interaction_id)
-    .where(
-        _NAMED.c.interaction_id == bindparam("iid"),
-        _NAMED.c.level <= bindparam("level"),
-        PRIN.c.disabled_at.is_(None),
-        PRIN.c.kind.in_(PEOPLE),
-        place_of(PRIN.c.id, every_level=True).is_not(None),
+
+
+@cache
+def _people_named() -> Any:
+    return (
+        select(PRIN.c.id, PRIN.c.name)
+        .select_from(_NAMED.join(PRIN, PRIN.c.id == _NAMED.c.principal_id))
+        .join(INTER, INTER.c.id == _NAMED.c.interaction_id)
+        .where(
+            _NAMED.c.interaction_id == bindparam("iid"),
+            _NAMED.c.level <= bindparam("level"),
+            PRIN.c.disabled_at.is_(None),
+            PRIN.c.kind.in_(PEOPLE),
+            place_of(PRIN.c.id, every_level=True).is_not(None),
+        )
+        .distinct()
+        .order_by(PRIN.c.name)
     )
-    .distinct()
-    .order_by(PRIN.c.name)
-)
-_MAY_HOLD = select(place_of(bindparam("pid"), every_level=True)).where(INTER.c.id == bindparam("iid"))
+
+
+@cache
+def _may_hold() -> Any:
+    return select(place_of(bindparam("pid"), every_level=True)).where(INTER.c.id == bindparam("iid"))
 
 
 def may_hold_place(session: Session, interaction_id: str, principal_id: str) -> bool:
     """Whether the person holds a place on the wait, now or at one of its escalation levels."""
-    return session.scalar(_MAY_HOLD, {"iid": interaction_id, "pid": principal_id}) is not None
+    return session.scalar(_may_hold(), {"iid": interaction_id, "pid": principal_id}) is not None
 
 
 def hand_out(
@@ -111,7 +120,7 @@ def carry_links(session: Session, webhook_id: str, events: list[Event], bodies: 
             continue
         level = event.data.get("level", interaction.level if event.type != "interaction.asked" else 0)
         links = []
-        for person_id, name in session.execute(_PEOPLE_NAMED, {"iid": interaction.id, "level": level}):
+        for person_id, name in session.execute(_people_named(), {"iid": interaction.id, "level": level}):
             token = delivery_token(webhook_id, event.seq, person_id)
             store.make_link(session, token_hash=hash_token(token), interaction_id=interaction.id,
                             principal_id=person_id, expires_at=interaction.expires_at,

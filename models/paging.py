@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -46,7 +47,10 @@ from models.team_tables import InteractionAnswerer
 Position = tuple[datetime, str]  # (created_at, id) of the last run of the previous page
 Placed = tuple[datetime, int, str]  # (created_at, position, id) of the last interaction of the previous page
 
-_STATUSES = values(column("status", String), name="statuses").data([(s.value,) for s in InteractionStatus])
+
+@cache
+def _statuses() -> Any:
+    return values(column("status", String), name="statuses").data([(s.value,) for s in InteractionStatus])
 
 
 def interaction_keys(
@@ -77,8 +81,8 @@ def interaction_keys(
     if status is not None:
         page = page.where(Interaction.status == status)
     elif not one_run:
-        keys.append(_STATUSES)
-        page = page.where(Interaction.status == _STATUSES.c.status)
+        keys.append(_statuses())
+        page = page.where(Interaction.status == _statuses().c.status)
     if after is not None:
         page = page.where(tuple_(Interaction.created_at, Interaction.position, Interaction.id) > tuple_(*after))
     return _merged(page, keys, n, descending=False)

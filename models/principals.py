@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
 
 from sqlalchemy import and_, bindparam, insert, literal, select, tuple_, update
 from sqlalchemy.orm import Session
@@ -183,22 +185,24 @@ def start_page_session(session: Session, *, token_hash: str, session_id: str) ->
     return None if made is None else str(made.principal_id)
 
 
-_SESSION_PRINCIPAL = (
-    select(_P.id, _P.kind, _P.name, _P.created_at)
-    .join(PageSession.__table__, _S.principal_id == _P.id)
-    .where(
-        _S.id_hash == bindparam("h"),
-        _S.ended_at.is_(None),
-        _S.expires_at > bindparam("now", type_=_S.expires_at.type),
-        and_(_P.disabled_at.is_(None), _P.token_generation == _S.token_generation),
+@cache
+def _session_principal_statement() -> Any:
+    return (
+        select(_P.id, _P.kind, _P.name, _P.created_at)
+        .join(PageSession.__table__, _S.principal_id == _P.id)
+        .where(
+            _S.id_hash == bindparam("h"),
+            _S.ended_at.is_(None),
+            _S.expires_at > bindparam("now", type_=_S.expires_at.type),
+            and_(_P.disabled_at.is_(None), _P.token_generation == _S.token_generation),
+        )
     )
-)
 
 
 def page_session_principal(session: Session, session_id: str) -> Principal | None:
     """The principal of an open page session, read now; ``None`` once it ended (signed out, expired,
     token rotated, principal disabled). Returned detached, as ``access.principal_by_token`` does."""
-    row = session.execute(_SESSION_PRINCIPAL, {"h": session_hash(session_id), "now": utcnow()}).first()
+    row = session.execute(_session_principal_statement(), {"h": session_hash(session_id), "now": utcnow()}).first()
     if row is None:
         return None
     return Principal(id=row.id, kind=row.kind, name=row.name, created_at=row.created_at)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, Select, and_, bindparam, exists, false, or_, select
@@ -40,7 +41,11 @@ class DelegationView:
     place: str  # whose place it moved
 
 
-_BY, _PLACE = aliased(Principal), aliased(Principal)
+@cache
+def _by_and_place() -> tuple[Any, Any]:
+    """Who named an answerer and whose place it holds, as aliases of ``Principal`` made at their first use
+    (an ORM alias configures every mapper)."""
+    return aliased(Principal), aliased(Principal)
 
 
 def fill(session: Session, views: list[InteractionView]) -> list[InteractionView]:
@@ -48,12 +53,13 @@ def fill(session: Session, views: list[InteractionView]) -> list[InteractionView
     in, assignees and delegations: two reads for the whole list, none for a list without quorum or named
     answerers, and a third when a first-wins wait was decided after a delegation."""
     ids = [v.interaction.id for v in views]
+    by_principal, place_principal = _by_and_place()
     responses: dict[str, list[ResponseView]] = defaultdict(list)
     if any(v.interaction.quorum > 1 for v in views):
         rows = session.execute(
-            select(InteractionResponse, Principal.name, _PLACE.name)
+            select(InteractionResponse, Principal.name, place_principal.name)
             .join(Principal, Principal.id == InteractionResponse.principal_id)
-            .join(_PLACE, _PLACE.id == InteractionResponse.place_id)
+            .join(place_principal, place_principal.id == InteractionResponse.place_id)
             .where(InteractionResponse.interaction_id.in_(ids))
             .order_by(InteractionResponse.at)
         )
@@ -61,10 +67,10 @@ def fill(session: Session, views: list[InteractionView]) -> list[InteractionView
             responses[r.interaction_id].append(ResponseView(name, r.value, r.at, r.level, place))
     named: dict[str, list[tuple[InteractionAnswerer, str | None, str | None, str | None]]] = defaultdict(list)
     answerers = session.execute(
-        select(InteractionAnswerer, Principal.name, _BY.name, _PLACE.name)
+        select(InteractionAnswerer, Principal.name, by_principal.name, place_principal.name)
         .outerjoin(Principal, Principal.id == InteractionAnswerer.principal_id)
-        .outerjoin(_BY, _BY.id == InteractionAnswerer.by_id)
-        .outerjoin(_PLACE, _PLACE.id == InteractionAnswerer.place_id)
+        .outerjoin(by_principal, by_principal.id == InteractionAnswerer.by_id)
+        .outerjoin(place_principal, place_principal.id == InteractionAnswerer.place_id)
         .where(InteractionAnswerer.interaction_id.in_(ids))
         .order_by(InteractionAnswerer.id)
     )
@@ -100,24 +106,30 @@ def _the_answer(view: InteractionView, place: str | None) -> list[ResponseView]:
 
 
 _IDS = INTER.c.id.in_(bindparam("ids", expanding=True))
-_ANSWERED_FOR = select(
-    INTER.c.id, select(PRIN.c.name).where(PRIN.c.id == held_by_delegation(INTER.c.answered_by_id)).scalar_subquery()
-).where(_IDS)
+
+
+@cache
+def _answered_for_statement() -> Any:
+    return select(
+        INTER.c.id, select(PRIN.c.name).where(PRIN.c.id == held_by_delegation(INTER.c.answered_by_id)).scalar_subquery()
+    ).where(_IDS)
 
 
 def _answered_for(session: Session, ids: list[str]) -> dict[str, str]:
     """Whose place each of these decided first-wins waits was answered in, where it was a delegated one: the
     place its answerer held by delegation (``held_by_delegation``; a decided wait's places move no more)."""
-    return {iid: place for iid, place in session.execute(_ANSWERED_FOR, {"ids": ids}) if place is not None}
+    return {iid: place for iid, place in session.execute(_answered_for_statement(), {"ids": ids}) if place is not None}
 
 
-_HOLDS = select(INTER.c.id).where(_IDS, place_of(bindparam("pid")).is_not(None))
+@cache
+def _holds_statement() -> Any:
+    return select(INTER.c.id).where(_IDS, place_of(bindparam("pid")).is_not(None))
 
 
 def holding(session: Session, principal_id: str, ids: list[str]) -> set[str]:
     """Those of the interactions ``ids`` on which ``principal_id`` holds a place (``place_of``): where it
     may answer or delegate."""
-    return set(session.scalars(_HOLDS, {"ids": ids, "pid": principal_id})) if ids else set()
+    return set(session.scalars(_holds_statement(), {"ids": ids, "pid": principal_id})) if ids else set()
 
 
 _ROWS = InteractionAnswerer.__table__
@@ -151,15 +163,19 @@ def naming(principal_id: str | None, targets: Select[Any] | None = None) -> Colu
     return found.correlate_except(_NAMING)
 
 
-_NAMED = aliased(Interaction, name="named")
+@cache
+def _named() -> Any:
+    """The interaction a caller's answerer row names, as an alias made at its first use."""
+    return aliased(Interaction, name="named")
 
 
 def naming_runs(principal_id: str, targets: Select[Any]) -> Select[Any]:
     """The ids of the runs one of whose waits ``names`` the caller (or a target among ``targets``): their
     pages, events and live updates are the caller's to read (``access.run_visible``). Correlated with
     nothing, so it is read once per statement from the caller's answerer rows (their partial indexes)."""
-    named = names(principal_id, targets, _ROWS, _NAMED)
-    rows = select(_NAMED.run_id).join(_ROWS, _ROWS.c.interaction_id == _NAMED.id).where(named)
+    interaction = _named()
+    named = names(principal_id, targets, _ROWS, interaction)
+    rows = select(interaction.run_id).join(_ROWS, _ROWS.c.interaction_id == interaction.id).where(named)
     return rows.correlate(None)
 
 

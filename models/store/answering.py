@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Row, bindparam, select
@@ -23,14 +24,21 @@ from models.store.sql import INTER, STEP, Executor, new_id
 from parkway import tracing
 from parkway.errors import Conflict, Gone, NotFound
 
-_ANSWER = (
-    "SELECT * FROM parkway_answer(%(iid)s, %(pname)s, %(th)s, %(vouched)s::varchar[], %(val)s::json, %(sealed)s,"
-    " %(rsp)s, %(digest)s, %(at)s, %(cid)s, %(trace_id)s, %(traceparent)s)"
-)
-_CLOSE = (
-    "SELECT * FROM parkway_close(%(iid)s, %(sid)s, %(to)s, %(val)s::json, %(sealed)s, %(rsp)s, %(digest)s, %(by)s,"
-    " %(at)s, %(cid)s, %(extra)s::json, %(trace_id)s, %(traceparent)s)"
-)
+
+@cache
+def _answer() -> Any:
+    return (
+        "SELECT * FROM parkway_answer(%(iid)s, %(pname)s, %(th)s, %(vouched)s::varchar[], %(val)s::json, %(sealed)s,"
+        " %(rsp)s, %(digest)s, %(at)s, %(cid)s, %(trace_id)s, %(traceparent)s)"
+    )
+
+
+@cache
+def _close() -> Any:
+    return (
+        "SELECT * FROM parkway_close(%(iid)s, %(sid)s, %(to)s, %(val)s::json, %(sealed)s, %(rsp)s, %(digest)s, %(by)s,"
+        " %(at)s, %(cid)s, %(extra)s::json, %(trace_id)s, %(traceparent)s)"
+    )
 
 
 def _made_due(row: Any, cid: str, step_id: str) -> Due | None:
@@ -73,7 +81,7 @@ def answer_at_once(
         params["pname"] = principal if isinstance(principal, str) else principal.name
     params["val"] = json.dumps(value) if params["vouched"] else None  # no value goes where it cannot be written
     for _ in range(2):
-        row = call(on, _ANSWER, params)
+        row = call(on, _answer(), params)
         if row.outcome != "read" and row.outcome != "no_caller":
             return AnswerReceipt(row.outcome, response_id, at, _made_due(row, cid, row.step_id))
         actor = refuse_caller(row, principal)
@@ -121,7 +129,7 @@ def _closing(on: Executor, interaction_id_: str, step_id: str, status: Interacti
     ``extra`` added to its event), and when it was the step's last one pending the step made due: the
     continuation made due, or ``None``, and whether the CAS won."""
     cid = new_id()
-    row = call(on, _CLOSE, {"iid": interaction_id_, "sid": step_id, "to": status.value,
+    row = call(on, _close(), {"iid": interaction_id_, "sid": step_id, "to": status.value,
                             "val": json.dumps(answer.value) if answer else None,
                             "sealed": answer.sealed if answer else None,
                             "rsp": answer.response_id if answer else None, "digest": answer.digest if answer else None,
@@ -167,12 +175,14 @@ class Expiry:
 
 # The lock of the step, skipped when an answer or a cancel holds it (this pass then leaves the row for the
 # next); the lock order is the answer's: the step first, and no interaction is held while taking it.
-_LOCK_FOR_EXPIRY = (
-    select(INTER.c.step_id)
-    .join(STEP, STEP.c.id == INTER.c.step_id)
-    .where(INTER.c.id == bindparam("iid"))
-    .with_for_update(of=STEP, skip_locked=True)
-)
+@cache
+def _lock_for_expiry() -> Any:
+    return (
+        select(INTER.c.step_id)
+        .join(STEP, STEP.c.id == INTER.c.step_id)
+        .where(INTER.c.id == bindparam("iid"))
+        .with_for_update(of=STEP, skip_locked=True)
+    )
 
 
 def expire_due(session: Session, interaction_id_: str) -> Expiry:
@@ -183,7 +193,7 @@ def expire_due(session: Session, interaction_id_: str) -> Expiry:
     for an unknown id), then the closing with all it implies and the events. ``expired`` is False when the
     CAS lost (nothing is written).
     """
-    locked = session.execute(_LOCK_FOR_EXPIRY, {"iid": interaction_id_}).first()
+    locked = session.execute(_lock_for_expiry(), {"iid": interaction_id_}).first()
     if locked is None:
         return Expiry(False)
     due, expired = _closing(session, interaction_id_, locked.step_id, InteractionStatus.EXPIRED, utcnow())

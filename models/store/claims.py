@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Boolean, Connection, Row, and_, bindparam, case, exists, func, null, or_, select, update
@@ -65,32 +66,41 @@ def live_claim(execution_id: Any) -> Any:
     )
 
 
-_CLAIM = (
-    update(CONT)
-    # A remote continuation is leased over HTTP (models/store/leases.py), never claimed by a Celery worker.
-    .where(CONT.c.id == bindparam("cid"), claimable(), CONT.c.attempts < bindparam("max_attempts"), ~CONT.c.remote)
-    .values(
-        status=ContinuationStatus.CLAIMED.value,
-        attempts=CONT.c.attempts + 1,
-        claimed_by=bindparam("eid"),
-        lease_expires_at=db_now("lease_s"),
-        claimed_trace=TRACEPARENT,  # the claiming execution's span, for a re-drive to link to
+@cache
+def _claim() -> Any:
+    return (
+        update(CONT)
+        # A remote continuation is leased over HTTP (models/store/leases.py), never claimed by a Celery worker.
+        .where(CONT.c.id == bindparam("cid"), claimable(), CONT.c.attempts < bindparam("max_attempts"), ~CONT.c.remote)
+        .values(
+            status=ContinuationStatus.CLAIMED.value,
+            attempts=CONT.c.attempts + 1,
+            claimed_by=bindparam("eid"),
+            lease_expires_at=db_now("lease_s"),
+            claimed_trace=TRACEPARENT,  # the claiming execution's span, for a re-drive to link to
+        )
+        .returning(CONT.c.id, CONT.c.run_id, CONT.c.step_id, CONT.c.kind, CONT.c.name, CONT.c.attempts)
     )
-    .returning(CONT.c.id, CONT.c.run_id, CONT.c.step_id, CONT.c.kind, CONT.c.name, CONT.c.attempts)
-)
+
 
 _ANSWERER = PRIN.alias("answerer")
 _RESPONDER = PRIN.alias("responder")
+
+
 # A quorum wait's responses in the order they came (each principal's sealed part is in the interaction's).
-_RESPONSES = (
-    select(func.json_agg(aggregate_order_by(
-        func.json_build_object("principal", _RESPONDER.c.name, "value", RESP.c.value, "at", RESP.c.at,
-                               "level", RESP.c.level, "pid", RESP.c.principal_id),
-        RESP.c.at)))
-    .select_from(RESP.join(_RESPONDER, _RESPONDER.c.id == RESP.c.principal_id))
-    .where(RESP.c.interaction_id == INTER.c.id)
-    .scalar_subquery()
-)  # fmt: skip
+@cache
+def _responses_of_quorum() -> Any:
+    return (
+        select(func.json_agg(aggregate_order_by(
+            func.json_build_object("principal", _RESPONDER.c.name, "value", RESP.c.value, "at", RESP.c.at,
+                                   "level", RESP.c.level, "pid", RESP.c.principal_id),
+            RESP.c.at)))
+        .select_from(RESP.join(_RESPONDER, _RESPONDER.c.id == RESP.c.principal_id))
+        .where(RESP.c.interaction_id == INTER.c.id)
+        .scalar_subquery()
+    )  # fmt: skip
+
+
 _CLAIMED_COLUMNS = ("id", "run_id", "step_id", "kind", "name", "attempts")
 _BEFORE = CONT.alias("before")
 
@@ -124,7 +134,7 @@ def _claim_context(claimed: Any = None) -> Any:
         _ANSWERER.c.name.label("i_answered_by"),
         INTER.c.answered_at.label("i_answered_at"),
         INTER.c.answered_level.label("i_answered_level"),
-        case((INTER.c.quorum > 1, _RESPONSES), else_=None).label("i_responses"),
+        case((INTER.c.quorum > 1, _responses_of_quorum()), else_=None).label("i_responses"),
         INTER.c.traceparent.label("i_traceparent"),
         INTER.c.created_at.label("i_asked_at"),
     ]
@@ -144,10 +154,14 @@ def _claim_context(claimed: Any = None) -> Any:
     return select(*columns).select_from(before.join(joined, STEP.c.id == claimed.c.step_id))
 
 
-_CLAIM_CONTEXT = _claim_context()
+@cache
+def _claim_read() -> Any:
+    return _claim_context()
+
+
 # PostgreSQL: the claim's compare-and-set and the joined read in one statement (one round trip, and no
 # transaction to open and commit around them).
-_CLAIM_WITH_CONTEXT = DriverStatement(_claim_context(_CLAIM.cte("claimed")))
+_CLAIM_WITH_CONTEXT = DriverStatement(lambda: _claim_context(_claim().cte("claimed")))
 
 
 @dataclass(frozen=True)
@@ -207,14 +221,14 @@ def claim(
     database's clock.
     """
     return session.execute(
-        _CLAIM, {"cid": continuation_id, "max_attempts": max_attempts, "eid": execution_id, "lease_s": lease_s}
+        _claim(), {"cid": continuation_id, "max_attempts": max_attempts, "eid": execution_id, "lease_s": lease_s}
     ).first()
 
 
 def load_claim(session: Executor, continuation: Row[Any] | Claimed) -> Claim:
     """Everything the body needs and the refusal checks read, in one joined read after the claim (see
     ``_claim_context``)."""
-    return _claim_from_rows(continuation, session.execute(_CLAIM_CONTEXT, {"sid": continuation.step_id}).all())
+    return _claim_from_rows(continuation, session.execute(_claim_read(), {"sid": continuation.step_id}).all())
 
 
 def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]]) -> Claim:
@@ -276,15 +290,17 @@ def renew_lease(session: Executor, continuation_id: str, *, execution_id: str, l
     return expires
 
 
-_RELEASE_CLAIM = (
-    update(CONT)
-    .where(CONT.c.id == bindparam("cid"), live_claim(bindparam("eid")))
-    .values(status=ContinuationStatus.READY.value, claimed_by=None, lease_expires_at=None, enqueued_at=db_now(),
-            publishes=CONT.c.publishes + 1, attempts=CONT.c.attempts - bindparam("unspent"),
-            reason=func.coalesce(bindparam("why", type_=CONT.c.reason.type), CONT.c.reason),
-            remote=or_(CONT.c.remote, bindparam("remote", type_=Boolean)))
-    .returning(CONT.c.id)
-)  # fmt: skip
+@cache
+def _release_claim() -> Any:
+    return (
+        update(CONT)
+        .where(CONT.c.id == bindparam("cid"), live_claim(bindparam("eid")))
+        .values(status=ContinuationStatus.READY.value, claimed_by=None, lease_expires_at=None, enqueued_at=db_now(),
+                publishes=CONT.c.publishes + 1, attempts=CONT.c.attempts - bindparam("unspent"),
+                reason=func.coalesce(bindparam("why", type_=CONT.c.reason.type), CONT.c.reason),
+                remote=or_(CONT.c.remote, bindparam("remote", type_=Boolean)))
+        .returning(CONT.c.id)
+    )  # fmt: skip
 
 
 def release_claim(
@@ -304,17 +320,19 @@ def release_claim(
     it holds it no more (nothing is written)."""
     params = {"cid": continuation_id, "eid": execution_id, "why": reason, "unspent": 0 if spent else 1,
               "remote": remote}  # fmt: skip
-    return session.execute(_RELEASE_CLAIM, params).first() is not None
+    return session.execute(_release_claim(), params).first() is not None
 
 
-_HOLDS_LIVE_CLAIM = select(CONT.c.id).where(live_claim(bindparam("eid"))).with_for_update(read=True)
+@cache
+def _holds_live_claim() -> Any:
+    return select(CONT.c.id).where(live_claim(bindparam("eid"))).with_for_update(read=True)
 
 
 def holds_live_claim(session: Executor, execution_id: str) -> bool:
     """Whether ``execution_id`` holds a live claim, its row then locked ``FOR SHARE`` until the caller's
     transaction ends: what that transaction writes commits only while the claim is this execution's (the
     sweep cannot release it, nor another execution take it, meanwhile)."""
-    return session.execute(_HOLDS_LIVE_CLAIM, {"eid": execution_id}).first() is not None
+    return session.execute(_holds_live_claim(), {"eid": execution_id}).first() is not None
 
 
 @dataclass

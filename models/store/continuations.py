@@ -17,14 +17,14 @@ from models.store.claims import live_claim
 from models.store.driver import DriverStatement
 from models.store.events import event_params, event_select, events_if, insert_events, resumed_event
 from models.store.runs import (
-    FINISH_RUN,
-    FINISH_STEP,
     RUN_RECORD_COLUMNS,
     STEP_OF_RUN,
     Due,
     RunRecord,
     StepLike,
     finish_events,
+    finish_run_statement,
+    finish_step_statement,
     finished_by,
     history_of,
 )
@@ -32,18 +32,23 @@ from models.store.sql import CONT, INTER, STEP, bp, word
 from models.store.steps import REFUSAL_COLUMNS, next_step_ctes, next_step_params, park_ctes, park_params, refuse
 from models.store.teams import name_answerers
 
+
 # claimed -> consumed, only by the execution holding a live lease (``:eid``, ``live_claim``).
-CONSUME = (
-    update(CONT)
-    .where(CONT.c.id == bindparam("cid"), live_claim(bindparam("eid")))
-    .values(status=ContinuationStatus.CONSUMED.value, consumed_at=bp("at", CONT.c.consumed_at), lease_expires_at=None)
-)
+@cache
+def consume_update() -> Any:
+    return (
+        update(CONT)
+        .where(CONT.c.id == bindparam("cid"), live_claim(bindparam("eid")))
+        .values(
+            status=ContinuationStatus.CONSUMED.value, consumed_at=bp("at", CONT.c.consumed_at), lease_expires_at=None
+        )
+    )
 
 
 def consumed_and_resumed() -> tuple[Any, Any]:
-    """``CONSUME`` as a CTE (id, kind, run_id, step_id), and its ``step.resumed`` (an ``event_select``, first
+    """``consume_update()`` as a CTE (id, kind, run_id, step_id), and its ``step.resumed`` (an ``event_select``, first
     of its statement) when the continuation consumed is a parked step's."""
-    consumed = CONSUME.returning(CONT.c.id, CONT.c.kind, CONT.c.run_id, CONT.c.step_id).cte("consumed")
+    consumed = consume_update().returning(CONT.c.id, CONT.c.kind, CONT.c.run_id, CONT.c.step_id).cte("consumed")
     c = consumed.c
     name = select(STEP.c.name).where(STEP.c.id == c.step_id).scalar_subquery()
     resumed = event_select(0, "step.resumed", c.run_id, consumed, step_id=c.step_id, name=name, continuation_id=c.id)
@@ -51,12 +56,12 @@ def consumed_and_resumed() -> tuple[Any, Any]:
 
 
 def _consume() -> Any:
-    """``CONSUME``, and ``step.resumed`` when the continuation consumed is a parked step's."""
+    """``consume_update()``, and ``step.resumed`` when the continuation consumed is a parked step's."""
     consumed, resumed = consumed_and_resumed()
     return select(consumed.c.id).add_cte(insert_events(resumed))
 
 
-_CONSUME = DriverStatement(_consume())
+_CONSUME = DriverStatement(_consume)
 
 
 def consume(session: Session, continuation_id: str, *, execution_id: str) -> str | None:
@@ -69,9 +74,9 @@ def consume(session: Session, continuation_id: str, *, execution_id: str) -> str
 
 
 def _consuming() -> tuple[Any, Any, Any]:
-    """``CONSUME`` as a CTE, whether it won, and whether it consumed a parked step's continuation (the
+    """``consume_update()`` as a CTE, whether it won, and whether it consumed a parked step's continuation (the
     condition of its ``step.resumed``)."""
-    consumed = CONSUME.returning(CONT.c.id, CONT.c.kind).cte("consumed")
+    consumed = consume_update().returning(CONT.c.id, CONT.c.kind).cte("consumed")
     won = exists(select(consumed.c.id))
     return consumed, won, exists(select(consumed.c.id).where(consumed.c.kind == word(ContinuationKind.RESUME)))
 
@@ -83,8 +88,8 @@ def _consume_and_finish_run() -> Any:
     the terminal record's columns, NULL when the run had already ended) when the consume won; none when
     the claim was lost."""
     consumed, won, resumed = _consuming()
-    step = FINISH_STEP.where(won).cte("step_ended")
-    run = FINISH_RUN.where(won).cte("run_ended")
+    step = finish_step_statement().where(won).cte("step_ended")
+    run = finish_run_statement().where(won).cte("run_ended")
     history = history_of(run)
     erased = (
         update(INTER).where(INTER.c.run_id == bindparam("rid"), INTER.c.secret.is_not(None), won).values(secret=None)
@@ -98,7 +103,7 @@ def _consume_and_finish_run() -> Any:
     )
 
 
-_CONSUME_AND_FINISH_RUN = DriverStatement(_consume_and_finish_run())
+_CONSUME_AND_FINISH_RUN = DriverStatement(_consume_and_finish_run)
 
 
 def consume_and_finish_run(
@@ -148,7 +153,7 @@ def _consume_and_next_step() -> Any:
     )
 
 
-_CONSUME_AND_NEXT_STEP = DriverStatement(_consume_and_next_step())
+_CONSUME_AND_NEXT_STEP = DriverStatement(_consume_and_next_step)
 
 
 def consume_and_next_step(
@@ -178,11 +183,12 @@ def consume_and_next_step(
 def _consume_and_park(interactions: int, resumed_step: bool) -> DriverStatement:
     consumed, won, resumed = _consuming()
     parked, refusal, ctes = park_ctes(interactions, resumed_step, won, resumed)
-    return DriverStatement(
+    statement = (
         select(consumed.c.id.label("consumed"), parked.c.id.label("parked"), *(refusal.c[c] for c in REFUSAL_COLUMNS))
         .select_from(consumed.outerjoin(parked, true()).outerjoin(refusal, true()))
         .add_cte(_erased_step_secrets(won), *ctes)
     )
+    return DriverStatement(lambda: statement)
 
 
 def consume_and_park(

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, NoReturn, cast
 
 import psycopg
@@ -69,7 +70,7 @@ def _plan(statement: Select[Any], dialect: Dialect) -> _Plan:
         sql=compiled.string,
         binds=tuple(binds.values()),
         results=results if any(p is not None for p in results) else None,
-        row=namedtuple("DriverRow", [str(c.key) for c in columns]),  # keys known at import
+        row=namedtuple("DriverRow", [str(c.key) for c in columns]),  # keys known once it is built
     )
 
 
@@ -128,11 +129,15 @@ def in_autocommit(on: Connection | Session) -> bool:
 
 class DriverStatement:
     """A Core ``SELECT`` (its CTEs may write) run on the psycopg cursor of a connection, in its transaction
-    (or in autocommit)."""
+    (or in autocommit); ``build`` makes it at its first use, not at import."""
 
-    def __init__(self, statement: Select[Any]) -> None:
-        self.statement = statement
+    def __init__(self, build: Callable[[], Select[Any]]) -> None:
+        self.build = build
         self.plans: dict[str, _Plan] = {}
+
+    @cached_property
+    def statement(self) -> Select[Any]:
+        return self.build()
 
     def rows(self, on: Connection | Session, given: Mapping[str, Any]) -> list[Any]:
         """Execute with ``given`` in the connection's (or session's) transaction; every row, as named tuples

@@ -7,6 +7,7 @@ import hmac
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, Literal
 
 from sqlalchemy import Row, String, bindparam, case, cast, exists, func, literal, select, true, update
@@ -27,7 +28,7 @@ from models.store.principals import (
     live_named,
     unknown_principal,
 )
-from models.store.runs import FINISH_STEP, finish_run_update, finished_by, history_of
+from models.store.runs import finish_run_update, finish_step_statement, finished_by, history_of
 from models.store.sql import ANSWERER, INTER, PRIN, RUN, STEP, Executor, bp, word, words
 from parkway import tracing
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, Unauthenticated, WrongKind
@@ -119,12 +120,16 @@ class InteractionRead:
     principal is live (the interaction's columns NULL for an unknown ``:iid``), none otherwise."""
 
     def __init__(self, read: Callable[[Any], Any]) -> None:
-        self.by_id = DriverStatement(read(bindparam("pid")))
-        found = read(CALLER.c.id).lateral("interaction")
-        caller = [CALLER.c[name].label(f"caller_{name}") for name in ("id", "name", "kind", "token_hash")]
-        joined = select(*caller, *found.c).select_from(CALLER.outerjoin(found, true()))
-        self.by_name = DriverStatement(joined.where(live_named(CALLER)))
-        self.by_token = DriverStatement(joined.where(live_holding(CALLER)))
+        self.by_id = DriverStatement(lambda: read(bindparam("pid")))
+        self.by_name = DriverStatement(lambda: _by_caller(read).where(live_named(CALLER)))
+        self.by_token = DriverStatement(lambda: _by_caller(read).where(live_holding(CALLER)))
+
+
+def _by_caller(read: Callable[[Any], Any]) -> Any:
+    """``read`` lateral to the principal ``CALLER`` (its ``caller_*`` columns), which a ``where`` then finds."""
+    found = read(CALLER.c.id).lateral("interaction")
+    caller = [CALLER.c[name].label(f"caller_{name}") for name in ("id", "name", "kind", "token_hash")]
+    return select(*caller, *found.c).select_from(CALLER.outerjoin(found, true()))
 
 
 def _cancel_read(principal_id: Any) -> Any:
@@ -261,6 +266,7 @@ _INTERACTION_LOCKED = InteractionRead(lambda principal_id: locking(_cancel_read(
 _TARGET = INTER.alias("target")
 
 
+@cache
 def _cancel() -> Any:
     """The cancel's writes as one statement, under the step's lock: while ``:iid`` is still pending and its
     run ``:rid`` live (the lock may have been waited for since the read), every pending interaction of the
@@ -285,7 +291,7 @@ def _cancel() -> Any:
         .cte("closed")
     )
     won = exists(select(closed.c.id))
-    step = FINISH_STEP.where(won).returning(STEP.c.id, STEP.c.name).cte("step_ended")
+    step = finish_step_statement().where(won).returning(STEP.c.id, STEP.c.name).cte("step_ended")
     ended = finish_run_update(bindparam("rid")).where(won).cte("run_ended")
     # The closed interactions were pending and are erased as they close: the two updates never share a row.
     erased = (
@@ -308,9 +314,6 @@ def _cancel() -> Any:
     return select(closed.c.id).add_cte(step, ended, history_of(ended), erased, events)
 
 
-_CANCEL = _cancel()
-
-
 def cancel(
     session: Executor, interaction_id_: str, *, response_id: str, principal: Actor | str, reason: str | None
 ) -> CancelReceipt:
@@ -323,7 +326,7 @@ def cancel(
     already ended, and as ``authorize`` for who may cancel.
 
     Two statements: the read that takes the step's lock, then the CAS with all it implies and the events
-    (``_CANCEL``); when the CAS lost (something committed while the lock was waited for), a read again says
+    (``_cancel()``); when the CAS lost (something committed while the lock was waited for), a read again says
     what won.
     """
     digest = cancel_digest(reason)
@@ -338,7 +341,7 @@ def cancel(
               **finished_by(f"cancel:{response_id}")}  # fmt: skip
     terminal = {"step_to": StepStatus.CANCELED.value, "to": RunStatus.CANCELED.value, "res": None, "err": None,
                 "det": None}  # fmt: skip
-    if session.execute(_CANCEL, {**params, **terminal}).first() is None:
+    if session.execute(_cancel(), {**params, **terminal}).first() is None:
         interaction, _ = read_interaction(session, INTERACTION, interaction_id_, principal, "cancel")
         settled = _settled_cancel(interaction, response_id, digest, principal)
         if settled is not None:

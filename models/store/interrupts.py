@@ -8,6 +8,7 @@ are read: the continuation given up, the interactions, the steps, then the run.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from sqlalchemy import String, and_, bindparam, cast, exists, func, literal_column, select, true, update
@@ -100,7 +101,7 @@ def _consume_and_interrupt_run() -> Any:
     )
 
 
-_CONSUME_AND_INTERRUPT_RUN = DriverStatement(_consume_and_interrupt_run())
+_CONSUME_AND_INTERRUPT_RUN = DriverStatement(_consume_and_interrupt_run)
 
 
 def consume_and_interrupt_run(
@@ -116,12 +117,10 @@ def consume_and_interrupt_run(
     return True, (RunRecord(*row[1:]) if row.id is not None else None)
 
 
+@cache
 def _interrupt_run() -> Any:
     ended, ctes = _interrupting(cast(bindparam("rid"), String), true())
     return select(*(ended.c[name] for name in RUN_RECORD_COLUMNS)).add_cte(*ctes)
-
-
-_INTERRUPT_RUN = _interrupt_run()
 
 
 def _params(reason: str, execution_id: str, continuation_id: str = "") -> dict[str, Any]:
@@ -134,7 +133,7 @@ def interrupt_run(session: Executor, run_id: str, *, reason: str, execution_id: 
     """live -> interrupted for a run, its live steps and pending interactions, each with an event; its
     continuations still to be driven -> dead. ``None`` when the run is already terminal (a proven outcome
     is never overwritten; nothing is written then)."""
-    row = session.execute(_INTERRUPT_RUN, {**_params(reason, execution_id), "rid": run_id}).first()
+    row = session.execute(_interrupt_run(), {**_params(reason, execution_id), "rid": run_id}).first()
     return None if row is None else RunRecord(*row)
 
 
@@ -177,15 +176,21 @@ def _give_up(exhausted: bool) -> Any:
     return select(dead.c.id, dead.c.run_id, dead.c.step_id, dead.c.reason).add_cte(*ctes)
 
 
-_GIVE_UP = _give_up(exhausted=False)
-_GIVE_UP_EXHAUSTED = _give_up(exhausted=True)
+@cache
+def _give_up_left() -> Any:
+    return _give_up(exhausted=False)
+
+
+@cache
+def _give_up_exhausted() -> Any:
+    return _give_up(exhausted=True)
 
 
 def give_up(session: Executor, continuation_id: str, *, reason: str, execution_id: str | None = None) -> Dead | None:
     """ready|claimed -> dead, and its run (if still live), steps and pending interactions -> interrupted
     with the reason. ``None`` when the continuation is already consumed or dead (nothing is written)."""
     params = _params(reason, execution_id or f"give-up:{continuation_id}", continuation_id)
-    row = session.execute(_GIVE_UP, params).first()
+    row = session.execute(_give_up_left(), params).first()
     return None if row is None else Dead(row.id, row.run_id, row.step_id, row.reason)
 
 
@@ -195,5 +200,5 @@ def give_up_exhausted(session: Executor, continuation_id: str, *, max_attempts: 
     "; an execution was abandoned: <why>" when one released it with a reason), in one statement. ``None``
     when it is not claimable or still has attempts left (nothing is written)."""
     params = {**_params("", f"give-up:{continuation_id}", continuation_id), "max_attempts": max_attempts}
-    row = session.execute(_GIVE_UP_EXHAUSTED, params).first()
+    row = session.execute(_give_up_exhausted(), params).first()
     return None if row is None else Dead(row.id, row.run_id, row.step_id, row.reason)

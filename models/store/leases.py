@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -124,7 +125,7 @@ def _lease_with_context() -> Any:
     )
 
 
-_LEASE = DriverStatement(_lease_with_context())
+_LEASE = DriverStatement(_lease_with_context)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ def lease(
     return [Leased(claim, row.c_claimed_by, row.c_lease_expires_at) for claim, row in claims_of(rows)]
 
 
+@cache
 def _trace_leases() -> Any:
     """PostgreSQL: each leased row's ``claimed_trace`` from (lease id, traceparent) pairs given as two arrays."""
     given = func.unnest(
@@ -165,15 +167,12 @@ def _trace_leases() -> Any:
     return update(CONT).where(live_claim(given.c.lid)).values(claimed_trace=given.c.tp)
 
 
-_TRACE_LEASES = _trace_leases()
-
-
 def trace_leases(conn: Executor, traced: dict[str, str]) -> None:
     """claimed -> claimed, each lease's ``claimed_trace`` the span it was handed out in (a Celery claim writes
     its execution's in the claim), for whatever re-drives it to link to; one statement. A row no longer held
     by that lease is left alone."""
     if traced:
-        conn.execute(_TRACE_LEASES, {"lids": list(traced), "tps": list(traced.values())})
+        conn.execute(_trace_leases(), {"lids": list(traced), "tps": list(traced.values())})
 
 
 @dataclass(frozen=True)
@@ -232,7 +231,7 @@ def _held_claim() -> Any:
     return with_context(claimed).add_columns(claimed.c.status.label("c_status"), claimed.c.held.label("c_held"))
 
 
-_HELD_CLAIM = DriverStatement(_held_claim())
+_HELD_CLAIM = DriverStatement(_held_claim)
 
 
 def held_claim(conn: Connection, lease_id: str, holder: str) -> tuple[LeaseState, Claim] | None:
@@ -261,13 +260,15 @@ class Receipt:
     committed_at: datetime
 
 
-_RECORD = insert(RECEIPTS)  # built once: its parameters are the receipt's fields
+@cache
+def _record_receipt() -> Any:
+    return insert(RECEIPTS)  # built once: its parameters are the receipt's fields
 
 
 def record_receipt(session: Session, receipt: Receipt) -> None:
     """none -> recorded: the completion's receipt, in the transaction of its consume (the lease id is the
     key: a second completion of one lease cannot commit, its consume's CAS already lost)."""
-    session.execute(_RECORD, receipt.__dict__)
+    session.execute(_record_receipt(), receipt.__dict__)
 
 
 def receipt_of(session: Executor, lease_id: str) -> Receipt | None:

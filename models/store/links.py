@@ -4,6 +4,7 @@ transaction of the answer it makes, so a link decides once or not at all."""
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, or_, update
@@ -16,16 +17,19 @@ from models.store.sql import Executor, new_id
 
 LINK = cast(Table, ApprovalLink.__table__)
 
-_USE = (
-    update(LINK)
-    .where(
-        LINK.c.id == bindparam("lid"),
-        LINK.c.used_at.is_(None),
-        or_(LINK.c.expires_at.is_(None), LINK.c.expires_at > db_now()),
+
+@cache
+def _use() -> Any:
+    return (
+        update(LINK)
+        .where(
+            LINK.c.id == bindparam("lid"),
+            LINK.c.used_at.is_(None),
+            or_(LINK.c.expires_at.is_(None), LINK.c.expires_at > db_now()),
+        )
+        .values(used_at=bindparam("at"), response_id=bindparam("rsp"), justification=bindparam("why"))
+        .returning(LINK.c.id)
     )
-    .values(used_at=bindparam("at"), response_id=bindparam("rsp"), justification=bindparam("why"))
-    .returning(LINK.c.id)
-)
 
 
 def make_link(
@@ -52,4 +56,4 @@ def use_link(session: Executor, link_id: str, *, response_id: str, justification
     """live -> used, with the response the link made and the justification given; ``False`` when it was
     used already or is past its expiry (nothing written: the caller rolls its answer back)."""
     params = {"lid": link_id, "at": utcnow(), "rsp": response_id, "why": justification}
-    return session.execute(_USE, params).first() is not None
+    return session.execute(_use(), params).first() is not None

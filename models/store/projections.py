@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 from sqlalchemy import String, bindparam, func, select, update
@@ -30,7 +31,9 @@ def _upsert_history() -> Any:
 
 
 # The row this session may hold already is refreshed with what the upsert returned.
-_UPSERT_HISTORY = select(ScheduleHistory).from_statement(_upsert_history()).execution_options(populate_existing=True)
+@cache
+def _upsert_history_orm() -> Any:
+    return select(ScheduleHistory).from_statement(_upsert_history()).execution_options(populate_existing=True)
 
 
 def record_schedule_history(session: Session, run: Run) -> ScheduleHistory:
@@ -40,31 +43,36 @@ def record_schedule_history(session: Session, run: Run) -> ScheduleHistory:
     status, _ = normalize_run_status(run.status)
     params = {"run_id": run.id, "workflow": run.workflow, "status": status.value, "completed_at": run.completed_at,
               "execution_id": run.finished_by, "recorded_at": utcnow()}  # fmt: skip
-    row: ScheduleHistory = session.scalars(_UPSERT_HISTORY, params).one()
+    row: ScheduleHistory = session.scalars(_upsert_history_orm(), params).one()
     return row
 
 
-_CLEAR_PROJECTION = (
-    update(RUN)
-    .where(
-        RUN.c.id == bindparam("rid"),
-        RUN.c.projection_pending.is_(True),
-        RUN.c.status == bindparam("was"),
-        RUN.c.finished_by == bindparam("by"),
+@cache
+def _clear_projection() -> Any:
+    return (
+        update(RUN)
+        .where(
+            RUN.c.id == bindparam("rid"),
+            RUN.c.projection_pending.is_(True),
+            RUN.c.status == bindparam("was"),
+            RUN.c.finished_by == bindparam("by"),
+        )
+        .values(
+            projection_pending=False, projection_attempts=0, projection_next_at=None
+        )  # a success clears the back-off
     )
-    .values(projection_pending=False, projection_attempts=0, projection_next_at=None)  # a success clears the back-off
-)
 
 
 def clear_projection_pending(session: Session, run: RunRecord | Run) -> bool:
     """projection_pending -> done, only while the run's terminal record is what was projected; ``False``
     when it changed or was cleared already."""
-    result = session.execute(_CLEAR_PROJECTION, {"rid": run.id, "was": run.status, "by": run.finished_by})
+    result = session.execute(_clear_projection(), {"rid": run.id, "was": run.status, "by": run.finished_by})
     return getattr(result, "rowcount", 0) == 1
 
 
+@cache
 def _clear_projections() -> Any:
-    """PostgreSQL: ``_CLEAR_PROJECTION`` for many runs as one statement, its (id, status, finished_by)
+    """PostgreSQL: ``_clear_projection()`` for many runs as one statement, its (id, status, finished_by)
     triples given as three arrays."""
     given = func.unnest(
         *(bindparam(name, type_=ARRAY(String)) for name in ("rids", "was", "by"))
@@ -81,14 +89,11 @@ def _clear_projections() -> Any:
     )
 
 
-_CLEAR_PROJECTIONS = _clear_projections()
-
-
 def clear_projections_pending(session: Session, runs: Sequence[RunRecord | Run]) -> int:
     """``clear_projection_pending`` for several runs: how many were cleared. On PostgreSQL one statement
     (an executemany, even pipelined, costs a Bind and an Execute per run; bench/RESULTS.md has the figure)."""
     if len(runs) == 1:
         return int(clear_projection_pending(session, runs[0]))
     arrays = {"rids": [r.id for r in runs], "was": [r.status for r in runs], "by": [r.finished_by for r in runs]}
-    result = session.execute(_CLEAR_PROJECTIONS, arrays)
+    result = session.execute(_clear_projections(), arrays)
     return int(getattr(result, "rowcount", 0) or 0)

@@ -11,6 +11,7 @@ wait are serialized, so each reads every response committed before it.
 from __future__ import annotations
 
 import json
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Row, and_, bindparam, func, insert, select, update
@@ -57,27 +58,41 @@ def _could_still_answer() -> Any:
 
 # Read after the step's lock is held (a new statement, so a new snapshot): the interaction as it is now,
 # the caller's own response if any, and the tallies.
-_STATE = (
-    interaction_read(bindparam("pid"))
-    .add_columns(
-        STEP.c.continuation.label("step_continuation"),
-        _count().label("responses"),
-        _count(RESP.c.approved.is_(True)).label("approvals"),
-        _MINE.c.response_id.label("my_response_id"),
-        _MINE.c.response_digest.label("my_digest"),
-        _MINE.c.status.label("my_status"),
-        _MINE.c.at.label("my_at"),
+@cache
+def _state() -> Any:
+    return (
+        interaction_read(bindparam("pid"))
+        .add_columns(
+            STEP.c.continuation.label("step_continuation"),
+            _count().label("responses"),
+            _count(RESP.c.approved.is_(True)).label("approvals"),
+            _MINE.c.response_id.label("my_response_id"),
+            _MINE.c.response_digest.label("my_digest"),
+            _MINE.c.status.label("my_status"),
+            _MINE.c.at.label("my_at"),
+        )
+        .join(STEP, STEP.c.id == INTER.c.step_id)
+        .outerjoin(_MINE, and_(_MINE.c.interaction_id == INTER.c.id, _MINE.c.principal_id == bindparam("pid")))
     )
-    .join(STEP, STEP.c.id == INTER.c.step_id)
-    .outerjoin(_MINE, and_(_MINE.c.interaction_id == INTER.c.id, _MINE.c.principal_id == bindparam("pid")))
-)
-_COULD_STILL_ANSWER = select(_could_still_answer()).where(INTER.c.id == bindparam("iid"))
-_RECORD = insert(RESP)
-_KEEP_SEALED = (
-    update(INTER)
-    .where(INTER.c.id == bindparam("iid"), INTER.c.status == word(InteractionStatus.PENDING))
-    .values(secret=bp("sealed", INTER.c.secret))
-)
+
+
+@cache
+def _others_could_still_answer() -> Any:
+    return select(_could_still_answer()).where(INTER.c.id == bindparam("iid"))
+
+
+@cache
+def _record_response() -> Any:
+    return insert(RESP)
+
+
+@cache
+def _keep_sealed() -> Any:
+    return (
+        update(INTER)
+        .where(INTER.c.id == bindparam("iid"), INTER.c.status == word(InteractionStatus.PENDING))
+        .values(secret=bp("sealed", INTER.c.secret))
+    )
 
 
 def answer(
@@ -111,7 +126,7 @@ def respond(
     the quorum, or rejects, closes the interaction (receipt ``answered``/``rejected``, ``continuation`` set
     when the step became due); others leave it ``pending``. After the decision, ``Conflict`` naming it."""
     now = utcnow()
-    state = session.execute(_STATE, {"iid": interaction_id, "pid": principal.id}).one()
+    state = session.execute(_state(), {"iid": interaction_id, "pid": principal.id}).one()
     if state.my_response_id is not None:
         if (state.my_response_id, state.my_digest) == (response_id, digest):
             return AnswerReceipt(state.my_status, response_id, state.my_at)
@@ -126,16 +141,16 @@ def respond(
     clear, sealed = answers.seal_value(state, value)
     approved = bool(value.get("approved")) if state.kind == InteractionKind.PERMISSION else None
     status = _decided(session, state, approved)
-    session.execute(_RECORD, {"interaction_id": state.id, "principal_id": principal.id, "place_id": state.place,
-                              "response_id": response_id, "response_digest": digest, "value": clear,
-                              "approved": approved, "status": status.value, "level": state.level,
-                              "at": now})  # fmt: skip
+    session.execute(_record_response(), {"interaction_id": state.id, "principal_id": principal.id,
+                                         "place_id": state.place, "response_id": response_id,
+                                         "response_digest": digest, "value": clear, "approved": approved,
+                                         "status": status.value, "level": state.level, "at": now})  # fmt: skip
     # Every response's sealed fields, by principal, in the interaction's one sealed value: erased with it.
     kept = json.loads(state.secret) if state.secret else {}
     sealed_all = json.dumps({**kept, principal.id: sealed}) if sealed is not None else state.secret
     progress = {"responses": state.responses + 1, "quorum": state.quorum}
     if status == InteractionStatus.PENDING:
-        session.execute(_KEEP_SEALED, {"iid": state.id, "sealed": sealed_all})
+        session.execute(_keep_sealed(), {"iid": state.id, "sealed": sealed_all})
         append_events(session, [event_row(state.run_id, "interaction.responded", interaction_id=state.id,
                                            step_id=state.step_id, key=state.key, kind=state.kind,
                                            target=state.target, principal=principal.name,
@@ -171,5 +186,5 @@ def _decided(session: Executor, state: Row[Any], approved: bool | None) -> Inter
     if (state.team or {}).get("reject", "first") == "first":
         return InteractionStatus.REJECTED
     # This principal has not responded yet, so it is among those counted: the others are one fewer.
-    others = session.execute(_COULD_STILL_ANSWER, {"iid": state.id}).scalar_one() - 1
+    others = session.execute(_others_could_still_answer(), {"iid": state.id}).scalar_one() - 1
     return InteractionStatus.REJECTED if state.approvals + others < state.quorum else InteractionStatus.PENDING

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Row, String, and_, bindparam, case, cast, exists, func, insert, select, update
@@ -15,6 +16,7 @@ from models.store.sql import CONT, REV, Executor, bp, new_id, skip_locked, word
 from models.tables import Review
 
 
+@cache
 def _start_review() -> Any:
     started = (
         insert(REV)
@@ -36,9 +38,6 @@ def _start_review() -> Any:
     return select(started.c.id).add_cte(events_if(exists(select(started.c.id))).cte("events"))
 
 
-_START_REVIEW = _start_review()
-
-
 def start_review(session: Session, *, run_id: str, step_id: str, kind: str, execution_id: str) -> str:
     """-> running: a review receipt, owned by the execution that started it, and its event (one statement);
     returns its id."""
@@ -46,7 +45,7 @@ def start_review(session: Session, *, run_id: str, step_id: str, kind: str, exec
     started = event_row(run_id, "review.started", review_id=review_id, step_id=step_id, kind=kind)
     params = {"vid": review_id, "rid": run_id, "sid": step_id, "kind": kind, "eid": execution_id, "at": utcnow(),
               **event_params([started])}  # fmt: skip
-    session.execute(_START_REVIEW, params)
+    session.execute(_start_review(), params)
     return review_id
 
 
@@ -66,6 +65,7 @@ def review_progress(
 _REVIEW_ENDS = and_(REV.c.id == bindparam("vid"), REV.c.status == word(ReviewStatus.RUNNING))
 
 
+@cache
 def _record_review() -> Any:
     done = (
         update(REV)
@@ -86,9 +86,6 @@ def _record_review() -> Any:
     return select(*done.c).add_cte(insert_events(event))
 
 
-_RECORD_REVIEW = _record_review()
-
-
 def record_review(
     session: Session,
     review_id: str,
@@ -104,21 +101,24 @@ def record_review(
     status = ReviewStatus.FAILED if failed else ReviewStatus.COMPLETED
     params = {"vid": review_id, "eid": execution_id, "to": status.value, "verdict": verdict, "fc": finding_count,
               "vc": verification_count, "at": utcnow(), "etype": f"review.{status.value}"}  # fmt: skip
-    return session.execute(_RECORD_REVIEW, params).first()
+    return session.execute(_record_review(), params).first()
 
 
-_RUNNING_REVIEWS = select(REV).where(REV.c.status == word(ReviewStatus.RUNNING), REV.c.step_id == bindparam("sid"))
+@cache
+def _running_reviews() -> Any:
+    return select(REV).where(REV.c.status == word(ReviewStatus.RUNNING), REV.c.step_id == bindparam("sid"))
 
 
 def running_reviews(session: Session, step_id: str) -> list[Row[Any]]:
     """The step's running reviews (asked on the ``running`` partial index: almost always none)."""
-    return list(session.execute(_RUNNING_REVIEWS, {"sid": step_id}).all())
+    return list(session.execute(_running_reviews(), {"sid": step_id}).all())
 
 
 def _owner_alive() -> Any:
     return select(CONT.c.id).where(live_claim(Review.execution_id)).exists()
 
 
+@cache
 def _stranded() -> Any:
     """The oldest running reviews whose owning execution no longer holds a live claim (it died or moved
     on), up to ``:n`` of them, skipping rows another sweep holds."""
@@ -127,12 +127,9 @@ def _stranded() -> Any:
     return skip_locked(oldest.limit(bindparam("n")))
 
 
-_STRANDED = _stranded()
-
-
 def stranded_reviews(session: Session, *, batch: int) -> list[Review]:
     """running reviews whose owning execution no longer holds a live claim (it died or moved on)."""
-    return list(session.scalars(_STRANDED, {"n": batch}).all())
+    return list(session.scalars(_stranded(), {"n": batch}).all())
 
 
 def _utc_text(at: Any) -> Any:
@@ -184,19 +181,25 @@ def _interrupt_review(chosen: Any = None) -> Any:
     return select(*done.c).add_cte(batches_of(rows, rows.c.started, rows.c.o).cte("events"))
 
 
-_INTERRUPT_REVIEW = _interrupt_review()
-_INTERRUPT_STRANDED = _interrupt_review(_STRANDED.cte("stranded"))
+@cache
+def _interrupt_running() -> Any:
+    return _interrupt_review()
+
+
+@cache
+def _interrupt_stranded() -> Any:
+    return _interrupt_review(_stranded().cte("stranded"))
 
 
 def interrupt_review(session: Session, review_id: str) -> Row[Any] | None:
     """running -> interrupted (its owner is gone) with its event, one statement: only status, verdict and
     reason change (the counts are kept; the reason names the owner, what became of its claim, and the
     counts). ``None`` when it is not running any more (nothing is written)."""
-    return session.execute(_INTERRUPT_REVIEW, {"vid": review_id, "at": utcnow()}).first()
+    return session.execute(_interrupt_running(), {"vid": review_id, "at": utcnow()}).first()
 
 
 def interrupt_stranded_reviews(session: Executor, *, batch: int) -> list[Row[Any]]:
     """running -> interrupted, as ``interrupt_review``, for each of the oldest ``batch`` reviews whose
     owner no longer holds a live claim (as ``stranded_reviews`` finds them): one statement; the reviews
     interrupted (none: nothing stranded)."""
-    return list(session.execute(_INTERRUPT_STRANDED, {"n": batch, "at": utcnow()}).all())
+    return list(session.execute(_interrupt_stranded(), {"n": batch, "at": utcnow()}).all())

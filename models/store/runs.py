@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, Protocol
 
 from sqlalchemy import bindparam, exists, insert, literal, null, select, true, update
@@ -22,6 +23,7 @@ from models.store.sql import (
     STEP,
     TRACEPARENT,
     bp,
+    by_name,
     insert_or_winner,
     insert_unless_taken,
     made_or_found,
@@ -78,6 +80,7 @@ def ready_continuation(
     return insert(CONT).from_select(columns, row if source is None else row.select_from(source))
 
 
+@cache
 def _create_run(start: bool, published: bool = True) -> Any:
     """The run ``:id`` unless its owner used its idempotency key already, and only if it was made: its
     first step ``:sid``, that step's ready start continuation ``:cid`` and the two events (``start``), or
@@ -109,8 +112,8 @@ def _create_run(start: bool, published: bool = True) -> Any:
     return made_or_found(made, found).add_cte(*ctes)
 
 
-_CREATE_RUN = {start: _create_run(start) for start in (True, False)}
-CREATE_UNPUBLISHED_RUN = _create_run(True, published=False)  # its text: models/start_sql.py
+# ``CREATE_UNPUBLISHED_RUN``: the statement whose text ``parkway run start`` runs (models/start_sql.py).
+__getattr__ = by_name(CREATE_UNPUBLISHED_RUN=lambda: _create_run(True, published=False))
 
 
 def create_run(
@@ -135,7 +138,7 @@ def create_run(
     params = run_params(workflow=workflow, payload=payload, owner_id=owner.id, owner_name=owner.name,
                         target=target, idempotency_key=idempotency_key, digest=request_digest, start=start)  # fmt: skip
     run, made = insert_or_winner(
-        session, Run, _CREATE_RUN[start], params, lambda: _run_by_key(session, owner.id, idempotency_key)
+        session, Run, _create_run(start), params, lambda: _run_by_key(session, owner.id, idempotency_key)
     )
     if not made:
         same_request(run.id, run.status, run.idempotency_key, run.request_digest, request_digest)
@@ -187,12 +190,14 @@ class RunRecord:
     error_details: Any = None  # a failed run's Fail details (its result is null)
 
 
-_ERASE_STEP_SECRETS = (
-    update(INTER).where(INTER.c.step_id == bindparam("sid"), INTER.c.secret.is_not(None)).values(secret=None)
-)
-_ERASE_RUN_SECRETS = (
-    update(INTER).where(INTER.c.run_id == bindparam("rid"), INTER.c.secret.is_not(None)).values(secret=None)
-)
+@cache
+def _erase_step_secrets() -> Any:
+    return update(INTER).where(INTER.c.step_id == bindparam("sid"), INTER.c.secret.is_not(None)).values(secret=None)
+
+
+@cache
+def _erase_run_secrets() -> Any:
+    return update(INTER).where(INTER.c.run_id == bindparam("rid"), INTER.c.secret.is_not(None)).values(secret=None)
 
 
 def set_title(session: Session, run_id: str, title: str) -> bool:
@@ -210,24 +215,30 @@ def set_title(session: Session, run_id: str, title: str) -> bool:
 def erase_secrets(session: Session, *, step_id: str | None = None, run_id: str | None = None) -> int:
     """Sealed sensitive values -> NULL (ciphertext too), for a consumed step or an ended run."""
     if step_id is not None:
-        result = session.execute(_ERASE_STEP_SECRETS, {"sid": step_id})
+        result = session.execute(_erase_step_secrets(), {"sid": step_id})
     else:
-        result = session.execute(_ERASE_RUN_SECRETS, {"rid": run_id})
+        result = session.execute(_erase_run_secrets(), {"rid": run_id})
     return int(getattr(result, "rowcount", 0) or 0)
 
 
 _STEP_ENDED = [StepStatus.RUNNING.value, StepStatus.RESUMING.value, StepStatus.PARKED.value]
-FINISH_STEP = (
-    update(STEP)
-    .where(STEP.c.id == bindparam("sid"), STEP.c.status.in_(words(_STEP_ENDED)))
-    .values(
-        status=bindparam("step_to"),  # "to" is the run's status where both share a statement
-        result=bp("res", STEP.c.result),
-        error=bindparam("err"),
-        reason=bindparam("why"),
-        updated_at=bp("at", STEP.c.updated_at),
+
+
+@cache
+def finish_step_statement() -> Any:
+    return (
+        update(STEP)
+        .where(STEP.c.id == bindparam("sid"), STEP.c.status.in_(words(_STEP_ENDED)))
+        .values(
+            status=bindparam("step_to"),  # "to" is the run's status where both share a statement
+            result=bp("res", STEP.c.result),
+            error=bindparam("err"),
+            reason=bindparam("why"),
+            updated_at=bp("at", STEP.c.updated_at),
+        )
     )
-)
+
+
 # As RunRecord's fields, in order.
 RUN_RECORD_COLUMNS = ("id", "workflow", "status", "completed_at", "finished_by", "warnings", "error_details")
 
@@ -280,21 +291,21 @@ def history_of(ended: Any) -> Any:
     )
 
 
-FINISH_RUN = finish_run_update(bindparam("rid"))
+@cache
+def finish_run_statement() -> Any:
+    return finish_run_update(bindparam("rid"))
 
 
+@cache
 def _finish_run() -> Any:
-    """``FINISH_STEP``, the run's terminal CAS with its schedule-history row, the run's sealed values erased
+    """``finish_step_statement()``, the run's terminal CAS with its schedule-history row, the run's sealed values erased
     and the events (the step's end; the run's only if this ended it), as one statement."""
-    run = FINISH_RUN.cte("run_ended")
+    run = finish_run_statement().cte("run_ended")
     events = events_if(true(), exists(select(run.c.id)), known={1: {"workflow": run.c.workflow}}).cte("events")
-    erased = _ERASE_RUN_SECRETS.cte("erased")
+    erased = _erase_run_secrets().cte("erased")
     return select(*(run.c[name] for name in RUN_RECORD_COLUMNS)).add_cte(
-        FINISH_STEP.cte("step_ended"), history_of(run), erased, events
+        finish_step_statement().cte("step_ended"), history_of(run), erased, events
     )
-
-
-_FINISH_RUN = _finish_run()
 
 
 def finish_run(
@@ -315,7 +326,7 @@ def finish_run(
     params = {"sid": step.id, "step_to": STEP_OF_RUN[status].value, "rid": step.run_id, "to": status.value,
               **finished_by(execution_id), "det": error_details, **values}  # fmt: skip
     events = finish_events(step, status, execution_id, True, error=error, reason=reason, error_details=error_details)
-    row = session.execute(_FINISH_RUN, {**params, **event_params(events)}).first()
+    row = session.execute(_finish_run(), {**params, **event_params(events)}).first()
     return None if row is None else RunRecord(*row)
 
 

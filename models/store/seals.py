@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import cache
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
@@ -12,7 +15,10 @@ from models.seal_reads import entries_after
 from models.sealing import GENESIS, Checkpoint, chained
 from parkway.crypto import sign_seal
 
-_HEAD = select(Seal.position, Seal.last_seq, Seal.hash).order_by(Seal.position.desc()).limit(1)
+
+@cache
+def _head() -> Any:
+    return select(Seal.position, Seal.last_seq, Seal.hash).order_by(Seal.position.desc()).limit(1)
 
 
 def seal_next(session: Session, *, batch: int) -> Checkpoint | None:
@@ -20,7 +26,7 @@ def seal_next(session: Session, *, batch: int) -> Checkpoint | None:
     they closed) sealed as one signed checkpoint at the next position. ``None``: no final event is
     unsealed, or another pass sealed that position first (the insert is the compare-and-set on the head:
     nothing is written twice, and no event is skipped, as the next checkpoint starts where the head ends)."""
-    head = session.execute(_HEAD).first()
+    head = session.execute(_head()).first()
     position, after, prev = (head.position + 1, head.last_seq, head.hash) if head else (0, 0, GENESIS)
     found = entries_after(session, after, limit=batch)
     if not found.entries:

@@ -61,8 +61,9 @@ def words(values: Iterable[str]) -> list[Any]:
     return [word(v) for v in values]
 
 
-# The hot path (claim, consume, a step's outcome, events) runs Core statements built once at import, on
-# the tables themselves: no ORM unit of work, no per-call statement construction or cache-key work.
+# The hot path (claim, consume, a step's outcome, events) runs Core statements on the tables themselves, each
+# built once, at its first use (a ``functools.cache`` builder: a process pays for the statements it runs, not
+# at import): no ORM unit of work, no per-call statement construction or cache-key work.
 CONT = cast(Table, Continuation.__table__)
 STEP = cast(Table, Step.__table__)
 RUN = cast(Table, Run.__table__)
@@ -73,6 +74,18 @@ REV = cast(Table, Review.__table__)
 HIST = cast(Table, ScheduleHistory.__table__)
 RESP = cast(Table, InteractionResponse.__table__)
 ANSWERER = cast(Table, InteractionAnswerer.__table__)
+
+
+def by_name(**builders: Callable[[], Any]) -> Callable[[str], Any]:
+    """A module's ``__getattr__`` (PEP 562) for the statements read by name from outside it (the generated
+    SQL's test, ``models/start_sql.py``): each built by its builder when read, not at import."""
+
+    def attribute(name: str) -> Any:
+        if name not in builders:
+            raise AttributeError(f"module has no attribute {name!r}")
+        return builders[name]()
+
+    return attribute
 
 
 def bp(name: str, column: Any) -> Any:

@@ -94,7 +94,7 @@ def _next_step() -> Any:
     return select(due.c.id, due.c.remote).add_cte(*ctes)
 
 
-_NEXT_STEP = DriverStatement(_next_step())
+_NEXT_STEP = DriverStatement(_next_step)
 
 
 def next_step(session: Session, step: StepLike, *, name: str, payload: Any) -> Due:
@@ -283,7 +283,8 @@ def park_params(
 def _park(interactions: int, resumed: bool) -> DriverStatement:
     parked, refusal, ctes = park_ctes(interactions, resumed, true())
     columns = [*(refusal.c[name] for name in REFUSAL_COLUMNS), *(parked.c[name] for name in _STEP_REF)]
-    return DriverStatement(select(*columns).select_from(refusal.outerjoin(parked, true())).add_cte(*ctes))
+    statement = select(*columns).select_from(refusal.outerjoin(parked, true())).add_cte(*ctes)
+    return DriverStatement(lambda: statement)
 
 
 def park(

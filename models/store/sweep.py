@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from sqlalchemy import and_, bindparam, case, false, func, null, or_, select, true, union_all, update
@@ -32,6 +33,7 @@ _STALE_READY = and_(
 )
 
 
+@cache
 def _mark_for_republish() -> Any:
     # A CTE, run once: as an ``IN`` subquery it may be run again for each row, and a run again skips the
     # rows this statement already updated, then locks the next ones (every stale row, not a batch).
@@ -50,7 +52,6 @@ def _mark_for_republish() -> Any:
     )
 
 
-_MARK_FOR_REPUBLISH = _mark_for_republish()
 _FRESH_READY = and_(
     CONT.c.status == word(ContinuationStatus.READY),
     ~CONT.c.remote,
@@ -58,12 +59,10 @@ _FRESH_READY = and_(
 )
 
 
+@cache
 def _count_up_to(where: Any) -> Any:
     """How many continuations match, counted up to ``:n`` (an index range, never the whole table)."""
     return select(func.count()).select_from(select(CONT.c.id).where(where).limit(bindparam("n")).subquery())
-
-
-_COUNT_STALE, _COUNT_FRESH = _count_up_to(_STALE_READY), _count_up_to(_FRESH_READY)
 
 
 def mark_for_republish(session: Session, *, older_than_s: float, batch: int, queued: int = 0) -> list[Due]:
@@ -77,12 +76,14 @@ def mark_for_republish(session: Session, *, older_than_s: float, batch: int, que
     """
     params = {"older_than_s": -older_than_s}
     if queued > 0:
-        queued -= session.execute(_COUNT_FRESH, {**params, "n": queued}).scalar_one()
+        queued -= session.execute(_count_up_to(_FRESH_READY), {**params, "n": queued}).scalar_one()
     if queued > 0:
-        batch = min(batch, session.execute(_COUNT_STALE, {**params, "n": batch + queued}).scalar_one() - queued)
+        batch = min(
+            batch, session.execute(_count_up_to(_STALE_READY), {**params, "n": batch + queued}).scalar_one() - queued
+        )
         if batch <= 0:
             return []
-    rows = session.execute(_MARK_FOR_REPUBLISH, {**params, "n": batch})
+    rows = session.execute(_mark_for_republish(), {**params, "n": batch})
     return [Due(*r[:-1]) for r in rows if not r.remote]
 
 
@@ -107,6 +108,7 @@ _STALE_REMOTE = and_(
 )
 
 
+@cache
 def _to_celery() -> Any:
     """Up to ``:n`` remote continuations ready for more than ``:older_than_s`` seconds whose key a live
     Celery worker serves (each key's oldest first, by ranges of ``ix_continuations_remote``) -> not remote,
@@ -128,20 +130,18 @@ def _to_celery() -> Any:
     )
 
 
-_TO_CELERY = _to_celery()
-
-
 def reroute_to_celery(session: Executor, *, older_than_s: float, batch: int) -> list[Due]:
     """remote -> not remote for up to ``batch`` ready continuations no lease took for ``older_than_s`` seconds
     whose key a live Celery worker serves: whoever serves a key takes its work, whichever kind served it when
     the row was made. Returns them to publish."""
-    rows = session.execute(_TO_CELERY, {"older_than_s": -older_than_s, "n": batch})
+    rows = session.execute(_to_celery(), {"older_than_s": -older_than_s, "n": batch})
     return [Due(*r) for r in rows]
 
 
 _EXPIRED = and_(CONT.c.status == word(ContinuationStatus.CLAIMED), CONT.c.lease_expires_at < db_now())
 
 
+@cache
 def _release_expired_claims() -> Any:
     # The oldest expired leases, as a CTE run once (see ``_mark_for_republish``): what it locks is the batch.
     oldest = select(CONT.c.id, CONT.c.kind, CONT.c.attempts).where(_EXPIRED).order_by(CONT.c.lease_expires_at)
@@ -163,9 +163,6 @@ def _release_expired_claims() -> Any:
     )
 
 
-_RELEASE_EXPIRED_CLAIMS = _release_expired_claims()
-
-
 @dataclass(frozen=True)
 class ExpiredClaims:
     """What ``release_expired_claims`` did and found: the claims released, to publish (a remote one is
@@ -180,7 +177,7 @@ def release_expired_claims(session: Executor, *, batch: int, max_attempts: int) 
     """Of up to ``batch`` claims whose lease expired by the database's clock (oldest first, skipping rows
     another sweep holds): those with attempts left -> ready, stamped as enqueued now; those out of attempts
     found, not changed. One statement; empty lists: nothing expired."""
-    rows = session.execute(_RELEASE_EXPIRED_CLAIMS, {"n": batch, "max_attempts": max_attempts}).all()
+    rows = session.execute(_release_expired_claims(), {"n": batch, "max_attempts": max_attempts}).all()
     return ExpiredClaims(
         released=[Due(*r[:-2]) for r in rows if r.released and not r.remote],
         exhausted=[r.id for r in rows if not r.released],

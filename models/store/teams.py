@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Row, and_, bindparam, exists, insert, literal, or_, select
@@ -85,36 +86,44 @@ def _read(principal_id: Any) -> Any:
 _READ, _LOCKED = InteractionRead(_read), InteractionRead(lambda principal_id: locking(_read(principal_id)))
 _PLACE, _AGAIN, _AGAIN_PLACE = PRIN.alias("place"), ANSWERER.alias("again"), PRIN.alias("again_place")
 _OF_THE_PLACE = and_(ANSWERER.c.interaction_id == bindparam("iid"), ANSWERER.c.place_id == bindparam("place"))
+
+
 # The delegate named ``:pname`` (live), whether it held the place ``:place`` before (its own, or moved to it:
 # a move to it would close a cycle), and the caller's ``:pid`` delegation to it that still stands, if any.
-_DELEGATE = (
-    select(PRIN.c.id, PRIN.c.name, PRIN.c.kind,
-           select(_PLACE.c.name).where(_PLACE.c.id == bindparam("place")).scalar_subquery().label("place_name"),
-           or_(PRIN.c.id == bindparam("place"),
-               exists().where(_OF_THE_PLACE, ANSWERER.c.principal_id == PRIN.c.id)).label("held"),
-           _AGAIN.c.at.label("again_at"), _AGAIN.c.note.label("again_note"), _AGAIN_PLACE.c.name.label("again_for"))
-    .select_from(
-        PRIN.outerjoin(_AGAIN, and_(_AGAIN.c.interaction_id == bindparam("iid"), _AGAIN.c.by_id == bindparam("pid"),
-                                    _AGAIN.c.principal_id == PRIN.c.id, _AGAIN.c.place_id.is_not(None),
-                                    stands(_AGAIN)))
-        .outerjoin(_AGAIN_PLACE, _AGAIN_PLACE.c.id == _AGAIN.c.place_id)
-    )
-    .where(live_named(PRIN))
-    .limit(1)
-)  # fmt: skip
+@cache
+def _delegate() -> Any:
+    return (
+        select(PRIN.c.id, PRIN.c.name, PRIN.c.kind,
+               select(_PLACE.c.name).where(_PLACE.c.id == bindparam("place")).scalar_subquery().label("place_name"),
+               or_(PRIN.c.id == bindparam("place"),
+                   exists().where(_OF_THE_PLACE, ANSWERER.c.principal_id == PRIN.c.id)).label("held"),
+               _AGAIN.c.at.label("again_at"), _AGAIN.c.note.label("again_note"), _AGAIN_PLACE.c.name.label("again_for"))
+        .select_from(
+            PRIN.outerjoin(_AGAIN, and_(_AGAIN.c.interaction_id == bindparam("iid"), _AGAIN.c.by_id == bindparam("pid"),
+                                        _AGAIN.c.principal_id == PRIN.c.id, _AGAIN.c.place_id.is_not(None),
+                                        stands(_AGAIN)))
+            .outerjoin(_AGAIN_PLACE, _AGAIN_PLACE.c.id == _AGAIN.c.place_id)
+        )
+        .where(live_named(PRIN))
+        .limit(1)
+    )  # fmt: skip
+
+
 # The move itself, a compare-and-set: only while the wait is pending, the caller ``:pid`` still holds the
 # place ``:place`` (``place_of``) and has not responded.
-_MOVE = (
-    insert(ANSWERER)
-    .from_select(
-        ["interaction_id", "source", "level", "principal_id", "by_id", "place_id", "note", "at"],
-        select(INTER.c.id, _DELEGATE_WORD, literal(0), *(bp(name, ANSWERER.c[column]) for name, column in (
-            ("to", "principal_id"), ("pid", "by_id"), ("place", "place_id"), ("note", "note"), ("at", "at"))))
-        .where(INTER.c.id == bindparam("iid"), INTER.c.status == word(InteractionStatus.PENDING),
-               place_of(bindparam("pid")) == bindparam("place"), ~_responded(bindparam("pid"))),
-    )
-    .returning(ANSWERER.c.id)
-)  # fmt: skip
+@cache
+def _move() -> Any:
+    return (
+        insert(ANSWERER)
+        .from_select(
+            ["interaction_id", "source", "level", "principal_id", "by_id", "place_id", "note", "at"],
+            select(INTER.c.id, _DELEGATE_WORD, literal(0), *(bp(name, ANSWERER.c[column]) for name, column in (
+                ("to", "principal_id"), ("pid", "by_id"), ("place", "place_id"), ("note", "note"), ("at", "at"))))
+            .where(INTER.c.id == bindparam("iid"), INTER.c.status == word(InteractionStatus.PENDING),
+                   place_of(bindparam("pid")) == bindparam("place"), ~_responded(bindparam("pid"))),
+        )
+        .returning(ANSWERER.c.id)
+    )  # fmt: skip
 
 
 def delegate(session: Executor, interaction_id: str, *, principal: Actor, to: str, note: str | None) -> Delegation:
@@ -132,7 +141,7 @@ def delegate(session: Executor, interaction_id: str, *, principal: Actor, to: st
     if found is None:
         raise NotFound(f"interaction {interaction_id} does not exist")
     params = {"iid": interaction_id, "pid": principal.id, "pname": to, "place": found.place}
-    target = session.execute(_DELEGATE, params).first()
+    target = session.execute(_delegate(), params).first()
     if target is not None and target.again_at is not None:
         _still_pending(found)
         return Delegation(interaction_id, to, principal.name, target.again_note, target.again_at, target.again_for)
@@ -145,7 +154,7 @@ def delegate(session: Executor, interaction_id: str, *, principal: Actor, to: st
         raise InvalidDelegation(f"principal {to} held this place of interaction {interaction_id} before: a"
                                 " delegation never closes a cycle")  # fmt: skip
     now = utcnow()
-    if session.execute(_MOVE, {**params, "to": target.id, "note": note, "at": now}).first() is None:
+    if session.execute(_move(), {**params, "to": target.id, "note": note, "at": now}).first() is None:
         again = _READ.by_id.first(session, params)  # the lock is held now: what committed meanwhile shows
         assert again is not None  # an interaction is never deleted
         _may_delegate(again, principal)

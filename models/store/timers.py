@@ -8,6 +8,7 @@ reminder or a level is written once however many sweeps run; the events in the s
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Integer, String, bindparam, cast, func, select, update
@@ -57,30 +58,36 @@ def _advance(timer: Any, counter: Any, event: str, **data: Any) -> Any:
     return select(moved.c.id).add_cte(events)
 
 
-_REMIND = _advance(
-    INTER.c.remind_at,
-    INTER.c.reminders,
-    "interaction.reminded",
-    next=lambda number: _after_park("remind_after", number),
-    reminder=lambda moved: moved.c.n,
-)
-_ESCALATE = _advance(
-    INTER.c.escalate_at,
-    INTER.c.level,
-    "interaction.escalated",
-    next=lambda number: _after_park("escalate", number, "after"),
-    level=lambda moved: moved.c.n,
-    to=lambda moved: func.json_extract_path(moved.c.team, "escalate", cast(moved.c.n - 1, String), "to"),
-)
+@cache
+def _remind() -> Any:
+    return _advance(
+        INTER.c.remind_at,
+        INTER.c.reminders,
+        "interaction.reminded",
+        next=lambda number: _after_park("remind_after", number),
+        reminder=lambda moved: moved.c.n,
+    )
+
+
+@cache
+def _escalate() -> Any:
+    return _advance(
+        INTER.c.escalate_at,
+        INTER.c.level,
+        "interaction.escalated",
+        next=lambda number: _after_park("escalate", number, "after"),
+        level=lambda moved: moved.c.n,
+        to=lambda moved: func.json_extract_path(moved.c.team, "escalate", cast(moved.c.n - 1, String), "to"),
+    )
 
 
 def remind_due(session: Session, *, batch: int) -> list[str]:
     """pending -> pending, one reminder further (``interaction.reminded``), for up to ``batch`` waits whose
     next reminder is due by the database's clock; their ids (none: nothing due)."""
-    return list(session.execute(_REMIND, {"n": batch, "at": utcnow()}).scalars())
+    return list(session.execute(_remind(), {"n": batch, "at": utcnow()}).scalars())
 
 
 def escalate_due(session: Session, *, batch: int) -> list[str]:
     """pending -> pending at the next escalation level (``interaction.escalated``: that level's answerers may
     answer from now on), for up to ``batch`` waits whose next level is due; their ids (none: nothing due)."""
-    return list(session.execute(_ESCALATE, {"n": batch, "at": utcnow()}).scalars())
+    return list(session.execute(_escalate(), {"n": batch, "at": utcnow()}).scalars())

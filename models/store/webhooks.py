@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -215,6 +216,7 @@ _LINE_COLUMNS = {"seq": BigInteger, "attempt": Integer, "status_code": Integer, 
                  "next_attempt_in_s": Float}  # fmt: skip
 
 
+@cache
 def _record_lines() -> Any:
     """``record_deliveries``' statement: the lines given as one array per column, so it is compiled once
     and sent once whatever their number (a multi-row VALUES is compiled anew for each batch)."""
@@ -235,15 +237,12 @@ def _record_lines() -> Any:
     return insert(cast(Table, WebhookDelivery.__table__)).from_select(names, lines)
 
 
-_RECORD_LINES = _record_lines()
-
-
 def record_deliveries(session: Session, webhook_id: str, lines: Sequence[DeliveryLine]) -> None:
     """Lines of the delivery log, in one statement, stamped with the database's clock."""
     if not lines:
         return
     arrays = {name: [getattr(line, name) for line in lines] for name in _LINE_COLUMNS}
-    session.execute(_RECORD_LINES, {"webhook_id": webhook_id, **arrays})
+    session.execute(_record_lines(), {"webhook_id": webhook_id, **arrays})
 
 
 def due_webhooks(session: Session, *, batch: int, republish_after_s: float) -> list[str]:

@@ -186,8 +186,8 @@ def test_cancel__is_one_transaction_a_failure_midway_changes_nothing(
     # the rows it returns, divides by zero)
     run_id, asked = parked("t.ask_two")
     before = event_types(run_id)
-    broken = store_interactions._CANCEL.add_columns(literal_column("1 / 0"))
-    monkeypatch.setattr(store_interactions, "_CANCEL", broken)
+    broken = store_interactions._cancel().add_columns(literal_column("1 / 0"))
+    monkeypatch.setattr(store_interactions, "_cancel", lambda: broken)
 
     with pytest.raises(DBAPIError, match="division by zero"):
         cancel(asked["window"].id, response_id=new_response_id(), principal=HUMAN)
