@@ -158,9 +158,13 @@ def test_projection_write_fails__pending_until_the_sweep_converges(stack: Stack,
     assert run.projection_pending
     # (the schedule-history row commits with the terminal record itself, so it agrees from the start)
     _history_agrees(run_id, run)
+    # And a sweep once the failed write's back-off has passed tries again, fails, and counts it (waited for:
+    # a sweep that starts within the back-off skips the run, one that starts after it tries)
+    wait_for(lambda: _projection_due(run_id), timeout=10, what="the failed projection's back-off to pass")
+    tried = run_row(run_id).projection_attempts
     result = stack.parkway("sweep", "--once", PARKWAY_WORKSPACE_DIR=str(workspace))
     assert result.returncode == 0, result.stderr
-    assert run_row(run_id).projection_pending and run_row(run_id).projection_attempts == 1
+    assert run_row(run_id).projection_pending and run_row(run_id).projection_attempts == tried + 1
     # When the workspace is writable again, the next sweep after the failed write's back-off converges it
     workspace.unlink()
     workspace.mkdir()
