@@ -13,7 +13,7 @@ import psycopg
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, configure_mappers, sessionmaker
 
 from parkway.pgconn import connect_args as connect_args  # beside the plain connections; their callers import here
 from parkway.pgconn import normalize_url as normalize_url
@@ -94,6 +94,9 @@ def get_engine() -> Engine:
                 if old_engine is not None:
                     old_engine.dispose(close=False)
             engine = make_engine(get_settings().effective_database_url)
+            # The ORM's mappers, configured before this process's first transaction rather than on first use
+            # inside one, where it could outlast the idle-in-transaction timeout on a loaded host.
+            configure_mappers()
             _state.update(
                 pid=os.getpid(), engine=engine, factory=sessionmaker(engine, expire_on_commit=False), relaxed=None
             )
