@@ -158,9 +158,11 @@ def test_projection_write_fails__pending_until_the_sweep_converges(stack: Stack,
     assert run.projection_pending
     # (the schedule-history row commits with the terminal record itself, so it agrees from the start)
     _history_agrees(run_id, run)
-    # And a sweep once the failed write's back-off has passed tries again, fails, and counts it (waited for:
-    # a sweep that starts within the back-off skips the run, one that starts after it tries)
-    wait_for(lambda: _projection_due(run_id), timeout=10, what="the failed projection's back-off to pass")
+    # And a sweep once the worker's own failed write is counted and its back-off has passed tries again, fails,
+    # and counts it (waited for: the worker writes after the run commits, and a sweep that starts within the
+    # back-off skips the run, one that starts after it tries)
+    wait_for(lambda: _worker_tried(run_id) and _projection_due(run_id), timeout=10,
+             what="the worker's failed projection counted and its back-off passed")  # fmt: skip
     tried = run_row(run_id).projection_attempts
     result = stack.parkway("sweep", "--once", PARKWAY_WORKSPACE_DIR=str(workspace))
     assert result.returncode == 0, result.stderr
@@ -174,6 +176,10 @@ def test_projection_write_fails__pending_until_the_sweep_converges(stack: Stack,
     assert json.loads(result.stdout)["projections"] >= 1  # stdout is the JSON report alone
     _agree(workspace, run_id)
     assert run_row(run_id).completed_at == run.completed_at
+
+
+def _worker_tried(run_id: str) -> bool:
+    return run_row(run_id).projection_attempts >= 1
 
 
 def _projection_due(run_id: str) -> bool:
