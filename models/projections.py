@@ -48,6 +48,9 @@ BACKOFF_BASE_S = 1.0  # after the first failure
 BACKOFF_CAP_S = 300.0  # the longest a failing projection waits between attempts
 
 # Written as the index's expression, so the planner matches ``ix_runs_projection_pending``.
+# The advisory lock a cursor pass holds (its transaction's): concurrent passes never take the same runs.
+PASS_LOCK = 0x7061726B70726A  # "parkprj"
+
 due_at = func.coalesce(text("projection_next_at"), text("completed_at"))
 failed = text("projection_pending")  # the index's predicate, verbatim: a failed write recorded
 not_failed = _R.c.projection_pending.is_(False)
@@ -88,8 +91,13 @@ def pending_count(session: Session) -> int:
 def ended_past_cursor(session: Session, *, batch: int) -> tuple[int, int, list[RunRecord]] | None:
     """A pass's reading, under the cursor's row lock: (the cursor, where it may move once these are
     projected, the records of the terminal runs without a recorded failure among the next ``batch`` batches
-    of events below the final horizon). ``None`` when another pass holds the cursor."""
-    position = session.scalar(skip_locked(select(_C.c.position)))
+    of events below the final horizon). ``None`` when another pass holds the cursor.
+
+    The pass holds a transaction-level advisory lock, not the row's: a row lock would give its transaction
+    an id while it writes files, and an open transaction id holds back the horizon of every reader of the
+    log (webhooks, the seal, the next pass). Its transaction takes an id only at its last statement, the
+    cursor's move (or at a failure it records)."""
+    position = session.scalar(select(_C.c.position).where(func.pg_try_advisory_xact_lock(PASS_LOCK)))
     if position is None:
         return None
     horizon = int(session.scalar(select(final_below())) or 0)

@@ -96,3 +96,26 @@ def test_cursor__never_passes_a_run_while_an_older_transaction_is_open(
         run = run_row(run_id)
         assert not run.projection_pending and not run.projection_failed
         assert json.loads(projection.metadata_path(run_id).read_text())["execution_id"] == run.finished_by
+
+
+def test_cursor__a_pass_beside_another_takes_nothing(actors_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a run ended with its file not written, and another pass in progress (it holds the pass's lock)
+    import tasks.executor
+
+    monkeypatch.setattr(tasks.executor, "project_soon", lambda record: None)  # the passes are the test's
+    run_id = start("t.after", {"n": 0})
+    execute_ready(run_id)
+    other = get_engine().connect()
+    try:
+        other.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": projections.PASS_LOCK})
+
+        # When a pass runs beside it, then it takes nothing: no file written, the run still pending
+        assert projection.catch_up() == 0
+        assert not projection.metadata_path(run_id).exists() and run_row(run_id).projection_pending
+    finally:
+        other.rollback()
+        other.close()
+
+    # And once the other pass has ended, the next one writes it
+    assert projection.catch_up() == 1
+    assert not run_row(run_id).projection_pending
