@@ -11,10 +11,8 @@ lock timeout for the old history table a terminal commit of the previous revisio
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
-import pytest
 from alembic import command
 from sqlalchemy import text
 
@@ -22,31 +20,19 @@ from models.tables import ScheduleHistory
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.migrate import alembic_config, current_revision, head_revision
 from tasks import projection
-from tasks.sdk import answer
 from tests.integration.helpers import (
+    answered_after_upgrade,
     completed_resumed_once,
-    database_at,
+    live_head_db,  # noqa: F401 (the fixture head_db)
     parked_then_taken_back,
+    real_publishes,  # noqa: F401 (the fixture sent)
+    upgrade_beside_answers,
     upgrade_refused_while_held,
 )
-from tests.support import HUMAN, Stack, new_response_id, run_row, wait_for
+from tests.support import Stack, run_row, wait_for
 
 FROM_REVISION = "0027"
-# What an answer writes (or locks): an upgrade must not wait for any of them.
-ANSWER_TABLES = ("interactions", "steps", "runs", "continuations", "event_batches", "principals")
 PENDING_RUN = "m0028-pending"
-
-
-@pytest.fixture
-def sent() -> None:
-    """Publishes are real here (this package's ``sent`` records them instead): a worker consumes them."""
-
-
-@pytest.fixture
-def head_db(stack: Stack) -> Iterator[str]:
-    """A database of its own at head with the test's actors (this code writes the columns of later revisions)."""
-    with database_at(stack, "head", stack.setup_actors) as url:
-        yield url
 
 
 def _relkind(name: str) -> str | None:
@@ -113,10 +99,7 @@ def test_migration_0028__waits_parked_before_it_resume_once_after_it_and_pending
     command.upgrade(alembic_config(), "head")
     assert current_revision(get_engine()) == head_revision()
     assert _relkind("schedule_history") == "v"
-    stack.start_worker()
-    for run_id in late:
-        receipt = answer(waits[run_id], "after", response_id=new_response_id(), principal=HUMAN)
-        assert receipt["status"] == "answered"
+    answered_after_upgrade(stack, waits, late)
 
     # Then each run completes, its continuation body ran once, its resume consumed at the first attempt, and
     # its projections agree with no failure recorded (the cursor passed it)
@@ -134,24 +117,10 @@ def test_migration_0028__waits_parked_before_it_resume_once_after_it_and_pending
 
 
 def test_migration_0028__goes_through_while_answers_hold_their_tables(head_db: str) -> None:
-    # Given the schema at the previous revision and a transaction holding every table an answer writes as a
-    # writer does (and one step's row lock, as an answer in flight does)
-    reset_engine()
-    command.downgrade(alembic_config(), FROM_REVISION)
-    reset_engine()
-    writer = get_engine().connect()
-    try:
-        for table in ANSWER_TABLES:
-            writer.execute(text(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE"))
-        writer.execute(text("SELECT id FROM steps LIMIT 1 FOR UPDATE"))
-        # When the upgrade runs beside it, then it completes while the writer is still open (its lock
-        # timeout is 1 s: were it to wait for the writer, it would fail)
-        command.upgrade(alembic_config(), "head")
-        assert current_revision(get_engine()) == head_revision()
-        assert _relkind("schedule_history") == "v"
-    finally:
-        writer.rollback()
-        writer.close()
+    # Given the schema at the previous revision, when the upgrade runs beside a transaction holding every table
+    # an answer writes, then it completes while that writer is still open: the history is a view
+    upgrade_beside_answers(FROM_REVISION)
+    assert _relkind("schedule_history") == "v"
 
 
 def test_migration_0028__gives_up_within_its_lock_timeout_while_a_terminal_commit_holds_the_history(
