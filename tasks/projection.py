@@ -231,7 +231,8 @@ def catch_up(batch: int = 1000, written: frozenset[str] = frozenset()) -> int:
             return 0
         was, to, records = read
         todo = [r for r in records if r.id not in written and not _agrees(metadata_path(r.id), metadata(r))]
-        failed = [r for r in todo if r.id not in {w.id for w in write_committed(todo)}]
+        done = {r.id for r in write_committed(todo)}
+        failed = [r for r in todo if r.id not in done]
         projections.record_projection_failures(session, failed)
         projections.advance_cursor(session, was, to)
         return len(todo) - len(failed)

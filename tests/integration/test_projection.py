@@ -90,8 +90,17 @@ def test_cursor__never_passes_a_run_while_an_older_transaction_is_open(
         older.rollback()
         older.close()
 
-    # When the next pass runs after it ended, then it writes both files and covers both runs
+    # When the next pass runs after it ended, then it writes both files together, once, and covers both runs
+    writes: list[int] = []
+    original = projection.write_all
+
+    def counting(files: list[Any]) -> list[Any]:
+        writes.append(len(files))
+        return original(files)
+
+    monkeypatch.setattr(projection, "write_all", counting)
     assert projection.catch_up() == 2
+    assert writes == [2]
     for run_id in run_ids:
         run = run_row(run_id)
         assert not run.projection_pending and not run.projection_failed
