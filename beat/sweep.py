@@ -22,7 +22,7 @@ from parkway.crash import crash_point
 from parkway.db import database_unavailable, failure_line, single_statement, transaction
 from parkway.settings import get_settings
 from tasks.celery_app import CONTINUATIONS_QUEUE, STEPS_QUEUE, SWEEP, SWEEP_QUEUE, app
-from tasks.projection import project, project_quietly
+from tasks.projection import catch_up, project, project_quietly
 from tasks.publish import publish, publish_webhooks
 
 log = logging.getLogger("parkway.sweep")
@@ -292,7 +292,13 @@ def _stranded_reviews(report: SweepReport, *, batch: int) -> None:
 
 def _projections(report: SweepReport, *, batch: int) -> None:
     """Category 5: terminal runs whose projections do not agree yet and are due → write them again (a run
-    whose write failed is due again only after its back-off, so it never holds back newer ones)."""
+    whose write failed is due again only after its back-off, so it never holds back newer ones). First the
+    projection cursor's pass (``catch_up``): the runs that ended since it last moved, whose files a worker
+    that died before its projector ran never wrote."""
+    try:
+        report.counts["projections"] += catch_up()  # bounded by its own batch of the log
+    except Exception as exc:
+        _skipped(report, exc)
     with transaction() as session:
         run_ids = projections.pending_projections(session, batch=batch)
     for run_id in run_ids:

@@ -149,7 +149,6 @@ KNOWN_WHAT_IF = {
     "no-inline-projection": "the worker leaves terminal projections to the sweep (no projector thread)",
     "no-erase-secrets": "skip the secret-erasing UPDATEs (what skipping them without sensitive fields saves)",
     "no-projection-fsync": "the projector writes run_metadata.json without its two fsync calls",
-    "no-projection-flag": "the projector writes run_metadata.json but leaves projection_pending set",
     "no-foreign-keys": "the bench database without its foreign keys (each insert's referential checks)",
     "no-event-rows": "the bench database discards every event row (a trigger): what the rows cost PostgreSQL",
     "tracing": "throughput beside itself with the workers tracing every span to a local OTLP/HTTP sink (issue 44)",
@@ -195,10 +194,6 @@ def _apply_what_if() -> None:
         import tasks.projection
 
         tasks.projection.os = _NoFsync()  # type: ignore[assignment]
-    if "no-projection-flag" in WHAT_IF:
-        import models.store
-
-        models.store.clear_projections_pending = lambda session, runs: len(runs)  # type: ignore[assignment]
     if "answer-autocommit" in WHAT_IF:
         import tasks.sdk
         from parkway.db import read_statement

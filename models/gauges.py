@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import func, literal_column, select, text
+from sqlalchemy import func, literal_column, select
 from sqlalchemy.orm import Session
 
-from models.tables import Continuation, Run, SweepTotal
+from models import projections
+from models.tables import Continuation, SweepTotal
 
 
 def continuation_counts(session: Session) -> dict[str, int]:
@@ -35,9 +36,9 @@ def oldest_ready(session: Session) -> tuple[datetime | None, datetime | None]:
 
 
 def projection_pending_count(session: Session) -> int:
-    """Terminal runs whose projections do not agree yet: counted on the partial index
-    ``ix_runs_projection_pending`` (its predicate written literally so both planners match it)."""
-    return int(session.scalar(select(func.count()).select_from(Run).where(text("projection_pending"))) or 0)
+    """Terminal runs whose projections do not agree yet (``models.projections.pending_count``: the recorded
+    failures on the partial index ``ix_runs_projection_pending``, the others past the projection cursor)."""
+    return projections.pending_count(session)
 
 
 def sweep_totals(session: Session) -> list[SweepTotal]:

@@ -4,31 +4,39 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
     CheckConstraint,
+    Column,
     Float,
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     String,
+    Table,
     Text,
     UniqueConstraint,
+    and_,
     column,
+    event,
+    exists,
     func,
+    or_,
+    select,
     text,
 )
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, column_property, mapped_column
 
 from models.base import Base, UTCDateTime, utcnow
+from models.event_tables import VIEWS
 from models.event_tables import Event as Event  # the log's view and its storage, re-exported
 from models.event_tables import EventBatch as EventBatch
 from models.status import (
-    RUN_TERMINAL,
     ContinuationKind,
     ContinuationStatus,
     InteractionKind,
@@ -113,6 +121,17 @@ class Grant(Base):
     )
 
 
+class ProjectionCursor(Base):
+    """The one row (0028): every terminal run whose event batches all sort below ``position`` has its
+    projections written, or its failed write recorded on its row (models/projections.py)."""
+
+    __tablename__ = "projection_cursor"
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)  # 1, the one row
+    position: Mapped[int] = mapped_column(BigInteger)
+    moved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 class Run(Base):
     __tablename__ = "runs"
 
@@ -135,11 +154,13 @@ class Run(Base):
     finished_on: Mapped[str | None] = mapped_column(String(200))  # "<node> pid <pid>": the process (0015)
     title: Mapped[str | None] = mapped_column(String(200))  # what the run is about, as a step says (0015)
     warnings: Mapped[Any | None] = mapped_column(JSON)
-    # Set with the canonical terminal event; cleared once every projection agrees with it.
-    projection_pending: Mapped[bool] = mapped_column(Boolean, default=False)
-    # Failed projection writes so far, and when the next may be tried (NULL: at once); cleared on success.
+    # A failed projection write recorded (the column ``projection_pending``; since 0028 only a failure sets
+    # it), the failed writes so far, and when the next may be tried (NULL: at once); cleared on success.
+    projection_failed: Mapped[bool] = mapped_column("projection_pending", Boolean, default=False)
     projection_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     projection_next_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    if TYPE_CHECKING:  # mapped when the mappers are configured (``_derive_projection_pending``), not at import
+        projection_pending: Mapped[bool]
 
     __table_args__ = (
         UniqueConstraint("owner_id", "idempotency_key"),
@@ -157,6 +178,20 @@ class Run(Base):
             postgresql_where=text("projection_pending"),
         ),
     )
+
+
+@event.listens_for(Run, "before_mapper_configured")
+def _derive_projection_pending(mapper: Any, _cls: Any) -> None:
+    """``Run.projection_pending``, derived (0028, models/projections.py): terminal, and a failure recorded or a
+    batch of the run's events at or past the projection cursor. Deferred: loaded where it is read
+    (``undefer``), not with every run; built as the mappers are configured (a process's first engine), not
+    at import."""
+    batch = EventBatch.__table__.c
+    runs = Run.__table__.c
+    cursor = select(ProjectionCursor.__table__.c.position).scalar_subquery()
+    past = exists().where(batch.run_id == runs.id, batch.first_seq >= cursor)
+    pending = and_(runs.completed_at.isnot(None), or_(runs.projection_pending, past))
+    mapper.add_property("projection_pending", column_property(pending, deferred=True))
 
 
 class Step(Base):
@@ -365,18 +400,26 @@ class ToolCall(Base):
 
 
 class ScheduleHistory(Base):
-    """Projection of a run's terminal state, as a scheduler's history view reads it."""
+    """Projection of a run's terminal state, as a scheduler's history view reads it: since 0028 the view
+    ``schedule_history`` of the terminal runs, agreeing with each run's record by construction."""
 
-    __tablename__ = "schedule_history"
+    __table__ = Table(
+        "schedule_history",
+        VIEWS,
+        Column("run_id", ID, primary_key=True),
+        Column("workflow", String(200)),
+        Column("status", String(16)),
+        Column("completed_at", UTCDateTime),
+        Column("execution_id", String(64)),
+        Column("recorded_at", UTCDateTime),
+    )
 
-    run_id: Mapped[str] = mapped_column(ID, primary_key=True)  # no foreign key (0023): written with the run's end
-    workflow: Mapped[str] = mapped_column(String(200))
-    status: Mapped[str] = mapped_column(String(16))
-    completed_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    execution_id: Mapped[str] = mapped_column(String(64))
-    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-    __table_args__ = (one_of("status", [s for s in RunStatus if s in RUN_TERMINAL]),)  # only terminal runs project
+    run_id: Mapped[str]
+    workflow: Mapped[str]
+    status: Mapped[str]
+    completed_at: Mapped[datetime]
+    execution_id: Mapped[str | None]
+    recorded_at: Mapped[datetime]
 
 
 class SweepTotal(Base):

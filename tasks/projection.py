@@ -1,8 +1,12 @@
-"""Terminal projections: ``run_metadata.json`` in the run's workspace and a schedule-history row.
+"""Terminal projections: ``run_metadata.json`` in the run's workspace (the schedule-history row is a view
+of the run's record, migration 0028).
 
-Both are written after the canonical terminal event commits, idempotently, from that record alone.
-A failure leaves the run ``projection_pending``; the sweep calls ``project`` again until all agree, each
-failed write pushing the run's next attempt further out (``models.projections``).
+The file is written after the canonical terminal event commits, idempotently, from that record alone, by
+the worker that ended the run; ``catch_up`` (after each projector window, and in each sweep) checks the
+files of every run the projection cursor has not passed yet, writes those that disagree and moves the
+cursor on (``models.projections``: the rule and its bound). A failed write is recorded on its run, which
+stays ``projection_pending``; the sweep calls ``project`` again until all agree, each failed write pushing
+the run's next attempt further out.
 """
 
 from __future__ import annotations
@@ -183,8 +187,8 @@ def _sync_directories(items: list[_File]) -> None:
 def project(run_id: str) -> bool:
     """Bring every projection of a terminal run to its canonical record; True when they all agree.
 
-    Runs under the run's row lock (a concurrent projector of the same run skips it), so the file, the
-    history row and the cleared flag are written by one projector from one read of the record.
+    Runs under the run's row lock (a concurrent projector of the same run skips it), so the file and the
+    cleared failure are written by one projector from one read of the record.
     """
     with transaction() as session:
         run = store.lock_run_for_projection(session, run_id)
@@ -193,14 +197,45 @@ def project(run_id: str) -> bool:
         if not run.projection_pending:
             return True
         try:
-            write_atomically(metadata_path(run_id), metadata(run))
+            write_unless_agrees(metadata_path(run_id), metadata(run))
         except OSError as exc:
-            next_at = projections.record_projection_failure(session, run)  # backs off: newer runs go first
+            next_at = projections.record_projection_failure(session, run.id, run.projection_attempts)
             log.warning("projection write failed; the sweep retries it from %s: %s", next_at, exc,
                         extra={"run_id": run_id, "projection_attempts": run.projection_attempts + 1})  # fmt: skip
             return False
-        store.record_schedule_history(session, run)
-        return store.clear_projection_pending(session, run)
+        return not run.projection_failed or store.clear_projection_pending(session, run)
+
+
+def write_unless_agrees(path: Path, content: dict[str, Any]) -> None:
+    """``write_atomically`` unless the file holds ``content`` already."""
+    if not _agrees(path, content):
+        write_atomically(path, content)
+
+
+def _agrees(path: Path, content: dict[str, Any]) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return bool(json.load(file) == content)
+    except (OSError, ValueError):
+        return False
+
+
+def catch_up(batch: int = 1000, written: frozenset[str] = frozenset()) -> int:
+    """One pass of the projection cursor (``models.projections``): the files of the terminal runs it has not
+    passed, checked (those in ``written`` were just written by this process) and written where they disagree,
+    the failed ones recorded on their runs, the cursor moved on: one transaction, one row write at most.
+    Returns how many files it wrote (0 too when another pass holds the cursor)."""
+    with transaction() as session:
+        read = projections.ended_past_cursor(session, batch=batch)
+        if read is None:
+            return 0
+        was, to, records = read
+        todo = [r for r in records if r.id not in written and not _agrees(metadata_path(r.id), metadata(r))]
+        done = {r.id for r in write_committed(todo)}
+        failed = [r for r in todo if r.id not in done]
+        projections.record_projection_failures(session, failed)
+        projections.advance_cursor(session, was, to)
+        return len(todo) - len(failed)
 
 
 def project_quietly(run_ids: list[str]) -> None:
@@ -214,7 +249,7 @@ def project_quietly(run_ids: list[str]) -> None:
 
 def write_committed(records: list[RunRecord]) -> list[RunRecord]:
     """Write ``run_metadata.json`` of each record a terminal commit returned (``write_all``: together);
-    returns those written. A failed write is logged and leaves that run's flag for the sweep. No lock is
+    returns those written. A failed write is logged and left to the next ``catch_up``. No lock is
     taken: a record is final, so a concurrent projector (the sweep) writes the same bytes."""
     files, kept = [], []
     for record in records:
@@ -232,35 +267,20 @@ def write_committed(records: list[RunRecord]) -> list[RunRecord]:
     return written
 
 
-def clear_committed(written: list[RunRecord]) -> int:
-    """Clear the flags of runs whose files ``write_committed`` wrote, in one transaction (each
-    schedule-history row was committed with its record). Any failure is left to the sweep. Returns how
-    many runs' projections now agree."""
-    if not written:
-        return 0
-    try:
-        with transaction(durable=False) as session:  # a lost flag only makes the sweep project it again
-            return store.clear_projections_pending(session, written)
-    except Exception:
-        log.warning("projection flags not cleared; the sweep retries them", exc_info=True,
-                    extra={"run_ids": [r.id for r in written]})  # fmt: skip
-        return 0
-
-
-_BATCH = 100  # records whose flags clear in one transaction, at most
+_BATCH = 100  # records written in one window, at most
 _LINGER_S = 0.2  # the window: how long the first record waits for others to share its wake-up and transaction
 
 
 class _Projector:
     """A thread per process that writes the projections of the runs this process just ended, so the task
     that ended a run does not wait for two ``fsync`` calls before it takes the next message. The record is
-    final when it is queued; if the process dies first, the run stays ``projection_pending`` and the sweep
-    writes it.
+    final when it is queued; if the process dies first, the run stays ``projection_pending`` (the cursor
+    has not passed it) and the sweep's ``catch_up`` writes it.
 
     The first record to arrive opens a window of ``_LINGER_S``; at its end the thread writes the files of
-    every record queued by then (at most ``_BATCH``) and one transaction clears their flags. Under load
-    that is one wake-up and one flag transaction per window instead of one per run; a run's file and flag
-    come at most that much later, which only means a sweep in that window writes the same bytes again.
+    every record queued by then (at most ``_BATCH``), then runs one ``catch_up`` (one transaction, the
+    cursor moved past every run ended below the log's horizon: these, and other processes' too). Under
+    load that is one wake-up and at most one row write per window, whatever the number of runs.
     """
 
     def __init__(self) -> None:
@@ -297,7 +317,10 @@ class _Projector:
                     break
             backlog = len(taken) == _BATCH  # more may be waiting: take them without another window
             try:
-                clear_committed(write_committed(taken))
+                written = write_committed(taken)
+                catch_up(written=frozenset(r.id for r in written))
+            except Exception:
+                log.warning("projection pass failed; the sweep retries it", exc_info=True)
             finally:
                 for _ in taken:
                     items.task_done()

@@ -282,8 +282,10 @@ def effects(run_id: str, tag: str | None = None) -> int:
 
 
 def run_row(run_id: str) -> Run:
-    with transaction() as session:
-        return session.get_one(Run, run_id)
+    from sqlalchemy.orm import undefer
+
+    with transaction() as session:  # ``projection_pending`` is derived (0028), read where asked for
+        return session.get_one(Run, run_id, options=[undefer(Run.projection_pending)])
 
 
 def run_status(run_id: str) -> str:

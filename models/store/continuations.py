@@ -26,7 +26,6 @@ from models.store.runs import (
     finish_run_statement,
     finish_step_statement,
     finished_by,
-    history_of,
 )
 from models.store.sql import CONT, INTER, STEP, bp, word
 from models.store.steps import REFUSAL_COLUMNS, next_step_ctes, next_step_params, park_ctes, park_params, refuse
@@ -83,14 +82,13 @@ def _consuming() -> tuple[Any, Any, Any]:
 
 def _consume_and_finish_run() -> Any:
     """PostgreSQL: ``consume`` (and ``step.resumed`` for a parked step's continuation) and, only if it
-    won, ``finish_run``'s writes (the step's CAS, the run's terminal CAS with its schedule-history row,
+    won, ``finish_run``'s writes (the step's CAS, the run's terminal CAS,
     the run's sealed values erased) as one statement of data-modifying CTEs. One row (``consumed``, then
     the terminal record's columns, NULL when the run had already ended) when the consume won; none when
     the claim was lost."""
     consumed, won, resumed = _consuming()
     step = finish_step_statement().where(won).cte("step_ended")
     run = finish_run_statement().where(won).cte("run_ended")
-    history = history_of(run)
     erased = (
         update(INTER).where(INTER.c.run_id == bindparam("rid"), INTER.c.secret.is_not(None), won).values(secret=None)
     ).cte("erased")
@@ -99,7 +97,7 @@ def _consume_and_finish_run() -> Any:
     return (
         select(consumed.c.id.label("consumed"), *(run.c[name] for name in RUN_RECORD_COLUMNS))
         .select_from(consumed.outerjoin(run, true()))
-        .add_cte(step, history, erased, events)
+        .add_cte(step, erased, events)
     )
 
 

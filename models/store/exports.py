@@ -65,9 +65,7 @@ from models.store.principals import (
 )
 from models.store.projections import (
     clear_projection_pending,
-    clear_projections_pending,
     lock_run_for_projection,
-    record_schedule_history,
 )
 from models.store.push import (
     Target,
@@ -182,7 +180,6 @@ __all__ = [
     "claim_in_one_statement",
     "claim_webhook",
     "clear_projection_pending",
-    "clear_projections_pending",
     "commit_outcome",
     "consume",
     "consume_and_finish_run",
@@ -239,7 +236,6 @@ __all__ = [
     "record_deliveries",
     "record_failure",
     "record_review",
-    "record_schedule_history",
     "record_sweep",
     "refuse",
     "release",

@@ -28,7 +28,7 @@ from models.store.principals import (
     live_named,
     unknown_principal,
 )
-from models.store.runs import finish_run_update, finish_step_statement, finished_by, history_of
+from models.store.runs import finish_run_update, finish_step_statement, finished_by
 from models.store.sql import ANSWERER, INTER, PRIN, RUN, STEP, Executor, bp, word, words
 from parkway import tracing
 from parkway.errors import Conflict, Forbidden, Gone, NotFound, Unauthenticated, WrongKind
@@ -271,7 +271,7 @@ def _cancel() -> Any:
     """The cancel's writes as one statement, under the step's lock: while ``:iid`` is still pending and its
     run ``:rid`` live (the lock may have been waited for since the read), every pending interaction of the
     step ``:sid`` -> canceled (``:iid`` carrying the response), then the step and the run -> canceled with
-    the run's history row and its sealed values erased, and the events in that order. No row (nothing
+    its sealed values erased, and the events in that order. No row (nothing
     written) when the target is not pending any more or its run has ended."""
     target = INTER.c.id == bindparam("iid")
     still_open = exists().where(_TARGET.c.id == bindparam("iid"), _TARGET.c.status == word(InteractionStatus.PENDING))
@@ -311,7 +311,7 @@ def _cancel() -> Any:
         event_select(1, "step.canceled", run_id, step, step_id=step.c.id, name=step.c.name),
         ended_event(2, "run.canceled", run_id, ended, reason=_WHY),
     )
-    return select(closed.c.id).add_cte(step, ended, history_of(ended), erased, events)
+    return select(closed.c.id).add_cte(step, ended, erased, events)
 
 
 def cancel(

@@ -19,7 +19,7 @@ from models.store.claims import claimable
 from models.store.continuations import consumed_and_resumed
 from models.store.driver import DriverStatement
 from models.store.events import CLOSED_COLUMNS, closed_event, ended_event, event_select, insert_events
-from models.store.runs import RUN_RECORD_COLUMNS, RunRecord, StepLike, finish_run_update, finished_by, history_of
+from models.store.runs import RUN_RECORD_COLUMNS, RunRecord, StepLike, finish_run_update, finished_by
 from models.store.sql import CONT, INTER, STEP, Executor, bp, word, words
 
 _LIVE_CONTINUATION = (ContinuationStatus.READY.value, ContinuationStatus.CLAIMED.value)
@@ -33,7 +33,6 @@ def _interrupting(run_id: Any, gate: Any, *first_events: Any, why: Any = _WHY) -
     the statement; their events follow ``first_events``."""
     ended = finish_run_update(run_id, why).where(gate).cte("run_ended")
     won = exists(select(ended.c.id))
-    history = history_of(ended)
     pending = INTER.c.status == word(InteractionStatus.PENDING)
     # A pending interaction is erased as it closes (a quorum wait's responses so far may hold sealed values):
     # the two updates never touch the same row.
@@ -77,7 +76,7 @@ def _interrupting(run_id: Any, gate: Any, *first_events: Any, why: Any = _WHY) -
         event_select(n + 1, "step.interrupted", run_id, steps, step_id=steps.c.id, name=steps.c.name, reason=why),
         ended_event(n + 2, "run.interrupted", run_id, ended, reason=why),
     )
-    return ended, [history, erased, closed, steps, orphans, events]
+    return ended, [erased, closed, steps, orphans, events]
 
 
 def _consume_and_interrupt_run() -> Any:

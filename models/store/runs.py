@@ -17,7 +17,6 @@ from models.status import RUN_LIVE, ContinuationKind, ContinuationStatus, RunSta
 from models.store.events import event_params, event_row, events_if
 from models.store.sql import (
     CONT,
-    HIST,
     INTER,
     RUN,
     STEP,
@@ -265,29 +264,8 @@ def finish_run_update(run_id: Any, reason: Any = None) -> Any:
             finished_on=bindparam("eon"),
             updated_at=bp("at", RUN.c.updated_at),
             completed_at=bp("at", RUN.c.completed_at),
-            projection_pending=True,
         )
         .returning(*(RUN.c[name] for name in RUN_RECORD_COLUMNS))
-    )
-
-
-def history_of(ended: Any) -> Any:
-    """A CTE inserting the schedule-history row of the run ``ended`` (a CTE of ``finish_run_update``)
-    made terminal in the same statement: the row commits with the record it projects."""
-    return (
-        insert(HIST)
-        .from_select(
-            ["run_id", "workflow", "status", "completed_at", "execution_id", "recorded_at"],
-            select(
-                ended.c.id,
-                ended.c.workflow,
-                ended.c.status,
-                ended.c.completed_at,
-                ended.c.finished_by,
-                bp("at", HIST.c.recorded_at),
-            ),
-        )
-        .cte("history")
     )
 
 
@@ -298,13 +276,13 @@ def finish_run_statement() -> Any:
 
 @cache
 def _finish_run() -> Any:
-    """``finish_step_statement()``, the run's terminal CAS with its schedule-history row, the run's sealed values erased
+    """``finish_step_statement()``, the run's terminal CAS, the run's sealed values erased
     and the events (the step's end; the run's only if this ended it), as one statement."""
     run = finish_run_statement().cte("run_ended")
     events = events_if(true(), exists(select(run.c.id)), known={1: {"workflow": run.c.workflow}}).cte("events")
     erased = _erase_run_secrets().cte("erased")
     return select(*(run.c[name] for name in RUN_RECORD_COLUMNS)).add_cte(
-        finish_step_statement().cte("step_ended"), history_of(run), erased, events
+        finish_step_statement().cte("step_ended"), erased, events
     )
 
 
@@ -319,9 +297,9 @@ def finish_run(
     reason: str | None = None,
     error_details: Any = None,
 ) -> RunRecord | None:
-    """The step -> its end status and the run: live -> terminal (written once, by CAS), with its
-    schedule-history row, in one statement; returns that record, or ``None`` when the run was already
-    terminal (a proven outcome is kept; the step's end and its event are still written)."""
+    """The step -> its end status and the run: live -> terminal (written once, by CAS), in one
+    statement (its schedule-history row is a view of it, 0028); returns that record, or ``None`` when the
+    run was already terminal (a proven outcome is kept; the step's end and its event are still written)."""
     values = {"res": result, "err": error, "why": reason, "at": utcnow()}
     params = {"sid": step.id, "step_to": STEP_OF_RUN[status].value, "rid": step.run_id, "to": status.value,
               **finished_by(execution_id), "det": error_details, **values}  # fmt: skip

@@ -30,7 +30,6 @@ from models.tables import (
     Principal,
     Review,
     Run,
-    ScheduleHistory,
     Step,
 )
 from models.team_tables import InteractionAnswerer, InteractionResponse
@@ -71,7 +70,6 @@ PRIN = cast(Table, Principal.__table__)
 GRANT = cast(Table, Grant.__table__)
 INTER = cast(Table, Interaction.__table__)
 REV = cast(Table, Review.__table__)
-HIST = cast(Table, ScheduleHistory.__table__)
 RESP = cast(Table, InteractionResponse.__table__)
 ANSWERER = cast(Table, InteractionAnswerer.__table__)
 

@@ -32,9 +32,12 @@ FAULTS_DDL = (
         RETURN NEW;
     END $$""",
     "DROP TRIGGER IF EXISTS test_db_fault ON {table}",
-    "CREATE TRIGGER test_db_fault BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION test_db_fault()",
+    "CREATE TRIGGER test_db_fault BEFORE INSERT ON {table} FOR EACH ROW {when} EXECUTE FUNCTION test_db_fault()",
 )
-JOURNAL, HISTORY = "tool_calls", "schedule_history"  # the journal's intent; a row of the outcome's commit
+# The journal's intent; a row only the outcome's commit writes: the batch of events ending the run (the
+# schedule-history row it wrote before is a view since 0028).
+JOURNAL, HISTORY = "tool_calls", "event_batches"
+WHEN = {HISTORY: """WHEN (strpos(NEW.events::text, '"run.completed"') > 0)"""}
 
 DEADLOCK, UNIQUE_VIOLATION, SERIALIZATION = "40P01", "23505", "40001"
 NAMED = {  # how the worker's line names each fault: its classes and SQLSTATE, never its text
@@ -52,7 +55,7 @@ def _faulty_run(sqlstate: str, times: int, table: str = JOURNAL) -> str:
     counter = f"test_fault_{uuid.uuid4().hex}"
     with transaction() as session:
         for statement in (*FAULTS_DDL, f"CREATE SEQUENCE {counter}"):
-            session.connection().exec_driver_sql(statement.format(table=table))
+            session.connection().exec_driver_sql(statement.format(table=table, when=WHEN.get(table, "")))
         session.execute(
             text("INSERT INTO test_db_faults VALUES (:r, :t, :s, :n, CAST(:c AS regclass))"),
             {"r": run_id, "t": table, "s": sqlstate, "n": times, "c": counter},

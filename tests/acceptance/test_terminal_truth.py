@@ -156,7 +156,7 @@ def test_projection_write_fails__pending_until_the_sweep_converges(stack: Stack,
     run = wait_status(run_id, "completed", sweep=False)
     # Then the canonical record is written, the projections are pending, and nothing contradicts it
     assert run.projection_pending
-    # (the schedule-history row commits with the terminal record itself, so it agrees from the start)
+    # (the schedule-history row is a view of the terminal record itself, migration 0028: it agrees from the start)
     _history_agrees(run_id, run)
     # And a sweep once the worker's own failed write is counted and its back-off has passed tries again, fails,
     # and counts it (waited for: the worker writes after the run commits, and a sweep that starts within the

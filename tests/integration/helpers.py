@@ -235,6 +235,48 @@ def completed_resumed_once(run_id: str) -> None:
     assert [(c.status, c.attempts) for c in resumes] == [("consumed", 1)]
 
 
+@pytest.fixture(name="sent")
+def real_publishes() -> None:
+    """For a live migration's module (imported there): publishes are real (this package's ``sent`` records
+    them instead), a worker consumes them."""
+
+
+@pytest.fixture(name="head_db")
+def live_head_db(stack: Stack) -> Iterator[str]:
+    """For a live migration's module (imported there): a database of its own at head with the test's actors
+    (this code writes the columns of later revisions)."""
+    with database_at(stack, "head", stack.setup_actors) as url:
+        yield url
+
+
+# What an answer writes (or locks): a live upgrade must not wait for any of them.
+ANSWER_TABLES = ("interactions", "steps", "runs", "continuations", "event_batches", "principals")
+
+
+def upgrade_beside_answers(revision: str) -> None:
+    """From the schema at ``revision``, ``alembic upgrade head`` completes while a transaction holds every
+    table an answer writes as a writer does (and one step's row lock, as an answer in flight does): its lock
+    timeout is 1 s, so were it to wait for that writer, it would fail."""
+    from alembic import command
+
+    from parkway.db import get_engine, reset_engine
+    from parkway.migrate import alembic_config, current_revision, head_revision
+
+    reset_engine()
+    command.downgrade(alembic_config(), revision)
+    reset_engine()
+    writer = get_engine().connect()
+    try:
+        for table in ANSWER_TABLES:
+            writer.execute(text(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE"))
+        writer.execute(text("SELECT id FROM steps LIMIT 1 FOR UPDATE"))
+        command.upgrade(alembic_config(), "head")
+        assert current_revision(get_engine()) == head_revision()
+    finally:
+        writer.rollback()
+        writer.close()
+
+
 @contextlib.contextmanager
 def upgrade_refused_while_held(table: str, revision: str) -> Iterator[None]:
     """While a transaction holds ``table`` as a writer does, ``alembic upgrade head`` fails on its lock
@@ -259,6 +301,16 @@ def upgrade_refused_while_held(table: str, revision: str) -> Iterator[None]:
         writer.close()
     command.upgrade(alembic_config(), "head")
     assert current_revision(get_engine()) == head_revision()
+
+
+def answered_after_upgrade(stack: Stack, waits: dict[str, str], late: list[str]) -> None:
+    """After ``parked_then_taken_back`` and the upgrade: a worker runs, and the ``late`` waits are answered."""
+    from tasks.sdk import answer
+
+    stack.start_worker()
+    for run_id in late:
+        receipt = answer(waits[run_id], "after", response_id=new_response_id(), principal=HUMAN)
+        assert receipt["status"] == "answered"
 
 
 def parked_then_taken_back(stack: Stack, revision: str) -> tuple[dict[str, str], list[str]]:

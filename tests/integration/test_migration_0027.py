@@ -17,9 +17,14 @@ from sqlalchemy import text
 
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.migrate import alembic_config, current_revision, head_revision
-from tasks.sdk import answer
-from tests.integration.helpers import completed_resumed_once, database_at, parked_then_taken_back
-from tests.support import HUMAN, Stack, new_response_id
+from tests.integration.helpers import (
+    answered_after_upgrade,
+    completed_resumed_once,
+    database_at,
+    parked_then_taken_back,
+    upgrade_beside_answers,
+)
+from tests.support import Stack
 
 FROM_REVISION = "0026"
 FUNCTIONS = {
@@ -30,8 +35,6 @@ FUNCTIONS = {
     "parkway_remote_only",
     "parkway_vouch",
 }
-# What an answer writes (or locks): an upgrade must not wait for any of them.
-ANSWER_TABLES = ("interactions", "steps", "runs", "continuations", "event_batches", "principals")
 
 
 @pytest.fixture
@@ -63,10 +66,7 @@ def test_migration_0027__waits_parked_before_it_resume_once_after_it(head_db: st
     command.upgrade(alembic_config(), "head")
     assert current_revision(get_engine()) == head_revision()
     assert functions() == FUNCTIONS
-    stack.start_worker()
-    for run_id in late:
-        receipt = answer(waits[run_id], "after", response_id=new_response_id(), principal=HUMAN)
-        assert receipt["status"] == "answered"
+    answered_after_upgrade(stack, waits, late)
 
     # Then each run completes, its continuation body ran once, its resume consumed at the first attempt
     for run_id in waits:
@@ -74,21 +74,7 @@ def test_migration_0027__waits_parked_before_it_resume_once_after_it(head_db: st
 
 
 def test_migration_0027__goes_through_while_answers_hold_their_tables(head_db: str) -> None:
-    # Given the schema at the previous revision and a transaction holding every table an answer writes as a
-    # writer does (and one step's row lock, as an answer in flight does)
-    reset_engine()
-    command.downgrade(alembic_config(), FROM_REVISION)
-    reset_engine()
-    writer = get_engine().connect()
-    try:
-        for table in ANSWER_TABLES:
-            writer.execute(text(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE"))
-        writer.execute(text("SELECT id FROM steps LIMIT 1 FOR UPDATE"))
-        # When the upgrade runs beside it, then it completes while the writer is still open (its lock
-        # timeout is 1 s: were it to wait for the writer, it would fail)
-        command.upgrade(alembic_config(), "head")
-        assert current_revision(get_engine()) == head_revision()
-        assert functions() == FUNCTIONS
-    finally:
-        writer.rollback()
-        writer.close()
+    # Given the schema at the previous revision, when the upgrade runs beside a transaction holding every table
+    # an answer writes, then it completes while that writer is still open, and the functions are there
+    upgrade_beside_answers(FROM_REVISION)
+    assert functions() == FUNCTIONS

@@ -97,7 +97,7 @@ def test_projection_failure__each_pushes_the_next_attempt_further_and_a_stale_co
     stale = run_row(run_id)
     stale.projection_attempts = 1
     with transaction() as session:
-        assert projections.record_projection_failure(session, stale) is None
+        assert projections.record_projection_failure(session, stale.id, stale.projection_attempts) is None
     assert run_row(run_id).projection_attempts == 3
 
 
