@@ -216,7 +216,8 @@ class Stack:
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str | None]) -> Worker:
         log = self.logs / f"{name}.log"
-        cmd = [sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", *args]
+        # celery's own command, less the imports only its other subcommands need (tests/celery_main.py)
+        cmd = [sys.executable, "-m", "tests.celery_main", "-A", "tasks.celery_app:app", *args]
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 cmd, cwd=ROOT, env=child_env(self.database_url, **env), stdout=out, stderr=subprocess.STDOUT,
