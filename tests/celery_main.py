@@ -1,8 +1,8 @@
 """``python -m celery`` for the suite's workers and beats (tests/support.py), without what only the celery
 command's other subcommands use: the subcommands other packages plug into it (Flower's, which imports
 Flower and Tornado) and the ``amqp`` subcommand's REPL (click_repl, prompt_toolkit). The worker and beat
-subcommands, their options and everything they run are celery's own, unchanged; the imports left out were
-about a third of each start's CPU."""
+subcommands, their options and everything they run are celery's own, unchanged; the imports left out were a
+good part of each start's CPU (bench/RESULTS.md)."""
 
 from __future__ import annotations
 
