@@ -67,7 +67,6 @@ BROKER_MODULES = {
 # collection order (``--no-loadscope-reorder``): these go out first, so no long one starts last while the
 # other workers sit idle; the many short modules fill in behind them.
 LONG_MODULES = (
-    "tests/integration/test_query_plans.py",
     "tests/acceptance/test_recovery.py",
     "tests/api/test_fuzz.py",
     "tests/cli/test_up.py",
@@ -83,6 +82,7 @@ LONG_MODULES = (
     "tests/acceptance/test_typescript_client.py",
     "tests/acceptance/test_webhook_crashes.py",
     "tests/cli/test_webhooks.py",
+    "tests/integration/test_query_plans.py",
     "tests/acceptance/test_rolling_deploy.py",
     "tests/acceptance/test_worker_protocol.py",
     "tests/acceptance/test_crash_points.py",
