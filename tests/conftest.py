@@ -67,7 +67,6 @@ BROKER_MODULES = {
 # collection order (``--no-loadscope-reorder``): these go out first, so no long one starts last while the
 # other workers sit idle; the many short modules fill in behind them.
 LONG_MODULES = (
-    "tests/integration/test_query_plans.py",
     "tests/acceptance/test_recovery.py",
     "tests/api/test_fuzz.py",
     "tests/cli/test_up.py",
@@ -83,6 +82,7 @@ LONG_MODULES = (
     "tests/acceptance/test_typescript_client.py",
     "tests/acceptance/test_webhook_crashes.py",
     "tests/cli/test_webhooks.py",
+    "tests/integration/test_query_plans.py",
     "tests/acceptance/test_rolling_deploy.py",
     "tests/acceptance/test_worker_protocol.py",
     "tests/acceptance/test_crash_points.py",
@@ -156,6 +156,7 @@ os.environ.pop("PARKWAY_DATABASE_URL", None)
 
 from collections import Counter  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 
 import pytest  # noqa: E402
 from sqlalchemy import create_engine, make_url, text  # noqa: E402
@@ -326,11 +327,12 @@ def stack(template_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         drop_database(url)
 
 
-@pytest.fixture
-def fresh_db(template_db: str) -> Iterator[str]:
-    """A database of this test's own (no workers), for store-level tests that count whole tables."""
+@contextmanager
+def database_of_its_own(template_url: str) -> Iterator[str]:
+    """A clone of ``template_url`` this process points at for the block, dropped after it (the database it
+    pointed at before, if any, is current again)."""
     previous = os.environ.get("PARKWAY_DATABASE_URL")
-    url = clone_database(template_db)
+    url = clone_database(template_url)
     use_database(url)
     try:
         yield url
@@ -341,3 +343,10 @@ def fresh_db(template_db: str) -> Iterator[str]:
         drop_database(url)
         if previous:
             use_database(previous)
+
+
+@pytest.fixture
+def fresh_db(template_db: str) -> Iterator[str]:
+    """A database of this test's own (no workers), for store-level tests that count whole tables."""
+    with database_of_its_own(template_db) as url:
+        yield url

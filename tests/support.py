@@ -69,12 +69,19 @@ def sweeps_done() -> int:
         return int(done.scalar() or 0)
 
 
+# How often ``wait_for`` polls: at first soon (most conditions hold within a moment), then less and less often,
+# up to the cap. Each poll is a statement or more, or a request to an API server: at the first pace for the
+# whole of a long wait, the suite's waiting test processes took CPU from the workers and servers they wait for.
+POLL_S, POLL_CAP_S = 0.05, 0.25
+
+
 def wait_for(condition: Callable[[], T], *, timeout: float = 30.0, sweep: bool = False, what: str = "condition") -> T:
     """Poll ``condition`` until it returns something truthy; with ``sweep``, sweep between polls."""
     from beat.sweep import run_sweep
 
     deadline = time.monotonic() + timeout
     last_sweep = 0.0
+    poll = POLL_S
     while True:
         value = condition()
         if value:
@@ -84,7 +91,8 @@ def wait_for(condition: Callable[[], T], *, timeout: float = 30.0, sweep: bool =
         if sweep and time.monotonic() - last_sweep > 0.5:
             run_sweep()
             last_sweep = time.monotonic()
-        time.sleep(0.05)
+        time.sleep(poll)
+        poll = min(poll * 1.5, POLL_CAP_S)
 
 
 def read_now(query: TextClause, **params: object) -> Any:
@@ -216,7 +224,8 @@ class Stack:
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str | None]) -> Worker:
         log = self.logs / f"{name}.log"
-        cmd = [sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", *args]
+        # celery's own command, less the imports only its other subcommands need (tests/celery_main.py)
+        cmd = [sys.executable, "-m", "tests.celery_main", "-A", "tasks.celery_app:app", *args]
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 cmd, cwd=ROOT, env=child_env(self.database_url, **env), stdout=out, stderr=subprocess.STDOUT,

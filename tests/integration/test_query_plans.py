@@ -3,15 +3,18 @@ care: EXPLAIN on a seeded database, not a timing (issue 31 §4)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from sqlalchemy import event, text
 from sqlalchemy.dialects import postgresql
 
 from beat.sweep import run_sweep
 from models import fail_closed, store
-from parkway.db import get_engine, transaction
-from tests.integration.helpers import advertise
+from parkway.db import get_engine, reset_engine, transaction
+from tests.conftest import database_of_its_own
+from tests.integration.helpers import advertise, make_actors
 from tests.integration.test_list_plans import plans_of
 from tests.support import AGENT, HUMAN
 
@@ -70,6 +73,24 @@ def _seed() -> None:
         session.execute(text("ANALYZE runs, steps, interactions, continuations, grants"))
 
 
+@pytest.fixture(scope="module")
+def seeded_template(template_db: str) -> Iterator[str]:
+    """A database with the actors and ``_seed``'s rows, analyzed, seeded once for the module: each test clones
+    it (a copy of its files) instead of inserting and indexing its 640,000 rows again."""
+    with database_of_its_own(template_db) as url:
+        make_actors()
+        _seed()
+        reset_engine()  # nothing may stay connected to a template
+        yield url
+
+
+@pytest.fixture
+def seeded_db(seeded_template: str) -> Iterator[str]:
+    """A database of this test's own, cloned from ``seeded_template``."""
+    with database_of_its_own(seeded_template) as url:
+        yield url
+
+
 def _plan(statement: Any, params: dict[str, Any]) -> str:
     """PostgreSQL's plan of ``statement`` with ``params`` (rendered into its text)."""
     sql = statement.params(params).compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
@@ -78,10 +99,9 @@ def _plan(statement: Any, params: dict[str, Any]) -> str:
 
 
 def test_plan__waits_on_unserved_versions_are_found_through_the_index_never_a_scan_of_every_wait(
-    actors_db: str,
+    seeded_db: str,
 ) -> None:
     # Given many waits over a few versions, one of which no live worker runs
-    _seed()
     advertise("worker@host", continuations=tuple(f"k{k}@1" for k in range(1, KEYS)))
 
     # When the sweep's selection is planned
@@ -93,10 +113,9 @@ def test_plan__waits_on_unserved_versions_are_found_through_the_index_never_a_sc
 
 
 def test_plan__revocations_to_sweep_are_read_from_their_queue_and_an_owner_s_live_runs_by_index(
-    actors_db: str,
+    seeded_db: str,
 ) -> None:
     # Given many waits and as many ended runs of one owner (those on team:ops), and many revocations swept
-    _seed()
     with transaction() as session:
         owner = session.execute(text("SELECT id FROM principals WHERE name = :a"), {"a": AGENT}).scalar_one()
 
@@ -130,10 +149,9 @@ def _sent_by(call: Any) -> list[tuple[str, Any]]:
     return sent
 
 
-def test_plan__an_idle_sweep_pass_scans_no_big_table(actors_db: str) -> None:
+def test_plan__an_idle_sweep_pass_scans_no_big_table(seeded_db: str) -> None:
     # Given 20,000 waits, 200,000 ended runs with their steps and consumed continuations, 20,000 swept
     # revocations, and a live worker serving every version: nothing is due
-    _seed()
     advertise("worker@host", continuations=tuple(f"k{k}@1" for k in range(KEYS)))
 
     # When every statement a sweep pass sends is planned
@@ -150,9 +168,8 @@ def test_plan__an_idle_sweep_pass_scans_no_big_table(actors_db: str) -> None:
     assert not scans, "\n\n".join(scans)
 
 
-def test_plan__a_stream_of_one_run_reads_that_run_s_range_of_events_never_the_log(actors_db: str) -> None:
+def test_plan__a_stream_of_one_run_reads_that_run_s_range_of_events_never_the_log(seeded_db: str) -> None:
     # Given 200,000 ended runs with two events each (400,000 events), and a person granted on their target (ana)
-    _seed()
     with transaction() as session:
         session.execute(
             text("INSERT INTO events (seq, run_id, type, at, data) SELECT g, 'x' || (g % :n + 1), 'step.completed', "
@@ -190,12 +207,11 @@ def _driver_plans(statement: Any, given: dict[str, Any]) -> list[str]:
     return plans
 
 
-def test_plan__a_lease_call_takes_its_items_through_the_remote_index_granted_runs_only(actors_db: str) -> None:
+def test_plan__a_lease_call_takes_its_items_through_the_remote_index_granted_runs_only(seeded_db: str) -> None:
     # Given the seeded runs, 40,000 of them with a due remote resume over a few keys (the waits on
     # team:waits, as many ended ones on team:ops), and a worker granted on team:ops
     from models.store import leases
 
-    _seed()
     with transaction() as session:
         session.execute(
             text("INSERT INTO continuations (id, run_id, step_id, kind, name, status, attempts, publishes, "
