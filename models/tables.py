@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
@@ -22,9 +22,10 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, column_property, mapped_column
 
 from models.base import Base, UTCDateTime, utcnow
+from models.derived import DerivedStatus, run_status, step_status
 from models.event_tables import Event as Event  # the log's view and its storage, re-exported
 from models.event_tables import EventBatch as EventBatch
 from models.status import (
@@ -113,12 +114,15 @@ class Grant(Base):
     )
 
 
-class Run(Base):
+class Run(DerivedStatus, Base):
     __tablename__ = "runs"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     workflow: Mapped[str] = mapped_column(String(200))
-    status: Mapped[str] = mapped_column(String(16))  # not indexed: a status change stays in place (0002)
+    # not indexed: a status change stays in place (0002); ``waiting`` while a step resumes (``status``: 0029)
+    stored_status: Mapped[str] = mapped_column("status", String(16))
+    if TYPE_CHECKING:
+        status: Mapped[str]  # run_status(runs), below
     owner_id: Mapped[str] = mapped_column(ForeignKey("principals.id"))  # uq (owner_id, idempotency_key) leads with it
     target: Mapped[str] = mapped_column(String(200), index=True)
     payload: Mapped[Any] = mapped_column(JSON)
@@ -159,14 +163,16 @@ class Run(Base):
     )
 
 
-class Step(Base):
+class Step(DerivedStatus, Base):
     __tablename__ = "steps"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))  # uq (run_id, seq) leads with it
     seq: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(String(200))
-    status: Mapped[str] = mapped_column(String(16))
+    stored_status: Mapped[str] = mapped_column("status", String(16))  # ``parked`` while it resumes (0029)
+    if TYPE_CHECKING:
+        status: Mapped[str]  # step_status(steps), below
     payload: Mapped[Any | None] = mapped_column(JSON)
     snapshot: Mapped[Any | None] = mapped_column(JSON)
     continuation: Mapped[str | None] = mapped_column(String(200))
@@ -177,6 +183,10 @@ class Step(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     __table_args__ = (UniqueConstraint("run_id", "seq"), one_of("status", StepStatus))
+
+
+Run.status = column_property(run_status(Run.__table__))
+Step.status = column_property(step_status(Step.__table__))
 
 
 class Interaction(Base):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -278,3 +278,27 @@ def parked_then_taken_back(stack: Stack, revision: str) -> tuple[dict[str, str],
     reset_engine()
     command.downgrade(alembic_config(), revision)
     return waits, late
+
+
+def upgrades_beside_writers(revision: str, tables: Sequence[str]) -> None:
+    """From the schema at ``revision``, ``alembic upgrade head`` completes while a transaction holds each of
+    ``tables`` as a writer does (and one step's row lock, as an answer in flight does): the upgrade's lock
+    timeout is 1 s, so were it to wait for the writer, it would fail."""
+    from alembic import command
+
+    from parkway.db import get_engine, reset_engine
+    from parkway.migrate import alembic_config, current_revision, head_revision
+
+    reset_engine()
+    command.downgrade(alembic_config(), revision)
+    reset_engine()
+    writer = get_engine().connect()
+    try:
+        for table in tables:
+            writer.execute(text(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE"))
+        writer.execute(text("SELECT id FROM steps LIMIT 1 FOR UPDATE"))
+        command.upgrade(alembic_config(), "head")
+        assert current_revision(get_engine()) == head_revision()
+    finally:
+        writer.rollback()
+        writer.close()

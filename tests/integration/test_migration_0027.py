@@ -18,7 +18,12 @@ from sqlalchemy import text
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.migrate import alembic_config, current_revision, head_revision
 from tasks.sdk import answer
-from tests.integration.helpers import completed_resumed_once, database_at, parked_then_taken_back
+from tests.integration.helpers import (
+    completed_resumed_once,
+    database_at,
+    parked_then_taken_back,
+    upgrades_beside_writers,
+)
 from tests.support import HUMAN, Stack, new_response_id
 
 FROM_REVISION = "0026"
@@ -75,20 +80,6 @@ def test_migration_0027__waits_parked_before_it_resume_once_after_it(head_db: st
 
 def test_migration_0027__goes_through_while_answers_hold_their_tables(head_db: str) -> None:
     # Given the schema at the previous revision and a transaction holding every table an answer writes as a
-    # writer does (and one step's row lock, as an answer in flight does)
-    reset_engine()
-    command.downgrade(alembic_config(), FROM_REVISION)
-    reset_engine()
-    writer = get_engine().connect()
-    try:
-        for table in ANSWER_TABLES:
-            writer.execute(text(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE"))
-        writer.execute(text("SELECT id FROM steps LIMIT 1 FOR UPDATE"))
-        # When the upgrade runs beside it, then it completes while the writer is still open (its lock
-        # timeout is 1 s: were it to wait for the writer, it would fail)
-        command.upgrade(alembic_config(), "head")
-        assert current_revision(get_engine()) == head_revision()
-        assert functions() == FUNCTIONS
-    finally:
-        writer.rollback()
-        writer.close()
+    # writer does, when the upgrade runs beside it, then it completes while the writer is still open
+    upgrades_beside_writers(FROM_REVISION, ANSWER_TABLES)
+    assert functions() == FUNCTIONS

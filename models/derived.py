@@ -1,0 +1,34 @@
+"""A run's and a step's status as every reader shows it and filters by it, derived in the database.
+
+The answer does not write ``waiting -> running`` nor ``parked -> resuming`` (issue 42: two row writes fewer
+per completion): a parked step whose resume continuation is ready or claimed IS resuming, a waiting run with
+such a step IS running. ``parkway_step_status`` and ``parkway_run_status`` (migration 0029) are that rule,
+once; the answer's own function reads it too. The word stored (``stored_status`` in the ORM, the column
+``status`` of the Core tables) is what the transitions compare and set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import String, func
+
+
+def run_status(runs: Any) -> Any:
+    """The status of the row of ``runs`` (the table or an alias of it) in the enclosing read."""
+    return func.parkway_run_status(runs.c.id, runs.c.status, type_=String(16))
+
+
+def step_status(steps: Any) -> Any:
+    """The status of the row of ``steps`` (the table or an alias of it) in the enclosing read."""
+    return func.parkway_step_status(steps.c.id, steps.c.status, type_=String(16))
+
+
+class DerivedStatus:
+    """For ``Run`` and ``Step``: ``status`` is read through the rule (a ``column_property``, read-only), the
+    stored word is ``stored_status``; ``Run(status=...)`` sets the stored word, as it did."""
+
+    def __init__(self, **values: Any) -> None:
+        if "status" in values:
+            values["stored_status"] = values.pop("status")
+        super().__init__(**values)
