@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, column_property, mapped_column
 
 from models.base import Base, UTCDateTime, utcnow
-from models.derived import DerivedStatus, run_status, step_status
+from models.derived import DerivedStatus, StatusComparator, run_status, step_status
 from models.event_tables import Event as Event  # the log's view and its storage, re-exported
 from models.event_tables import EventBatch as EventBatch
 from models.status import (
@@ -185,8 +185,8 @@ class Step(DerivedStatus, Base):
     __table_args__ = (UniqueConstraint("run_id", "seq"), one_of("status", StepStatus))
 
 
-Run.status = column_property(run_status(Run.__table__))
-Step.status = column_property(step_status(Step.__table__))
+Run.status = column_property(run_status(Run.__table__), comparator_factory=StatusComparator)
+Step.status = column_property(step_status(Step.__table__), comparator_factory=StatusComparator)
 
 
 class Interaction(Base):
