@@ -19,7 +19,11 @@ Rows written before (a step ``resuming``, its run ``running``) read as they are:
 
 Live: functions only (new ones, and two replaced), catalog changes that take no lock on any table. The
 downgrade stores the derived words first (the due steps and their runs, a few rows), so the functions of
-0027 read them as they read here.
+0027 read them as they read here. Workers of an earlier release find a resumed step only as ``resuming``:
+one that commits a ``Next`` or a ``Park`` of a step resumed after this upgrade would leave that step parked
+(a run's end is unaffected). And this release reads through the new functions. So the workers of the
+earlier release stop before the upgrade and this release's start after it: waits stay parked meanwhile,
+answers go on, and their continuations are claimed once the new workers run.
 
 Revision ID: 0029
 Revises: 0027
