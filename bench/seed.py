@@ -297,7 +297,7 @@ def bulk_due(conn: Any, owner_id: str, *, first: int, count: int) -> dict[str, t
         {
             "id": _ids("r"),
             "workflow": "'bench.ask'",
-            "status": f"CASE WHEN g >= {ranges['expired_question'][0]} THEN 'waiting' ELSE 'running' END",
+            "status": "'waiting'",  # the answered ones read running: their continuation is due (models/derived.py)
             "owner_id": f"'{owner_id}'",
             "target": f"'{TARGET}'",
             "payload": "'{}'::json",
@@ -316,7 +316,7 @@ def bulk_due(conn: Any, owner_id: str, *, first: int, count: int) -> dict[str, t
             "run_id": _ids("r"),
             "seq": "1",
             "name": "'bench.ask'",
-            "status": f"CASE WHEN g >= {ranges['expired_question'][0]} THEN 'parked' ELSE 'resuming' END",
+            "status": "'parked'",  # the answered ones read resuming
             "payload": "'{}'::json",
             "snapshot": "'{}'::json",
             "continuation": "'bench.done@1'",
@@ -532,8 +532,9 @@ def bulk_parked(count: int, *, snapshot: dict[str, Any] | None = None, continuat
 
 def bulk_answer(parked: list[Parked]) -> list[str]:
     """Put parked steps in the state ``store.answer`` commits when it answers their last question
-    (interaction ``answered``, step ``resuming``, run ``running``, a ``ready`` resume continuation
-    stamped as enqueued now); returns the continuation ids, which the caller publishes or not."""
+    (interaction ``answered``, a ``ready`` resume continuation stamped as enqueued now: the step reads
+    ``resuming``, its run ``running``, as stored they stay); returns the continuation ids, which the caller
+    publishes or not."""
     from parkway.db import get_engine
     from tasks.sdk import response_digest
 
@@ -561,14 +562,6 @@ def bulk_answer(parked: list[Parked]) -> list[str]:
                 "closed_at = :t WHERE step_id = ANY(:s) AND status = 'pending'"
             ),
             {"v": value, "d": digest, "h": human, "t": now, "s": step_ids},
-        )
-        conn.execute(
-            text("UPDATE steps SET status = 'resuming', updated_at = :t WHERE id = ANY(:s)"),
-            {"t": now, "s": step_ids},
-        )
-        conn.execute(
-            text("UPDATE runs SET status = 'running', updated_at = :t WHERE id = ANY(:r)"),
-            {"t": now, "r": [p.run_id for p in parked]},
         )
         _copy(conn, "continuations", continuations)
     return ids

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from models import store
 from models.clock import db_now
+from models.derived import step_status
 from models.served import ADVERTISED, grace_over, served
 from models.status import ContinuationKind, ContinuationStatus, InteractionStatus, PrincipalKind, RunStatus, StepStatus
 from models.store.sql import CONT, by_name, skip_locked, word, words
@@ -240,7 +241,7 @@ def _locking() -> Any:
     ).exists()
     now_served = served(ContinuationKind.RESUME, bindparam("version"))
     parked = select(_S.c.id, revoked.label("revoked"), now_served.label("served")).where(
-        _S.c.id == bindparam("sid"), _S.c.status == word(StepStatus.PARKED)
+        _S.c.id == bindparam("sid"), step_status(_S) == word(StepStatus.PARKED)
     )
     return skip_locked(parked)
 

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 
 class RunStatus(StrEnum):
-    RUNNING = "running"  # start; waiting -> running when a step's continuation becomes due
+    RUNNING = "running"  # start; waiting -> running when a step's continuation becomes due (derived: models/derived.py)
     WAITING = "waiting"  # running -> waiting when a step parks
     COMPLETED = "completed"  # running -> completed (canonical terminal event)
     FAILED = "failed"  # running -> failed (the workflow's verdict)
@@ -21,7 +21,7 @@ RUN_LIVE = frozenset({RunStatus.RUNNING, RunStatus.WAITING})
 class StepStatus(StrEnum):
     RUNNING = "running"  # created with its start continuation
     PARKED = "parked"  # running -> parked (body returned Park)
-    RESUMING = "resuming"  # parked -> resuming (last interaction terminal, continuation due)
+    RESUMING = "resuming"  # parked -> resuming (last interaction terminal, continuation due; derived, not stored)
     COMPLETED = "completed"  # running|resuming -> completed
     FAILED = "failed"  # running|resuming -> failed
     CANCELED = "canceled"  # parked -> canceled

@@ -33,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, column_property, mapped_column
 
 from models.base import Base, UTCDateTime, utcnow
+from models.derived import DerivedStatus, StatusComparator, run_status, step_status
 from models.event_tables import VIEWS
 from models.event_tables import Event as Event  # the log's view and its storage, re-exported
 from models.event_tables import EventBatch as EventBatch
@@ -132,12 +133,15 @@ class ProjectionCursor(Base):
     moved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-class Run(Base):
+class Run(DerivedStatus, Base):
     __tablename__ = "runs"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     workflow: Mapped[str] = mapped_column(String(200))
-    status: Mapped[str] = mapped_column(String(16))  # not indexed: a status change stays in place (0002)
+    # not indexed: a status change stays in place (0002); ``waiting`` while a step resumes (``status``: 0029)
+    stored_status: Mapped[str] = mapped_column("status", String(16))
+    if TYPE_CHECKING:
+        status: Mapped[str]  # run_status(runs), below
     owner_id: Mapped[str] = mapped_column(ForeignKey("principals.id"))  # uq (owner_id, idempotency_key) leads with it
     target: Mapped[str] = mapped_column(String(200), index=True)
     payload: Mapped[Any] = mapped_column(JSON)
@@ -194,14 +198,16 @@ def _derive_projection_pending(mapper: Any, _cls: Any) -> None:
     mapper.add_property("projection_pending", column_property(pending, deferred=True))
 
 
-class Step(Base):
+class Step(DerivedStatus, Base):
     __tablename__ = "steps"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))  # uq (run_id, seq) leads with it
     seq: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(String(200))
-    status: Mapped[str] = mapped_column(String(16))
+    stored_status: Mapped[str] = mapped_column("status", String(16))  # ``parked`` while it resumes (0029)
+    if TYPE_CHECKING:
+        status: Mapped[str]  # step_status(steps), below
     payload: Mapped[Any | None] = mapped_column(JSON)
     snapshot: Mapped[Any | None] = mapped_column(JSON)
     continuation: Mapped[str | None] = mapped_column(String(200))
@@ -212,6 +218,10 @@ class Step(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     __table_args__ = (UniqueConstraint("run_id", "seq"), one_of("status", StepStatus))
+
+
+Run.status = column_property(run_status(Run.__table__), comparator_factory=StatusComparator)
+Step.status = column_property(step_status(Step.__table__), comparator_factory=StatusComparator)
 
 
 class Interaction(Base):

@@ -1,6 +1,7 @@
 """Closing a pending interaction so that its step may go on: an answer (first response wins) or its expiry,
 the step made due in the same call when it was the last one pending: the server-side functions
-``parkway_answer`` and ``parkway_close`` (migration 0027), each run by one ``execute`` of a fixed text."""
+``parkway_answer`` and ``parkway_close`` (migration 0027), each run by one ``execute`` of a fixed text. Making
+the step due writes its ready continuation alone: the step reads resuming, its run running, from it (0029)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
+from models.derived import run_status
 from models.status import ContinuationStatus, InteractionKind, InteractionStatus, PrincipalKind, ReviewStatus
 from models.store.driver import DriverStatement
 from models.store.sql import CONT, GRANT, INTER, PRIN, RESP, REV, RUN, STEP, TRACEPARENT, Executor, word
@@ -117,7 +118,7 @@ def _claim_context(claimed: Any = None) -> Any:
         STEP.c.name,
         STEP.c.payload,
         STEP.c.snapshot,
-        RUN.c.status.label("run_status"),
+        run_status(RUN).label("run_status"),
         PRIN.c.name.label("owner_name"),
         or_(
             PRIN.c.kind == word(PrincipalKind.ADMIN),

@@ -14,6 +14,7 @@ from sqlalchemy import Row, String, bindparam, case, cast, exists, func, literal
 
 from models.base import utcnow
 from models.clock import db_now
+from models.derived import run_status
 from models.jsonsafe import canonical_json
 from models.status import RUN_TERMINAL, InteractionStatus, RunStatus, StepStatus
 from models.store.driver import DriverStatement
@@ -90,7 +91,7 @@ def interaction_read(principal_id: Any, columns: Sequence[Any] = (INTER,)) -> An
     return (
         select(
             *columns,
-            RUN.c.status.label("run_status"),
+            run_status(RUN).label("run_status"),
             (INTER.c.expires_at <= db_now()).label("expired"),
             select(PRIN.c.name).where(PRIN.c.id == INTER.c.answered_by_id).scalar_subquery().label("answered_by"),
             place_of(principal_id).label("place"),

@@ -36,6 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from models.clock import db_now
+from models.derived import run_status
 from models.fleet_tables import Lease, LeaseReceipt
 from models.status import ContinuationKind, ContinuationStatus, PrincipalKind
 from models.store.claims import Claim, Claimed, claimable, claims_of, live_claim, with_context
@@ -205,7 +206,7 @@ def lease_state(session: Executor, lease_id: str, holder: str) -> LeaseState | N
     held = live_claim(lease_id)
     row = session.execute(
         select(CONT.c.id, CONT.c.status, held.label("held"), CONT.c.attempts, RUN.c.id.label("run_id"),
-               RUN.c.status.label("run_status"), CONT.c.step_id, CONT.c.kind, CONT.c.name)
+               run_status(RUN).label("run_status"), CONT.c.step_id, CONT.c.kind, CONT.c.name)
         .join(RUN, RUN.c.id == CONT.c.run_id)
         .where(CONT.c.id == held_by(lease_id, holder))
     ).first()  # fmt: skip

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import bindparam, exists, insert, literal, null, select, true, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from models.base import utcnow
 from models.clock import db_now
@@ -142,6 +143,7 @@ def create_run(
     if not made:
         same_request(run.id, run.status, run.idempotency_key, run.request_digest, request_digest)
         return run, None
+    set_committed_value(run, "status", run.stored_status)  # just made: running, no step of it resumes yet
     rid, sid, cid = params["id"], params["sid"], params["cid"]
     remote = bool(start and session.scalar(select(CONT.c.remote).where(CONT.c.id == cid)))  # leased, not published
     return run, Due(cid, ContinuationKind.START.value, rid, sid, workflow, remote)

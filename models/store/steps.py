@@ -31,6 +31,8 @@ from models.store.teams import name_answerers
 from parkway.errors import ParkRefused
 
 _AT = bp("at", STEP.c.updated_at)
+# What a resumed step is stored as: parked (its continuation due makes it resuming), or resuming as 0027 wrote it
+_RESUMED = (StepStatus.PARKED, StepStatus.RESUMING)
 _STEP_REF = ("id", "run_id", "name", "payload", "snapshot")  # as StepRef's fields
 
 
@@ -65,8 +67,15 @@ def _new_step(status: StepStatus, gate: Any, **values: Any) -> Any:
 def next_step_ctes(gate: Any, *first: Any) -> tuple[Any, list[Any]]:
     """``next_step``'s writes, each only if ``gate`` holds, its events after ``first`` (conditions of
     ``events_if``): the continuation made due (a CTE to select from) and the other CTEs."""
-    completed = _step_completed(gate, StepStatus.RUNNING, StepStatus.RESUMING)
+    completed = _step_completed(gate, *_RESUMED, StepStatus.RUNNING)
     started = _new_step(StepStatus.RUNNING, gate).returning(STEP.c.id).cte("started")
+    # A resumed step's run reads running since the answer (models/derived.py): now it is stored so
+    running = (
+        update(RUN)
+        .where(RUN.c.id == bindparam("rid"), RUN.c.status == word(RunStatus.WAITING), gate)
+        .values(status=RunStatus.RUNNING.value, updated_at=bp("at", RUN.c.updated_at))
+        .cte("running")
+    )
     due = (
         ready_continuation(ContinuationKind.START, bp("new_cid", CONT.c.id), bp("rid", CONT.c.run_id), started.c.id,
                            bp("name", CONT.c.name), started)
@@ -74,7 +83,7 @@ def next_step_ctes(gate: Any, *first: Any) -> tuple[Any, list[Any]]:
         .cte("due")
     )  # fmt: skip
     events = events_if(*first, gate, exists(select(due.c.id))).cte("events")  # step.completed, continuation.ready
-    return due, [completed, events]
+    return due, [completed, running, events]
 
 
 def next_step_params(step: StepLike, *, name: str, payload: Any) -> tuple[dict[str, Any], list[dict[str, Any]], Due]:
@@ -98,7 +107,8 @@ _NEXT_STEP = DriverStatement(_next_step)
 
 
 def next_step(session: Session, step: StepLike, *, name: str, payload: Any) -> Due:
-    """running|resuming -> completed for the step, and a new step -> running with its ready continuation.
+    """running|resuming -> completed for the step (a resuming one stored as parked), and a new step -> running
+    with its ready continuation (the run, waiting as stored while its step resumed, -> running).
 
     One statement; the step's CAS is not a condition of the rest (the consume before it proved ownership)."""
     params, events, due = next_step_params(step, name=name, payload=payload)
@@ -202,7 +212,7 @@ def park_ctes(interactions: int, resumed: bool, gate: Any, *first: Any) -> tuple
     snapshot = {"snapshot": bp("snap", STEP.c.snapshot), "continuation": bp("cont", STEP.c.continuation)}
     ctes = []
     if resumed:
-        ctes.append(_step_completed(gate, StepStatus.RESUMING))
+        ctes.append(_step_completed(gate, *_RESUMED))
         parked = _new_step(StepStatus.PARKED, gate, **snapshot)
     else:
         parked = (

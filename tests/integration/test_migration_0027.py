@@ -9,9 +9,6 @@ it holds nothing that stops an answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from alembic import command
 from sqlalchemy import text
 
@@ -20,8 +17,9 @@ from parkway.migrate import alembic_config, current_revision, head_revision
 from tests.integration.helpers import (
     answered_after_upgrade,
     completed_resumed_once,
-    database_at,
+    live_head_db,  # noqa: F401 (the fixture head_db)
     parked_then_taken_back,
+    real_publishes,  # noqa: F401 (the fixture sent)
     upgrade_beside_answers,
 )
 from tests.support import Stack
@@ -35,18 +33,6 @@ FUNCTIONS = {
     "parkway_remote_only",
     "parkway_vouch",
 }
-
-
-@pytest.fixture
-def sent() -> None:
-    """Publishes are real here (this package's ``sent`` records them instead): a worker consumes them."""
-
-
-@pytest.fixture
-def head_db(stack: Stack) -> Iterator[str]:
-    """A database of its own at head with the test's actors (this code writes the columns of later revisions)."""
-    with database_at(stack, "head", stack.setup_actors) as url:
-        yield url
 
 
 def functions() -> set[str]:
