@@ -11,14 +11,11 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
-    Column,
     Float,
     ForeignKey,
     Index,
     Integer,
-    SmallInteger,
     String,
-    Table,
     Text,
     UniqueConstraint,
     and_,
@@ -34,9 +31,10 @@ from sqlalchemy.orm import Mapped, column_property, mapped_column
 
 from models.base import Base, UTCDateTime, utcnow
 from models.derived import DerivedStatus, StatusComparator, run_status, step_status
-from models.event_tables import VIEWS
 from models.event_tables import Event as Event  # the log's view and its storage, re-exported
 from models.event_tables import EventBatch as EventBatch
+from models.projection_tables import ProjectionCursor as ProjectionCursor  # re-exported
+from models.projection_tables import ScheduleHistory as ScheduleHistory
 from models.status import (
     ContinuationKind,
     ContinuationStatus,
@@ -120,17 +118,6 @@ class Grant(Base):
             postgresql_where=text("revoked_at IS NOT NULL AND swept_at IS NULL"),
         ),
     )
-
-
-class ProjectionCursor(Base):
-    """The one row (0028): every terminal run whose event batches all sort below ``position`` has its
-    projections written, or its failed write recorded on its row (models/projections.py)."""
-
-    __tablename__ = "projection_cursor"
-
-    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)  # 1, the one row
-    position: Mapped[int] = mapped_column(BigInteger)
-    moved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class Run(DerivedStatus, Base):
@@ -407,29 +394,6 @@ class ToolCall(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     __table_args__ = (UniqueConstraint("step_id", "key"), one_of("replay", ToolReplay), one_of("phase", ToolPhase))
-
-
-class ScheduleHistory(Base):
-    """Projection of a run's terminal state, as a scheduler's history view reads it: since 0028 the view
-    ``schedule_history`` of the terminal runs, agreeing with each run's record by construction."""
-
-    __table__ = Table(
-        "schedule_history",
-        VIEWS,
-        Column("run_id", ID, primary_key=True),
-        Column("workflow", String(200)),
-        Column("status", String(16)),
-        Column("completed_at", UTCDateTime),
-        Column("execution_id", String(64)),
-        Column("recorded_at", UTCDateTime),
-    )
-
-    run_id: Mapped[str]
-    workflow: Mapped[str]
-    status: Mapped[str]
-    completed_at: Mapped[datetime]
-    execution_id: Mapped[str | None]
-    recorded_at: Mapped[datetime]
 
 
 class SweepTotal(Base):
