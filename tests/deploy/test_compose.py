@@ -86,10 +86,16 @@ def console_scripts() -> dict[str, str]:
     return {target.partition(":")[0]: name for name, target in scripts.items()}
 
 
+# The suite's celery command (tests/celery_main.py) is celery's own ``main`` without other packages' plugged
+# subcommands: the same program, subcommands and options as the ``celery`` script a container runs.
+SUITE_ALIASES = {"tests.celery_main": "celery"}
+
+
 def as_installed(command: list[str]) -> list[str]:
     """``<python> -m celery …`` → ``celery …``: the form a container runs the same entry point in."""
     if command[0] == sys.executable and command[1] == "-m":
-        return [console_scripts().get(command[2], command[2]), *command[3:]]
+        module = SUITE_ALIASES.get(command[2], command[2])
+        return [console_scripts().get(module, module), *command[3:]]
     return command
 
 
