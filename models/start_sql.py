@@ -126,12 +126,13 @@ CREATE_UNPUBLISHED_RUN: tuple[str, dict[str, Any]] = (
         "run_made.completed_at, run_made.finished_by, run_made.finished_on, run_made.title, "
         "run_made.warnings, run_made.projection_pending, run_made.projection_attempts, "
         "run_made.projection_next_at, true AS made \nFROM run_made UNION ALL SELECT runs.id, "
-        "runs.workflow, runs.status, runs.owner_id, runs.target, runs.payload, runs.idempotency_key, "
-        "runs.request_digest, runs.result, runs.error, runs.error_details, runs.reason, runs.created_at, "
-        "runs.updated_at, runs.completed_at, runs.finished_by, runs.finished_on, runs.title, "
-        "runs.warnings, runs.projection_pending, runs.projection_attempts, runs.projection_next_at, "
-        "false AS made \nFROM runs \nWHERE runs.owner_id = %(owner_id)s::VARCHAR AND runs.idempotency_key "
-        "= %(idempotency_key)s::VARCHAR AND NOT (EXISTS (SELECT run_made.id \nFROM run_made))"
+        "runs.workflow, parkway_run_status(runs.id, runs.status) AS status, runs.owner_id, runs.target, "
+        "runs.payload, runs.idempotency_key, runs.request_digest, runs.result, runs.error, "
+        "runs.error_details, runs.reason, runs.created_at, runs.updated_at, runs.completed_at, "
+        "runs.finished_by, runs.finished_on, runs.title, runs.warnings, runs.projection_pending, "
+        "runs.projection_attempts, runs.projection_next_at, false AS made \nFROM runs \nWHERE "
+        "runs.owner_id = %(owner_id)s::VARCHAR AND runs.idempotency_key = %(idempotency_key)s::VARCHAR "
+        "AND NOT (EXISTS (SELECT run_made.id \nFROM run_made))"
     ),
     {
         "sid": None,

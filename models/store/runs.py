@@ -13,6 +13,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from models.base import utcnow
 from models.clock import db_now
+from models.derived import run_status
 from models.run_start import run_params, same_request
 from models.status import RUN_LIVE, ContinuationKind, ContinuationStatus, RunStatus, StepStatus
 from models.store.events import event_params, event_row, events_if
@@ -105,7 +106,8 @@ def _create_run(start: bool, published: bool = True) -> Any:
                              made.c.workflow, made, target=made.c.target, published=published)  # fmt: skip
     # run.created, continuation.ready
     events = events_if(*[exists(select(made.c.id))] * (2 if start else 1))
-    found = select(*RUN.c).where(
+    # the run found as readers see it (its status through the rule, models/derived.py), in made's columns
+    found = select(*(run_status(RUN).label("status") if c.name == "status" else c for c in RUN.c)).where(
         RUN.c.owner_id == values["owner_id"], RUN.c.idempotency_key == values["idempotency_key"]
     )
     ctes = [first_step.cte("first_step"), *([due.cte("due")] if start else []), events.cte("events")]

@@ -4,15 +4,16 @@ answer until the consume moves the step and the run on."""
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from sqlalchemy import select, text
 
-from models import history
+from models import history, run_start
 from models.tables import Principal, Run, Step
 from parkway.db import transaction
 from tasks.sdk import Conflict, answer
 from tests.integration.helpers import execute_ready, parked, step
-from tests.support import ADMIN, HUMAN, Stack, new_response_id, run_row
+from tests.support import ADMIN, AGENT, HUMAN, TARGET, Stack, interactions, new_response_id, run_row, start
 
 
 def stored(run_id: str, step_id: str) -> tuple[str, str]:
@@ -70,3 +71,18 @@ def test_derived_status__a_resumed_step_that_goes_on_stores_its_run_running(stac
     execute_ready(run_id)
     assert stored(run_id, asked["go"].step_id) == ("running", "completed")
     assert run_row(run_id).status == "running"
+
+
+def test_derived_status__the_clis_start_reports_a_resuming_run_running_on_a_reused_key(stack: Stack) -> None:
+    # Given a run started with an idempotency key, parked, and answered with no worker running
+    run_id = start("t.ask_one", {}, idempotency_key="derived-key")
+    execute_ready(run_id)
+    asked = interactions(run_id)
+    answer(asked["go"].id, "yes", response_id=new_response_id(), principal=HUMAN)
+    # When `parkway run start` (plain psycopg, models/run_start.py) reuses the key for another request
+    url = stack.database_url.replace("+psycopg", "")
+    with psycopg.connect(url, autocommit=True) as conn, pytest.raises(Conflict) as caught:
+        run_start.start(conn.execute, "t.ask_one", {"other": 1}, principal=AGENT, target=TARGET,
+                        idempotency_key="derived-key")  # fmt: skip
+    # Then its conflict names the run as every other reader shows it: running, not the word stored
+    assert caught.value.state == {"run_id": run_id, "status": "running"}
