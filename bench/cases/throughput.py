@@ -245,21 +245,22 @@ def run_leg(bench: Bench, variant: str, n: int, base_url: str | None) -> tuple[f
     variants each on workers started and warmed for it, outside the measure)."""
     fresh = "tracing" in WHAT_IF and variant in ("python", "python-traced")
     workers = fresh_workers(bench, traced=variant == "python-traced") if fresh else contextlib.nullcontext()
-    with workers as sink, CpuMeter(bench) as meter:
-        if variant == "baseline":
-            rate = run_baseline_throughput(bench, n)
-        elif variant == "consume":
-            rate = run_consume_throughput(bench, n)
-        else:
-            http = variant == "http"
-            rate, answers = run_parkway_throughput(bench, n, http_base=base_url if http else None, label=variant)
-            if variant != "python-traced":
-                label = "producer answers/s (HTTP)" if http else "producer answers/s (Python)"
-                bench.metric("throughput", label, "/s").add(answers)
-        if sink is not None:  # the spans still batched in the workers are exported inside the measure too
-            exported(bench, sink, SPANS_PER_RESUME * (WARM_N + n))
-    if sink is not None:
-        per_completion(bench, sink, WARM_N + n)
+    with workers as sink:
+        with CpuMeter(bench) as meter:
+            if variant == "baseline":
+                rate = run_baseline_throughput(bench, n)
+            elif variant == "consume":
+                rate = run_consume_throughput(bench, n)
+            else:
+                http = variant == "http"
+                rate, answers = run_parkway_throughput(bench, n, http_base=base_url if http else None, label=variant)
+                if variant != "python-traced":
+                    label = "producer answers/s (HTTP)" if http else "producer answers/s (Python)"
+                    bench.metric("throughput", label, "/s").add(answers)
+            if sink is not None:  # the spans still batched in the workers are exported inside the measure too
+                exported(bench, sink, SPANS_PER_RESUME * (WARM_N + n))
+        if sink is not None:  # what the leg's workers exported, read before its sink stops
+            per_completion(bench, sink, WARM_N + n)
     return n / rate, meter.per_unit(n)
 
 
