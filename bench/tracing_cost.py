@@ -45,7 +45,7 @@ def execution(t: ModuleType, n: int) -> None:
     with t.span("parkway.resume_step", kind="consumer", root=True, follows=t.publisher(None), continuation_id=cid):
         t.traceparent(), t.trace_id()  # the claim statement's binds
         t.follow(None, None)
-        t.annotate(run_id=f"r{n}", step_id=f"s{n}", step="bench.ask", kind="resume", continuation="bench.done@1",
+        t.annotate(run_id=f"r{n}", step_id=f"s{n}", step="bench.ask", continuation="bench.done@1",
                    attempt=1, principal="bench-agent", waits="q", waited_s=0.25)  # fmt: skip
         with t.span("parkway.commit", outcome="Complete"), nullcontext():
             for _ in range(3):  # the commit's statements and events

@@ -41,9 +41,12 @@ log = logging.getLogger("parkway.executor")
 Extra = dict[str, Any]  # the structured log fields of one execution (ids only)
 
 
-def claim(continuation_id: str, execution_id: str, lease_s: float, extra: Extra) -> Claim | str:
+def claim(
+    continuation_id: str, execution_id: str, lease_s: float, extra: Extra, *, kind_in_name: bool = False
+) -> Claim | str:
     """``ready`` (or under a lease that ran out) → ``claimed`` by ``execution_id``, with what the body reads,
-    in one statement; what happened instead (``"duplicate"``, ``"dead"``) when there is nothing to run."""
+    in one statement; what happened instead (``"duplicate"``, ``"dead"``) when there is nothing to run.
+    ``kind_in_name``: the execution's span is named by its kind (``traced``)."""
     max_attempts = get_settings().max_attempts
     with single_statement(durable=False) as conn:  # a claim lost in a database crash is recovered as after one
         claimed = store.claim_in_one_statement(conn, continuation_id, execution_id=execution_id, lease_s=lease_s,
@@ -52,16 +55,20 @@ def claim(continuation_id: str, execution_id: str, lease_s: float, extra: Extra)
         return _unclaimed(continuation_id, max_attempts, extra)
     extra.update(run_id=claimed.run_id, step_id=claimed.step.id)
     bind(run_id=claimed.run_id, step_id=claimed.step.id)
-    traced(claimed)
+    traced(claimed, kind_in_name=kind_in_name)
     return claimed if drivable(claimed, execution_id, extra) else "dead"
 
 
-def traced(claimed: Claim) -> None:
+def traced(claimed: Claim, *, kind_in_name: bool = False) -> None:
     """The execution's span names what it runs and links to what it follows: what made it due (a run's
-    start, an answer), the execution that claimed it before (a re-drive), the parks it resumes."""
+    start, an answer), the execution that claimed it before (a re-drive), the parks it resumes. Its ``kind``
+    only where the span's name does not say it already (``kind_in_name``: ``parkway.run_step`` is a start's,
+    ``parkway.resume_step`` a resume's): each attribute costs the worker as much as a sixth of a bare span
+    (bench/RESULTS.md)."""
     row = claimed.continuation
     tracing.follow(*claimed.follows)
-    tracing.annotate(run_id=claimed.run_id, step_id=claimed.step.id, step=claimed.step.name, kind=row.kind,
+    tracing.annotate(run_id=claimed.run_id, step_id=claimed.step.id, step=claimed.step.name,
+                     kind=None if kind_in_name else row.kind,
                      continuation=row.name, attempt=row.attempts, principal=claimed.owner_name,
                      waits=",".join(claimed.answers) or None, waited_s=claimed.waited_s)  # fmt: skip
 

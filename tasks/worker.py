@@ -150,7 +150,7 @@ def _claim(
     """The executor's claim under a lease kept by this process (``tasks.holding``); a continuation this
     worker does not run is handed on (``executor.hand_on``)."""
     lease_s = get_settings().claim_lease_s
-    claimed = executor.claim(continuation_id, execution_id, lease_s, extra)
+    claimed = executor.claim(continuation_id, execution_id, lease_s, extra, kind_in_name=True)  # run_step/resume_step
     if isinstance(claimed, str):
         return claimed
     row = claimed.continuation

@@ -245,19 +245,22 @@ def run_leg(bench: Bench, variant: str, n: int, base_url: str | None) -> tuple[f
     variants each on workers started and warmed for it, outside the measure)."""
     fresh = "tracing" in WHAT_IF and variant in ("python", "python-traced")
     workers = fresh_workers(bench, traced=variant == "python-traced") if fresh else contextlib.nullcontext()
-    with workers as sink, CpuMeter(bench) as meter:
-        if variant == "baseline":
-            rate = run_baseline_throughput(bench, n)
-        elif variant == "consume":
-            rate = run_consume_throughput(bench, n)
-        else:
-            http = variant == "http"
-            rate, answers = run_parkway_throughput(bench, n, http_base=base_url if http else None, label=variant)
-            if variant != "python-traced":
-                label = "producer answers/s (HTTP)" if http else "producer answers/s (Python)"
-                bench.metric("throughput", label, "/s").add(answers)
-        if sink is not None:  # the spans still batched in the workers are exported inside the measure too
-            exported(bench, sink, SPANS_PER_RESUME * (WARM_N + n))
+    with workers as sink:
+        with CpuMeter(bench) as meter:
+            if variant == "baseline":
+                rate = run_baseline_throughput(bench, n)
+            elif variant == "consume":
+                rate = run_consume_throughput(bench, n)
+            else:
+                http = variant == "http"
+                rate, answers = run_parkway_throughput(bench, n, http_base=base_url if http else None, label=variant)
+                if variant != "python-traced":
+                    label = "producer answers/s (HTTP)" if http else "producer answers/s (Python)"
+                    bench.metric("throughput", label, "/s").add(answers)
+            if sink is not None:  # the spans still batched in the workers are exported inside the measure too
+                exported(bench, sink, SPANS_PER_RESUME * (WARM_N + n))
+        if sink is not None:  # what the leg's workers exported, read before its sink stops
+            per_completion(bench, sink, WARM_N + n)
     return n / rate, meter.per_unit(n)
 
 
@@ -273,6 +276,21 @@ def exported(bench: Bench, sink: Any, spans: int) -> None:
             return int(answer.read())
 
     wait_count(received, spans, timeout=60, what="spans exported", services=bench.services, poll=0.2)
+
+
+def per_completion(bench: Bench, sink: Any, completions: int) -> None:
+    """What the workers exported per completion (warm-up included): spans by name, attributes, links."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(sink.url.replace("/hook", "/spans/names"), timeout=5) as answer:
+        tally = json.loads(answer.read())
+    each = {name: round(count / completions, 2) for name, count in sorted(tally.items())}
+    log(f"    exported per completion: {each}")
+    for name in ("attributes", "links"):
+        bench.metric("tracing", f"{name} exported per completion", "x").add(tally.get(name, 0) / completions)
+    spans = sum(count for name, count in tally.items() if name not in ("attributes", "links"))
+    bench.metric("tracing", "spans exported per completion", "x").add(spans / completions)
 
 
 def per_unit(legs: list[tuple[int, float, dict[str, float]]]) -> dict[str, float]:

@@ -105,6 +105,7 @@ def test_a_decision__its_spans_attributes_and_links_across_the_wait(traced: Trac
     assert resume.attributes["parkway.continuation"] == "trace.done@1"
     assert resume.attributes["parkway.outcome"] == "Complete" and resume.attributes["parkway.waits"] == "otp"
     assert resume.attributes["parkway.waited_s"] >= 0
+    assert "parkway.kind" not in resume.attributes  # its name says it: each attribute is paid per execution
     # its tool call (replay class, whether it possibly ran) and its commit
     tool = in_trace(t, resume.trace_id, "parkway.tool")
     assert tool.parent == resume.span_id
