@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from sqlalchemy import DateTime, MetaData, TypeDecorator
+from sqlalchemy import BigInteger, CheckConstraint, DateTime, MetaData, String, TypeDecorator, column
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase
 
@@ -33,3 +34,12 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+ID = String(64)
+BigId = BigInteger()
+
+
+def one_of(name: str, words: Iterable[str]) -> CheckConstraint:
+    """The database refuses a value of column ``name`` that ``words`` (an enum) does not name: ck_<table>_<name>."""
+    return CheckConstraint(column(name).in_([str(word) for word in words]), name=name)

@@ -10,9 +10,8 @@ from sqlalchemy import Boolean, ForeignKey, Integer, String, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
-from models.base import Base, UTCDateTime
+from models.base import ID, Base, UTCDateTime, one_of
 from models.status import ContinuationKind
-from models.tables import ID, one_of
 
 
 class Worker(Base):

@@ -14,8 +14,7 @@ from datetime import datetime
 from sqlalchemy import ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from models.base import Base, UTCDateTime, utcnow
-from models.tables import ID
+from models.base import ID, Base, UTCDateTime, utcnow
 
 
 class ApprovalLink(Base):

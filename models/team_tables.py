@@ -9,9 +9,8 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from models.base import Base, UTCDateTime, utcnow
+from models.base import Base, UTCDateTime, one_of, utcnow
 from models.status import AnswererSource, InteractionStatus
-from models.tables import one_of
 
 
 class InteractionResponse(Base):

@@ -12,9 +12,8 @@ from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, 
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
-from models.base import Base, UTCDateTime, utcnow
+from models.base import ID, Base, UTCDateTime, one_of, utcnow
 from models.status import WebhookStatus
-from models.tables import ID, one_of
 
 
 class Webhook(Base):
