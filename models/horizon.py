@@ -23,6 +23,7 @@ def final_below() -> ColumnElement[int]:
     An event's ``seq`` is its writing transaction's id << 16 | n (migration 0004). Every transaction of
     this database below the oldest one still open has ended, and every one still open, or yet to start,
     has an id at or above it: an event not committed yet (or not written yet) always sorts above this bound.
-    A transaction that ended after the snapshot was taken counts as open (it may be this database's).
+    A transaction that ended after the snapshot was taken counts as open (it may be this database's), so
+    the bound is not monotonic between statements: a reader keeps its own cursor (``visible_events``).
     """
     return literal_column(f"({_OLDEST_LOCAL_WRITER} << 16)", BigInteger())

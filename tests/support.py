@@ -95,6 +95,25 @@ def wait_for(condition: Callable[[], T], *, timeout: float = 30.0, sweep: bool =
         poll = min(poll * 1.5, POLL_CAP_S)
 
 
+def read_stream(read: Callable[[int], tuple[list[T], int]], after: int, through: int, *, what: str) -> list[T]:
+    """Everything a stream reader (``cursor -> (events, next cursor)``) gives from ``after`` until its cursor
+    passes ``through``, polled as a client polls. One read may stop short of events final a moment ago: the
+    bound of what is final is not monotonic between reads (a transaction of another database ending between
+    a read's snapshot and its look at ``pg_stat_activity`` counts as this database's: models/horizon.py);
+    only the cursor a client keeps is."""
+    got: list[T] = []
+    cursor = after
+
+    def caught_up() -> bool:
+        nonlocal cursor
+        page, cursor = read(cursor)
+        got.extend(page)
+        return cursor >= through
+
+    wait_for(caught_up, what=what)
+    return got
+
+
 def read_now(query: TextClause, **params: object) -> Any:
     """One value read in a statement of its own: a view such as ``pg_stat_activity`` is one snapshot for
     the whole of a transaction."""

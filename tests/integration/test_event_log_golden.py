@@ -16,13 +16,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
+
 from api.event_schemas import event_out
 from models import event_log, store
 from models.tables import Event
 from parkway.db import transaction
 from tasks.sdk import answer
 from tests.integration.helpers import execute_ready, parked
-from tests.support import AGENT, HUMAN, Stack, new_response_id
+from tests.support import AGENT, HUMAN, Stack, new_response_id, wait_for
 
 GOLDEN = Path(__file__).with_name("event_log_golden.json")
 _HEX = re.compile(r"[0-9a-f]{32}")
@@ -68,6 +70,7 @@ def read_through_every_reader(run_ids: list[str], after: int) -> dict[str, list[
     with transaction() as session:
         owner = store.principal_by_name(session, AGENT)
         assert owner is not None
+        last = {r: max(session.scalars(select(Event.seq).where(Event.run_id == r))) for r in run_ids}
 
         def run_page(run_id: str, cursor: int) -> tuple[list[Event], int]:
             page = event_log.run_events(session, run_id, after=cursor, limit=2)
@@ -77,9 +80,11 @@ def read_through_every_reader(run_ids: list[str], after: int) -> dict[str, list[
             return event_log.visible_events(session, owner, after=cursor, limit=2, run_id=run_id)
 
         by_reader: dict[str, list[Event]] = {
-            "GET /v1/runs/{id}/events": [e for r in run_ids for e in pages(lambda c, r=r: run_page(r, c))],
-            "SSE of one run": [e for r in run_ids for e in pages(lambda c, r=r: stream(r, c))],
-            "SSE of all": [e for e in pages(lambda c: stream(None, c), after) if e.run_id in run_ids],
+            "GET /v1/runs/{id}/events": [e for r in run_ids for e in pages(lambda c, r=r: run_page(r, c), last[r])],
+            "SSE of one run": [e for r in run_ids for e in pages(lambda c, r=r: stream(r, c), last[r])],
+            "SSE of all": [
+                e for e in pages(lambda c: stream(None, c), max(last.values()), after) if e.run_id in run_ids
+            ],
         }
         return {
             reader: [untraced(event_out(e).model_dump(mode="json")) for e in events]
@@ -93,15 +98,17 @@ def untraced(event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
-def pages(read: Any, after: int = 0) -> list[Event]:
-    """Every page of a reader, from ``after`` until a page comes back empty or says there is no more."""
+def pages(read: Any, through: int, after: int = 0) -> list[Event]:
+    """Every page of a reader from ``after`` until it has given the event at ``through``, polled as a client
+    polls: one read may stop short of events already final (``tests.support.read_stream``)."""
     events: list[Event] = []
-    cursor = after
-    while cursor >= 0:
-        page, cursor = read(cursor)
-        if not page:
-            break
+
+    def caught_up() -> bool:
+        page, _ = read(events[-1].seq if events else after)
         events.extend(page)
+        return bool(events) and events[-1].seq >= through
+
+    wait_for(caught_up, what=f"a reader past {through}")
     return events
 
 

@@ -14,13 +14,13 @@ import tests.team_workflows  # noqa: F401  (registers the team workflows in this
 from api.routes.events import _poll
 from beat.sweep import run_sweep
 from models import event_log
-from models.tables import Principal
+from models.tables import Event, Principal
 from parkway.db import transaction
 from tests.api.conftest import HUMAN, Actors, drive
 from tests.api.test_teams import people
 from tests.pages.conftest import Forms, start_driven
 from tests.pages.test_decisions_http import PAGE, form_of, notice, sign_in
-from tests.support import TARGET, interactions, pass_time
+from tests.support import TARGET, interactions, pass_time, read_stream
 
 
 def test_decisions__a_person_can_hand_their_place_on_and_the_card_then_offers_them_nothing(
@@ -154,10 +154,17 @@ def test_decisions_stream__delivers_a_team_waits_events_to_the_people_it_names(
     assert handed.status_code == 200, handed.text
 
     # Then the poll behind the Decisions page's stream gives bo and cy the wait's events, as it does the human
+    with transaction() as session:
+        through = max(session.scalars(select(Event.seq).where(Event.run_id == run_id)))
+
     def seen(name: str) -> list[str]:
-        polled = _poll(lambda session: session.scalar(select(Principal).where(Principal.name == name)), after)
-        assert polled is not None
-        return [json.loads(data)["type"] for _, data in polled[0] if json.loads(data)["run_id"] == run_id]
+        def poll(cursor: int) -> tuple[list[tuple[int, str]], int]:
+            polled = _poll(lambda session: session.scalar(select(Principal).where(Principal.name == name)), cursor)
+            assert polled is not None
+            return polled
+
+        got = read_stream(poll, after, through, what=f"{name}'s stream past the delegation")
+        return [json.loads(data)["type"] for _, data in got if json.loads(data)["run_id"] == run_id]
 
     assert {"interaction.responded", "interaction.delegated"} <= set(seen(HUMAN))
     assert {"interaction.responded", "interaction.delegated"} <= set(seen(bo)), seen(bo)
