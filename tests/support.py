@@ -24,6 +24,7 @@ from models import store
 from models.tables import Continuation, Event, Interaction, Run
 from parkway.children import QUEUES
 from parkway.db import read_statement, transaction
+from tests import forkserver
 from tests.workflows import EFFECTS_DDL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,6 +74,9 @@ def sweeps_done() -> int:
 # up to the cap. Each poll is a statement or more, or a request to an API server: at the first pace for the
 # whole of a long wait, the suite's waiting test processes took CPU from the workers and servers they wait for.
 POLL_S, POLL_CAP_S = 0.05, 0.25
+# The suite's workers and beats are forked from a process with their libraries imported (tests/forkserver.py);
+# PARKWAY_TEST_FORK=0 starts each as a fresh process instead.
+FORK_WORKERS = os.environ.get("PARKWAY_TEST_FORK", "1") != "0"
 
 
 def wait_for(condition: Callable[[], T], *, timeout: float = 30.0, sweep: bool = False, what: str = "condition") -> T:
@@ -161,7 +165,7 @@ def child_env(database_url: str, **overrides: str | None) -> dict[str, str]:
 class Worker:
     """A real ``celery worker`` subprocess in its own process group."""
 
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | forkserver.Forked
     log: Path
     name: str
 
@@ -244,12 +248,17 @@ class Stack:
     def _spawn(self, name: str, args: list[str], env: dict[str, str | None]) -> Worker:
         log = self.logs / f"{name}.log"
         # celery's own command, less the imports only its other subcommands need (tests/celery_main.py)
-        cmd = [sys.executable, "-m", "tests.celery_main", "-A", "tasks.celery_app:app", *args]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                cmd, cwd=ROOT, env=child_env(self.database_url, **env), stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
+        args = ["-A", "tasks.celery_app:app", *args]
+        full_env = child_env(self.database_url, **env)
+        proc: subprocess.Popen[bytes] | forkserver.Forked
+        if FORK_WORKERS and "LD_PRELOAD" not in full_env:  # a preloaded library needs a process of its own
+            proc = forkserver.spawn("tests.celery_main", args, env=full_env, cwd=ROOT, log=log)
+        else:
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "tests.celery_main", *args], cwd=ROOT, env=full_env, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                )  # fmt: skip
         process = Worker(proc=proc, log=log, name=name)
         self.workers.append(process)
         return process

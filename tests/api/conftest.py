@@ -23,8 +23,9 @@ from models.tables import Continuation
 from parkway.db import transaction
 from parkway.tokens import hash_token, new_token
 from tasks.worker import execute
+from tests import forkserver
 from tests.proxy import free_port
-from tests.support import PROBE, ROOT, TARGET, Stack, child_env, wait_for
+from tests.support import FORK_WORKERS, PROBE, ROOT, TARGET, Stack, child_env, wait_for
 
 AGENT, HUMAN, STRANGER, ADMIN, AGENT2 = "api-bot", "api-ana", "api-eve", "api-root", "api-bot2"
 
@@ -100,34 +101,23 @@ class ApiServer:
     database_url: str
     log: Path
     port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | forkserver.Forked | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, *, wait: bool = True, **env: str | None) -> ApiServer:
-        cmd = [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "api.app:app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--timeout-graceful-shutdown",
-            "5",
-        ]
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                cmd,
-                cwd=ROOT,
-                env=child_env(self.database_url, **env),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        args = ["api.app:app", "--host", "127.0.0.1", "--port", str(self.port), "--timeout-graceful-shutdown", "5"]
+        full_env = child_env(self.database_url, **env)
+        if FORK_WORKERS:  # forked with its libraries imported, as the suite's workers are (tests/forkserver.py)
+            self.proc = forkserver.spawn("uvicorn", args, env=full_env, cwd=ROOT, log=self.log, append=True)
+        else:
+            with open(self.log, "ab") as out:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "uvicorn", *args], cwd=ROOT, env=full_env, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                )  # fmt: skip
         if wait:
             try:
                 wait_for(self.ready, timeout=40, what=f"uvicorn on {self.url}")
