@@ -98,22 +98,40 @@ class _Server:
 _server: _Server | None = None
 
 
-def spawn(module: str, args: list[str], *, env: dict[str, str], cwd: Path, log: Path, append: bool = False) -> Forked:
+def spawn(
+    module: str,
+    args: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path,
+    log: Path,
+    append: bool = False,
+    err: Path | None = None,
+) -> Forked:
     """``python -m module *args`` as a child of the fork server, in its own session, stdout and stderr to ``log``
-    (after what it holds, with ``append``)."""
+    (after what it holds, with ``append``; stderr to ``err`` when given)."""
     global _server
     if _server is None or _server.proc.poll() is not None:
         _server = _Server()
-    request = {
-        "op": "spawn",
-        "module": module,
-        "args": args,
-        "env": env,
-        "cwd": str(cwd),
-        "log": str(log),
-        "append": append,
-    }
+    request = {"op": "spawn", "module": module, "args": args, "env": env, "cwd": str(cwd), "log": str(log),
+               "append": append, "err": None if err is None else str(err)}  # fmt: skip
     return Forked(_server, _server.ask(request)["pid"])
+
+
+def run(
+    module: str, args: list[str], *, env: dict[str, str], cwd: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """As ``subprocess.run([python, "-m", module, *args], capture_output=True, text=True, timeout=...)``."""
+    with tempfile.TemporaryDirectory(prefix="parkway-run-") as folder:
+        out, err = Path(folder) / "out", Path(folder) / "err"
+        child = spawn(module, args, env=env, cwd=cwd, log=out, err=err)
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            raise subprocess.TimeoutExpired([module, *args], timeout, out.read_text(), err.read_text()) from None
+        return subprocess.CompletedProcess([module, *args], code, out.read_text(), err.read_text())
 
 
 # --------------------------------------------------------------------------- the server's side
@@ -129,7 +147,7 @@ def _run_child(request: dict[str, Any]) -> None:
         mode = os.O_APPEND if request["append"] else os.O_TRUNC
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | mode, 0o644)
         os.dup2(log, 1)
-        os.dup2(log, 2)
+        os.dup2(os.open(request["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if request["err"] else log, 2)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.chdir(request["cwd"])
         os.environ.clear()

@@ -74,8 +74,8 @@ def sweeps_done() -> int:
 # up to the cap. Each poll is a statement or more, or a request to an API server: at the first pace for the
 # whole of a long wait, the suite's waiting test processes took CPU from the workers and servers they wait for.
 POLL_S, POLL_CAP_S = 0.05, 0.25
-# The suite's workers and beats are forked from a process with their libraries imported (tests/forkserver.py);
-# PARKWAY_TEST_FORK=0 starts each as a fresh process instead.
+# The suite's workers, beats, API servers and parkway commands are forked from a process with their
+# libraries imported (tests/forkserver.py); PARKWAY_TEST_FORK=0 starts each as a fresh process instead.
 FORK_WORKERS = os.environ.get("PARKWAY_TEST_FORK", "1") != "0"
 
 
@@ -271,9 +271,12 @@ class Stack:
         )  # fmt: skip
 
     def parkway(self, *args: str, timeout: float = 60.0, **env: str | None) -> subprocess.CompletedProcess[str]:
+        full_env = child_env(self.database_url, **env)
+        if FORK_WORKERS:
+            return forkserver.run("parkway.cli", list(args), env=full_env, cwd=ROOT, timeout=timeout)
         return subprocess.run(
-            [sys.executable, "-m", "parkway.cli", *args], cwd=ROOT, env=child_env(self.database_url, **env),
-            capture_output=True, text=True, timeout=timeout,
+            [sys.executable, "-m", "parkway.cli", *args], cwd=ROOT, env=full_env, capture_output=True, text=True,
+            timeout=timeout,
         )  # fmt: skip
 
     def stop_all(self) -> None:
