@@ -12,9 +12,11 @@ does not take it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from tests.proxy import Proxy
@@ -82,3 +84,23 @@ class Relay:
 def wait_not_live(key: str) -> None:
     """No live worker advertises ``key`` any more (the heartbeat of a killed one ran out)."""
     wait_for(lambda: read_now(LIVE_RUNNING, key=key) == 0, timeout=30, what=f"no live worker running {key}")
+
+
+def relay_fixtures(takes: dict[str, tuple[str, ...]]) -> tuple[Any, Any]:
+    """A module's fixtures: ``relay``, shared by its tests, and ``own_workers`` (autouse): no worker outlives
+    the test that started it but those it hands on, and those only to a test that takes them: one that asks
+    for a fixture named in ``takes`` (fixture name -> the kinds it takes). Assign them to names of the module."""
+
+    @pytest.fixture(scope="module", name="relay")
+    def relay_fixture(stack: Stack) -> Iterator[Relay]:
+        relay = Relay(stack)
+        yield relay
+        relay.close()
+
+    @pytest.fixture(autouse=True, name="own_workers")
+    def own_workers(relay: Relay, request: pytest.FixtureRequest) -> Iterator[None]:
+        relay.before_test(kind for name, kinds in takes.items() if name in request.fixturenames for kind in kinds)
+        yield
+        relay.after_test()
+
+    return relay_fixture, own_workers

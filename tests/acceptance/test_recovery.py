@@ -25,7 +25,7 @@ from parkway.migrate import head_revision
 from parkway.settings import get_settings
 from tasks.publish import publish
 from tasks.sdk import answer
-from tests.acceptance.recovery_support import Handed, Relay
+from tests.acceptance.recovery_support import Handed, Relay, relay_fixtures
 from tests.proxy import through_proxy
 from tests.support import (
     BACKEND_STATE,
@@ -58,21 +58,7 @@ def plain(stack: Stack) -> Worker:
     return stack.start_worker(concurrency=1)
 
 
-@pytest.fixture(scope="module")
-def relay(stack: Stack) -> Iterator[Relay]:
-    relay = Relay(stack)
-    yield relay
-    relay.close()
-
-
-@pytest.fixture(autouse=True)
-def own_workers(relay: Relay, request: pytest.FixtureRequest) -> Iterator[None]:
-    """No worker outlives the test that started it, but one it hands on to a test that takes it."""
-    relay.before_test(
-        kind for kind, name in ((PLAIN, "plain_worker"), (PROXIED, "proxied")) if name in request.fixturenames
-    )
-    yield
-    relay.after_test()
+relay_fixture, own_workers = relay_fixtures({"plain_worker": (PLAIN,), "proxied": (PROXIED,)})
 
 
 @pytest.fixture
