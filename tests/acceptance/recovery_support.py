@@ -1,6 +1,6 @@
 """Workers handed on from one test of a module to the next (tests/acceptance/test_recovery.py, test_served.py).
 
-A worker start costs about a CPU-second, most of it Celery's, kombu's and SQLAlchemy's imports. Many tests of
+A worker start is most of what these tests cost in CPU (Celery's, kombu's and SQLAlchemy's imports). Many tests of
 these modules begin by starting a worker only to park runs before they stop it with a signal, and many end
 with a worker that completed their runs, killed unused. A test that ends with such a worker hands it on
 (``Relay.hand_on``); the next test that begins by needing a worker of that kind takes it (``Relay.take``)
