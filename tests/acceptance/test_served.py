@@ -1,11 +1,12 @@
 """One meaning of served (SPEC §6, category 3), with real workers of separate modules: a gap in the fleet
 waits and only the grace interrupts, and the grace counts only time the fleet was up (issue 41). The grace
 passes on the database's clock, the clock the sweep judges it by (``pass_time`` with the fleet down,
-``_up_through_the_grace`` with it up), not in real time."""
+``_up_through_the_grace`` with it up), not in real time. The gap test hands its two workers on to the test
+past the grace (tests/acceptance/recovery_support.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy import text
@@ -14,6 +15,7 @@ import tests.release_a
 import tests.release_b
 from parkway.db import transaction
 from tasks.sdk import answer
+from tests.acceptance.recovery_support import Relay, relay_fixtures, wait_not_live
 from tests.support import (
     HUMAN,
     Stack,
@@ -33,7 +35,7 @@ from tests.support import (
     wait_status,
 )
 
-pytestmark = [pytest.mark.usefixtures("own_workers"), pytest.mark.broker]
+pytestmark = pytest.mark.broker
 assert tests.release_a and tests.release_b
 
 GRACE_S = "60"  # long enough for workers and a sweep to start inside it on a loaded host (passed, never waited out)
@@ -41,6 +43,16 @@ SINCE_LAST_SEEN = text(
     "SELECT coalesce(extract(epoch FROM now() - max(last_seen_at)), 0) FROM advertised_versions WHERE key = ANY(:keys)"
 )
 LIVE = text("SELECT count(*) FROM workers WHERE expires_at > now()")
+STEP, NEXT = "tests.served_step", "tests.served_next"  # the modules, and the kinds of worker handed on
+
+
+relay_fixture, own_workers = relay_fixtures({"handed_on": (STEP, NEXT)})
+
+
+@pytest.fixture
+def handed_on(relay: Relay, stack: Stack) -> Callable[[str], Worker]:
+    """A worker of a module: the one the previous test handed on, else a new one."""
+    return lambda module: relay.take(module, lambda: _worker(stack, module))
 
 
 @pytest.fixture
@@ -55,8 +67,11 @@ def _worker(stack: Stack, module: str) -> Worker:
 
 
 def _workers(stack: Stack, *modules: str) -> list[Worker]:
-    """A worker of each module, started together, once each is ready."""
-    workers = [stack.start_worker(wait=False, PARKWAY_IMPORTS=m, PARKWAY_VERSION_GRACE_S=GRACE_S) for m in modules]
+    """A worker of each module (one pool process), started together, once each is ready."""
+    workers = [
+        stack.start_worker(wait=False, concurrency=1, PARKWAY_IMPORTS=m, PARKWAY_VERSION_GRACE_S=GRACE_S)
+        for m in modules
+    ]
     for worker in workers:
         worker.wait_ready()
     return workers
@@ -122,10 +137,12 @@ def test_cold_start__after_an_outage_longer_than_the_grace_the_first_module_up_i
         assert effects(run_id, "b.done") == 1
 
 
-def test_a_gap__a_next_and_a_start_to_a_step_whose_only_worker_is_down_wait_for_it(stack: Stack, grace: float) -> None:
+def test_a_gap__a_next_and_a_start_to_a_step_whose_only_worker_is_down_wait_for_it(
+    stack: Stack, relay: Relay, grace: float
+) -> None:
     # Given the worker of served.second ran once and is down, and a worker of the module that hands on to it
-    _down(_worker(stack, "tests.served_step"))
-    _worker(stack, "tests.served_next")
+    _down(_worker(stack, STEP))
+    handing_on = _worker(stack, NEXT)
 
     # When a run's step hands on to served.second (Next), and a run of served.second is started
     handed_on, started = start("served.first", {"n": 1}), start("served.second", {"n": 2})
@@ -133,18 +150,21 @@ def test_a_gap__a_next_and_a_start_to_a_step_whose_only_worker_is_down_wait_for_
     # Then both wait (never failed), and run once its worker starts
     wait_for(lambda: "step.completed" in event_types(handed_on), timeout=30, what="served.first to hand on")
     assert {run_row(handed_on).status, run_row(started).status} == {"running"}
-    _worker(stack, "tests.served_step")
+    step_worker = _worker(stack, STEP)
     assert wait_status(handed_on, "completed").result == {"n": 1}
     assert wait_status(started, "completed").result == {"n": 2}
     assert effects(handed_on, "served.second") == effects(started, "served.second") == 1
+    relay.hand_on(STEP, step_worker)
+    relay.hand_on(NEXT, handing_on)
 
 
 def test_a_gap_past_the_grace__a_next_to_a_step_no_live_worker_runs_is_interrupted_never_failed(
-    stack: Stack, grace: float
+    handed_on: Callable[[str], Worker], grace: float
 ) -> None:
     # Given the worker of served.second ran once and is down, and a live worker of the module that hands on to it
-    _down(_worker(stack, "tests.served_step"))
-    _worker(stack, "tests.served_next")
+    step_worker, _ = handed_on(STEP), handed_on(NEXT)
+    step_worker.kill()
+    wait_not_live("served.second")
 
     # When a run's step hands on to served.second and the grace passes with the fleet up
     run_id = start("served.first", {"n": 1})
