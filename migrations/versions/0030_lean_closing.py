@@ -11,6 +11,11 @@ run, and reads the run's derived status (``parkway_run_status``, a function call
 returns the row it read: a refusal, or a closing that lost. The answer it writes returns the stored word (no
 caller reads it).
 
+``parkway_event_seqs(k)`` (0026) is one SQL expression: the planner puts it into each statement that calls it
+(an argument used thrice must be cheap: every caller's is a count of a few cases, a constant or a column),
+where the PL/pgSQL function cost a call, a context and three statements per batch; the same numbers, and the
+same error past 65535 events (``parkway_event_overflow``, called only then).
+
 Live: functions replaced, catalog changes that take no lock on any table: answers go on while it runs,
 each call taking the function as it was when it started.
 
@@ -42,6 +47,7 @@ def _replaced(function: str, *changes: tuple[str, str]) -> str:
 
 # Migration 0029's functions' text, which this one changes.
 _0029 = SimpleNamespace(**runpy.run_path(str(Path(__file__).with_name("0029_derived_states.py"))))
+_0026 = SimpleNamespace(**runpy.run_path(str(Path(__file__).with_name("0026_event_batches.py"))))
 
 # The event of the closing, as 0027 builds it (``every``'s first part): kept verbatim.
 _CLOSED_EVENT = _0029.CLOSE[_0029.CLOSE.index("json_build_object('type', 'interaction.'") :]
@@ -86,8 +92,31 @@ ANSWER = _replaced(
 )
 
 
+EVENT_OVERFLOW = """
+CREATE FUNCTION parkway_event_overflow() RETURNS integer LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RAISE EXCEPTION 'transaction % writes more than 65535 events', pg_current_xact_id()
+        USING ERRCODE = 'program_limit_exceeded';
+END
+$$
+"""
+
+# 0026's numbering: the transaction's id << 16 | its next event number, k numbers taken (the count so far
+# kept in the transaction's setting ``parkway.event_n``).
+_TAKEN = "coalesce(nullif(current_setting('parkway.event_n', true), '')::integer, 0) + k"
+EVENT_SEQS = f"""
+CREATE OR REPLACE FUNCTION parkway_event_seqs(k integer) RETURNS bigint LANGUAGE sql VOLATILE AS $$
+SELECT (pg_current_xact_id()::text::bigint << 16)
+       | (CASE WHEN {_TAKEN} > 65535 THEN parkway_event_overflow()
+               ELSE set_config('parkway.event_n', ({_TAKEN})::text, true)::integer END - k + 1)
+$$
+"""
+
+
 def upgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '1s'")  # none is taken on a table; should one be, never wait past 1 s
+    op.execute(EVENT_OVERFLOW)
+    op.execute(EVENT_SEQS)
     op.execute(CLOSE)
     op.execute(ANSWER)
 
@@ -96,3 +125,5 @@ def downgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '1s'")
     op.execute(_0029.CLOSE)
     op.execute(_0029.ANSWER)
+    op.execute(_0026.EVENT_SEQS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
+    op.execute("DROP FUNCTION parkway_event_overflow()")
