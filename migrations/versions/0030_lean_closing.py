@@ -115,15 +115,12 @@ $$
 
 def upgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '1s'")  # none is taken on a table; should one be, never wait past 1 s
-    op.execute(EVENT_OVERFLOW)
-    op.execute(EVENT_SEQS)
-    op.execute(CLOSE)
-    op.execute(ANSWER)
+    for function in (EVENT_OVERFLOW, EVENT_SEQS, CLOSE, ANSWER):
+        op.execute(function)
 
 
 def downgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '1s'")
-    op.execute(_0029.CLOSE)
-    op.execute(_0029.ANSWER)
-    op.execute(_0026.EVENT_SEQS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
-    op.execute("DROP FUNCTION parkway_event_overflow()")
+    seqs = _0026.EVENT_SEQS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
+    for function in (_0029.CLOSE, _0029.ANSWER, seqs, "DROP FUNCTION parkway_event_overflow()"):
+        op.execute(function)

@@ -17,13 +17,8 @@ from sqlalchemy import text
 from parkway.db import get_engine, reset_engine, transaction
 from parkway.migrate import alembic_config, current_revision, head_revision
 from tasks.sdk import answer
-from tests.integration.helpers import (
-    completed_resumed_once,
-    live_head_db,  # noqa: F401 (the fixture head_db)
-    parked,
-    real_publishes,  # noqa: F401 (the fixture sent)
-    upgrade_beside_answers,
-)
+from tests.integration import helpers
+from tests.integration.helpers import live_head_db, real_publishes  # noqa: F401 (the fixtures head_db, sent)
 from tests.support import HUMAN, Stack, new_response_id
 
 FROM_REVISION = "0029"
@@ -51,7 +46,7 @@ def test_migration_0030__waits_answered_before_and_after_it_write_the_same_event
 ) -> None:
     # Given three waits parked, the schema taken back to 0029, whose functions answer the first with no worker
     # running (its continuation ready, its message queued)
-    waits = {run_id: asked["go"].id for run_id, asked in (parked("t.ask_one") for _ in range(3))}
+    waits = {run_id: asked["go"].id for run_id, asked in (helpers.parked("t.ask_one") for _ in range(3))}
     stack.flush_broker()
     early, *late = waits
     reset_engine()
@@ -75,10 +70,10 @@ def test_migration_0030__waits_answered_before_and_after_it_write_the_same_event
     # And once a worker runs, each run completes, its body ran once, its resume consumed at the first attempt
     stack.start_worker()
     for run_id in waits:
-        completed_resumed_once(run_id)
+        helpers.completed_resumed_once(run_id)
 
 
 def test_migration_0030__goes_through_while_answers_hold_their_tables(head_db: str) -> None:
     # Given the schema at the previous revision and a transaction holding every table an answer writes as a
     # writer does, when the upgrade runs beside it, then it completes while the writer is still open
-    upgrade_beside_answers(FROM_REVISION)
+    helpers.upgrade_beside_answers(FROM_REVISION)
