@@ -85,8 +85,9 @@ def main() -> int:
         _admin(args.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _measure(args: argparse.Namespace, name: str) -> int:
-    info = psycopg.conninfo.conninfo_to_dict(args.admin_url)
+def use_scratch(admin_url: str, name: str) -> None:
+    """This process's settings name the scratch database ``name`` on the server of ``admin_url``, migrated."""
+    info = psycopg.conninfo.conninfo_to_dict(admin_url)
     server = f"{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}"
     url = f"postgresql+psycopg://{server}/{name}"
     os.environ.update(
@@ -96,26 +97,11 @@ def _measure(args: argparse.Namespace, name: str) -> int:
         PARKWAY_WORKSPACE_DIR=os.path.join("var", "bench-statements", name),
     )
     subprocess.run([sys.executable, "-m", "parkway.cli", "migrate"], check=True, capture_output=True)
-    from sqlalchemy import text
 
+
+def _measure(args: argparse.Namespace, name: str) -> int:
+    use_scratch(args.admin_url, name)
     from bench import seed
-    from parkway.db import transaction
-    from tasks import sdk
-    from tasks.projection import drain_projections
-    from tasks.worker import execute
-
-    def complete(parked: list[seed.Parked]) -> None:
-        for p in parked:
-            sdk.answer(p.interaction_id, "yes", response_id=uuid.uuid4().hex, principal=seed.HUMAN)
-        with transaction() as session:
-            ready = session.execute(
-                text("SELECT id FROM continuations WHERE kind = 'resume' AND status = 'ready'")
-            ).scalars()
-            ids = list(ready)
-        for cid in ids:
-            outcome = execute(cid)
-            assert outcome == "committed", outcome
-        drain_projections()
 
     scratch = psycopg.conninfo.make_conninfo(args.admin_url, dbname=name)
 
@@ -133,10 +119,10 @@ def _measure(args: argparse.Namespace, name: str) -> int:
     seed.setup_actors()
     _unused_features(args.features)
     parked = seed.seed_parked(2 * (n + WARM_UP))
-    complete(parked[:WARM_UP])
+    completions(parked[:WARM_UP])
     before, functions_before = counts()
     _admin(args.admin_url, "SELECT pg_stat_statements_reset()")
-    complete(parked[WARM_UP : WARM_UP + n])
+    completions(parked[WARM_UP : WARM_UP + n])
     rows = _admin(args.admin_url, _BY_STATEMENT, name)
     after, functions_after = counts()
     _print_statements(rows, n)
@@ -147,14 +133,36 @@ def _measure(args: argparse.Namespace, name: str) -> int:
     for setting in ("pg_stat_statements.track = 'none'", "pg_stat_statements.track_planning = off",
                     "track_functions = 'none'"):  # fmt: skip
         _admin(args.admin_url, f'ALTER DATABASE "{name}" SET {setting}')
-    complete(parked[WARM_UP + n : 2 * WARM_UP + n])
+    completions(parked[WARM_UP + n : 2 * WARM_UP + n])
     start, began = _backends(args.admin_url, name), time.process_time()
-    complete(parked[2 * WARM_UP + n :])
+    completions(parked[2 * WARM_UP + n :])
     client, end = time.process_time() - began, _backends(args.admin_url, name)
     backends = sum(end.values()) - sum(start.get(pid, 0.0) for pid in end)
     print(f"CPU per completion, untracked: PostgreSQL's backends {backends / n:.3f} ms ({len(end)} backends), "
           f"this process (the answers and the worker's bodies) {client * 1000 / n:.3f} ms")  # fmt: skip
     return 0
+
+
+def completions(parked: list[Any]) -> None:
+    """Answer each of ``parked`` (``bench.seed.Parked``) in-process, run the continuations made ready and project
+    the runs ended: completions as a worker makes them, in this process."""
+    from sqlalchemy import text
+
+    from bench import seed
+    from parkway.db import transaction
+    from tasks import sdk
+    from tasks.projection import drain_projections
+    from tasks.worker import execute
+
+    for p in parked:
+        sdk.answer(p.interaction_id, "yes", response_id=uuid.uuid4().hex, principal=seed.HUMAN)
+    with transaction() as session:
+        ready = session.execute(text("SELECT id FROM continuations WHERE kind = 'resume' AND status = 'ready'"))
+        ids = list(ready.scalars())
+    for cid in ids:
+        outcome = execute(cid)
+        assert outcome == "committed", outcome
+    drain_projections()
 
 
 def _print_statements(rows: list[Any], n: int) -> None:
