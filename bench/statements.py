@@ -6,7 +6,12 @@ and runs their continuations (``tasks.worker.execute``) in this process, after a
 is not counted, and prints per completion, for each statement PostgreSQL ran: how many times, its execution
 time, the shared blocks it touched per call and the WAL it wrote; then the rows written per table (inserted,
 updated, deleted, from ``pg_stat_user_tables``, read once every connection of the run has closed, so that
-each backend has flushed its counts) and their sum: the row writes per completion.
+each backend has flushed its counts) and their sum: the row writes per completion. With
+``pg_stat_statements.track = 'all'``, ``track_planning = on`` and ``track_functions = 'all'`` on the server
+(``ALTER SYSTEM``, then ``SELECT pg_reload_conf()``) it shows the statements functions run, each statement's
+planning (how many of its calls were planned afresh) and each function's calls and time. Then it answers and
+resumes N more with nothing tracked in the scratch database and prints the CPU of its backends (``/proc``)
+and of this process per completion: the figure the other counts explain.
 
 Blocks and WAL bytes do not depend on how busy the machine is: on a shared machine they are the figures to
 compare; the times only beside each other, in one run. A server with the extension, as its owner::
@@ -28,6 +33,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -35,10 +41,12 @@ import psycopg
 WARM_UP = 20
 _BY_STATEMENT = """
 SELECT calls, total_exec_time, shared_blks_hit + shared_blks_read, wal_bytes, toplevel,
-       left(regexp_replace(query, '\\s+', ' ', 'g'), 90)
+       left(regexp_replace(query, '\\s+', ' ', 'g'), 90), plans, total_plan_time
 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)
-ORDER BY total_exec_time DESC
+ORDER BY total_exec_time + total_plan_time DESC
 """
+# PL/pgSQL and SQL functions' calls and times (``track_functions = 'all'``), read as the row writes are.
+_FUNCTIONS = "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"
 # The rows written per table; read in the scratch database itself (the statistics are per database).
 _ROW_WRITES = """
 SELECT relname, n_tup_ins, n_tup_upd, n_tup_del, n_tup_hot_upd FROM pg_stat_user_tables
@@ -77,8 +85,9 @@ def main() -> int:
         _admin(args.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _measure(args: argparse.Namespace, name: str) -> int:
-    info = psycopg.conninfo.conninfo_to_dict(args.admin_url)
+def use_scratch(admin_url: str, name: str) -> None:
+    """This process's settings name the scratch database ``name`` on the server of ``admin_url``, migrated."""
+    info = psycopg.conninfo.conninfo_to_dict(admin_url)
     server = f"{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}"
     url = f"postgresql+psycopg://{server}/{name}"
     os.environ.update(
@@ -88,6 +97,55 @@ def _measure(args: argparse.Namespace, name: str) -> int:
         PARKWAY_WORKSPACE_DIR=os.path.join("var", "bench-statements", name),
     )
     subprocess.run([sys.executable, "-m", "parkway.cli", "migrate"], check=True, capture_output=True)
+
+
+def _measure(args: argparse.Namespace, name: str) -> int:
+    use_scratch(args.admin_url, name)
+    from bench import seed
+
+    scratch = psycopg.conninfo.make_conninfo(args.admin_url, dbname=name)
+
+    def counts() -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[float, ...]]]:
+        """Rows inserted, updated, deleted per table so far, and each function's calls and times, once every
+        backend of the run has exited."""
+        from parkway.db import reset_engine
+
+        reset_engine()  # every connection closed: a backend flushes its counts when it exits
+        _wait_until_closed(args.admin_url, name)
+        tables = {r[0]: tuple(int(v) for v in r[1:]) for r in _admin(scratch, _ROW_WRITES)}
+        return tables, {r[0]: tuple(float(v) for v in r[1:]) for r in _admin(scratch, _FUNCTIONS)}
+
+    n = args.n
+    seed.setup_actors()
+    _unused_features(args.features)
+    parked = seed.seed_parked(2 * (n + WARM_UP))
+    completions(parked[:WARM_UP])
+    before, functions_before = counts()
+    _admin(args.admin_url, "SELECT pg_stat_statements_reset()")
+    completions(parked[WARM_UP : WARM_UP + n])
+    rows = _admin(args.admin_url, _BY_STATEMENT, name)
+    after, functions_after = counts()
+    _print_statements(rows, n)
+    _print_functions(functions_before, functions_after, n)
+    _print_row_writes(before, after, n)
+    # The same again with nothing tracked (new connections take the database's settings): the CPU of the
+    # database's backends and of this process, after a warm-up on the same connections.
+    for setting in ("pg_stat_statements.track = 'none'", "pg_stat_statements.track_planning = off",
+                    "track_functions = 'none'"):  # fmt: skip
+        _admin(args.admin_url, f'ALTER DATABASE "{name}" SET {setting}')
+    completions(parked[WARM_UP + n : 2 * WARM_UP + n])
+    start, began = _backends(args.admin_url, name), time.process_time()
+    completions(parked[2 * WARM_UP + n :])
+    client, end = time.process_time() - began, _backends(args.admin_url, name)
+    backends = sum(end.values()) - sum(start.get(pid, 0.0) for pid in end)
+    print(f"CPU per completion, untracked: PostgreSQL's backends {backends / n:.3f} ms ({len(end)} backends), "
+          f"this process (the answers and the worker's bodies) {client * 1000 / n:.3f} ms")  # fmt: skip
+    return 0
+
+
+def completions(parked: list[Any]) -> None:
+    """Answer each of ``parked`` (``bench.seed.Parked``) in-process, run the continuations made ready and project
+    the runs ended: completions as a worker makes them, in this process."""
     from sqlalchemy import text
 
     from bench import seed
@@ -96,51 +154,53 @@ def _measure(args: argparse.Namespace, name: str) -> int:
     from tasks.projection import drain_projections
     from tasks.worker import execute
 
-    def complete(parked: list[seed.Parked]) -> None:
-        for p in parked:
-            sdk.answer(p.interaction_id, "yes", response_id=uuid.uuid4().hex, principal=seed.HUMAN)
-        with transaction() as session:
-            ready = session.execute(
-                text("SELECT id FROM continuations WHERE kind = 'resume' AND status = 'ready'")
-            ).scalars()
-            ids = list(ready)
-        for cid in ids:
-            outcome = execute(cid)
-            assert outcome == "committed", outcome
-        drain_projections()
+    for p in parked:
+        sdk.answer(p.interaction_id, "yes", response_id=uuid.uuid4().hex, principal=seed.HUMAN)
+    with transaction() as session:
+        ready = session.execute(text("SELECT id FROM continuations WHERE kind = 'resume' AND status = 'ready'"))
+        ids = list(ready.scalars())
+    for cid in ids:
+        outcome = execute(cid)
+        assert outcome == "committed", outcome
+    drain_projections()
 
-    scratch = psycopg.conninfo.make_conninfo(args.admin_url, dbname=name)
 
-    def row_writes() -> dict[str, tuple[int, ...]]:
-        """Rows inserted, updated, deleted per table so far, once every backend of the run has exited."""
-        from parkway.db import reset_engine
-
-        reset_engine()  # every connection closed: a backend flushes its counts when it exits
-        _wait_until_closed(args.admin_url, name)
-        return {r[0]: tuple(int(v) for v in r[1:]) for r in _admin(scratch, _ROW_WRITES)}
-
-    seed.setup_actors()
-    _unused_features(args.features)
-    parked = seed.seed_parked(args.n + WARM_UP)
-    complete(parked[:WARM_UP])
-    before = row_writes()
-    _admin(args.admin_url, "SELECT pg_stat_statements_reset()")
-    complete(parked[WARM_UP:])
-    rows = _admin(args.admin_url, _BY_STATEMENT, name)
-    after = row_writes()
-    n = args.n
+def _print_statements(rows: list[Any], n: int) -> None:
+    top = [r for r in rows if r[4]]
     print(f"{n} answers and resumes, per completion:")
-    print(f"  all statements: {sum(r[1] for r in rows) / n * 1000:.0f} µs, "
-          f"{sum(r[2] for r in rows) / n:.0f} blocks, {sum(int(r[3]) for r in rows) / n:.0f} B of WAL")  # fmt: skip
-    print("  calls    exec µs  blocks/call  WAL B  statement (* run inside another: a trigger's or a function's)")
-    for calls, exec_ms, blocks, wal, toplevel, query in rows:
+    print(f"  top-level statements: {sum(r[1] for r in top) / n * 1000:.0f} µs executing, "
+          f"{sum(r[7] for r in rows) / n * 1000:.0f} µs planning (nested included), "
+          f"{sum(r[2] for r in top) / n:.0f} blocks, {sum(int(r[3]) for r in top) / n:.0f} B of WAL")  # fmt: skip
+    print("  calls  plans    exec µs  plan µs  blocks/call  WAL B  statement (* run inside another: a function's)")
+    for calls, exec_ms, blocks, wal, toplevel, query, plans, plan_ms in rows:
         nested = " " if toplevel else "*"
-        figures = f"{calls / n:5.2f}  {exec_ms / n * 1000:9.1f}  {blocks / calls:11.1f}  {int(wal) / n:5.0f}"
-        print(f"  {figures} {nested}{query}")
-    trips = sum(r[0] for r in rows if r[4]) / n
+        per_call = f"{blocks / calls:11.1f}" if calls else " " * 11
+        figures = f"{calls / n:5.2f}  {plans / n:5.2f}  {exec_ms / n * 1000:9.1f}  {plan_ms / n * 1000:7.1f}"
+        print(f"  {figures}  {per_call}  {int(wal) / n:5.0f} {nested}{query}")
+    trips = sum(r[0] for r in top) / n
     print(f"  {trips:.2f} round trips per completion (statements sent by the client, BEGIN and COMMIT included)")
-    _print_row_writes(before, after, n)
-    return 0
+
+
+def _print_functions(before: dict[str, tuple[float, ...]], after: dict[str, tuple[float, ...]], n: int) -> None:
+    print("functions per completion (pg_stat_user_functions; total includes the functions each calls):")
+    print("  calls   total µs    self µs  function")
+    for name, (calls, total, own) in sorted(after.items(), key=lambda item: -item[1][1]):
+        was = before.get(name, (0.0, 0.0, 0.0))
+        if calls > was[0]:
+            figures = (
+                f"{(calls - was[0]) / n:5.2f}  {(total - was[1]) / n * 1000:9.1f}  {(own - was[2]) / n * 1000:9.1f}"
+            )
+            print(f"  {figures}  {name}")
+
+
+def _backends(admin_url: str, name: str) -> dict[int, float]:
+    """CPU (ms, user + system) of each backend connected to the database ``name``."""
+    pids = [r[0] for r in _admin(admin_url, "SELECT pid FROM pg_stat_activity WHERE datname = %s", name)]
+    used: dict[int, float] = {}
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        used[pid] = (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+    return used
 
 
 FEATURES = ("webhook", "push", "remote")

@@ -19,5 +19,7 @@ def event_row(run_id: str, type_: str, **data: Any) -> dict[str, Any]:
 
 
 def event_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """``event_row`` dicts as the parameters of ``models.store.events.events_if``."""
+    """``event_row`` dicts as the parameters of ``models.store.events.events_if``: the events of one run."""
+    if len({row["run_id"] for row in rows}) > 1:
+        raise ValueError("events_if writes the events of one run")
     return {f"e{k}_{name}": row[name] for k, row in enumerate(rows) for name in EVENT_COLUMNS}

@@ -105,34 +105,30 @@ CREATE_UNPUBLISHED_RUN: tuple[str, dict[str, Any]] = (
         "AS anon_10, %(param_9)s::INTEGER AS anon_11, NULL AS anon_12, now() AS db_now_1, "
         "parkway_remote_only(%(param_10)s::VARCHAR, run_made.workflow, run_made.target) AS "
         "parkway_remote_only_1, %(traceparent)s::VARCHAR AS anon_13 \nFROM run_made), \nevents AS \n(INSERT "
-        "INTO event_batches (first_seq, run_id, at, trace_id, events) SELECT "
-        "parkway_event_seqs(batches.k) AS parkway_event_seqs_1, batches.run_id AS run_id, batches.at AS "
-        "at, batches.trace_id AS trace_id, batches.events AS events \nFROM (SELECT CAST(count(*) AS "
-        "INTEGER) AS k, ranked.run_id AS run_id, min(ranked.at) AS at, min(ranked.trace_id) AS trace_id, "
-        "json_agg(json_build_object('type', ranked.type, 'data', ranked.data) ORDER BY ranked.rank) AS "
-        "events \nFROM (SELECT every.o AS o, every.run_id AS run_id, every.type AS type, every.at AS at, "
-        "every.data AS data, every.trace_id AS trace_id, row_number() OVER (ORDER BY every.o) AS rank, "
-        "row_number() OVER (ORDER BY every.o) - row_number() OVER (PARTITION BY every.run_id ORDER BY "
-        "every.o) AS island \nFROM (SELECT 0 AS o, %(e0_run_id)s::VARCHAR AS run_id, %(e0_type)s::VARCHAR "
-        "AS type, %(e0_at)s::TIMESTAMP WITH TIME ZONE AS at, %(e0_data)s::JSON AS data, "
-        "%(e0_trace_id)s::VARCHAR AS trace_id \nWHERE EXISTS (SELECT run_made.id \nFROM run_made) UNION "
-        "ALL SELECT 1 AS o, %(e1_run_id)s::VARCHAR AS run_id, %(e1_type)s::VARCHAR AS type, "
-        "%(e1_at)s::TIMESTAMP WITH TIME ZONE AS at, %(e1_data)s::JSON AS data, %(e1_trace_id)s::VARCHAR "
-        "AS trace_id \nWHERE EXISTS (SELECT run_made.id \nFROM run_made)) AS every) AS ranked GROUP BY "
-        "ranked.run_id, ranked.island ORDER BY min(ranked.rank)) AS batches)\n SELECT run_made.id, "
-        "run_made.workflow, run_made.status, run_made.owner_id, run_made.target, run_made.payload, "
-        "run_made.idempotency_key, run_made.request_digest, run_made.result, run_made.error, "
-        "run_made.error_details, run_made.reason, run_made.created_at, run_made.updated_at, "
-        "run_made.completed_at, run_made.finished_by, run_made.finished_on, run_made.title, "
-        "run_made.warnings, run_made.projection_pending, run_made.projection_attempts, "
-        "run_made.projection_next_at, true AS made \nFROM run_made UNION ALL SELECT runs.id, "
-        "runs.workflow, parkway_run_status(runs.id, runs.status) AS status, runs.owner_id, runs.target, "
-        "runs.payload, runs.idempotency_key, runs.request_digest, runs.result, runs.error, "
-        "runs.error_details, runs.reason, runs.created_at, runs.updated_at, runs.completed_at, "
-        "runs.finished_by, runs.finished_on, runs.title, runs.warnings, runs.projection_pending, "
-        "runs.projection_attempts, runs.projection_next_at, false AS made \nFROM runs \nWHERE "
-        "runs.owner_id = %(owner_id)s::VARCHAR AND runs.idempotency_key = %(idempotency_key)s::VARCHAR "
-        "AND NOT (EXISTS (SELECT run_made.id \nFROM run_made))"
+        "INTO event_batches (first_seq, run_id, at, trace_id, events) SELECT parkway_event_seqs(0 + CASE "
+        "WHEN taken.c0 THEN 1 ELSE 0 END + CASE WHEN taken.c1 THEN 1 ELSE 0 END) AS "
+        "parkway_event_seqs_1, %(e0_run_id)s::VARCHAR AS anon_14, least(CASE WHEN taken.c0 THEN "
+        "%(e0_at)s::TIMESTAMP WITH TIME ZONE END, CASE WHEN taken.c1 THEN %(e1_at)s::TIMESTAMP WITH TIME "
+        "ZONE END) AS least_1, least(CASE WHEN taken.c0 THEN %(e0_trace_id)s::VARCHAR END, CASE WHEN "
+        "taken.c1 THEN %(e1_trace_id)s::VARCHAR END) AS least_2, CAST(concat('[', concat_ws(', ', CASE "
+        "WHEN taken.c0 THEN taken.e0 END, CASE WHEN taken.c1 THEN taken.e1 END), ']') AS JSON) AS "
+        "concat_1 \nFROM (SELECT EXISTS (SELECT run_made.id \nFROM run_made) AS c0, "
+        "CAST(json_build_object('type', %(e0_type)s::VARCHAR, 'data', %(e0_data)s::JSON) AS TEXT) AS e0, "
+        "EXISTS (SELECT run_made.id \nFROM run_made) AS c1, CAST(json_build_object('type', "
+        "%(e1_type)s::VARCHAR, 'data', %(e1_data)s::JSON) AS TEXT) AS e1\n LIMIT ALL OFFSET 0) AS taken \n"
+        "WHERE taken.c0 OR taken.c1)\n SELECT run_made.id, run_made.workflow, run_made.status, "
+        "run_made.owner_id, run_made.target, run_made.payload, run_made.idempotency_key, "
+        "run_made.request_digest, run_made.result, run_made.error, run_made.error_details, "
+        "run_made.reason, run_made.created_at, run_made.updated_at, run_made.completed_at, "
+        "run_made.finished_by, run_made.finished_on, run_made.title, run_made.warnings, "
+        "run_made.projection_pending, run_made.projection_attempts, run_made.projection_next_at, true AS "
+        "made \nFROM run_made UNION ALL SELECT runs.id, runs.workflow, parkway_run_status(runs.id, "
+        "runs.status) AS status, runs.owner_id, runs.target, runs.payload, runs.idempotency_key, "
+        "runs.request_digest, runs.result, runs.error, runs.error_details, runs.reason, runs.created_at, "
+        "runs.updated_at, runs.completed_at, runs.finished_by, runs.finished_on, runs.title, "
+        "runs.warnings, runs.projection_pending, runs.projection_attempts, runs.projection_next_at, "
+        "false AS made \nFROM runs \nWHERE runs.owner_id = %(owner_id)s::VARCHAR AND runs.idempotency_key "
+        "= %(idempotency_key)s::VARCHAR AND NOT (EXISTS (SELECT run_made.id \nFROM run_made))"
     ),
     {
         "sid": None,
@@ -157,14 +153,13 @@ CREATE_UNPUBLISHED_RUN: tuple[str, dict[str, Any]] = (
         "param_10": "start",
         "traceparent": None,
         "e0_run_id": None,
-        "e0_type": None,
         "e0_at": None,
-        "e0_data": None,
-        "e0_trace_id": None,
-        "e1_run_id": None,
-        "e1_type": None,
         "e1_at": None,
-        "e1_data": None,
+        "e0_trace_id": None,
         "e1_trace_id": None,
+        "e0_type": None,
+        "e0_data": None,
+        "e1_type": None,
+        "e1_data": None,
     },
 )

@@ -37,7 +37,7 @@ class Claim:
     continuation: Row[Any] | Claimed  # id, run_id, step_id, kind, name, attempts
     step: StepRef
     run_id: str
-    run_status: str
+    run_status: str  # a Celery claim's: the stored word (``refusal`` compares it with the ended ones only)
     owner_name: str
     granted: bool  # the owner holds a live grant on the run's target now (admins hold every target)
     review_running: bool  # a review of the step was running when it was claimed (an earlier execution's)
@@ -106,10 +106,12 @@ _CLAIMED_COLUMNS = ("id", "run_id", "step_id", "kind", "name", "attempts")
 _BEFORE = CONT.alias("before")
 
 
-def _claim_context(claimed: Any = None) -> Any:
+def _claim_context(claimed: Any = None, *, derived: bool = True) -> Any:
     """Everything the body needs and the refusal checks read, as one joined query: the step, its run's
-    status, the owner's grant, whether a review of the step is running, and the step's interactions (a
-    row each; none for a step that never parked) with who answered them. ``claimed`` (the claim's
+    status (``derived=False``: the stored word, for a refusal that compares it with the ended words only,
+    which the rule of models/derived.py leaves as stored: no call of it), the owner's grant, whether a
+    review of the step is running, and the step's interactions (a row each; none for a step that never
+    parked) with who answered them. ``claimed`` (the claim's
     ``RETURNING`` as a CTE, PostgreSQL) makes it the claim and this read in one statement; without it the
     read is of the step ``:sid``."""
     columns = [
@@ -118,7 +120,7 @@ def _claim_context(claimed: Any = None) -> Any:
         STEP.c.name,
         STEP.c.payload,
         STEP.c.snapshot,
-        run_status(RUN).label("run_status"),
+        (run_status(RUN) if derived else RUN.c.status).label("run_status"),
         PRIN.c.name.label("owner_name"),
         or_(
             PRIN.c.kind == word(PrincipalKind.ADMIN),
@@ -157,12 +159,12 @@ def _claim_context(claimed: Any = None) -> Any:
 
 @cache
 def _claim_read() -> Any:
-    return _claim_context()
+    return _claim_context(derived=False)
 
 
 # PostgreSQL: the claim's compare-and-set and the joined read in one statement (one round trip, and no
 # transaction to open and commit around them).
-_CLAIM_WITH_CONTEXT = DriverStatement(lambda: _claim_context(_claim().cte("claimed")))
+_CLAIM_WITH_CONTEXT = DriverStatement(lambda: _claim_context(_claim().cte("claimed"), derived=False))
 
 
 @dataclass(frozen=True)

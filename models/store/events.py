@@ -7,11 +7,25 @@ import json
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy import JSON, Integer, String, cast, func, insert, literal, literal_column, select, text, union_all
+from sqlalchemy import (
+    JSON,
+    Integer,
+    String,
+    Text,
+    case,
+    cast,
+    func,
+    insert,
+    literal,
+    literal_column,
+    or_,
+    select,
+    text,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 from sqlalchemy.orm import Session
 
-from models.event_rows import EVENT_COLUMNS
 from models.event_rows import event_params as event_params  # their home, without SQLAlchemy
 from models.event_rows import event_row as event_row
 from models.store.sql import BATCHES, EVENTS, TRACE_ID, Executor, bp
@@ -70,20 +84,40 @@ def batches_of(every: Any, *order: Any) -> Any:
 def events_if(*conditions: Any, known: dict[int, dict[str, Any]] | None = None) -> Any:
     """PostgreSQL, inside a statement of data-modifying CTEs: insert event ``k`` (bound as ``e{k}_run_id``,
     ``e{k}_type``, ... from ``event_params``) only if ``conditions[k]`` holds, in that order. ``known[k]``:
-    values only the statement reads (columns of its CTEs, by name), added to event ``k``'s bound data."""
-    rows = []
+    values only the statement reads (columns of its CTEs, by name), added to event ``k``'s bound data.
+
+    The events are of one run (``e0_run_id``'s; ``event_params`` refuses others): one batch, built as the
+    rows of ``batches_of`` would build it (its ``at`` and ``trace_id`` the least of the events taken) but
+    without their sorts, window and aggregate, which cost the statement more to start than the rest of its
+    work. Each condition is evaluated once, in a subquery the planner keeps (``OFFSET 0``)."""
+
+    def bound(k: int, name: str) -> Any:
+        return bp(f"e{k}_{name}", EVENTS.c[name])
+
+    inner = []
     for k, condition in enumerate(conditions):
-        columns = [bp(f"e{k}_{name}", EVENTS.c[name]).label(name) for name in EVENT_COLUMNS]
+        data = bound(k, "data")
         if known and k in known:
             pairs: list[Any] = []
             for key, column in known[k].items():
-                pairs += [literal_column(f"'{key}'"), column]
-            data = EVENT_COLUMNS.index("data")
-            merged = cast(cast(columns[data], JSONB).op("||")(func.jsonb_build_object(*pairs)), JSON)
-            columns[data] = merged.label("data")
-        rows.append(select(literal_column(str(k), Integer).label("o"), *columns).where(condition))
-    every = (union_all(*rows) if len(rows) > 1 else rows[0]).subquery("every")
-    return batches_of(every, every.c.o)
+                pairs += [literal_column(f"'{key}'"), select(column).scalar_subquery()]
+            data = cast(cast(data, JSONB).op("||")(func.jsonb_build_object(*pairs)), JSON)
+        event = func.json_build_object(literal_column("'type'"), bound(k, "type"), literal_column("'data'"), data)
+        inner += [condition.label(f"c{k}"), cast(event, Text).label(f"e{k}")]
+    taken = select(*inner).offset(literal_column("0")).subquery("taken")
+    t = taken.c
+    held = [t[f"c{k}"] for k in range(len(conditions))]
+    one, none = literal_column("1", Integer), literal_column("0", Integer)
+    count = sum((case((c, one), else_=none) for c in held), start=none)
+    events = func.concat_ws(literal_column("', '"), *(case((c, t[f"e{k}"])) for k, c in enumerate(held)))
+    rows = select(
+        func.parkway_event_seqs(count),
+        bound(0, "run_id"),
+        func.least(*(case((c, bound(k, "at"))) for k, c in enumerate(held))),
+        func.least(*(case((c, bound(k, "trace_id"))) for k, c in enumerate(held))),
+        cast(func.concat(literal_column("'['"), events, literal_column("']'")), JSON),
+    ).where(or_(*held))
+    return insert(BATCHES).from_select(["first_seq", "run_id", "at", "trace_id", "events"], rows)
 
 
 def resumed_event(run_id: str, step_id: str, name: str, continuation_id: str) -> dict[str, Any]:

@@ -1,0 +1,121 @@
+"""PostgreSQL's CPU per completion of two trees, paired: ``python -m bench.pgpair ADMIN_URL TREE_A TREE_B``.
+
+One process per tree: this file, run in the tree with the tree first on ``PYTHONPATH`` (its code; this file's
+own ``bench/statements.py`` helpers, so a tree older than this file can be measured). Each makes its own
+scratch database on the server of ``ADMIN_URL`` with nothing tracked (``pg_stat_statements`` and
+``track_functions`` off there), parks its steps, warms up, then answers and resumes them in-process (as
+``bench.statements`` does) in chunks, on command: A then B, B then A, and so on. Each chunk's CPU of the
+database's backends (``/proc/<pid>/schedstat``, nanoseconds) and of the tree's process is read around it. On a
+shared host the one-run figures move with the load by more than a change; chunks seconds apart, paired, see
+the same load: read the median of B ÷ A per pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+WARM_UP = 50
+# This file's own helpers (not the tree's): the scratch database's statements and the completions.
+_STATEMENTS = runpy.run_path(str(Path(__file__).with_name("statements.py")))
+_admin, completions = _STATEMENTS["_admin"], _STATEMENTS["completions"]
+
+
+def _backends(admin_url: str, name: str) -> dict[int, float]:
+    """CPU time (ms) of each backend connected to the database ``name``."""
+    pids = [r[0] for r in _admin(admin_url, "SELECT pid FROM pg_stat_activity WHERE datname = %s", name)]
+    return {pid: int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e6 for pid in pids}
+
+
+def side(admin_url: str, chunk: int, chunks: int) -> None:
+    """One tree's side (run in the tree): ``ready``, then a chunk per line read, its two figures written."""
+    name = f"parkway_pgpair_{uuid.uuid4().hex[:8]}"
+    _admin(admin_url, f'CREATE DATABASE "{name}"')
+    for setting in ("pg_stat_statements.track = 'none'", "pg_stat_statements.track_planning = off",
+                    "track_functions = 'none'"):  # fmt: skip
+        _admin(admin_url, f'ALTER DATABASE "{name}" SET {setting}')
+    try:
+        _run_side(admin_url, name, chunk, chunks)
+    finally:
+        from parkway.db import reset_engine
+
+        reset_engine()
+        _admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _run_side(admin_url: str, name: str, chunk: int, chunks: int) -> None:
+    _STATEMENTS["use_scratch"](admin_url, name)
+    from bench import seed
+
+    seed.setup_actors()
+    parked = seed.seed_parked(WARM_UP + chunk * chunks)
+    completions(parked[:WARM_UP])
+    print("ready", flush=True)
+    for k in range(chunks):
+        sys.stdin.readline()
+        start, began = _backends(admin_url, name), time.process_time()
+        completions(parked[WARM_UP + k * chunk : WARM_UP + (k + 1) * chunk])
+        client, end = time.process_time() - began, _backends(admin_url, name)
+        backends = sum(end.values()) - sum(start.get(pid, 0.0) for pid in end)
+        print(f"{backends / chunk:.4f} {client * 1000 / chunk:.4f}", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("admin_url", help="a database URL of the server, as a superuser (libpq form)")
+    parser.add_argument("tree_a")
+    parser.add_argument("tree_b")
+    parser.add_argument("--chunk", type=int, default=100, help="completions per chunk (default 100)")
+    parser.add_argument("--pairs", type=int, default=30, help="chunks of each tree (default 30)")
+    parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        side(args.admin_url, args.chunk, args.pairs)
+        return 0
+    command = [sys.executable, __file__, args.admin_url, "-", "-", "--side", "--chunk", str(args.chunk),
+               "--pairs", str(args.pairs)]  # fmt: skip
+    sides = {tree: subprocess.Popen(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(Path(tree).resolve())},
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for tree in (args.tree_a, args.tree_b)}  # fmt: skip
+    for process in sides.values():
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    figures: dict[str, list[tuple[float, float]]] = {tree: [] for tree in sides}
+    for k in range(args.pairs):
+        for tree in (args.tree_a, args.tree_b) if k % 2 == 0 else (args.tree_b, args.tree_a):
+            figures[tree].append(_chunk(sides[tree]))
+    for process in sides.values():
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait()
+    _report(figures[args.tree_a], figures[args.tree_b])
+    return 0
+
+
+def _chunk(process: subprocess.Popen[Any]) -> tuple[float, float]:
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("go\n")
+    process.stdin.flush()
+    backends, client = process.stdout.readline().split()
+    return float(backends), float(client)
+
+
+def _report(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> None:
+    for label, i in (("PostgreSQL's backends", 0), ("the tree's process", 1)):
+        xs, ys = [x[i] for x in a], [y[i] for y in b]
+        ratios = [y / x for x, y in zip(xs, ys, strict=True) if x > 0]
+        spread = [f"{statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})" for v in (xs, ys, ratios)]
+        print(
+            f"{label}, ms per completion: A {spread[0]}, B {spread[1]}; B ÷ A per pair {spread[2]}, {len(ratios)} pairs"
+        )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
