@@ -21,8 +21,6 @@ from typing import Any
 import schemathesis
 from schemathesis.openapi.checks import RejectedPositiveData
 
-from api.protocol_schemas import LeaseIn
-
 BEYOND_A_SCHEMA = {"invalid_cursor", "unknown_principal", "invalid_outcome", "invalid_answer", "invalid_delegation"}
 STATE_REFUSALS = ("a webhook URL is", "not a URL", "the host ", "a replay goes back")  # validation_error details
 
@@ -42,7 +40,12 @@ def filter_failure(context: Any, failure: Any, case: Any, response: Any) -> bool
     return code not in BEYOND_A_SCHEMA and not (code == "validation_error" and detail.startswith(STATE_REFUSALS))
 
 
-LEASE_WAIT_MAX_S = LeaseIn.model_json_schema()["properties"]["wait_s"]["maximum"]  # the schema's own bound
+def lease_wait_max_s(operation: Any) -> float:
+    """The bound the served OpenAPI itself puts on a lease's ``wait_s``: read there, so that a schemathesis
+    process imports none of the app (its models, SQLAlchemy) for one number."""
+    ref = operation.definition.raw["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    body = operation.schema.raw_schema["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    return float(body["properties"]["wait_s"]["maximum"])
 
 
 @schemathesis.hook
@@ -53,6 +56,7 @@ def map_body(context: Any, body: Any) -> Any:
     operation = context.operation
     if operation is not None and operation.path == "/v1/worker/lease" and isinstance(body, dict):
         wait = body.get("wait_s", 0)
-        if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 <= wait <= LEASE_WAIT_MAX_S:
+        if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 <= wait <= lease_wait_max_s(operation):
             return {**body, "wait_s": 0}
     return body
+
