@@ -251,7 +251,32 @@ def test_hypothesis__no_server_error_for_any_json(
     assert "Traceback" not in server.text()[logged:], server.text()[logged:][-4000:]
 
 
-def schemathesis(server: ApiServer, token: str, *filters: str, examples: int, log: Path) -> subprocess.Popen[str]:
+def spared(http: httpx.Client, actors: Actors) -> str:
+    """``PARKWAY_FUZZ_SPARED`` (tests/api/fuzz_hooks.py): the operations that would take a token or a grant
+    from a principal the fuzz runs as, each with a spare principal or grant to aim at instead. The admin
+    disabling itself stays in (a 409)."""
+    admin = actors.auth(ADMIN)
+    spare = http.post("/v1/principals", json={"kind": "human", "name": "fuzz-spare"}, headers=admin)
+    assert spare.status_code == 201, spare.text
+    grant = http.post("/v1/grants", json={"principal": "fuzz-spare", "target": "fuzz:spare"}, headers=admin)
+    assert grant.status_code == 201, grant.text
+    listed = http.get("/v1/principals", headers=admin)
+    assert listed.status_code == 200, listed.text
+    ids = {principal["name"]: principal["id"] for principal in listed.json()["items"]}
+    runners = [ids[ADMIN], ids[AGENT], ids[HUMAN]]
+    return json.dumps({
+        "POST /v1/principals/{principal_id}/token": {"parameter": "principal_id", "keep": runners,
+                                                     "spare": spare.json()["id"]},
+        "DELETE /v1/principals/{principal_id}": {"parameter": "principal_id", "keep": runners[1:],
+                                                 "spare": spare.json()["id"]},
+        "DELETE /v1/grants/{grant_id}": {"parameter": "grant_id", "keep": [actors.grants[AGENT], actors.grants[HUMAN]],
+                                         "spare": grant.json()["id"]},
+    })  # fmt: skip
+
+
+def schemathesis(
+    server: ApiServer, token: str, *filters: str, examples: int, log: Path, spared: str
+) -> subprocess.Popen[str]:
     """Start the schemathesis CLI against the live server (``passed`` reads its outcome)."""
     executable = shutil.which("schemathesis", path=str(Path(sys.executable).parent)) or "schemathesis"
     cmd = [
@@ -270,7 +295,7 @@ def schemathesis(server: ApiServer, token: str, *filters: str, examples: int, lo
         "--suppress-health-check", "too_slow",
         *filters,
     ]  # fmt: skip
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": HOOKS, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": HOOKS, "PYTHONPATH": str(ROOT), "PARKWAY_FUZZ_SPARED": spared}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
 
 
@@ -285,20 +310,23 @@ def passed(run: subprocess.Popen[str], log: Path) -> int:
 
 
 def test_fuzz__no_server_error_and_every_response_as_documented(
-    stack: Stack, server: ApiServer, fuzz_actors: Actors
+    stack: Stack, server: ApiServer, http: httpx.Client, fuzz_actors: Actors
 ) -> None:
-    logs = stack.logs
+    logs, spare = stack.logs, spared(http, fuzz_actors)
     # The three kinds at once (each a process of its own), a few examples per operation: about 15 s
     scopes = {ADMIN: ("admin", []), AGENT: ("agent", ["--include-path-regex", "^/v1/runs"]),
               HUMAN: ("human", ["--include-path-regex", "^/v1/interactions"])}  # fmt: skip
     runs = {
-        name: (schemathesis(server, fuzz_actors.tokens[name], *scope, examples=10, log=logs / f"fuzz-{kind}.log"),
-               logs / f"fuzz-{kind}.log")
+        name: (schemathesis(server, fuzz_actors.tokens[name], *scope, examples=10, log=logs / f"fuzz-{kind}.log",
+                            spared=spare), logs / f"fuzz-{kind}.log")
         for name, (kind, scope) in scopes.items()
     }  # fmt: skip
     cases = {name: passed(run, log) for name, (run, log) in runs.items()}
     print(f"\nschemathesis cases passed: {cases} total={sum(cases.values())}")
     assert all(n > 0 for n in cases.values())
     # The server is still healthy after the fuzzing, and never logged a traceback
-    assert httpx.get(f"{server.url}/healthz").status_code == 200
+    assert http.get("/healthz").status_code == 200
+    # Each kind fuzzed as itself to the end: no run took its own or another's token away
+    for name in scopes:
+        assert http.get("/v1/runs", headers=fuzz_actors.auth(name)).status_code != 401, name
     assert "Traceback" not in server.text()
