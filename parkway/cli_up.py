@@ -109,6 +109,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     SIGTERM, restarting a child that dies (until one dies too often)."""
     from parkway.settings import get_settings
 
+    if args.flower:  # a value in the environment, refused before anything slower is done
+        cli_bootstrap.require_usable_flower_login()
     settings = get_settings()
     settings.require_imports()  # now, not after migrating and starting the children that would refuse
     cli_check.refuse_dangling()  # likewise: what `parkway check` reports refuses the stack, its worker too
