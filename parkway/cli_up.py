@@ -84,7 +84,8 @@ def _commands(
 ) -> dict[str, tuple[list[str], Sequence[str], dict[str, str]]]:
     """Each child's command line, the markers it prints once ready, and its environment."""
     py = sys.executable
-    celery = [py, "-m", "celery", "-A", "tasks.celery_app:app"]
+    # celery's own command, without the subcommands the child does not run (parkway/cli_celery.py)
+    celery = [py, "-m", "parkway.cli_celery", "-A", "tasks.celery_app:app"]
     commands: dict[str, tuple[list[str], Sequence[str], dict[str, str]]] = {}
     commands["api"] = ([py, "-m", "uvicorn", "api.app:app", "--host", args.host, "--port", str(args.port),
                         "--timeout-graceful-shutdown", "5"], [API_LISTENING], env)  # fmt: skip
