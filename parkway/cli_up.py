@@ -113,10 +113,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.flower:  # a value in the environment, refused before anything slower is done
         cli_bootstrap.require_usable_flower_login()
     settings = get_settings()
+    home = Path(settings.home).resolve()
+    _only_up_in(home)  # a second up on this home refuses at once, before the workflows are imported
     settings.require_imports()  # now, not after migrating and starting the children that would refuse
     cli_check.refuse_dangling()  # likewise: what `parkway check` reports refuses the stack, its worker too
-    home = Path(settings.home).resolve()
-    _only_up_in(home)
     settings.resolved_secret_key()  # refuse now, not in four children; makes the embedded key file once
     flower_login = cli_bootstrap.flower_login(home) if args.flower else None  # refused before anything starts
 
