@@ -125,6 +125,14 @@ def flower_login(home: Path) -> tuple[str, str, str]:
     return login, f"user {user}, password in {path}", where
 
 
+def require_usable_flower_login() -> None:
+    """Refuse a ``FLOWER_BASIC_AUTH`` nobody could log in with: checked first, before ``parkway up`` imports
+    the workflows or touches its home."""
+    given = os.environ.get("FLOWER_BASIC_AUTH", "")
+    if given:
+        _require_logins(given)
+
+
 def _require_logins(value: str) -> None:
     """Refuse a ``FLOWER_BASIC_AUTH`` nobody could log in with: Flower compares each comma-separated entry
     with the browser's ``user:password`` as it is."""

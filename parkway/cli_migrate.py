@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def cmd_migrate(_: argparse.Namespace) -> int:
     from parkway.db import get_engine
-    from parkway.migrate import current_revision, upgrade
+    from parkway.migrate import current_revision, head_revision, upgrade
     from parkway.placeholders import refuse_placeholders
     from parkway.settings import get_settings
 
@@ -25,7 +25,8 @@ def cmd_migrate(_: argparse.Namespace) -> int:
     refuse_placeholders(engine)  # every value left as .env.example's placeholder, named at once
     settings.resolved_secret_key()  # then a key the API, worker and beat would refuse: the deploy stops here
     before = current_revision(engine)  # unreachable: one line from ``main``
-    after = upgrade(engine)
+    # At head already (every start of `parkway up` but the first): nothing to run, so alembic is not loaded
+    after = before if before == head_revision() else upgrade(engine)
     print(f"parkway migrate: {database_shown(settings)}: {before or 'empty'} -> {after}")
     return 0
 

@@ -84,7 +84,8 @@ def _commands(
 ) -> dict[str, tuple[list[str], Sequence[str], dict[str, str]]]:
     """Each child's command line, the markers it prints once ready, and its environment."""
     py = sys.executable
-    celery = [py, "-m", "celery", "-A", "tasks.celery_app:app"]
+    # celery's own command, without the subcommands the child does not run (parkway/cli_celery.py)
+    celery = [py, "-m", "parkway.cli_celery", "-A", "tasks.celery_app:app"]
     commands: dict[str, tuple[list[str], Sequence[str], dict[str, str]]] = {}
     commands["api"] = ([py, "-m", "uvicorn", "api.app:app", "--host", args.host, "--port", str(args.port),
                         "--timeout-graceful-shutdown", "5"], [API_LISTENING], env)  # fmt: skip
@@ -109,11 +110,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     SIGTERM, restarting a child that dies (until one dies too often)."""
     from parkway.settings import get_settings
 
+    if args.flower:  # a value in the environment, refused before anything slower is done
+        cli_bootstrap.require_usable_flower_login()
     settings = get_settings()
+    home = Path(settings.home).resolve()
+    _only_up_in(home)  # a second up on this home refuses at once, before the workflows are imported
     settings.require_imports()  # now, not after migrating and starting the children that would refuse
     cli_check.refuse_dangling()  # likewise: what `parkway check` reports refuses the stack, its worker too
-    home = Path(settings.home).resolve()
-    _only_up_in(home)
     settings.resolved_secret_key()  # refuse now, not in four children; makes the embedded key file once
     flower_login = cli_bootstrap.flower_login(home) if args.flower else None  # refused before anything starts
 

@@ -216,9 +216,12 @@ def _up_until_it_exits(tmp_path: Path, env: dict[str, str], *args: str) -> tuple
 
 
 @pytest.mark.parametrize("answers_http", [False, True], ids=["silent", "answers-healthz"])
-def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path, home: Path, answers_http: bool) -> None:
-    # Given the API's port already taken by someone else (one that may even answer /healthz)
-    env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows")
+def test_up__a_child_that_dies_during_startup_stops_everything(
+    tmp_path: Path, migrated_home: Path, answers_http: bool
+) -> None:
+    # Given the API's port already taken by someone else (one that may even answer /healthz); a home migrated
+    # before (what up does after migrating is under test)
+    env = embedded_env(PARKWAY_HOME=str(migrated_home), PARKWAY_IMPORTS="tests.workflows")
     with _taken_port(answers_http) as port:
         code, stdout, stderr = _up_until_it_exits(tmp_path, env, "--port", str(port))
     pids = child_pids(stdout)
@@ -231,10 +234,12 @@ def test_up__a_child_that_dies_during_startup_stops_everything(tmp_path: Path, h
     assert not any(group_alive(pid) for pid in pids.values())
 
 
-def test_up__a_broker_nobody_answers__the_api_is_not_called_ready_and_up_says_why(tmp_path: Path, home: Path) -> None:
-    # Given a configured broker nothing listens on
+def test_up__a_broker_nobody_answers__the_api_is_not_called_ready_and_up_says_why(
+    tmp_path: Path, migrated_home: Path
+) -> None:
+    # Given a configured broker nothing listens on (in a home migrated before)
     broker = f"redis://127.0.0.1:{free_port()}/0"
-    env = embedded_env(PARKWAY_HOME=str(home), PARKWAY_IMPORTS="tests.workflows", PARKWAY_BROKER_URL=broker)
+    env = embedded_env(PARKWAY_HOME=str(migrated_home), PARKWAY_IMPORTS="tests.workflows", PARKWAY_BROKER_URL=broker)
     # (the budget outlasts the API's own start on a loaded 2-core host: the broker is what it must report)
     code, stdout, stderr = _up_until_it_exits(tmp_path, env, "--port", str(free_port()), "--startup-timeout", "30")
     # Then up stops, exit 1, and says the API is not ready because its broker is unreachable
