@@ -163,9 +163,15 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
 
 @pytest.fixture
-def suite_commands(recorded: list[list[str]], tmp_path: Path) -> dict[str, list[str]]:
-    """The commands the suite starts its processes with, taken from the helpers that start them."""
+def suite_commands(recorded: list[list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """The commands the suite starts its processes with, taken from the helpers that start them (as fresh
+    processes: the fork server, tests/forkserver.py, runs the same modules with the same arguments)."""
+    import tests.api.conftest
+    import tests.support
     from tests.api.conftest import ApiServer
+
+    monkeypatch.setattr(tests.support, "FORK_WORKERS", False)
+    monkeypatch.setattr(tests.api.conftest, "FORK_WORKERS", False)
 
     unused = "postgresql+psycopg://nobody@127.0.0.1:1/none"  # no process is started: Popen is a recorder
     stack = Stack(broker="filesystem", database_url=unused, broker_url="", home=tmp_path, logs=tmp_path)
