@@ -21,6 +21,7 @@ from parkway.settings import get_settings, reset_settings
 from tasks.celery_app import RESUME_STEP, RUN_STEP, STEPS_QUEUE, app
 from tasks.sdk import Gone, answer
 from tasks.worker import execute
+from tests.acceptance.seeding import shape, started_runs
 from tests.integration.helpers import (
     Sent,
     add_principal,
@@ -55,6 +56,16 @@ def _start_ids(n: int, workflow: str = "t.after") -> list[str]:
         (c,) = continuations(start(workflow, {"i": i}))
         ids.append(c.id)
     return ids
+
+
+def _many_ids(n: int, workflow: str = "t.after") -> list[str]:
+    """``_start_ids`` for the tests of many rows whose order does not matter: the first run started, the others
+    made as it was by the store's own statement at once (the start is not what these tests are about)."""
+    started = start(workflow)
+    seeded = started_runs(n - 1, workflow)
+    assert shape(seeded[0][0]) == shape(started)
+    (first,) = continuations(started)
+    return [first.id, *(cid for _, cid in seeded)]
 
 
 def _claim(continuation_id: str, lease_s: float, execution_id: str | None = None) -> None:
@@ -93,7 +104,9 @@ def _counts(report: SweepReport) -> dict[str, int]:
 # --------------------------------------------------------------------------- category 1: ready, not enqueued
 
 
-def test_sweep__republishes_a_ready_continuation_older_than_the_reenqueue_delay(actors_db: str, sent: Sent) -> None:
+def test_sweep__republishes_a_ready_continuation_older_than_the_reenqueue_delay(
+    actors_db: str, sent: Sent, slow_reenqueue: float
+) -> None:
     # Given a committed start continuation whose publish was lost
     (cid,) = _start_ids(1)
     sent.clear()
@@ -168,8 +181,8 @@ def test_sweep__each_category_touches_at_most_batch_rows_per_pass(
     actors_db: str, sent: Sent, slow_reenqueue: float
 ) -> None:
     # Given 30 stale ready continuations, 30 claims with expired leases and 30 questions past expiry
-    stale = _start_ids(30)
-    claimed = _start_ids(30)
+    stale = _many_ids(30)
+    claimed = _many_ids(30)
     for cid in claimed:
         _claim(cid, lease_s=0.01)
     expiring = [parked("t.ask_two", {"expires_in": 1})[1]["window"].id for _ in range(30)]
@@ -191,7 +204,7 @@ def test_sweep__two_concurrent_sweeps_republish_each_row_exactly_once(
     actors_db: str, sent: Sent, slow_reenqueue: float
 ) -> None:
     # Given 200 ready continuations whose publish was lost
-    ids = _start_ids(200)
+    ids = _many_ids(200)
     sent.clear()
     pass_time(slow_reenqueue + 1)
     barrier = threading.Barrier(2)
