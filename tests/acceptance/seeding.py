@@ -1,6 +1,7 @@
 """What a test starts from, made cheaply where making it is not what the test is about: runs as ``start()``
-leaves them, made many at once by the store's own statement (not a transaction and a publish each), and a
-worker the tests of a module share (not a process start, its imports and Celery's own start, each).
+leaves them, made many at once by the store's own statement (not a transaction and a publish each), a
+database the tests of a module share, put back after each as a clone of its own would be (not a database
+made and dropped each), and a worker they share (not a process start, its imports and Celery's own, each).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 from sqlalchemy import text, update
 
 from models import store
+from models.base import Base
 from models.clock import db_now
 from models.run_start import run_params
 from models.store import runs
@@ -66,6 +68,31 @@ def shape(run_id: str) -> dict[str, list[dict[str, Any]]]:
 
     return {table: [{k: plain(v) for k, v in row.items() if k not in LEFT_OUT.get(table, ())} for row in table_rows]
             for table, table_rows in rows.items()}  # fmt: skip
+
+
+TABLES = "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = :schema"
+
+
+def keep_rows() -> None:
+    """A copy of every table of the current database that has rows, in the schema ``kept``, for
+    ``put_back_rows``: a database a module's tests share, as each test would find a clone of its own."""
+    with transaction() as session:
+        session.execute(text("CREATE SCHEMA kept"))
+        for table in session.scalars(text(TABLES), {"schema": "public"}).all():
+            if session.scalar(text(f"SELECT EXISTS (SELECT FROM public.{table})")):
+                session.execute(text(f"CREATE TABLE kept.{table} AS TABLE public.{table}"))
+
+
+def put_back_rows() -> None:
+    """The current database as ``keep_rows`` found it: every table emptied and its sequences restarted, the
+    kept rows inserted again (the models' tables each after those its foreign keys name)."""
+    order = [table.name for table in Base.metadata.sorted_tables]
+    with transaction() as session:
+        public = session.scalars(text(TABLES), {"schema": "public"}).all()
+        session.execute(text(f"TRUNCATE {', '.join(f'public.{t}' for t in public)} RESTART IDENTITY"))
+        kept = set(session.scalars(text(TABLES), {"schema": "kept"}).all())
+        for table in [t for t in order if t in kept] + sorted(kept - set(order)):
+            session.execute(text(f"INSERT INTO public.{table} TABLE kept.{table}"))
 
 
 class SharedWorker:

@@ -1,10 +1,12 @@
 """The recovery sweep: re-enqueue, lease expiry, give-up, expiry; bounded and
-safe beside itself. Each test has a database of its own, because a pass looks at whole tables."""
+safe beside itself. Each test finds the database as a clone of its own would be, because a pass looks at whole
+tables: the module's one database, put back after each test (``actors_db``)."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -19,9 +21,11 @@ from models.tables import Continuation, Grant, Step
 from parkway.db import transaction
 from parkway.settings import get_settings, reset_settings
 from tasks.celery_app import RESUME_STEP, RUN_STEP, STEPS_QUEUE, app
+from tasks.projection import drain_projections
 from tasks.sdk import Gone, answer
 from tasks.worker import execute
-from tests.acceptance.seeding import shape, started_runs
+from tests.acceptance.seeding import keep_rows, put_back_rows, shape, started_runs
+from tests.conftest import database_of_its_own
 from tests.integration.helpers import (
     Sent,
     add_principal,
@@ -31,6 +35,7 @@ from tests.integration.helpers import (
     execute_ready,
     interaction,
     live_grant_ids,
+    make_actors,
     parked,
     purge_queues,
     step,
@@ -47,6 +52,27 @@ from tests.support import (
     start,
     wait_for,
 )
+
+
+@pytest.fixture(scope="module")
+def module_db(template_db: str) -> Iterator[str]:
+    """A clone of the template with the actors (what each test had a clone of its own of), its rows kept for
+    ``actors_db`` to put back: one database and one engine for the module, not a database made and dropped for
+    each test (a drop forces a checkpoint) and an engine whose statements are compiled anew."""
+    with database_of_its_own(template_db) as url:
+        make_actors()
+        keep_rows()
+        yield url
+
+
+@pytest.fixture
+def actors_db(module_db: str) -> Iterator[str]:
+    """The module's database as a clone of its own would be (bot, ana, eve and boss as in ``stack``), and this
+    process's settings read afresh (as ``use_database`` does); put back as it was after the test."""
+    reset_settings()
+    yield module_db
+    drain_projections()  # a run this test ended is projected on a thread a moment later: not after the put-back
+    put_back_rows()
 
 
 def _start_ids(n: int, workflow: str = "t.after") -> list[str]:
