@@ -56,6 +56,8 @@ def calls(run_id: str) -> dict[str, ToolCall]:
         return {c.key: c for c in session.scalars(select(ToolCall).where(ToolCall.run_id == run_id))}
 
 
+GUARDED = {"cmd": "deploy api", "resources": ["host:a", "host:b"]}  # a run of t.guarded, behind a permission
+
 # A crashing worker's lease: a message delivered again while the dead execution's claim holds is a duplicate, so
 # no run crashes twice before the last of them crashed once (the suite's 2 s can run one again under load).
 CRASH_LEASE_S = "6"
@@ -71,6 +73,7 @@ def redriven(stack: Stack, shared: SharedWorker, tmp_path_factory: pytest.TempPa
     runs = _crashed(stack, "tool.after_intent", never_after_intent=("t.tool", never))
     runs |= _crashed(stack, "tool.after_run", never_after_run=("t.tool", never), safe_after_run=("t.tool", safe),
                      lookup=("t.tool", {**never, "cmd": "secret-arg-42"}))  # fmt: skip
+    runs |= _crashed(stack, "resume.before_commit", preflight=("t.guarded", GUARDED))
     flags = tmp_path_factory.mktemp("flags")
     killed = stack.start_worker()
     runs["three_tools"] = start("t.three_tools", {"wait_for": str(flags / "third")})
@@ -175,16 +178,15 @@ def _permission(run_id: str) -> object:
 
 
 @pytest.mark.parametrize("restart", [False, True])
-def test_permission_preflight__approved_runs_the_effect_once(stack: Stack, shared: SharedWorker, restart: bool) -> None:
-    # Given a worker that dies right before committing the park (a restart while authorizing)
+def test_permission_preflight__approved_runs_the_effect_once(
+    stack: Stack, shared: SharedWorker, request: pytest.FixtureRequest, restart: bool
+) -> None:
+    # Given a worker that dies right before committing the park (a restart while authorizing: redriven's)
     if restart:
-        stack.stop_all()
-    first = stack.start_worker(PARKWAY_CRASH_AT="resume.before_commit") if restart else shared.worker()
-    run_id = start("t.guarded", {"cmd": "deploy api", "resources": ["host:a", "host:b"]})
-    if restart:
-        wait_for(lambda: "crash point resume.before_commit reached" in first.text(), what="crash before park")
-        first.kill()
+        run_id = request.getfixturevalue("redriven")["preflight"]
+    else:
         shared.worker()
+        run_id = start("t.guarded", GUARDED)
     asked = wait_parked(run_id)
     # Then it rejoined one deterministic request, and nothing ran before the approval
     step_id = calls(run_id)["apply"].step_id
