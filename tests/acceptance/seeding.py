@@ -110,6 +110,11 @@ class SharedWorker:
             self.current = self.stack.start_worker(concurrency=self.concurrency, **self.env)
         return self.current
 
+    def successor(self) -> Worker:
+        """A new shared worker; the one before is the caller's (to stop or kill)."""
+        self.current = None
+        return self.worker()
+
     def tidy(self) -> None:
         for worker in self.stack.workers:
             if worker is not self.current and worker.alive():

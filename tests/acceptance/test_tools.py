@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -66,41 +66,60 @@ CRASH_LEASE_S = "6"
 @pytest.fixture(scope="module")
 def redriven(stack: Stack, shared: SharedWorker, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The runs of the tests below whose worker dies mid-step, by test, each died as that test says: one
-    crashing worker for each crash point, one worker killed for the kills (not a worker to die and another
-    to restart for each test), then the shared worker started to re-drive them, as a restarted one would."""
+    crashing worker for each crash point, the last of which also runs the kill tests' runs, killed with it
+    before they reach its crash point (the step's commit; they wait for flags touched only once it is dead):
+    not a worker to die and another to restart for each test. Then the shared worker re-drives them all, as a
+    restarted one would."""
     stack.stop_all()
     never, safe = {"replay": "never"}, {"replay": "safe"}
-    runs = _crashed(stack, "tool.after_intent", never_after_intent=("t.tool", never))
-    runs |= _crashed(stack, "tool.after_run", never_after_run=("t.tool", never), safe_after_run=("t.tool", safe),
-                     lookup=("t.tool", {**never, "cmd": "secret-arg-42"}))  # fmt: skip
-    runs |= _crashed(stack, "resume.before_commit", preflight=("t.guarded", GUARDED))
+    runs = _crashed(stack, "tool.after_intent", {"never_after_intent": ("t.tool", never)})
+    runs |= _crashed(stack, "tool.after_run", {"never_after_run": ("t.tool", never), "safe_after_run": ("t.tool", safe),
+                                               "lookup": ("t.tool", {**never, "cmd": "secret-arg-42"})})  # fmt: skip
     flags = tmp_path_factory.mktemp("flags")
-    killed = stack.start_worker()
-    runs["three_tools"] = start("t.three_tools", {"wait_for": str(flags / "third")})
-    runs["args_change"] = start("t.args_change", {"wait_for": str(flags / "go")})
-    # The effect commits before the journal records its outcome: kill only once that is settled too (a kill
-    # between the two rightly leaves the second tool "possibly ran", which is another test's case).
-    wait_for(lambda: effects(runs["three_tools"], "two") == 1, what="second tool ran")
-    wait_for(lambda: _settled(runs["three_tools"], "two"), what="second tool settled")
-    wait_for(lambda: effects(runs["args_change"], "args") == 1, what="first execution's tool ran")
-    killed.kill()
+    killed = {"three_tools": ("t.three_tools", {"wait_for": str(flags / "third")}),
+              "args_change": ("t.args_change", {"wait_for": str(flags / "go")})}  # fmt: skip
+    runs |= _crashed(stack, "resume.before_commit", {"preflight": ("t.guarded", GUARDED)}, killed, midway=_midway)
     for flag in ("third", "go"):
         (flags / flag).touch()
-    stack.flush_broker()
     shared.worker()
     return runs
 
 
-def _crashed(stack: Stack, point: str, **runs: tuple[str, dict[str, object]]) -> dict[str, str]:
-    """Runs started on a worker that exits at ``point`` (``PARKWAY_CRASH_AT``), once each of them crashed there;
-    the worker killed (its pool would crash the next one too)."""
-    crashing = stack.start_worker(concurrency=len(runs), PARKWAY_CRASH_AT=point, PARKWAY_CLAIM_LEASE_S=CRASH_LEASE_S)
+Started = dict[str, tuple[str, dict[str, object]]]  # by test: the workflow and payload of its run
+
+
+def _crashed(
+    stack: Stack,
+    point: str,
+    crashing: Started,
+    killed: Started | None = None,
+    *,
+    midway: Callable[[dict[str, str]], None] | None = None,
+) -> dict[str, str]:
+    """Runs started on a worker that exits at ``point`` (``PARKWAY_CRASH_AT``), once each of ``crashing``
+    crashed there and ``midway`` holds of the ``killed`` ones; the worker killed (its pool would crash the
+    next one too), and what it held left to the sweep to send again once the lease ran out (wait_status
+    sweeps)."""
+    runs = {**crashing, **(killed or {})}
+    worker = stack.start_worker(concurrency=len(runs), PARKWAY_CRASH_AT=point, PARKWAY_CLAIM_LEASE_S=CRASH_LEASE_S)
     started = {test: start(workflow, payload) for test, (workflow, payload) in runs.items()}
     line = f"crash point {point} reached"
-    wait_for(lambda: crashing.text().count(line) >= len(runs), what=f"{len(runs)} crashes at {point}")
-    crashing.kill()
-    stack.flush_broker()  # what it held is the sweep's to send again, once the lease ran out (wait_status sweeps)
+    wait_for(lambda: worker.text().count(line) >= len(crashing), what=f"{len(crashing)} crashes at {point}")
+    if midway is not None:
+        midway(started)
+    worker.kill()
+    stack.flush_broker()
     return started
+
+
+def _midway(runs: dict[str, str]) -> None:
+    """The kill tests' runs where their tests kill them: the third tool's step after the second tool, the
+    same-key step after its first execution's tool. The effect commits before the journal records its
+    outcome: kill only once that is settled too (a kill between the two rightly leaves the second tool
+    "possibly ran", which is another test's case)."""
+    wait_for(lambda: effects(runs["three_tools"], "two") == 1, what="second tool ran")
+    wait_for(lambda: _settled(runs["three_tools"], "two"), what="second tool settled")
+    wait_for(lambda: effects(runs["args_change"], "args") == 1, what="first execution's tool ran")
 
 
 def _settled(run_id: str, key: str) -> bool:
@@ -241,25 +260,26 @@ ENDED = re.compile(r"succeeded in [\d.]+s: '(lost|released|committed)'")
 
 
 def test_never_tool__an_execution_that_lost_its_claim_starts_no_more_tool_calls(
-    stack: Stack, shared: SharedWorker, tmp_path: Path
+    shared: SharedWorker, tmp_path: Path
 ) -> None:
     # Given a worker stopped while the effect of a run's first never tool runs (its second not reached)
+    # (the shared one, alone since tidy: its log read from here on, what it logged before is not this run's)
     flag = tmp_path / "go"
-    stack.stop_all()
-    hung = stack.start_worker(concurrency=1)
+    hung = shared.worker()
+    since = len(hung.text())
     run_id = start("t.stuck_tool", {"wait_for": str(flag)})
     wait_for(lambda: "first" in calls(run_id), timeout=60, what="the first tool call journaled")
     os.killpg(hung.proc.pid, signal.SIGSTOP)
     try:
         # When its lease runs out and another worker re-drives the run, which fails: the first may have run
-        shared.worker()
+        shared.successor()
         run = wait_for(lambda: run_status(run_id) == "failed" and run_row(run_id), timeout=60, sweep=True,
                        what="the re-drive ending the run")  # fmt: skip
         assert "possibly ran" in (run.error or "")
         # And then the stopped worker goes on
         flag.touch()
         os.killpg(hung.proc.pid, signal.SIGCONT)
-        ended = wait_for(lambda: ENDED.search(hung.text()), timeout=30, what="the stopped execution's end")
+        ended = wait_for(lambda: ENDED.search(hung.text()[since:]), timeout=30, what="the stopped execution's end")
     finally:
         hung.kill()
     # Then it started nothing more: the run's second tool was never journaled, its effect never ran
