@@ -6,11 +6,12 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from models import projections
 from models.base import utcnow
@@ -19,6 +20,7 @@ from parkway.db import transaction
 from parkway.errors import Gone
 from parkway.settings import reset_settings
 from tasks.sdk import answer
+from tests.acceptance.seeding import SharedWorker, shape, started_runs
 from tests.support import (
     HUMAN,
     ROOT,
@@ -35,18 +37,48 @@ from tests.support import (
     wait_status,
 )
 
-pytestmark = pytest.mark.usefixtures("own_workers")
+
+@pytest.fixture(scope="module")
+def module_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The workspace directory of this module's shared worker (``workspace`` points this process at it)."""
+    return tmp_path_factory.mktemp("truth") / "workspaces"
+
+
+@pytest.fixture(scope="module")
+def shared(stack: Stack, module_workspace: Path) -> SharedWorker:
+    """The worker of the tests that need one and nothing more (one start, not one a test)."""
+    return SharedWorker(stack, PARKWAY_WORKSPACE_DIR=str(module_workspace))
+
+
+@pytest.fixture(autouse=True)
+def tidy(shared: SharedWorker) -> Iterator[None]:
+    """No worker or beat of a test outlives it (a leftover would take the next test's messages, or sweep)."""
+    shared.tidy()
+    yield
+    shared.tidy()
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A workspace directory of this test's own, for this process and the workers it starts."""
-    path = tmp_path / "workspaces"
-    path.mkdir()
-    monkeypatch.setenv("PARKWAY_WORKSPACE_DIR", str(path))
+def workspace(module_workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The shared worker's workspace directory, emptied, for this process too (and the processes it starts).
+    Emptied once every ended run is projected: the shared worker writes an earlier test's run a moment after
+    it ends, which would otherwise land in the directory a test is about to replace."""
+    wait_for(_written, what="earlier runs projected")
+    if module_workspace.is_file():  # left unwritable by a test that failed
+        module_workspace.unlink()
+    shutil.rmtree(module_workspace, ignore_errors=True)
+    module_workspace.mkdir(parents=True)
+    monkeypatch.setenv("PARKWAY_WORKSPACE_DIR", str(module_workspace))
     reset_settings()
-    yield path  # type: ignore[misc]
+    yield module_workspace
     reset_settings()
+
+
+def _written() -> bool:
+    """No ended run's projection is left to write, but those whose write failed (a sweep's to retry)."""
+    with transaction() as session:
+        left = select(func.count()).select_from(Run).where(Run.projection_pending, ~Run.projection_failed)
+        return not session.scalar(left)
 
 
 def _projection(path: Path, run_id: str) -> dict[str, object]:
@@ -80,31 +112,14 @@ def _agree(path: Path, run_id: str) -> None:
     _history_agrees(run_id, run)
 
 
+# The module's first test: it stops every worker, so the shared one is started once, after it.
 @pytest.mark.broker
-def test_expiry__continuation_runs_once_with_the_expired_outcome(stack: Stack) -> None:
-    stack.start_worker()
-    stack.start_beat()
-    run_id = start("t.ask_one", {"continuation": "t.expiry_done@1", "expires_in": 1})
-    asked = wait_parked(run_id, sweep=False)
-    # When nobody answers within a second, the beat-driven sweep expires the question
-    run = wait_status(run_id, "completed", sweep=False)
-    assert run.result == {"status": "expired", "value": None}
-    # Then a late answer learns it expired, and stays so
-    with pytest.raises(Gone) as late:
-        answer(asked["go"].id, "too late", response_id=new_response_id(), principal=HUMAN)
-    assert late.value.state is not None and late.value.state["status"] == "expired"
-    assert effects(run_id, "expiry_done") == 1
-    assert [(c.kind, c.status, c.attempts) for c in continuations(run_id)] == [
-        ("start", "consumed", 1),
-        ("resume", "consumed", 1),
-    ]
-    assert event_types(run_id).count("interaction.expired") == 1
-
-
-@pytest.mark.broker
-def test_stranded_review__interrupted_by_the_sweep_with_counts_kept(stack: Stack, tmp_path: Path) -> None:
-    # Given a step that started a review and recorded progress, killed while it runs
+def test_stranded_review__interrupted_by_the_sweep_with_counts_kept(
+    stack: Stack, shared: SharedWorker, tmp_path: Path
+) -> None:
+    # Given a step that started a review and recorded progress, killed while it runs (on a worker of its own)
     flag = tmp_path / "go-on"
+    stack.stop_all()
     worker = stack.start_worker()
     run_id = start("t.review", {"wait_for": str(flag)})
 
@@ -131,13 +146,34 @@ def test_stranded_review__interrupted_by_the_sweep_with_counts_kept(stack: Stack
     assert "review.interrupted" in event_types(run_id)
     # And the step, re-driven, completes with a review of its own
     flag.touch()
-    stack.start_worker()
+    shared.worker()
     assert wait_status(run_id, "completed").result != {"review": first.id}
     assert effects(run_id, "review") == 1
 
 
-def test_running_review__step_cannot_complete(stack: Stack) -> None:
-    stack.start_worker()
+@pytest.mark.broker
+def test_expiry__continuation_runs_once_with_the_expired_outcome(stack: Stack, shared: SharedWorker) -> None:
+    shared.worker()
+    stack.start_beat()
+    run_id = start("t.ask_one", {"continuation": "t.expiry_done@1", "expires_in": 1})
+    asked = wait_parked(run_id, sweep=False)
+    # When nobody answers within a second, the beat-driven sweep expires the question
+    run = wait_status(run_id, "completed", sweep=False)
+    assert run.result == {"status": "expired", "value": None}
+    # Then a late answer learns it expired, and stays so
+    with pytest.raises(Gone) as late:
+        answer(asked["go"].id, "too late", response_id=new_response_id(), principal=HUMAN)
+    assert late.value.state is not None and late.value.state["status"] == "expired"
+    assert effects(run_id, "expiry_done") == 1
+    assert [(c.kind, c.status, c.attempts) for c in continuations(run_id)] == [
+        ("start", "consumed", 1),
+        ("resume", "consumed", 1),
+    ]
+    assert event_types(run_id).count("interaction.expired") == 1
+
+
+def test_running_review__step_cannot_complete(shared: SharedWorker) -> None:
+    shared.worker()
     run_id = start("t.review", {"leave_running": True})
     run = wait_status(run_id, "failed")
     assert run.error is not None and run.error.startswith("partial failure:")
@@ -145,11 +181,13 @@ def test_running_review__step_cannot_complete(stack: Stack) -> None:
     assert effects(run_id, "review") == 0  # the Complete did not commit its effects
 
 
-def test_projection_write_fails__pending_until_the_sweep_converges(stack: Stack, workspace: Path) -> None:
+def test_projection_write_fails__pending_until_the_sweep_converges(
+    stack: Stack, shared: SharedWorker, workspace: Path
+) -> None:
     # Given a workspace that cannot be written (root ignores permission bits: a file stands in its place)
     shutil.rmtree(workspace)
     workspace.write_text("not a directory")
-    stack.start_worker()
+    shared.worker()
     run_id = start("t.ask_one")
     asked = wait_parked(run_id, sweep=False)
     answer(asked["go"].id, "go", response_id=new_response_id(), principal=HUMAN)
@@ -188,8 +226,10 @@ def _projection_due(run_id: str) -> bool:
 
 
 @pytest.mark.broker
-def test_completed_run__survives_sigkill_of_everything_and_two_sweeps(stack: Stack, workspace: Path) -> None:
-    worker = stack.start_worker()
+def test_completed_run__survives_sigkill_of_everything_and_two_sweeps(
+    stack: Stack, shared: SharedWorker, workspace: Path
+) -> None:
+    worker = shared.worker()
     beat = stack.start_beat()
     run_id = start("t.ask_one")
     asked = wait_parked(run_id)
@@ -198,7 +238,7 @@ def test_completed_run__survives_sigkill_of_everything_and_two_sweeps(stack: Sta
     wait_for(lambda: not run_row(run_id).projection_pending, what="projections written")
     worker.kill()
     beat.kill()
-    stack.start_worker()
+    shared.worker()
     sweeps = [
         subprocess.Popen(
             [sys.executable, "-m", "parkway.cli", "sweep", "--once"],
@@ -219,8 +259,13 @@ def test_completed_run__survives_sigkill_of_everything_and_two_sweeps(stack: Sta
 
 @pytest.mark.broker
 def test_two_sweeps_at_once__each_due_row_republished_exactly_once(stack: Stack) -> None:
-    # Given 1,000 ready continuations whose messages were lost (no worker runs)
-    run_ids = [start("t.ask_one") for _ in range(1000)]
+    # Given 1,000 ready continuations whose messages were lost (no worker runs): one run started as an agent
+    # starts it, and 999 made as it was by the store's own statement at once (the start is not under test here)
+    stack.stop_all()
+    started = start("t.ask_one")
+    seeded = [run_id for run_id, _ in started_runs(999, "t.ask_one")]
+    assert shape(seeded[0]) == shape(started)
+    run_ids = [started, *seeded]
     stack.flush_broker()
     with transaction() as session:  # what a minute-old crash leaves: published long ago, message lost
         session.execute(

@@ -1,10 +1,12 @@
 """The recovery sweep: re-enqueue, lease expiry, give-up, expiry; bounded and
-safe beside itself. Each test has a database of its own, because a pass looks at whole tables."""
+safe beside itself. Each test finds the database as a clone of its own would be, because a pass looks at whole
+tables: the module's one database, put back after each test (``actors_db``)."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -19,8 +21,11 @@ from models.tables import Continuation, Grant, Step
 from parkway.db import transaction
 from parkway.settings import get_settings, reset_settings
 from tasks.celery_app import RESUME_STEP, RUN_STEP, STEPS_QUEUE, app
+from tasks.projection import drain_projections
 from tasks.sdk import Gone, answer
 from tasks.worker import execute
+from tests.acceptance.seeding import keep_rows, put_back_rows, shape, started_runs
+from tests.conftest import database_of_its_own
 from tests.integration.helpers import (
     Sent,
     add_principal,
@@ -30,6 +35,7 @@ from tests.integration.helpers import (
     execute_ready,
     interaction,
     live_grant_ids,
+    make_actors,
     parked,
     purge_queues,
     step,
@@ -48,6 +54,27 @@ from tests.support import (
 )
 
 
+@pytest.fixture(scope="module")
+def module_db(template_db: str) -> Iterator[str]:
+    """A clone of the template with the actors (what each test had a clone of its own of), its rows kept for
+    ``actors_db`` to put back: one database and one engine for the module, not a database made and dropped for
+    each test (a drop forces a checkpoint) and an engine whose statements are compiled anew."""
+    with database_of_its_own(template_db) as url:
+        make_actors()
+        keep_rows()
+        yield url
+
+
+@pytest.fixture
+def actors_db(module_db: str) -> Iterator[str]:
+    """The module's database as a clone of its own would be (bot, ana, eve and boss as in ``stack``), and this
+    process's settings read afresh (as ``use_database`` does); put back as it was after the test."""
+    reset_settings()
+    yield module_db
+    drain_projections()  # a run this test ended is projected on a thread a moment later: not after the put-back
+    put_back_rows()
+
+
 def _start_ids(n: int, workflow: str = "t.after") -> list[str]:
     """Start ``n`` runs and return their ready start continuations."""
     ids = []
@@ -55,6 +82,16 @@ def _start_ids(n: int, workflow: str = "t.after") -> list[str]:
         (c,) = continuations(start(workflow, {"i": i}))
         ids.append(c.id)
     return ids
+
+
+def _many_ids(n: int, workflow: str = "t.after") -> list[str]:
+    """``_start_ids`` for the tests of many rows whose order does not matter: the first run started, the others
+    made as it was by the store's own statement at once (the start is not what these tests are about)."""
+    started = start(workflow)
+    seeded = started_runs(n - 1, workflow)
+    assert shape(seeded[0][0]) == shape(started)
+    (first,) = continuations(started)
+    return [first.id, *(cid for _, cid in seeded)]
 
 
 def _claim(continuation_id: str, lease_s: float, execution_id: str | None = None) -> None:
@@ -93,7 +130,9 @@ def _counts(report: SweepReport) -> dict[str, int]:
 # --------------------------------------------------------------------------- category 1: ready, not enqueued
 
 
-def test_sweep__republishes_a_ready_continuation_older_than_the_reenqueue_delay(actors_db: str, sent: Sent) -> None:
+def test_sweep__republishes_a_ready_continuation_older_than_the_reenqueue_delay(
+    actors_db: str, sent: Sent, slow_reenqueue: float
+) -> None:
     # Given a committed start continuation whose publish was lost
     (cid,) = _start_ids(1)
     sent.clear()
@@ -168,8 +207,8 @@ def test_sweep__each_category_touches_at_most_batch_rows_per_pass(
     actors_db: str, sent: Sent, slow_reenqueue: float
 ) -> None:
     # Given 30 stale ready continuations, 30 claims with expired leases and 30 questions past expiry
-    stale = _start_ids(30)
-    claimed = _start_ids(30)
+    stale = _many_ids(30)
+    claimed = _many_ids(30)
     for cid in claimed:
         _claim(cid, lease_s=0.01)
     expiring = [parked("t.ask_two", {"expires_in": 1})[1]["window"].id for _ in range(30)]
@@ -191,7 +230,7 @@ def test_sweep__two_concurrent_sweeps_republish_each_row_exactly_once(
     actors_db: str, sent: Sent, slow_reenqueue: float
 ) -> None:
     # Given 200 ready continuations whose publish was lost
-    ids = _start_ids(200)
+    ids = _many_ids(200)
     sent.clear()
     pass_time(slow_reenqueue + 1)
     barrier = threading.Barrier(2)
