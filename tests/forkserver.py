@@ -70,7 +70,9 @@ class _Server:
     def __init__(self) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="parkway-fork-")) / "socket"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        # Not the pytest process's stdin and stdout: under xdist they are its channel to the controller.
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.forkserver", str(self.path)], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      start_new_session=True)  # fmt: skip
         deadline = time.monotonic() + 60
         while not self.path.exists():
