@@ -88,7 +88,7 @@ class DemoStack:
 
     def start(self, role: str, *, crash_at: str | None = None) -> Child:
         py = sys.executable
-        celery = [py, "-m", "celery", "-A", "tasks.celery_app:app"]
+        celery = [py, "-m", "parkway.cli_celery", "-A", "tasks.celery_app:app"]  # as parkway up starts it
         number = next(self.serial)
         if role == "api":
             cmd = [py, "-m", "uvicorn", "api.app:app", "--host", "127.0.0.1", "--port", str(self.port),

@@ -2,7 +2,7 @@
 one of them imports (SQLAlchemy, psycopg, Celery, kombu, pydantic): most of a ``celery worker`` start's CPU
 was those imports, paid again by each of the suite's worker starts.
 
-Each child is still a real ``celery`` process running celery's own command line (``tests.celery_main``) in
+Each child is still a real ``celery`` process running celery's own command line (``parkway.cli_celery``) in
 a session of its own, with its own environment, working directory and log, killed by the tests with real
 signals; only the libraries above come already imported. Nothing of Parkway is imported before the fork, so
 every setting a child reads from its environment is read after it, as in a fresh process. One server per

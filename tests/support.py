@@ -247,16 +247,16 @@ class Stack:
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str | None]) -> Worker:
         log = self.logs / f"{name}.log"
-        # celery's own command, less the imports only its other subcommands need (tests/celery_main.py)
+        # celery's own command, as parkway up starts it: less the subcommands it does not run (parkway/cli_celery.py)
         args = ["-A", "tasks.celery_app:app", *args]
         full_env = child_env(self.database_url, **env)
         proc: subprocess.Popen[bytes] | forkserver.Forked
         if FORK_WORKERS and "LD_PRELOAD" not in full_env:  # a preloaded library needs a process of its own
-            proc = forkserver.spawn("tests.celery_main", args, env=full_env, cwd=ROOT, log=log)
+            proc = forkserver.spawn("parkway.cli_celery", args, env=full_env, cwd=ROOT, log=log)
         else:
             with open(log, "wb") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "tests.celery_main", *args], cwd=ROOT, env=full_env, stdout=out,
+                    [sys.executable, "-m", "parkway.cli_celery", *args], cwd=ROOT, env=full_env, stdout=out,
                     stderr=subprocess.STDOUT, start_new_session=True,
                 )  # fmt: skip
         process = Worker(proc=proc, log=log, name=name)

@@ -86,10 +86,10 @@ def console_scripts() -> dict[str, str]:
     return {target.partition(":")[0]: name for name, target in scripts.items()}
 
 
-# The suite's celery command (tests/celery_main.py) and parkway up's (parkway/cli_celery.py) are celery's own
+# The celery command of the suite and of parkway up (parkway/cli_celery.py) is celery's own
 # ``main`` without other packages' plugged subcommands: the same program, subcommands and options as the
 # ``celery`` script a container runs.
-SUITE_ALIASES = {"tests.celery_main": "celery", "parkway.cli_celery": "celery"}
+SUITE_ALIASES = {"parkway.cli_celery": "celery"}
 
 
 def as_installed(command: list[str]) -> list[str]:
