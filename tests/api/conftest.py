@@ -23,9 +23,9 @@ from models.tables import Continuation
 from parkway.db import transaction
 from parkway.tokens import hash_token, new_token
 from tasks.worker import execute
-from tests import forkserver
+from tests import forkserver, support
 from tests.proxy import free_port
-from tests.support import FORK_WORKERS, PROBE, ROOT, TARGET, Stack, child_env, wait_for
+from tests.support import PROBE, ROOT, TARGET, Stack, child_env, wait_for
 
 AGENT, HUMAN, STRANGER, ADMIN, AGENT2 = "api-bot", "api-ana", "api-eve", "api-root", "api-bot2"
 
@@ -110,7 +110,7 @@ class ApiServer:
     def start(self, *, wait: bool = True, **env: str | None) -> ApiServer:
         args = ["api.app:app", "--host", "127.0.0.1", "--port", str(self.port), "--timeout-graceful-shutdown", "5"]
         full_env = child_env(self.database_url, **env)
-        if FORK_WORKERS:  # forked with its libraries imported, as the suite's workers are (tests/forkserver.py)
+        if support.FORK_WORKERS:  # forked with its libraries imported, as the suite's workers are (tests/forkserver.py)
             self.proc = forkserver.spawn("uvicorn", args, env=full_env, cwd=ROOT, log=self.log, append=True)
         else:
             with open(self.log, "ab") as out:

@@ -166,12 +166,10 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 def suite_commands(recorded: list[list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     """The commands the suite starts its processes with, taken from the helpers that start them (as fresh
     processes: the fork server, tests/forkserver.py, runs the same modules with the same arguments)."""
-    import tests.api.conftest
     import tests.support
     from tests.api.conftest import ApiServer
 
-    monkeypatch.setattr(tests.support, "FORK_WORKERS", False)
-    monkeypatch.setattr(tests.api.conftest, "FORK_WORKERS", False)
+    monkeypatch.setattr(tests.support, "FORK_WORKERS", False)  # the one switch every helper reads
 
     unused = "postgresql+psycopg://nobody@127.0.0.1:1/none"  # no process is started: Popen is a recorder
     stack = Stack(broker="filesystem", database_url=unused, broker_url="", home=tmp_path, logs=tmp_path)
