@@ -68,8 +68,8 @@ def test_sweep_logs__idle_passes_say_nothing__a_pass_that_re_drives_says_one_sen
     from beat.sweep import run_sweep
 
     run_sweep()
+    passes = sweeps_done()  # before the worker starts: its startup pass may end before it is seen ready
     idle = stack.start_worker(concurrency=1)
-    passes = sweeps_done()
     wait_for(lambda: sweeps_done() > passes, timeout=30, what="the worker's startup sweep")
     for _ in range(5):
         app.send_task(SWEEP, queue=SWEEP_QUEUE)
