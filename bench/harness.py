@@ -157,6 +157,22 @@ def proc_cpu_ms(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * 1000 / CLK_TCK
 
 
+def thread_cpu_ms(pid: int) -> dict[int, float]:
+    """User + system CPU time of each thread of a process, in ms, by thread id (empty when it is gone)."""
+    out: dict[int, float] = {}
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[tid] = (int(fields[11]) + int(fields[12])) * 1000 / CLK_TCK
+    return out
+
+
 def proc_memory(pid: int) -> dict[str, float]:
     """VmHWM (peak RSS) and VmRSS of a process, in MB."""
     out: dict[str, float] = {}

@@ -18,6 +18,7 @@ from bench.harness import (
     log,
     private_redis_pid,
     proc_cpu_ms,
+    thread_cpu_ms,
 )
 from bench.stats import Metric
 from bench.workflows import DONE, QUEUE
@@ -143,7 +144,9 @@ class CpuMeter:
     """CPU time (user + system, from /proc) the bench's processes spend on a run: the workers (main and
     pool children), this database's PostgreSQL backends, the private Redis (with --private-redis) and the
     producer (this process), and ``others`` by name (a process of the case's own, such as a webhook receiver).
-    Per unit of work it does not depend on how busy the machine is."""
+    Per unit of work it does not depend on how busy the machine is. ``split(units)``: the workers' share by
+    thread, apart from the total: the Celery main process, the pool children's main threads (the task bodies)
+    and their other threads (lease keeper, projector, a tracing export thread)."""
 
     def __init__(self, bench: Bench, others: dict[str, int] | None = None) -> None:
         self.bench, self.others = bench, others or {}
@@ -153,6 +156,15 @@ class CpuMeter:
         with transaction() as session:
             rows = session.execute(text("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")).all()
         return [int(r[0]) for r in rows]
+
+    def _threads(self) -> dict[str, dict[int, float]]:
+        split: dict[str, dict[int, float]] = {"celery main": {}, "children main": {}, "children other": {}}
+        for worker in self.bench.services.workers:
+            split["celery main"].update(thread_cpu_ms(worker.proc.pid))
+            for pid in worker.pool_children():
+                for tid, ms in thread_cpu_ms(pid).items():
+                    split["children main" if tid == pid else "children other"][tid] = ms
+        return split
 
     def _snapshot(self) -> dict[str, dict[int, float]]:
         workers: dict[int, float] = {}
@@ -170,19 +182,28 @@ class CpuMeter:
         }
 
     def __enter__(self) -> CpuMeter:
-        self.start = self._snapshot()
+        self.start, self.threads_start = self._snapshot(), self._threads()
         return self
 
     def __exit__(self, *_: object) -> None:
-        self.end = self._snapshot()
+        self.end, self.threads_end = self._snapshot(), self._threads()
 
     def per_unit(self, units: int) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for kind, now in self.end.items():
-            before = self.start.get(kind, {})
-            out[kind] = sum(max(0.0, ms - before.get(pid, 0.0)) for pid, ms in now.items()) / units
+        out = _per_unit(self.start, self.end, units)
         out["total"] = sum(out.values())
         return out
+
+    def split(self, units: int) -> dict[str, float]:
+        return _per_unit(self.threads_start, self.threads_end, units)
+
+
+def _per_unit(start: dict[str, dict[int, float]], end: dict[str, dict[int, float]], units: int) -> dict[str, float]:
+    """Each kind's CPU between two snapshots, per unit (a pid or thread that ended inside loses its share)."""
+    out: dict[str, float] = {}
+    for kind, now in end.items():
+        before = start.get(kind, {})
+        out[kind] = sum(max(0.0, ms - before.get(key, 0.0)) for key, ms in now.items()) / units
+    return out
 
 
 def record_cpu(bench: Bench, variant: str, cpu: dict[str, float]) -> None:
