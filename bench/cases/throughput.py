@@ -261,11 +261,12 @@ def run_leg(bench: Bench, variant: str, n: int, base_url: str | None) -> tuple[f
                 exported(bench, sink, SPANS_PER_RESUME * (WARM_N + n))
         if sink is not None:  # what the leg's workers exported, read before its sink stops
             per_completion(bench, sink, WARM_N + n)
-    if fresh:  # where in the workers the tracing's CPU goes: the bodies' threads, or the export thread
-        split = meter.split(n)
-        log("    workers' CPU per unit by thread: " + ", ".join(f"{k} {v:.2f} ms" for k, v in split.items()))
-        for part, ms in split.items():
-            bench.metric("cpu", f"{VARIANT_LABELS[variant]}: workers' CPU per unit, {part}", "ms").add(ms)
+    # Where in the workers the CPU goes: Celery's main process, the bodies' threads, or the others (the
+    # projector, a tracing export thread); the baseline's pool children have no other thread.
+    split = meter.split(n)
+    log(f"    {variant}: workers' CPU per unit by thread: " + ", ".join(f"{k} {v:.2f} ms" for k, v in split.items()))
+    for part, ms in split.items():
+        bench.metric("cpu", f"{VARIANT_LABELS[variant]}: workers' CPU per unit, {part}", "ms").add(ms)
     return n / rate, meter.per_unit(n)
 
 
