@@ -8,6 +8,10 @@ scratch database on the server of ``ADMIN_URL`` with nothing tracked (``pg_stat_
 database's backends (``/proc/<pid>/schedstat``, nanoseconds) and of the tree's process is read around it. On a
 shared host the one-run figures move with the load by more than a change; chunks seconds apart, paired, see
 the same load: read the median of B ÷ A per pair.
+
+``--with-b webhook,push,remote``: tree B's database holds those features, unused by the plain path (an idle
+webhook subscription, a push handler and a remote worker for another key, as ``bench.statements --with``);
+with the same tree as A and B this is issue 42 item 3's check that a feature not used costs nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ WARM_UP = 50
 # This file's own helpers (not the tree's): the scratch database's statements and the completions.
 _STATEMENTS = runpy.run_path(str(Path(__file__).with_name("statements.py")))
 _admin, completions = _STATEMENTS["_admin"], _STATEMENTS["completions"]
+FEATURES, unused_features = _STATEMENTS["FEATURES"], _STATEMENTS["_unused_features"]
 
 
 def _backends(admin_url: str, name: str) -> dict[int, float]:
@@ -35,7 +40,7 @@ def _backends(admin_url: str, name: str) -> dict[int, float]:
     return {pid: int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e6 for pid in pids}
 
 
-def side(admin_url: str, chunk: int, chunks: int) -> None:
+def side(admin_url: str, chunk: int, chunks: int, features: list[str]) -> None:
     """One tree's side (run in the tree): ``ready``, then a chunk per line read, its two figures written."""
     name = f"parkway_pgpair_{uuid.uuid4().hex[:8]}"
     _admin(admin_url, f'CREATE DATABASE "{name}"')
@@ -43,7 +48,7 @@ def side(admin_url: str, chunk: int, chunks: int) -> None:
                     "track_functions = 'none'"):  # fmt: skip
         _admin(admin_url, f'ALTER DATABASE "{name}" SET {setting}')
     try:
-        _run_side(admin_url, name, chunk, chunks)
+        _run_side(admin_url, name, chunk, chunks, features)
     finally:
         from parkway.db import reset_engine
 
@@ -51,11 +56,12 @@ def side(admin_url: str, chunk: int, chunks: int) -> None:
         _admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _run_side(admin_url: str, name: str, chunk: int, chunks: int) -> None:
+def _run_side(admin_url: str, name: str, chunk: int, chunks: int, features: list[str]) -> None:
     _STATEMENTS["use_scratch"](admin_url, name)
     from bench import seed
 
     seed.setup_actors()
+    unused_features(features)
     parked = seed.seed_parked(WARM_UP + chunk * chunks)
     completions(parked[:WARM_UP])
     print("ready", flush=True)
@@ -75,27 +81,35 @@ def main() -> int:
     parser.add_argument("tree_b")
     parser.add_argument("--chunk", type=int, default=100, help="completions per chunk (default 100)")
     parser.add_argument("--pairs", type=int, default=30, help="chunks of each tree (default 30)")
+    parser.add_argument("--with-b", dest="features", default="", help="comma-separated, in B's data: "
+                        + ", ".join(FEATURES))  # fmt: skip
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    features = [f.strip() for f in args.features.split(",") if f.strip()]
+    if set(features) - set(FEATURES):
+        parser.error(f"--with-b: one of {', '.join(FEATURES)}")
     if args.side:
-        side(args.admin_url, args.chunk, args.pairs)
+        side(args.admin_url, args.chunk, args.pairs, features)
         return 0
     command = [sys.executable, __file__, args.admin_url, "-", "-", "--side", "--chunk", str(args.chunk),
                "--pairs", str(args.pairs)]  # fmt: skip
-    sides = {tree: subprocess.Popen(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(Path(tree).resolve())},
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for tree in (args.tree_a, args.tree_b)}  # fmt: skip
-    for process in sides.values():
+    sides = [subprocess.Popen([*command, "--with-b", ",".join(features) if label == "B" else ""], cwd=tree,
+                              env={**os.environ, "PYTHONPATH": str(Path(tree).resolve())},
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for label, tree in (("A", args.tree_a), ("B", args.tree_b))]  # fmt: skip
+    for process in sides:
         assert process.stdout is not None and process.stdout.readline().strip() == "ready"
-    figures: dict[str, list[tuple[float, float]]] = {tree: [] for tree in sides}
+    figures: list[list[tuple[float, float]]] = [[], []]
     for k in range(args.pairs):
-        for tree in (args.tree_a, args.tree_b) if k % 2 == 0 else (args.tree_b, args.tree_a):
-            figures[tree].append(_chunk(sides[tree]))
-    for process in sides.values():
+        for i in (0, 1) if k % 2 == 0 else (1, 0):
+            figures[i].append(_chunk(sides[i]))
+    for process in sides:
         assert process.stdin is not None
         process.stdin.close()
         process.wait()
-    _report(figures[args.tree_a], figures[args.tree_b])
+    if features:
+        print(f"B's data holds, unused by the plain path: {', '.join(features)}")
+    _report(*figures)
     return 0
 
 
