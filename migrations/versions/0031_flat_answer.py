@@ -1,17 +1,24 @@
 """the answer as one function, its caller check without the team rules where none can apply (issue 42:
 PostgreSQL's CPU per completion), the same rows and events written
 
-``parkway_answer`` runs the closing itself: ``parkway_close``'s statement (0030), written into it with what
-the answer already holds (the step, the decided status, the caller's id and name, the run's target) in
-place of the arguments and reads it took, and the remote-only rule (``parkway_remote_only``) as an
-expression of that statement. One function layer and three statements fewer per answer; ``parkway_close``
-stays as it is for an expiry and the deciding response of a quorum.
+``parkway_answer`` writes in one statement: every check the answer makes (the wait pending, not expired, no
+quorum, its run not ended, the caller holding a place, the value vouched for) is a condition of the closing
+itself, 0030's ``parkway_close`` statement as the answer needs it (the caller's name for the event, the
+run's target for the remote-only rule, ``parkway_remote_only``'s expression). Only when it writes nothing
+is the wait read, for the caller to say why (a refusal, a quorum's response, a value to validate and seal),
+as 0030 returned it. An answer that writes runs three statements (the caller, the step's lock, the closing)
+where 0030 ran five and four functions (the read with ``parkway_place_of`` and
+``parkway_held_by_delegation``, the call of ``parkway_close``, its statement with ``parkway_remote_only``).
+``parkway_close`` stays as it is for an expiry and the deciding response of a quorum. The price: a response
+to a quorum wait tries the closing in vain before it is read (a value vouched for by none of the caller's
+schemas, a sensitive one among them, is read at once).
 
 The caller check: ``parkway_place_of``'s team and delegation rules decide only through the wait's rows in
-``interaction_answerers`` (an assignee, an escalation level, a delegation). The read under the step's lock
-looks for one first; with none, the rule is what is left of it: a live grant on the wait's target, unless
-its assignees alone may answer. A delegation, an assignee or a grant made after the park is read there, at
-the answer, under the same lock as before; any row sends the answer through ``parkway_place_of`` in full.
+``interaction_answerers`` (an assignee, an escalation level, a delegation). The closing (and the read after
+one that wrote nothing) looks for one first; with none, the rule is what is left of it: a live grant on the
+wait's target, unless its assignees alone may answer. A delegation, an assignee or a grant made after the
+park is read there, at the answer, under the step's lock as before; any row sends the answer through
+``parkway_place_of`` in full.
 
 Live: one function replaced (a catalog change; no table is locked). An answer in flight finishes with the
 function it started with, the next one takes the new one.
@@ -46,38 +53,21 @@ def _replaced(text: str, *changes: tuple[str, str]) -> str:
     return text
 
 
-# The remote-only rule (0027's function body), for the key and target of the continuation the closing makes.
-_REMOTE_ONLY = _0027_REMOTE_ONLY[
-    _0027_REMOTE_ONLY.index("RETURN ") + len("RETURN ") : _0027_REMOTE_ONLY.index(";\nEND")
-]
-_REMOTE_ONLY = _replaced(_REMOTE_ONLY, ("p_kind", "'resume'"), ("p_key", "m.continuation"), ("p_target", "run_target"))
+def _between(text: str, start: str, end: str) -> str:
+    """The part of ``text`` from ``start`` up to ``end``."""
+    return text[text.index(start) : text.index(end, text.index(start))]
 
-# 0030's closing statement, with the answer's variables for parkway_close's arguments (an answer is no expiry
-# and adds no keys to its event), and its one row put into the answer's variables.
-_STATEMENT = _0030_CLOSE[_0030_CLOSE.index("    WITH shut AS (") : _0030_CLOSE.index(";\nEND\n$$")]
-_CLOSING = _replaced(
-    re.sub(r"CASE WHEN expiry THEN [^\n]*? ELSE ([^\n]*?) END", r"\1", _STATEMENT),  # the interaction's columns
-    ("p_sid", "sid"),
-    ("p_status", "decided"),
-    ("CASE WHEN expiry", "CASE WHEN false"),
-    ("(SELECT p.name FROM principals AS p WHERE p.id = p_by)", "caller_name"),
-    ("p_by", "caller_id"),
-    (
-        "-- the caller's keys after these, in their order\n                  || CASE WHEN p_extra IS NULL"
-        " OR p_extra::text = '{}' THEN '}' ELSE ', ' || substr(p_extra::text, 2)\n                     END",
-        "|| '}'",
-    ),
-    (
-        "parkway_remote_only('resume', m.continuation, (SELECT r.target FROM runs AS r WHERE r.id = m.run_id))",
-        f"({_REMOTE_ONLY})",
-    ),
-    (
-        "SELECT c.id::varchar, d.run_id::varchar, d.name::varchar, d.remote FROM",
-        "SELECT c.id, d.run_id, d.name, d.remote INTO closed, due_run_id, due_name, due_remote FROM",
-    ),
+
+# The remote-only rule (0027's function body), for the key and the run's target of the continuation made due.
+_REMOTE_ONLY = _replaced(
+    _between(_0027_REMOTE_ONLY, "NOT EXISTS", ";\nEND"),
+    ("p_kind", "'resume'"),
+    ("p_key", "m.continuation"),
+    ("p_target", "m.run_target"),
 )
 
-# Whom a wait's rows of interaction_answerers name: with none, parkway_place_of is its first clause alone.
+# Where the caller holds a place on the wait ``x`` (NULL: none): through parkway_place_of when a row of
+# interaction_answerers names someone for it; with none, that rule is its first clause alone.
 _PLACE = """CASE WHEN EXISTS (SELECT 1 FROM interaction_answerers AS a WHERE a.interaction_id = x.id)
                 THEN parkway_place_of(x.id, caller_id, false)
                 WHEN CAST(x.team ->> 'assignees_only' AS boolean) IS NOT true
@@ -85,23 +75,89 @@ _PLACE = """CASE WHEN EXISTS (SELECT 1 FROM interaction_answerers AS a WHERE a.i
                                  AND g.revoked_at IS NULL)
                 THEN caller_id END"""
 
-_CLOSE_CALL = _0030_ANSWER[
-    _0030_ANSWER.index("    SELECT * INTO c FROM parkway_close(") : _0030_ANSWER.index("    IF c.closed IS NULL THEN")
-]
-ANSWER = _replaced(
-    _0030_ANSWER,
-    ("    c record;\n", "    closed varchar;\n    run_target varchar;\n"),
-    ("x.quorum, x.level, r.status,", "x.quorum, x.level, r.status, r.target,"),
-    ("parkway_place_of(x.id, caller_id, false),", f"{_PLACE},"),
+# The answer's event (0030's, of an answer: no keys added by the caller) and the continuation's after it.
+_EVENTS = _replaced(
+    _between(_0030_CLOSE, "    ), logged AS (", "    )\n    SELECT c.id::varchar"),
+    ("'interaction.' || p_status", "'interaction.' || c.status"),
+    ("'status', p_status", "'status', c.status"),
+    ("p_sid", "sid"),
+    ("(SELECT p.name FROM principals AS p WHERE p.id = p_by)", "caller_name"),
     (
-        "response_digest, answered_by_id, answered_at, quorum, level, run_status,",
-        "response_digest, answered_by_id, answered_at, quorum, level, run_status, run_target,",
+        "-- the caller's keys after these, in their order\n                  || CASE WHEN p_extra IS NULL"
+        " OR p_extra::text = '{}' THEN '}' ELSE ', ' || substr(p_extra::text, 2)\n                     END",
+        "|| '}'",
     ),
-    (_CLOSE_CALL, _CLOSING + ";\n"),
-    ("IF c.closed IS NULL THEN", "IF closed IS NULL THEN"),
-    ("    due_run_id := c.due_run_id;\n    due_name := c.due_name;\n    due_remote := c.due_remote;\n", ""),
 )
-assert re.search(r"\bc\.(closed|due_)", ANSWER) is None
+_EVENTS = re.sub(r"CASE WHEN expiry\n\s*THEN json_build_object\([^)]*\)\n\s*ELSE ", "", _EVENTS)
+_EVENTS = _replaced(_EVENTS, ("|| '}')::json END))::text", "|| '}')::json))::text"))
+
+# Every check of the answer and the closing in one statement, under the step's lock (taken by the statement
+# before): the wait pending, not expired, no quorum, its run not ended, the caller holding a place, the value
+# vouched for by its kind, schema and sensitive fields; the step made due when no other wait of it is
+# pending (parked -> resuming is derived from the continuation, 0029).
+_CLOSING = f"""
+    WITH shut AS (
+        UPDATE interactions AS x SET
+            status = CASE WHEN x.kind = 'permission' AND (p_value ->> 'approved') IS DISTINCT FROM 'true'
+                          THEN 'rejected' ELSE 'answered' END,
+            value = p_value, secret = p_secret, response_id = p_rsp, response_digest = p_digest,
+            answered_by_id = caller_id, answered_at = p_at, closed_at = p_at, answered_level = x.level
+        FROM runs AS r
+        WHERE x.id = p_iid AND x.step_id = sid AND x.status = 'pending' AND x.quorum <= 1
+          AND (x.expires_at <= now()) IS NOT true AND r.id = x.run_id
+          AND r.status NOT IN ('canceled', 'completed', 'failed', 'interrupted')
+          AND parkway_vouch(x.kind, x.schema, x.sensitive) = ANY (p_vouched)
+          AND {_PLACE} IS NOT NULL
+        RETURNING x.id, x.run_id, x.key, x.kind, x.target, x.level, x.status, r.target AS run_target
+    ), resuming AS (
+        SELECT x.run_id, x.continuation, c.run_target FROM steps AS x JOIN shut AS c ON true
+        WHERE x.id = sid AND x.status = 'parked'
+          AND NOT EXISTS (SELECT 1 FROM interactions AS o
+                          WHERE o.step_id = x.id AND o.status = 'pending' AND o.id <> p_iid)
+    ), made AS (
+        INSERT INTO continuations (id, run_id, step_id, kind, name, status, attempts, publishes, enqueued_at,
+                                   created_at, remote, traceparent)
+        SELECT p_cid, m.run_id, sid, 'resume', m.continuation, 'ready', 0, 1, now(), now(),
+               {_REMOTE_ONLY},
+               p_traceparent
+        FROM resuming AS m
+        RETURNING run_id, name, remote
+{_EVENTS}    )
+    SELECT c.id, c.status, d.run_id, d.name, d.remote INTO closed, decided, due_run_id, due_name, due_remote
+    FROM shut AS c LEFT JOIN made AS d ON true;
+"""
+
+_READ = _between(_0030_ANSWER, "    SELECT x.id, x.run_id,", "    IF quorum > 1")
+ANSWER = (
+    _0030_ANSWER[: _0030_ANSWER.index("DECLARE\n")]
+    + """DECLARE
+    sid varchar;
+    decided varchar;
+    closed varchar;
+BEGIN
+    outcome := 'read';
+"""
+    + _between(_0030_ANSWER, "    IF p_th IS NOT NULL THEN", "    SELECT x.id, x.run_id,")
+    + """    IF cardinality(p_vouched) > 0 THEN  -- else no value can be written: read for the caller to check it
+"""
+    + _CLOSING.replace("\n", "\n    ").rstrip(" ")
+    + """        IF closed IS NOT NULL THEN
+            outcome := decided;
+            status := decided;
+            step_id := sid;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+    -- refused, or not written: the wait as it stands, for the caller to say why
+"""
+    + _replaced(_READ, ("parkway_place_of(x.id, caller_id, false),", f"{_PLACE},"))
+    + """    run_status := parkway_run_status(run_id, run_status);  -- what the caller shows
+    RETURN NEXT;
+END
+$$
+"""
+)
 
 
 def upgrade() -> None:
