@@ -6,8 +6,9 @@ quorum, its run not ended, the caller holding a place, the value vouched for) is
 itself, 0030's ``parkway_close`` statement as the answer needs it (the caller's name for the event, the
 run's target for the remote-only rule, ``parkway_remote_only``'s expression). Only when it writes nothing
 is the wait read, for the caller to say why (a refusal, a quorum's response, a value to validate and seal),
-as 0030 returned it. An answer that writes runs three statements (the caller, the step's lock, the closing)
-where 0030 ran five and four functions (the read with ``parkway_place_of`` and
+as 0030 returned it. The step's lock is taken in the statement that finds the caller (for a human or an
+admin). An answer that writes runs two statements (the caller with the lock, the closing) where 0030 ran
+five and four functions (the caller, the lock, the read with ``parkway_place_of`` and
 ``parkway_held_by_delegation``, the call of ``parkway_close``, its statement with ``parkway_remote_only``).
 ``parkway_close`` stays as it is for an expiry and the deciding response of a quorum. The price: a response
 to a quorum wait tries the closing in vain before it is read (a value vouched for by none of the caller's
@@ -127,6 +128,13 @@ _CLOSING = f"""
     FROM shut AS c LEFT JOIN made AS d ON true;
 """
 
+# The wait's step, locked in the statement that finds the caller when the caller may answer: answers,
+# cancels and expiry of one step are serialized by that lock; the statements after it see what committed
+# before it was granted.
+_LOCKED = """LEFT JOIN interactions AS x ON x.id = p_iid
+        LEFT JOIN LATERAL (SELECT s.id FROM steps AS s WHERE s.id = x.step_id AND p.kind IN ('human', 'admin')
+                           FOR UPDATE) AS locked ON true"""
+
 _READ = _between(_0030_ANSWER, "    SELECT x.id, x.run_id,", "    IF quorum > 1")
 ANSWER = (
     _0030_ANSWER[: _0030_ANSWER.index("DECLARE\n")]
@@ -137,7 +145,12 @@ ANSWER = (
 BEGIN
     outcome := 'read';
 """
-    + _between(_0030_ANSWER, "    IF p_th IS NOT NULL THEN", "    SELECT x.id, x.run_id,")
+    + _replaced(
+        _between(_0030_ANSWER, "    IF p_th IS NOT NULL THEN", "    SELECT x.id, x.run_id,"),
+        ("(SELECT x.step_id FROM interactions AS x WHERE x.id = p_iid)", "x.step_id"),
+        ("FROM principals AS p WHERE", f"FROM principals AS p {_LOCKED}\n        WHERE"),
+        ("    PERFORM 1 FROM steps AS x WHERE x.id = sid FOR UPDATE;\n", ""),
+    )
     + """    IF cardinality(p_vouched) > 0 THEN  -- else no value can be written: read for the caller to check it
 """
     + _CLOSING.replace("\n", "\n    ").rstrip(" ")
