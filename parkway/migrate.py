@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The revision this code needs: the head of migrations/versions (tests/unit/test_schema_head.py keeps them
 # equal). The start check of every process (the API, a worker, beat, each CLI command) and each /readyz
 # compare the database's revision with it; alembic is loaded only to migrate, or to explain a mismatch.
-HEAD = "0030"
+HEAD = "0031"
 
 
 def alembic_config(url: str | None = None) -> Config:

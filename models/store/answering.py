@@ -63,8 +63,9 @@ class AnswerReceipt:
 def answer_at_once(
     on: Executor, interaction_id_: str, principal: Caller, value: Any, response_id: str, response_digest: str
 ) -> AnswerReceipt | tuple[Any, Actor]:
-    """pending -> answered|rejected, first response wins, in one call of ``parkway_answer`` (migration 0027):
-    the caller found, the step locked, the wait read afresh and closed. The receipt (``continuation`` set
+    """pending -> answered|rejected, first response wins, in one call of ``parkway_answer`` (migrations 0027,
+    0031): the caller found with the step's lock, then the wait closed on every condition of the answer (the
+    wait read only when that wrote nothing). The receipt (``continuation`` set
     when this was the step's last pending interaction); an exact retry (same ``response_id`` and digest)
     gets the first receipt. Refused in ``read_interaction``'s order, then ``Conflict`` (another response
     won) or ``Gone`` (the wait ended unanswered), then ``InvalidAnswer``, nothing written.

@@ -106,14 +106,15 @@ _CLAIMED_COLUMNS = ("id", "run_id", "step_id", "kind", "name", "attempts")
 _BEFORE = CONT.alias("before")
 
 
-def _claim_context(claimed: Any = None, *, derived: bool = True) -> Any:
+def _claim_context(claimed: Any = None, *, derived: bool = True, responses: bool = True) -> Any:
     """Everything the body needs and the refusal checks read, as one joined query: the step, its run's
     status (``derived=False``: the stored word, for a refusal that compares it with the ended words only,
     which the rule of models/derived.py leaves as stored: no call of it), the owner's grant, whether a
     review of the step is running, and the step's interactions (a row each; none for a step that never
     parked) with who answered them. ``claimed`` (the claim's
     ``RETURNING`` as a CTE, PostgreSQL) makes it the claim and this read in one statement; without it the
-    read is of the step ``:sid``."""
+    read is of the step ``:sid``. ``responses=False``: a quorum wait's responses are not read (``i_responses``
+    NULL), its ``i_quorum`` says whether they are needed."""
     columns = [
         STEP.c.id,
         STEP.c.run_id,
@@ -137,7 +138,8 @@ def _claim_context(claimed: Any = None, *, derived: bool = True) -> Any:
         _ANSWERER.c.name.label("i_answered_by"),
         INTER.c.answered_at.label("i_answered_at"),
         INTER.c.answered_level.label("i_answered_level"),
-        case((INTER.c.quorum > 1, _responses_of_quorum()), else_=None).label("i_responses"),
+        (case((INTER.c.quorum > 1, _responses_of_quorum()), else_=None) if responses else null()).label("i_responses"),
+        INTER.c.quorum.label("i_quorum"),
         INTER.c.traceparent.label("i_traceparent"),
         INTER.c.created_at.label("i_asked_at"),
     ]
@@ -163,8 +165,9 @@ def _claim_read() -> Any:
 
 
 # PostgreSQL: the claim's compare-and-set and the joined read in one statement (one round trip, and no
-# transaction to open and commit around them).
-_CLAIM_WITH_CONTEXT = DriverStatement(lambda: _claim_context(_claim().cte("claimed"), derived=False))
+# transaction to open and commit around them); a quorum wait's responses, a subquery every claim would start,
+# are read after it for a step that has one.
+_CLAIM_WITH_CONTEXT = DriverStatement(lambda: _claim_context(_claim().cte("claimed"), derived=False, responses=False))
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,12 @@ def claim_in_one_statement(
     rows = _CLAIM_WITH_CONTEXT.rows(conn, params)
     if not rows:
         return None
-    return _claim_from_rows(_claimed(rows[0]), rows)
+    claimed = _claimed(rows[0])
+    if any(row.i_quorum is not None and row.i_quorum > 1 for row in rows):
+        # the step's waits are closed and their responses final: a read after the claim sees what it would have
+        again = conn.execute(_claim_read(), {"sid": claimed.step_id}).all()
+        return _claim_from_rows(claimed, rows, {row.i_key: row.i_responses for row in again})
+    return _claim_from_rows(claimed, rows)
 
 
 def _claimed(row: Any) -> Claimed:
@@ -234,8 +242,13 @@ def load_claim(session: Executor, continuation: Row[Any] | Claimed) -> Claim:
     return _claim_from_rows(continuation, session.execute(_claim_read(), {"sid": continuation.step_id}).all())
 
 
-def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]]) -> Claim:
+def _claim_from_rows(
+    continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]], responses: dict[str, Any] | None = None
+) -> Claim:
+    """The claim of ``rows`` (a row per interaction), each quorum wait's responses from its ``i_responses`` or,
+    when given, ``responses`` by key."""
     row = rows[0]
+    quorum = {i.i_key: i.i_responses if responses is None else responses.get(i.i_key) for i in rows}
     answered = (InteractionStatus.ANSWERED, InteractionStatus.REJECTED)
     answers = {
         i.i_key: Answer(
@@ -244,8 +257,8 @@ def _claim_from_rows(continuation: Row[Any] | Claimed, rows: Sequence[Row[Any]])
             status=i.i_status,
             value=i.i_value if i.i_status in answered else None,
             answered_by=i.i_answered_by,
-            sealed=i.i_secret if i.i_status == InteractionStatus.ANSWERED or i.i_responses else None,
-            responses=_responses(i),
+            sealed=i.i_secret if i.i_status == InteractionStatus.ANSWERED or quorum[i.i_key] else None,
+            responses=_responses(i, quorum[i.i_key]),
         )
         for i in rows
         if i.i_key is not None
@@ -270,11 +283,11 @@ def _waited(rows: Sequence[Row[Any]]) -> float | None:
     return (max(answered) - min(asked)).total_seconds() if asked and answered else None
 
 
-def _responses(i: Row[Any]) -> list[Response]:
-    """Every response to the interaction: a quorum wait's rows, or the one answer of any other."""
-    if i.i_responses is not None:
+def _responses(i: Row[Any], quorum: Any) -> list[Response]:
+    """Every response to the interaction: a quorum wait's rows (``quorum``), or the one answer of any other."""
+    if quorum is not None:
         return [Response(r["principal"], r["value"], datetime.fromisoformat(r["at"]), r["level"], r["pid"])
-                for r in i.i_responses]  # fmt: skip
+                for r in quorum]  # fmt: skip
     if i.i_answered_by is None or i.i_status not in (InteractionStatus.ANSWERED, InteractionStatus.REJECTED):
         return []
     return [Response(i.i_answered_by, i.i_value, i.i_answered_at, i.i_answered_level or 0)]

@@ -86,14 +86,16 @@ def _consume_and_finish_run() -> Any:
     the run's sealed values erased) as one statement of data-modifying CTEs. One row (``consumed``, then
     the terminal record's columns, NULL when the run had already ended) when the consume won; none when
     the claim was lost."""
-    consumed, won, resumed = _consuming()
+    consumed, won, _ = _consuming()
     step = finish_step_statement().where(won).cte("step_ended")
     run = finish_run_statement().where(won).cte("run_ended")
     erased = (
         update(INTER).where(INTER.c.run_id == bindparam("rid"), INTER.c.secret.is_not(None), won).values(secret=None)
     ).cte("erased")
-    # A parked step's resumption, the step's end, then the run's
-    events = events_if(resumed, won, exists(select(run.c.id)), known={2: {"workflow": run.c.workflow}}).cte("events")
+    # A parked step's resumption, the step's end, then the run's: of the consume's row and the run's end
+    resuming, ended = consumed.c.kind == word(ContinuationKind.RESUME), run.c.id.is_not(None)
+    known = {2: {"workflow": run.c.workflow}}
+    events = events_if(resuming, true(), ended, known=known, source=consumed.outerjoin(run, true())).cte("events")
     return (
         select(consumed.c.id.label("consumed"), *(run.c[name] for name in RUN_RECORD_COLUMNS))
         .select_from(consumed.outerjoin(run, true()))

@@ -81,15 +81,18 @@ def batches_of(every: Any, *order: Any) -> Any:
     return insert(BATCHES).from_select(["first_seq", "run_id", "at", "trace_id", "events"], rows)
 
 
-def events_if(*conditions: Any, known: dict[int, dict[str, Any]] | None = None) -> Any:
+def events_if(*conditions: Any, known: dict[int, dict[str, Any]] | None = None, source: Any = None) -> Any:
     """PostgreSQL, inside a statement of data-modifying CTEs: insert event ``k`` (bound as ``e{k}_run_id``,
     ``e{k}_type``, ... from ``event_params``) only if ``conditions[k]`` holds, in that order. ``known[k]``:
     values only the statement reads (columns of its CTEs, by name), added to event ``k``'s bound data.
+    ``source``: a FROM of the statement's CTEs of at most one row, whose columns the conditions and ``known``
+    are; its row, when there is one, takes the events.
 
     The events are of one run (``e0_run_id``'s; ``event_params`` refuses others): one batch, built as the
     rows of ``batches_of`` would build it (its ``at`` and ``trace_id`` the least of the events taken) but
     without their sorts, window and aggregate, which cost the statement more to start than the rest of its
-    work. Each condition is evaluated once, in a subquery the planner keeps (``OFFSET 0``)."""
+    work. Without ``source`` each condition is evaluated once, in a subquery the planner keeps
+    (``OFFSET 0``); with it, as expressions of its row (no subquery per condition to start)."""
 
     def bound(k: int, name: str) -> Any:
         return bp(f"e{k}_{name}", EVENTS.c[name])
@@ -100,16 +103,19 @@ def events_if(*conditions: Any, known: dict[int, dict[str, Any]] | None = None) 
         if known and k in known:
             pairs: list[Any] = []
             for key, column in known[k].items():
-                pairs += [literal_column(f"'{key}'"), select(column).scalar_subquery()]
+                value = column if source is not None else select(column).scalar_subquery()
+                pairs += [literal_column(f"'{key}'"), value]
             data = cast(cast(data, JSONB).op("||")(func.jsonb_build_object(*pairs)), JSON)
         event = func.json_build_object(literal_column("'type'"), bound(k, "type"), literal_column("'data'"), data)
         inner += [condition.label(f"c{k}"), cast(event, Text).label(f"e{k}")]
-    taken = select(*inner).offset(literal_column("0")).subquery("taken")
-    t = taken.c
-    held = [t[f"c{k}"] for k in range(len(conditions))]
+    if source is None:
+        t = select(*inner).offset(literal_column("0")).subquery("taken").c
+        held, texts = [t[f"c{k}"] for k in range(len(conditions))], [t[f"e{k}"] for k in range(len(conditions))]
+    else:
+        held, texts = [c.element for c in inner[::2]], [e.element for e in inner[1::2]]
     one, none = literal_column("1", Integer), literal_column("0", Integer)
     count = sum((case((c, one), else_=none) for c in held), start=none)
-    events = func.concat_ws(literal_column("', '"), *(case((c, t[f"e{k}"])) for k, c in enumerate(held)))
+    events = func.concat_ws(literal_column("', '"), *(case((c, e)) for c, e in zip(held, texts, strict=True)))
     rows = select(
         func.parkway_event_seqs(count),
         bound(0, "run_id"),
@@ -117,6 +123,8 @@ def events_if(*conditions: Any, known: dict[int, dict[str, Any]] | None = None) 
         func.least(*(case((c, bound(k, "trace_id"))) for k, c in enumerate(held))),
         cast(func.concat(literal_column("'['"), events, literal_column("']'")), JSON),
     ).where(or_(*held))
+    if source is not None:
+        rows = rows.select_from(source)
     return insert(BATCHES).from_select(["first_seq", "run_id", "at", "trace_id", "events"], rows)
 
 

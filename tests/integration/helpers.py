@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -330,3 +331,59 @@ def parked_then_taken_back(stack: Stack, revision: str) -> tuple[dict[str, str],
     reset_engine()
     command.downgrade(alembic_config(), revision)
     return waits, late
+
+
+def same_events_across_upgrade(stack: Stack, revision: str) -> None:
+    """A live upgrade from ``revision`` to head that changes how an answer is written, not what: a wait
+    answered before it and two answered after it write the same events (``answer_events``), and all three
+    resume exactly once once a worker runs."""
+    from alembic import command
+
+    from parkway.db import get_engine, reset_engine
+    from parkway.migrate import alembic_config, current_revision, head_revision
+    from tasks.sdk import answer
+
+    # Given three waits parked, the schema taken back to the revision, which answers the first with no worker
+    # running (its continuation ready, its message queued)
+    waits = {run_id: asked["go"].id for run_id, asked in (parked("t.ask_one") for _ in range(3))}
+    stack.flush_broker()
+    early, *late = waits
+    reset_engine()
+    command.downgrade(alembic_config(), revision)
+    reset_engine()
+    assert answer(waits[early], "yes", response_id=new_response_id(), principal=HUMAN)["status"] == "answered"
+
+    # When the database is upgraded to head, and the other two are answered
+    reset_engine()
+    command.upgrade(alembic_config(), "head")
+    assert current_revision(get_engine()) == head_revision()
+    for run_id in late:
+        assert answer(waits[run_id], "yes", response_id=new_response_id(), principal=HUMAN)["status"] == "answered"
+
+    # Then the answers after it wrote the events the answer before it did, in the same order, key for key
+    before = answer_events(early)
+    assert [event[0] for event in before] == ["interaction.answered", "continuation.ready"]
+    for run_id in late:
+        assert answer_events(run_id) == before
+
+    # And once a worker runs, each run completes, its body ran once, its resume consumed at the first attempt
+    stack.start_worker()
+    for run_id in waits:
+        completed_resumed_once(run_id)
+
+
+def answer_events(run_id: str) -> list[tuple[str, list[str], Any]]:
+    """The events the answer wrote (its batch: the interaction's, then the continuation's), each as its type,
+    its data's keys in order and the values that name no row of this run."""
+    with transaction() as session:
+        batch = session.scalar(
+            text(
+                "SELECT events::text FROM event_batches WHERE run_id = :r AND events::text LIKE "
+                "'%\"interaction.answered\"%'"
+            ),
+            {"r": run_id},
+        )
+    ids = ("run_id", "interaction_id", "step_id", "continuation_id")
+    return [
+        (e["type"], list(e["data"]), {k: v for k, v in e["data"].items() if k not in ids}) for e in json.loads(batch)
+    ]
