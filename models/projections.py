@@ -7,13 +7,14 @@ A completion that projects fine writes no row for it (issue 42). The one row ``p
 failure recorded (the column ``projection_pending``, mapped as ``Run.projection_failed``). The schedule-history
 row needs no write at all: ``schedule_history`` is a view of the terminal runs (0028).
 
-A pass (``models.projections.ended_past_cursor`` then ``advance_cursor``, run by the worker's projector
-after each window and by the sweep) takes the batches from the cursor up to the log's final horizon
-(``models.horizon``, the webhooks' rule: no transaction still open can write below it), checks the file of
-every terminal run among them, writes those that disagree, records the runs whose write failed and moves
-the cursor on: one row write per pass, however many runs it covers. The bound: a completion is covered by
-the first pass that starts after its transaction and every older one still open when it committed have
-ended: under load the next projector window (``tasks.projection._LINGER_S``) of any worker, else the
+A pass (``models.projections.ended_past_cursor`` then ``advance_cursor``, run by the worker's projector at
+most once per ``tasks.projection.PASS_EVERY_S`` and by the sweep) takes the batches from the cursor up to the
+log's final horizon (``models.horizon``, the webhooks' rule: no transaction still open can write below it),
+checks the file of every terminal run among them, writes those that disagree, records the runs whose write
+failed and moves the cursor on: one row write per pass, however many runs it covers. The bound: a completion
+is covered by the first pass that starts after its transaction and every older one still open when it
+committed have ended: under load within a pass interval (``tasks.projection.PASS_EVERY_S``) after the projector window
+(``tasks.projection._LINGER_S``) of the worker that ended it, sooner by any other worker's pass, else the
 next sweep.
 
 A recorded failure is retried in the order it is due, ``coalesce(projection_next_at, completed_at)`` (the

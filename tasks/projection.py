@@ -2,11 +2,11 @@
 of the run's record, migration 0028).
 
 The file is written after the canonical terminal event commits, idempotently, from that record alone, by
-the worker that ended the run; ``catch_up`` (after each projector window, and in each sweep) checks the
-files of every run the projection cursor has not passed yet, writes those that disagree and moves the
-cursor on (``models.projections``: the rule and its bound). A failed write is recorded on its run, which
-stays ``projection_pending``; the sweep calls ``project`` again until all agree, each failed write pushing
-the run's next attempt further out.
+the worker that ended the run; ``catch_up`` (by the projector, at most once per ``PASS_EVERY_S``, and in
+each sweep) checks the files of every run the projection cursor has not passed yet, writes those that
+disagree and moves the cursor on (``models.projections``: the rule and its bound). A failed write is
+recorded on its run, which stays ``projection_pending``; the sweep calls ``project`` again until all agree,
+each failed write pushing the run's next attempt further out.
 """
 
 from __future__ import annotations
@@ -269,6 +269,8 @@ def write_committed(records: list[RunRecord]) -> list[RunRecord]:
 
 _BATCH = 100  # records written in one window, at most
 _LINGER_S = 0.2  # the window: how long the first record waits for others to share its wake-up and transaction
+PASS_EVERY_S = 1.0  # a process's cursor passes, at most one this often (the projected files are not held back)
+_FLUSH = None  # queued by ``drain``: the pass owed runs now
 
 
 class _Projector:
@@ -278,15 +280,18 @@ class _Projector:
     has not passed it) and the sweep's ``catch_up`` writes it.
 
     The first record to arrive opens a window of ``_LINGER_S``; at its end the thread writes the files of
-    every record queued by then (at most ``_BATCH``), then runs one ``catch_up`` (one transaction, the
-    cursor moved past every run ended below the log's horizon: these, and other processes' too). Under
-    load that is one wake-up and at most one row write per window, whatever the number of runs.
+    every record queued by then (at most ``_BATCH``). A ``catch_up`` (one transaction, the cursor moved past
+    every run ended below the log's horizon: these, and other processes' too) follows once ``PASS_EVERY_S``
+    has passed since this process's last one, then or as soon as it has: a pass costs five statements
+    whatever it covers, and under load a window is much shorter. Under load that is one wake-up per window
+    and at most one row write per ``PASS_EVERY_S``, whatever the number of runs; a burst's last files are
+    passed within ``PASS_EVERY_S`` of the pass before.
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pid: int | None = None
-        self.queue: queue.Queue[RunRecord] = queue.Queue()
+        self.queue: queue.Queue[RunRecord | None] = queue.Queue()
 
     def submit(self, record: RunRecord) -> None:
         with self.lock:
@@ -296,16 +301,26 @@ class _Projector:
         self.queue.put(record)
 
     def drain(self) -> None:
-        """Wait until every queued record of this process is projected (benchmarks and tests)."""
+        """Wait until every queued record of this process is projected and passed by the cursor, the pass it
+        owes run now (benchmarks and tests)."""
         if self.pid == os.getpid():
+            self.queue.put(_FLUSH)
             self.queue.join()
 
     @staticmethod
-    def _loop(items: queue.Queue[RunRecord]) -> None:
+    def _loop(items: queue.Queue[RunRecord | None]) -> None:
         backlog = False
+        owed: set[str] = set()  # the runs written since the last pass (it need not read their files back)
+        ended = 0  # records taken since the last pass
+        done = 0  # items taken since the last pass: each marked done once that pass has run
+        last_pass = -PASS_EVERY_S
         while True:
-            taken = [items.get()]
-            if not backlog:
+            wait = max(0.0, last_pass + PASS_EVERY_S - time.monotonic()) if done else None
+            try:
+                taken = [items.get(timeout=wait)]
+            except queue.Empty:  # the pass owed is due, and nothing came meanwhile
+                taken, done = [_FLUSH], done - 1
+            if not backlog and taken[0] is not _FLUSH:
                 # The window. Records queued meanwhile do not wake this thread: ``Queue.put`` notifies only
                 # a thread waiting in ``get``, and this one sleeps. (Waiting in ``get`` with a timeout
                 # instead cost a wake-up, a thread switch and a GIL hand-over per record.)
@@ -316,14 +331,24 @@ class _Projector:
                 except queue.Empty:
                     break
             backlog = len(taken) == _BATCH  # more may be waiting: take them without another window
+            records = [r for r in taken if r is not _FLUSH]
+            done, ended = done + len(taken), ended + len(records)
             try:
-                written = write_committed(taken)
-                catch_up(written=frozenset(r.id for r in written))
+                owed.update(r.id for r in write_committed(records))
+                if _FLUSH in taken or time.monotonic() - last_pass >= PASS_EVERY_S:
+                    if ended:
+                        last_pass = time.monotonic()
+                        catch_up(written=frozenset(owed))
+                    owed.clear()
+                    ended = 0
             except Exception:
                 log.warning("projection pass failed; the sweep retries it", exc_info=True)
-            finally:
-                for _ in taken:
+                owed.clear()
+                ended = 0
+            if not ended:
+                for _ in range(done):
                     items.task_done()
+                done = 0
 
 
 _projector = _Projector()
