@@ -28,7 +28,7 @@ per completion however the batches are made, which is what this removes.)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -89,10 +89,13 @@ def pending_count(session: Session) -> int:
     return int(session.scalar(select(recorded + fresh)) or 0)
 
 
-def ended_past_cursor(session: Session, *, batch: int) -> tuple[int, int, list[RunRecord]] | None:
+def ended_past_cursor(
+    session: Session, *, batch: int, known: Collection[str] = ()
+) -> tuple[int, int, list[RunRecord]] | None:
     """A pass's reading, under the cursor's row lock: (the cursor, where it may move once these are
     projected, the records of the terminal runs without a recorded failure among the next ``batch`` batches
-    of events below the final horizon). ``None`` when another pass holds the cursor.
+    of events below the final horizon, but those ``known`` already: runs whose files the caller has just
+    written). ``None`` when another pass holds the cursor.
 
     The pass holds a transaction-level advisory lock, not the row's: a row lock would give its transaction
     an id while it writes files, and an open transaction id holds back the horizon of every reader of the
@@ -111,7 +114,9 @@ def ended_past_cursor(session: Session, *, batch: int) -> tuple[int, int, list[R
         ).all()
     )
     to = horizon if len(taken) < batch else taken[-1].first_seq + 1
-    ids = sorted({row.run_id for row in taken})
+    ids = sorted({row.run_id for row in taken}.difference(known))
+    if not ids:
+        return position, max(position, to), []
     rows = session.execute(
         select(*(_R.c[name] for name in RUN_RECORD_COLUMNS)).where(
             _R.c.id.in_(ids), _R.c.completed_at.isnot(None), not_failed

@@ -226,11 +226,11 @@ def catch_up(batch: int = 1000, written: frozenset[str] = frozenset()) -> int:
     the failed ones recorded on their runs, the cursor moved on: one transaction, one row write at most.
     Returns how many files it wrote (0 too when another pass holds the cursor)."""
     with transaction() as session:
-        read = projections.ended_past_cursor(session, batch=batch)
+        read = projections.ended_past_cursor(session, batch=batch, known=written)
         if read is None:
             return 0
         was, to, records = read
-        todo = [r for r in records if r.id not in written and not _agrees(metadata_path(r.id), metadata(r))]
+        todo = [r for r in records if not _agrees(metadata_path(r.id), metadata(r))]
         done = {r.id for r in write_committed(todo)}
         failed = [r for r in todo if r.id not in done]
         projections.record_projection_failures(session, failed)
