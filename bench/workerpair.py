@@ -44,7 +44,7 @@ _backends = _PGPAIR["_backends"]
 class Child:
     """This process set up as a worker's pool child: logging, the child's start signal, the task's tracer."""
 
-    def __init__(self) -> None:
+    def __init__(self, task_name: str | None = None) -> None:
         from celery import signals
         from celery.app.trace import build_tracer
 
@@ -55,7 +55,8 @@ class Child:
         app.loader.import_default_modules()  # as a worker does: tasks.worker and PARKWAY_IMPORTS
         app.log.setup(loglevel="INFO", redirect_stdouts=False)
         signals.worker_process_init.send(sender=None)
-        task = app.tasks[RESUME_STEP]
+        task = app.tasks[task_name or RESUME_STEP]
+        self.expect: Any = "committed" if task_name is None else True  # a resume's outcome, or the CAS's
         self.trace = build_tracer(task.name, task, app=app, eager=False, hostname="workerpair")
         self.others: dict[int, float] = {}
 
@@ -66,9 +67,10 @@ class Child:
         drain_projections()
         self.others = _threads_cpu()
 
-    def run(self, continuation_ids: list[str]) -> float:
-        """Drive the continuations; the CPU (ms) this took: the main thread's during the drive, and every other
-        thread's (the projector's, the lease keeper's) since the last call, wherever it ran."""
+    def run(self, continuation_ids: list[Any]) -> float:
+        """Drive the continuations (the CAS task: its rows); the CPU (ms) this took: the main thread's during
+        the drive, and every other thread's (the projector's, the lease keeper's) since the last call, wherever
+        it ran."""
         began = time.thread_time()
         for cid in continuation_ids:
             task_id = uuid.uuid4().hex
@@ -76,7 +78,7 @@ class Child:
                                                         "exchange": "parkway.continuations"},
                        "hostname": "workerpair"}  # fmt: skip
             outcome = self.trace(task_id, (cid,), {}, request)
-            assert outcome[0] == "committed", outcome
+            assert outcome[0] == self.expect, outcome
         main = time.thread_time() - began
         others = _threads_cpu()
         spent, self.others = main + sum(others.values()) - sum(self.others.get(t, 0.0) for t in others), others
@@ -109,20 +111,26 @@ def _answered(parked: list[Any]) -> list[str]:
         return list(rows.scalars())
 
 
-def side(admin_url: str, chunk: int, chunks: int, profile: str | None) -> None:
+def side(admin_url: str, chunk: int, chunks: int, profile: str | None, floor: bool) -> None:
     with _PGPAIR["scratch"](admin_url, "workerpair") as name:
-        _run_side(admin_url, name, chunk, chunks, profile)
+        _run_side(admin_url, name, chunk, chunks, profile, floor)
 
 
-def _run_side(admin_url: str, name: str, chunk: int, chunks: int, profile: str | None) -> None:
+def _run_side(admin_url: str, name: str, chunk: int, chunks: int, profile: str | None, floor: bool) -> None:
     os.environ["PARKWAY_IMPORTS"] = "bench.workflows"
     _STATEMENTS["use_scratch"](admin_url, name)
     from bench import seed
+    from bench.workflows import CAS
 
     seed.setup_actors()
-    parked = seed.seed_parked(WARM_UP + chunk * chunks)
-    child = Child()
-    child.run(_answered(parked[:WARM_UP]))
+    parked: list[Any]
+    if floor:  # the floor: bench.cas, a bare CAS task on the same app, through the same tracer
+        rows = seed.seed_rows(0, WARM_UP + chunk * chunks)
+        child, parked = Child(CAS), [[r] for r in rows]
+        due: Any = lambda taken: [r[0] for r in taken]  # noqa: E731
+    else:
+        child, parked, due = Child(), seed.seed_parked(WARM_UP + chunk * chunks), _answered
+    child.run(due(parked[:WARM_UP]))
     child.settle()
     profiler = None
     if profile:
@@ -132,7 +140,7 @@ def _run_side(admin_url: str, name: str, chunk: int, chunks: int, profile: str |
     print("ready", flush=True)
     for k in range(chunks):
         sys.stdin.readline()
-        ids = _answered(parked[WARM_UP + k * chunk : WARM_UP + (k + 1) * chunk])
+        ids = due(parked[WARM_UP + k * chunk : WARM_UP + (k + 1) * chunk])
         start = _backends(admin_url, name)
         if profiler is not None:
             profiler.enable()
@@ -155,16 +163,20 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=30, help="chunks of each tree (default 30)")
     parser.add_argument("--profile", default=None, help="cProfile TREE_A's chunks into this file (no pairing)")
     parser.add_argument("--py-spy", default=None, help="sample TREE_A's side with py-spy into this file (no pairing)")
+    parser.add_argument("--floor", action="store_true", help="a third side: bench.cas in TREE_A, the floor")
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
-        side(args.admin_url, args.chunk, args.pairs, args.profile)
+        side(args.admin_url, args.chunk, args.pairs, args.profile, args.floor)
         return 0
     solo = bool(args.profile or args.py_spy)
     trees = [args.tree_a] if solo else [args.tree_a, args.tree_b]
     if None in trees:
         parser.error("two trees, or one with --profile or --py-spy")
     sides = {tree: _start(args, tree) for tree in trees}
+    if args.floor and not solo:
+        trees.append(FLOOR)
+        sides[FLOOR] = _start(args, args.tree_a, floor=True)
     for process in sides.values():
         assert process.stdout is not None and process.stdout.readline().strip() == "ready"
     spy = _spy(args.py_spy, sides[args.tree_a].pid) if args.py_spy else None
@@ -185,12 +197,28 @@ def main() -> int:
         print(f"the tree's process, ms per completion (sampled): {statistics.median(xs):.3f}; in {where}")
         return 0
     _report(figures[args.tree_a], figures[args.tree_b], (("the worker (all its threads)", 1), ("PostgreSQL", 0)))
+    if args.floor:
+        _above_floor(figures[args.tree_a], figures[args.tree_b], figures[FLOOR])
     return 0
 
 
-def _start(args: argparse.Namespace, tree: str) -> subprocess.Popen[str]:
+FLOOR = "floor"  # the third side's key
+
+
+def _above_floor(a: list[Any], b: list[Any], floor: list[Any]) -> None:
+    """The worker's CPU above the floor's (bench.cas through the same tracer), A and B, and B's ÷ A's per chunk
+    triple (chunks run A B F, F B A, …)."""
+    above = [(x[1] - f[1], y[1] - f[1]) for x, y, f in zip(a, b, floor, strict=True)]
+    ratios = [y / x for x, y in above if x > 0]
+    spread = [f"{statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})"
+              for v in ([f[1] for f in floor], [x for x, _ in above], [y for _, y in above], ratios)]  # fmt: skip
+    print(f"the floor (bench.cas), ms per task: {spread[0]}; the worker above it, ms per completion: A {spread[1]}, "
+          f"B {spread[2]}; B ÷ A per triple {spread[3]}, {len(ratios)} triples")  # fmt: skip
+
+
+def _start(args: argparse.Namespace, tree: str, *, floor: bool = False) -> subprocess.Popen[str]:
     command = [sys.executable, __file__, args.admin_url, "-", "--side", "--chunk", str(args.chunk),
-               "--pairs", str(args.pairs)]  # fmt: skip
+               "--pairs", str(args.pairs), *(["--floor"] if floor else [])]  # fmt: skip
     if args.profile:
         command += ["--profile", str(Path(args.profile).resolve())]
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
