@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,31 @@ def write_atomically(path: Path, content: dict[str, Any]) -> None:
         raise error
 
 
+_SCALARS = {type(None): lambda _: "null", bool: lambda v: "true" if v else "false", int: int.__repr__,
+            str: encode_basestring_ascii}  # fmt: skip
+
+
+def indented(content: dict[str, Any]) -> str:
+    """``json.dumps(content, indent=2, sort_keys=True)``, the same text, for a record whose values are mostly
+    scalars: with ``indent``, ``json`` encodes in Python, piece by piece, and a file's encoding cost as much
+    as its writing; here a null, boolean, integer or string value, or an empty list or object, is encoded at
+    once, and only any other (a nested container, a float) the way ``indent`` does, shifted to its depth."""
+    if not content:
+        return "{}"
+    lines = []
+    for key in sorted(content):
+        value = content[key]
+        scalar = _SCALARS.get(type(value))
+        if scalar is not None:
+            text = scalar(value)
+        elif isinstance(value, list | dict) and not value:
+            text = "[]" if isinstance(value, list) else "{}"
+        else:
+            text = json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n  ")
+        lines.append(f"{encode_basestring_ascii(key)}: {text}")
+    return "{\n  " + ",\n  ".join(lines) + "\n}"
+
+
 @dataclass
 class _File:
     """One file on its way through ``write_all``: its temp file, open until synced; the error that stopped it."""
@@ -110,7 +136,7 @@ def write_all(files: list[tuple[Path, dict[str, Any]]]) -> list[Exception | None
     suffix = f".run_metadata.{os.getpid()}.{threading.get_ident()}.tmp"
     todo: dict[str, _File] = {}  # by path: the last content given for a path wins
     for path, content in files:
-        data = json.dumps(content, indent=2, sort_keys=True).encode()
+        data = indented(content).encode()
         todo[str(path)] = _File(str(path), data, os.path.join(os.path.dirname(path), suffix))
     try:
         _each(todo.values(), _open_and_write)
