@@ -17,6 +17,7 @@ with the same tree as A and B this is issue 42 item 3's check that a feature not
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import runpy
 import statistics
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +44,21 @@ def _backends(admin_url: str, name: str) -> dict[int, float]:
 
 def side(admin_url: str, chunk: int, chunks: int, features: list[str]) -> None:
     """One tree's side (run in the tree): ``ready``, then a chunk per line read, its two figures written."""
-    name = f"parkway_pgpair_{uuid.uuid4().hex[:8]}"
+    with scratch(admin_url, "pgpair") as name:
+        _run_side(admin_url, name, chunk, chunks, features)
+
+
+@contextlib.contextmanager
+def scratch(admin_url: str, kind: str) -> Iterator[str]:
+    """A scratch database of its own, nothing tracked in it, dropped after the block (this process's engine
+    first): its name."""
+    name = f"parkway_{kind}_{uuid.uuid4().hex[:8]}"
     _admin(admin_url, f'CREATE DATABASE "{name}"')
     for setting in ("pg_stat_statements.track = 'none'", "pg_stat_statements.track_planning = off",
                     "track_functions = 'none'"):  # fmt: skip
         _admin(admin_url, f'ALTER DATABASE "{name}" SET {setting}')
     try:
-        _run_side(admin_url, name, chunk, chunks, features)
+        yield name
     finally:
         from parkway.db import reset_engine
 
@@ -121,8 +131,11 @@ def _chunk(process: subprocess.Popen[Any]) -> tuple[float, float]:
     return float(backends), float(client)
 
 
-def _report(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> None:
-    for label, i in (("PostgreSQL's backends", 0), ("the tree's process", 1)):
+LABELS = (("PostgreSQL's backends", 0), ("the tree's process", 1))  # each chunk's figures, in the order sent
+
+
+def _report(a: list[tuple[float, float]], b: list[tuple[float, float]], labels: Any = LABELS) -> None:
+    for label, i in labels:
         xs, ys = [x[i] for x in a], [y[i] for y in b]
         ratios = [y / x for x, y in zip(xs, ys, strict=True) if x > 0]
         spread = [f"{statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})" for v in (xs, ys, ratios)]

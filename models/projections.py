@@ -7,13 +7,14 @@ A completion that projects fine writes no row for it (issue 42). The one row ``p
 failure recorded (the column ``projection_pending``, mapped as ``Run.projection_failed``). The schedule-history
 row needs no write at all: ``schedule_history`` is a view of the terminal runs (0028).
 
-A pass (``models.projections.ended_past_cursor`` then ``advance_cursor``, run by the worker's projector
-after each window and by the sweep) takes the batches from the cursor up to the log's final horizon
-(``models.horizon``, the webhooks' rule: no transaction still open can write below it), checks the file of
-every terminal run among them, writes those that disagree, records the runs whose write failed and moves
-the cursor on: one row write per pass, however many runs it covers. The bound: a completion is covered by
-the first pass that starts after its transaction and every older one still open when it committed have
-ended: under load the next projector window (``tasks.projection._LINGER_S``) of any worker, else the
+A pass (``models.projections.ended_past_cursor`` then ``advance_cursor``, run by the worker's projector at
+most once per ``tasks.projection.PASS_EVERY_S`` and by the sweep) takes the batches from the cursor up to the
+log's final horizon (``models.horizon``, the webhooks' rule: no transaction still open can write below it),
+checks the file of every terminal run among them, writes those that disagree, records the runs whose write
+failed and moves the cursor on: one row write per pass, however many runs it covers. The bound: a completion
+is covered by the first pass that starts after its transaction and every older one still open when it
+committed have ended: under load within a pass interval (``tasks.projection.PASS_EVERY_S``) after the projector window
+(``tasks.projection._LINGER_S``) of the worker that ended it, sooner by any other worker's pass, else the
 next sweep.
 
 A recorded failure is retried in the order it is due, ``coalesce(projection_next_at, completed_at)`` (the
@@ -27,7 +28,7 @@ per completion however the batches are made, which is what this removes.)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -88,10 +89,13 @@ def pending_count(session: Session) -> int:
     return int(session.scalar(select(recorded + fresh)) or 0)
 
 
-def ended_past_cursor(session: Session, *, batch: int) -> tuple[int, int, list[RunRecord]] | None:
+def ended_past_cursor(
+    session: Session, *, batch: int, known: Collection[str] = ()
+) -> tuple[int, int, list[RunRecord]] | None:
     """A pass's reading, under the cursor's row lock: (the cursor, where it may move once these are
     projected, the records of the terminal runs without a recorded failure among the next ``batch`` batches
-    of events below the final horizon). ``None`` when another pass holds the cursor.
+    of events below the final horizon, but those ``known`` already: runs whose files the caller has just
+    written). ``None`` when another pass holds the cursor.
 
     The pass holds a transaction-level advisory lock, not the row's: a row lock would give its transaction
     an id while it writes files, and an open transaction id holds back the horizon of every reader of the
@@ -110,7 +114,9 @@ def ended_past_cursor(session: Session, *, batch: int) -> tuple[int, int, list[R
         ).all()
     )
     to = horizon if len(taken) < batch else taken[-1].first_seq + 1
-    ids = sorted({row.run_id for row in taken})
+    ids = sorted({row.run_id for row in taken}.difference(known))
+    if not ids:
+        return position, max(position, to), []
     rows = session.execute(
         select(*(_R.c[name] for name in RUN_RECORD_COLUMNS)).where(
             _R.c.id.in_(ids), _R.c.completed_at.isnot(None), not_failed

@@ -2,11 +2,11 @@
 of the run's record, migration 0028).
 
 The file is written after the canonical terminal event commits, idempotently, from that record alone, by
-the worker that ended the run; ``catch_up`` (after each projector window, and in each sweep) checks the
-files of every run the projection cursor has not passed yet, writes those that disagree and moves the
-cursor on (``models.projections``: the rule and its bound). A failed write is recorded on its run, which
-stays ``projection_pending``; the sweep calls ``project`` again until all agree, each failed write pushing
-the run's next attempt further out.
+the worker that ended the run; ``catch_up`` (by the projector, at most once per ``PASS_EVERY_S``, and in
+each sweep) checks the files of every run the projection cursor has not passed yet, writes those that
+disagree and moves the cursor on (``models.projections``: the rule and its bound). A failed write is
+recorded on its run, which stays ``projection_pending``; the sweep calls ``project`` again until all agree,
+each failed write pushing the run's next attempt further out.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,31 @@ def write_atomically(path: Path, content: dict[str, Any]) -> None:
         raise error
 
 
+_SCALARS = {type(None): lambda _: "null", bool: lambda v: "true" if v else "false", int: int.__repr__,
+            str: encode_basestring_ascii}  # fmt: skip
+
+
+def indented(content: dict[str, Any]) -> str:
+    """``json.dumps(content, indent=2, sort_keys=True)``, the same text, for a record whose values are mostly
+    scalars: with ``indent``, ``json`` encodes in Python, piece by piece, and a file's encoding cost as much
+    as its writing; here a null, boolean, integer or string value, or an empty list or object, is encoded at
+    once, and only any other (a nested container, a float) the way ``indent`` does, shifted to its depth."""
+    if not content:
+        return "{}"
+    lines = []
+    for key in sorted(content):
+        value = content[key]
+        scalar = _SCALARS.get(type(value))
+        if scalar is not None:
+            text = scalar(value)
+        elif isinstance(value, list | dict) and not value:
+            text = "[]" if isinstance(value, list) else "{}"
+        else:
+            text = json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n  ")
+        lines.append(f"{encode_basestring_ascii(key)}: {text}")
+    return "{\n  " + ",\n  ".join(lines) + "\n}"
+
+
 @dataclass
 class _File:
     """One file on its way through ``write_all``: its temp file, open until synced; the error that stopped it."""
@@ -110,7 +136,7 @@ def write_all(files: list[tuple[Path, dict[str, Any]]]) -> list[Exception | None
     suffix = f".run_metadata.{os.getpid()}.{threading.get_ident()}.tmp"
     todo: dict[str, _File] = {}  # by path: the last content given for a path wins
     for path, content in files:
-        data = json.dumps(content, indent=2, sort_keys=True).encode()
+        data = indented(content).encode()
         todo[str(path)] = _File(str(path), data, os.path.join(os.path.dirname(path), suffix))
     try:
         _each(todo.values(), _open_and_write)
@@ -226,11 +252,11 @@ def catch_up(batch: int = 1000, written: frozenset[str] = frozenset()) -> int:
     the failed ones recorded on their runs, the cursor moved on: one transaction, one row write at most.
     Returns how many files it wrote (0 too when another pass holds the cursor)."""
     with transaction() as session:
-        read = projections.ended_past_cursor(session, batch=batch)
+        read = projections.ended_past_cursor(session, batch=batch, known=written)
         if read is None:
             return 0
         was, to, records = read
-        todo = [r for r in records if r.id not in written and not _agrees(metadata_path(r.id), metadata(r))]
+        todo = [r for r in records if not _agrees(metadata_path(r.id), metadata(r))]
         done = {r.id for r in write_committed(todo)}
         failed = [r for r in todo if r.id not in done]
         projections.record_projection_failures(session, failed)
@@ -269,6 +295,8 @@ def write_committed(records: list[RunRecord]) -> list[RunRecord]:
 
 _BATCH = 100  # records written in one window, at most
 _LINGER_S = 0.2  # the window: how long the first record waits for others to share its wake-up and transaction
+PASS_EVERY_S = 1.0  # a process's cursor passes, at most one this often (the projected files are not held back)
+_FLUSH = None  # queued by ``drain``: the pass owed runs now
 
 
 class _Projector:
@@ -278,15 +306,18 @@ class _Projector:
     has not passed it) and the sweep's ``catch_up`` writes it.
 
     The first record to arrive opens a window of ``_LINGER_S``; at its end the thread writes the files of
-    every record queued by then (at most ``_BATCH``), then runs one ``catch_up`` (one transaction, the
-    cursor moved past every run ended below the log's horizon: these, and other processes' too). Under
-    load that is one wake-up and at most one row write per window, whatever the number of runs.
+    every record queued by then (at most ``_BATCH``). A ``catch_up`` (one transaction, the cursor moved past
+    every run ended below the log's horizon: these, and other processes' too) follows once ``PASS_EVERY_S``
+    has passed since this process's last one, then or as soon as it has: a pass costs five statements
+    whatever it covers, and under load a window is much shorter. Under load that is one wake-up per window
+    and at most one row write per ``PASS_EVERY_S``, whatever the number of runs; a burst's last files are
+    passed within ``PASS_EVERY_S`` of the pass before.
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pid: int | None = None
-        self.queue: queue.Queue[RunRecord] = queue.Queue()
+        self.queue: queue.Queue[RunRecord | None] = queue.Queue()
 
     def submit(self, record: RunRecord) -> None:
         with self.lock:
@@ -296,16 +327,26 @@ class _Projector:
         self.queue.put(record)
 
     def drain(self) -> None:
-        """Wait until every queued record of this process is projected (benchmarks and tests)."""
+        """Wait until every queued record of this process is projected and passed by the cursor, the pass it
+        owes run now (benchmarks and tests)."""
         if self.pid == os.getpid():
+            self.queue.put(_FLUSH)
             self.queue.join()
 
     @staticmethod
-    def _loop(items: queue.Queue[RunRecord]) -> None:
+    def _loop(items: queue.Queue[RunRecord | None]) -> None:
         backlog = False
+        owed: set[str] = set()  # the runs written since the last pass (it need not read their files back)
+        ended = 0  # records taken since the last pass
+        done = 0  # items taken since the last pass: each marked done once that pass has run
+        last_pass = -PASS_EVERY_S
         while True:
-            taken = [items.get()]
-            if not backlog:
+            wait = max(0.0, last_pass + PASS_EVERY_S - time.monotonic()) if done else None
+            try:
+                taken = [items.get(timeout=wait)]
+            except queue.Empty:  # the pass owed is due, and nothing came meanwhile
+                taken, done = [_FLUSH], done - 1
+            if not backlog and taken[0] is not _FLUSH:
                 # The window. Records queued meanwhile do not wake this thread: ``Queue.put`` notifies only
                 # a thread waiting in ``get``, and this one sleeps. (Waiting in ``get`` with a timeout
                 # instead cost a wake-up, a thread switch and a GIL hand-over per record.)
@@ -316,14 +357,24 @@ class _Projector:
                 except queue.Empty:
                     break
             backlog = len(taken) == _BATCH  # more may be waiting: take them without another window
+            records = [r for r in taken if r is not _FLUSH]
+            done, ended = done + len(taken), ended + len(records)
             try:
-                written = write_committed(taken)
-                catch_up(written=frozenset(r.id for r in written))
+                owed.update(r.id for r in write_committed(records))
+                if _FLUSH in taken or time.monotonic() - last_pass >= PASS_EVERY_S:
+                    if ended:
+                        last_pass = time.monotonic()
+                        catch_up(written=frozenset(owed))
+                    owed.clear()
+                    ended = 0
             except Exception:
                 log.warning("projection pass failed; the sweep retries it", exc_info=True)
-            finally:
-                for _ in taken:
+                owed.clear()
+                ended = 0
+            if not ended:
+                for _ in range(done):
                     items.task_done()
+                done = 0
 
 
 _projector = _Projector()

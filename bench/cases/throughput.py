@@ -37,9 +37,9 @@ from bench.workflows import CAS, DONE, WHAT_IF
 
 
 def start_py_spy(bench: Bench, label: str) -> list[Any]:
-    """Sample every worker pool child (and this process) with py-spy while a case runs (only threads holding
-    the GIL: Python CPU, not waits); collapsed stacks
-    land in the run's log folder. Only with ``--py-spy`` (py-spy is not a dependency)."""
+    """Sample every worker's main process and pool children (and this process) with py-spy while a case runs
+    (only threads holding the GIL: Python CPU, not waits); collapsed stacks land in the run's log folder. Only
+    with ``--py-spy`` (py-spy is not a dependency)."""
     import shutil
 
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -48,6 +48,7 @@ def start_py_spy(bench: Bench, label: str) -> list[Any]:
         return []
     pids = [("producer", os.getpid())] + ([("api", bench.api_pid)] if bench.api_pid else [])
     for worker in bench.services.workers:
+        pids += [(f"{worker.name}-main", worker.proc.pid)]
         pids += [(f"{worker.name}-child{i}", pid) for i, pid in enumerate(worker.pool_children())]
     spies = []
     for name, pid in pids:

@@ -87,6 +87,22 @@ def _cursor(conn: Connection, rows: Any = None) -> psycopg.Cursor[Any]:
     return driver.cursor(row_factory=rows) if rows is not None else driver.cursor()
 
 
+_KEPT = "parkway.driver_cursors"  # the pooled connection's ``info`` key of the cursors ``rows`` keeps on it
+
+
+def _kept_cursor(conn: Connection, sql: str) -> psycopg.Cursor[Any]:
+    """The cursor kept on this pooled connection for the statement ``sql``, made at its first execution there
+    (SQLAlchemy clears ``info`` when it replaces a connection it found dead). psycopg keeps a cursor's
+    adaptation (the dumpers of the parameters' types, the loaders of the result's columns) while the same
+    query object runs on it again: each statement of the hot path on a cursor of its own looks them up once
+    per connection, not per execution. (A kept cursor holds its last result until its next execution.)"""
+    kept: dict[str, psycopg.Cursor[Any]] = conn.connection.info.setdefault(_KEPT, {})
+    cursor = kept.get(sql)
+    if cursor is None:
+        cursor = kept[sql] = _cursor(conn)
+    return cursor
+
+
 def _raise(
     conn: Connection,
     cursor: psycopg.Cursor[Any],
@@ -157,14 +173,12 @@ class DriverStatement:
             else:
                 value = b.default
             params[b.name] = value if b.process is None else b.process(value)
-        cursor = _cursor(conn)
+        cursor = _kept_cursor(conn, plan.sql)
         try:
             cursor.execute(plan.sql, params)
             raw = cursor.fetchall()  # a SELECT always has a result set
         except psycopg.Error as error:
             _raise(conn, cursor, error, plan.sql, params)
-        finally:
-            cursor.close()
         row, results = plan.row, plan.results
         if results is None:
             return [row(*values) for values in raw]

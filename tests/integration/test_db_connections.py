@@ -82,3 +82,24 @@ def test_transaction_left_idle__ended_by_postgresql_after_a_lease_and_its_locks_
         wait_for(lambda: _lock_free(20), timeout=lease_s * 10, what="the idle transaction's lock released")
         # And its owner finds its session gone: nothing it did in that transaction is committed
         held.execute(text("SELECT 1"))
+
+
+def test_hot_path_statement__runs_on_the_connection_that_replaced_a_dead_one(
+    fresh_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a hot-path statement run once on the main thread's held connection (its cursor kept there)
+    from sqlalchemy import Integer, bindparam, select
+
+    from models.store.driver import DriverStatement
+    from parkway.db import single_statement
+
+    statement = DriverStatement(lambda: select(bindparam("n", type_=Integer).label("n")))
+    with single_statement() as conn:
+        assert statement.first(conn, {"n": 1}).n == 1
+    # ... whose server process is then terminated while it sits idle
+    assert _kill_pooled_connections() >= 1
+    monkeypatch.setattr(parkway.db, "PING_AFTER_IDLE_S", 0.0)  # idle "long enough" without sleeping
+    # When it runs again, then it runs on the connection that replaced the dead one
+    for n in (2, 3):
+        with single_statement() as conn:
+            assert statement.first(conn, {"n": n}).n == n

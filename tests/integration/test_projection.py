@@ -15,7 +15,7 @@ from models import projections
 from parkway.db import get_engine
 from tasks import projection
 from tests.integration.helpers import execute_ready
-from tests.support import run_row, start
+from tests.support import run_row, start, wait_for
 
 
 def test_projector__a_window_moves_the_cursor_once_and_records_only_a_failed_write(
@@ -25,16 +25,7 @@ def test_projector__a_window_moves_the_cursor_once_and_records_only_a_failed_wri
     # ending one after another, and the cursor's moves counted
     projection.drain_projections()
     monkeypatch.setattr(projection, "_LINGER_S", 3.0)
-    moves: list[tuple[int, int]] = []
-    original = projections.advance_cursor
-
-    def counting(session: Any, was: int, to: int) -> bool:
-        moved = original(session, was, to)
-        if moved:
-            moves.append((was, to))
-        return moved
-
-    monkeypatch.setattr(projections, "advance_cursor", counting)
+    moves = _count_moves(monkeypatch)
     run_ids = [start("t.after", {"n": n}) for n in range(3)]
     # ... and the middle run's file cannot be written (a directory stands where it goes)
     blocked = projection.metadata_path(run_ids[1])
@@ -128,3 +119,63 @@ def test_cursor__a_pass_beside_another_takes_nothing(actors_db: str, monkeypatch
     # And once the other pass has ended, the next one writes it
     assert projection.catch_up() == 1
     assert not run_row(run_id).projection_pending
+
+
+def _count_moves(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    moves: list[tuple[int, int]] = []
+    original = projections.advance_cursor
+
+    def counting(session: Any, was: int, to: int) -> bool:
+        moved = original(session, was, to)
+        if moved:
+            moves.append((was, to))
+        return moved
+
+    monkeypatch.setattr(projections, "advance_cursor", counting)
+    return moves
+
+
+def test_projector__windows_within_a_pass_interval_share_one_pass(
+    actors_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given short windows, a pass interval far longer than the test, and a pass just run (a drain runs the one owed)
+    monkeypatch.setattr(projection, "_LINGER_S", 0.05)
+    monkeypatch.setattr(projection, "PASS_EVERY_S", 60.0)
+    first = start("t.after", {"n": 0})
+    execute_ready(first)
+    projection.drain_projections()
+    assert not run_row(first).projection_pending
+    moves = _count_moves(monkeypatch)
+
+    # When two more runs end, each in a window of its own
+    run_ids = [start("t.after", {"n": n}) for n in (1, 2)]
+    for run_id in run_ids:
+        execute_ready(run_id)
+        wait_for(projection.metadata_path(run_id).exists, what="the run's file written in its window")
+
+    # Then their files are written and no pass has run yet: the pass interval has not passed
+    assert moves == [] and all(run_row(run_id).projection_pending for run_id in run_ids)
+
+    # And the pass owed, run when asked (a drain), covers both at once
+    projection.drain_projections()
+    assert len(moves) == 1
+    assert not any(run_row(run_id).projection_pending for run_id in run_ids)
+
+
+def test_projector__the_pass_owed_runs_unasked_once_its_interval_has_passed(
+    actors_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given short windows and a short pass interval
+    monkeypatch.setattr(projection, "_LINGER_S", 0.05)
+    monkeypatch.setattr(projection, "PASS_EVERY_S", 0.5)
+    projection.drain_projections()
+
+    # When runs end in windows of their own, the last with nothing after it
+    run_ids = [start("t.after", {"n": n}) for n in range(3)]
+    for run_id in run_ids:
+        execute_ready(run_id)
+        wait_for(projection.metadata_path(run_id).exists, what="the run's file written in its window")
+
+    # Then the cursor passes them all without a drain or a sweep
+    for run_id in run_ids:
+        wait_for(lambda run_id=run_id: not run_row(run_id).projection_pending, what="the cursor past the run")

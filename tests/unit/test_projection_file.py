@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.projection import write_all, write_atomically
+from tasks.projection import indented, write_all, write_atomically
 
 CONTENT = {
     "run_id": "r1",
@@ -149,3 +149,19 @@ def test_write_all__a_directory_it_makes_is_synced_in_its_parent(
     files_directories = [root / "new", root / "old", fresh / "r"]
     parents_of_made = [root, fresh, fresh.parent, tmp_path]  # of new; and of r, workspace, fresh
     assert sorted(directories) == sorted(str(d) for d in files_directories + parents_of_made)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {},
+        CONTENT,
+        {**CONTENT, "status": "failed", "warnings": ["legacy status word"], "error_details": None},
+        {**CONTENT, "error_details": {"partial_failure": True, "running_reviews": [{"id": "v1", "finding_count": 2}],
+                                      "result": {"é": "ü\n\u2028", "n": 1.5, "nan": float("nan"), "empty": {}}}},
+        {"b": False, "i": -(10**30), "f": -0.0, "l": [[], [{}]], "t": ("x",), "s": "\x00\"\\"},
+    ],
+)  # fmt: skip
+def test_indented__is_json_dumps_with_indent_2_and_sorted_keys(content: dict[str, object]) -> None:
+    # When a record is encoded for its file, then the text is json's own indented, sorted form, byte for byte
+    assert indented(content) == json.dumps(content, indent=2, sort_keys=True)
