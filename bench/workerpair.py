@@ -13,6 +13,9 @@ continuations through the tracer, and reports that CPU and the database's backen
 per completion. Chunks run A B, B A, …: read the median of B ÷ A per pair.
 
 ``--profile PATH``: no pairing; one side (TREE_A) under cProfile for its chunks, the stats written to PATH.
+``--traced-b``: side B traces every span to a local OTLP/HTTP sink (bench/receiver.py), by the standard
+``OTEL_*`` variables only; with the same tree as A and B, what tracing costs a pool child per completion,
+its export thread included (issue 44).
 ``--py-spy PATH``: no pairing; one side (TREE_A) sampled by ``py-spy record --gil`` (every thread) while its
 chunks run, its collapsed stacks written to PATH.
 """
@@ -164,42 +167,69 @@ def main() -> int:
     parser.add_argument("--profile", default=None, help="cProfile TREE_A's chunks into this file (no pairing)")
     parser.add_argument("--py-spy", default=None, help="sample TREE_A's side with py-spy into this file (no pairing)")
     parser.add_argument("--floor", action="store_true", help="a third side: bench.cas in TREE_A, the floor")
+    parser.add_argument("--traced-b", action="store_true", help="B traced to a local OTLP sink (TREE_B may be TREE_A)")
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         side(args.admin_url, args.chunk, args.pairs, args.profile, args.floor)
         return 0
     solo = bool(args.profile or args.py_spy)
-    trees = [args.tree_a] if solo else [args.tree_a, args.tree_b]
-    if None in trees:
+    trees = {"A": args.tree_a} if solo else {"A": args.tree_a, "B": args.tree_b}
+    if None in trees.values():
         parser.error("two trees, or one with --profile or --py-spy")
-    sides = {tree: _start(args, tree) for tree in trees}
-    if args.floor and not solo:
-        trees.append(FLOOR)
-        sides[FLOOR] = _start(args, args.tree_a, floor=True)
-    for process in sides.values():
-        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
-    spy = _spy(args.py_spy, sides[args.tree_a].pid) if args.py_spy else None
-    figures: dict[str, list[tuple[float, float]]] = {tree: [] for tree in sides}
-    for k in range(args.pairs):
-        for tree in trees if k % 2 == 0 else trees[::-1]:
-            figures[tree].append(_chunk(sides[tree]))
-    if spy is not None:
-        spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-        spy.wait(timeout=60)
-    for process in sides.values():
-        assert process.stdin is not None
-        process.stdin.close()
-        process.wait()
+    with _otlp_sink() if args.traced_b else contextlib.nullcontext() as sink:
+        traced = _traced_env(sink) if sink else {}
+        sides = {label: _start(args, tree, env=traced if label == "B" else {}) for label, tree in trees.items()}
+        if args.floor and not solo:
+            sides[FLOOR] = _start(args, args.tree_a, floor=True)
+        for process in sides.values():
+            assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        spy = _spy(args.py_spy, sides["A"].pid) if args.py_spy else None
+        figures: dict[str, list[tuple[float, float]]] = {label: [] for label in sides}
+        order = list(sides)
+        for k in range(args.pairs):
+            for label in order if k % 2 == 0 else order[::-1]:
+                figures[label].append(_chunk(sides[label]))
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            spy.wait(timeout=60)
+        for process in sides.values():
+            assert process.stdin is not None
+            process.stdin.close()
+            process.wait()
     if solo:
-        xs = [x[1] for x in figures[args.tree_a]]
+        xs = [x[1] for x in figures["A"]]
         where = args.profile or args.py_spy
         print(f"the tree's process, ms per completion (sampled): {statistics.median(xs):.3f}; in {where}")
         return 0
-    _report(figures[args.tree_a], figures[args.tree_b], (("the worker (all its threads)", 1), ("PostgreSQL", 0)))
+    if args.traced_b:
+        print("B traces every span (100 % sampling) over OTLP/HTTP to bench/receiver.py; A is untraced")
+    _report(figures["A"], figures["B"], (("the worker (all its threads)", 1), ("PostgreSQL", 0)))
     if args.floor:
-        _above_floor(figures[args.tree_a], figures[args.tree_b], figures[FLOOR])
+        _above_floor(figures["A"], figures["B"], figures[FLOOR])
     return 0
+
+
+@contextlib.contextmanager
+def _otlp_sink() -> Any:
+    """``--traced-b``: bench/receiver.py on a free port (it answers 200 at once), stopped after the block."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sink = subprocess.Popen([sys.executable, "-m", "bench.receiver", str(port)], cwd=Path(__file__).parent.parent)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        sink.terminate()
+        sink.wait(timeout=10)
+
+
+def _traced_env(endpoint: str) -> dict[str, str]:
+    """What a traced worker is given: the standard variables only (docs/operations.md "Tracing")."""
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_SAMPLER": "always_on",
+            "OTEL_SERVICE_NAME": "parkway-workerpair"}  # fmt: skip
 
 
 FLOOR = "floor"  # the third side's key
@@ -216,12 +246,14 @@ def _above_floor(a: list[Any], b: list[Any], floor: list[Any]) -> None:
           f"B {spread[2]}; B ÷ A per triple {spread[3]}, {len(ratios)} triples")  # fmt: skip
 
 
-def _start(args: argparse.Namespace, tree: str, *, floor: bool = False) -> subprocess.Popen[str]:
+def _start(
+    args: argparse.Namespace, tree: str, *, floor: bool = False, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     command = [sys.executable, __file__, args.admin_url, "-", "--side", "--chunk", str(args.chunk),
                "--pairs", str(args.pairs), *(["--floor"] if floor else [])]  # fmt: skip
     if args.profile:
         command += ["--profile", str(Path(args.profile).resolve())]
-    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(Path(tree).resolve())}
     return subprocess.Popen(command, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
