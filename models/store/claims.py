@@ -164,9 +164,8 @@ def _claim_read() -> Any:
     return _claim_context(derived=False)
 
 
-# PostgreSQL: the claim's compare-and-set and the joined read in one statement (one round trip, and no
-# transaction to open and commit around them); a quorum wait's responses, a subquery every claim would start,
-# are read after it for a step that has one.
+# PostgreSQL: the claim's compare-and-set and the joined read in one statement (one round trip, no transaction
+# around them); a quorum wait's responses (a subquery every claim would start) are read after it, when needed.
 _CLAIM_WITH_CONTEXT = DriverStatement(lambda: _claim_context(_claim().cte("claimed"), derived=False, responses=False))
 
 
