@@ -159,7 +159,7 @@ KNOWN_WHAT_IF = {
 
 
 class _NoFsync:
-    """``os`` as ``tasks.projection`` sees it, with ``fsync`` a no-op."""
+    """``os`` as ``tasks.projection_files`` sees it, with ``fsync`` a no-op."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
@@ -191,9 +191,9 @@ def _apply_what_if() -> None:
 
         models.store.erase_secrets = lambda session, **_: 0  # type: ignore[assignment]
     if "no-projection-fsync" in WHAT_IF:
-        import tasks.projection
+        import tasks.projection_files
 
-        tasks.projection.os = _NoFsync()  # type: ignore[assignment]
+        tasks.projection_files.os = _NoFsync()  # type: ignore[assignment]
     if "answer-autocommit" in WHAT_IF:
         import tasks.sdk
         from parkway.db import read_statement

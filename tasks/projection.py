@@ -11,16 +11,13 @@ each failed write pushing the run's next attempt further out.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +27,7 @@ from models.store import RunRecord
 from models.tables import Run
 from parkway.db import transaction
 from parkway.settings import get_settings
+from tasks.projection_files import write_all, write_atomically
 
 log = logging.getLogger("parkway.projection")
 
@@ -65,149 +63,6 @@ def metadata(run: Run | RunRecord) -> dict[str, Any]:
         "warnings": warnings,
         "error_details": run.error_details,
     }
-
-
-def write_atomically(path: Path, content: dict[str, Any]) -> None:
-    """Write one file all or nothing (see ``write_all``); raises what stopped it."""
-    error = write_all([(path, content)])[0]
-    if error is not None:
-        raise error
-
-
-_SCALARS = {type(None): lambda _: "null", bool: lambda v: "true" if v else "false", int: int.__repr__,
-            str: encode_basestring_ascii}  # fmt: skip
-
-
-def indented(content: dict[str, Any]) -> str:
-    """``json.dumps(content, indent=2, sort_keys=True)``, the same text, for a record whose values are mostly
-    scalars: with ``indent``, ``json`` encodes in Python, piece by piece, and a file's encoding cost as much
-    as its writing; here a null, boolean, integer or string value, or an empty list or object, is encoded at
-    once, and only any other (a nested container, a float) the way ``indent`` does, shifted to its depth."""
-    if not content:
-        return "{}"
-    lines = []
-    for key in sorted(content):
-        value = content[key]
-        scalar = _SCALARS.get(type(value))
-        if scalar is not None:
-            text = scalar(value)
-        elif isinstance(value, list | dict) and not value:
-            text = "[]" if isinstance(value, list) else "{}"
-        else:
-            text = json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n  ")
-        lines.append(f"{encode_basestring_ascii(key)}: {text}")
-    return "{\n  " + ",\n  ".join(lines) + "\n}"
-
-
-@dataclass
-class _File:
-    """One file on its way through ``write_all``: its temp file, open until synced; the error that stopped it."""
-
-    path: str
-    data: bytes
-    tmp: str
-    fd: int | None = None
-    renamed: bool = False
-    error: Exception | None = None
-    made: tuple[str, ...] = ()  # the directories whose entry this write created (its run directory, say)
-
-    def abandon(self, error: Exception | None = None) -> None:
-        self.error = self.error or error
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = None
-        if not self.renamed:
-            with contextlib.suppress(OSError):
-                os.unlink(self.tmp)
-
-
-def write_all(files: list[tuple[Path, dict[str, Any]]]) -> list[Exception | None]:
-    """Write each file all or nothing: temp file in the same directory, fsync, rename, fsync the directory
-    (and the parent of each directory it had to make, so that a new run directory survives a crash too).
-
-    The files take each step together (all temp files written, then each synced, then each renamed, then
-    each directory synced), so the first ``fsync`` of a step commits the journal for the rest and theirs
-    find little left to flush; each file still has its own ``fsync`` before its rename and its directory's
-    after. A temp file's name is this thread's own (a concurrent writer of the same run, such as the sweep,
-    uses another), created 0600 as ``mkstemp`` would. Returns, per file, ``None`` or what left it unwritten
-    (its temp file removed, an older file untouched).
-    """
-    suffix = f".run_metadata.{os.getpid()}.{threading.get_ident()}.tmp"
-    todo: dict[str, _File] = {}  # by path: the last content given for a path wins
-    for path, content in files:
-        data = indented(content).encode()
-        todo[str(path)] = _File(str(path), data, os.path.join(os.path.dirname(path), suffix))
-    try:
-        _each(todo.values(), _open_and_write)
-        _each(todo.values(), _sync_and_close)
-        _each(todo.values(), _rename)
-        _sync_directories([f for f in todo.values() if f.error is None])
-    except BaseException:
-        for item in todo.values():
-            item.abandon()
-        raise
-    return [todo[str(path)].error for path, _ in files]
-
-
-def _each(items: Iterable[_File], step: Callable[[_File], None]) -> None:
-    for item in items:
-        if item.error is None:
-            try:
-                step(item)
-            except Exception as exc:
-                item.abandon(exc)
-
-
-def _open_and_write(item: _File) -> None:
-    item.made = _make_directories(os.path.dirname(item.path))
-    item.fd = os.open(item.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    view = memoryview(item.data)
-    while view:
-        view = view[os.write(item.fd, view) :]
-
-
-def _sync_and_close(item: _File) -> None:
-    assert item.fd is not None
-    os.fsync(item.fd)
-    fd, item.fd = item.fd, None
-    os.close(fd)
-
-
-def _rename(item: _File) -> None:
-    os.replace(item.tmp, item.path)
-    item.renamed = True
-
-
-def _make_directories(directory: str) -> tuple[str, ...]:
-    """``directory`` and any missing parent, made; those made (a directory a concurrent writer made counts:
-    syncing its parent once more is harmless)."""
-    missing, at = [], directory
-    while not os.path.isdir(at):
-        missing.append(at)
-        at = os.path.dirname(at)
-    if missing:
-        os.makedirs(directory, exist_ok=True)
-    return tuple(missing)
-
-
-def _sync_directories(items: list[_File]) -> None:
-    """A rename is durable once its directory is synced, and a new directory once its parent is: each
-    directory once; a failure fails its files."""
-    by_dir: dict[str, list[_File]] = {}
-    for item in items:
-        for directory in (os.path.dirname(item.path), *(os.path.dirname(made) for made in item.made)):
-            by_dir.setdefault(directory, []).append(item)
-    for directory, in_it in by_dir.items():
-        try:
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except Exception as exc:
-            for item in in_it:
-                item.error = exc
 
 
 def project(run_id: str) -> bool:
@@ -335,18 +190,14 @@ class _Projector:
 
     @staticmethod
     def _loop(items: queue.Queue[RunRecord | None]) -> None:
-        backlog = False
-        owed: set[str] = set()  # the runs written since the last pass (it need not read their files back)
-        ended = 0  # records taken since the last pass
-        done = 0  # items taken since the last pass: each marked done once that pass has run
-        last_pass = -PASS_EVERY_S
+        backlog, owed = False, _Owed()
         while True:
-            wait = max(0.0, last_pass + PASS_EVERY_S - time.monotonic()) if done else None
             try:
-                taken = [items.get(timeout=wait)]
-            except queue.Empty:  # the pass owed is due, and nothing came meanwhile
-                taken, done = [_FLUSH], done - 1
-            if not backlog and taken[0] is not _FLUSH:
+                taken = [items.get(timeout=owed.wait())]
+            except queue.Empty:
+                taken = []  # nothing came before the pass owed fell due
+            pass_now = not taken or taken[0] is _FLUSH
+            if not pass_now and not backlog:
                 # The window. Records queued meanwhile do not wake this thread: ``Queue.put`` notifies only
                 # a thread waiting in ``get``, and this one sleeps. (Waiting in ``get`` with a timeout
                 # instead cost a wake-up, a thread switch and a GIL hand-over per record.)
@@ -358,23 +209,55 @@ class _Projector:
                     break
             backlog = len(taken) == _BATCH  # more may be waiting: take them without another window
             records = [r for r in taken if r is not _FLUSH]
-            done, ended = done + len(taken), ended + len(records)
+            owed.took(len(taken), records)
             try:
-                owed.update(r.id for r in write_committed(records))
-                if _FLUSH in taken or time.monotonic() - last_pass >= PASS_EVERY_S:
-                    if ended:
-                        last_pass = time.monotonic()
-                        catch_up(written=frozenset(owed))
-                    owed.clear()
-                    ended = 0
+                owed.written.update(r.id for r in write_committed(records))
+                if pass_now or len(records) < len(taken) or owed.due():
+                    owed.run()
             except Exception:
                 log.warning("projection pass failed; the sweep retries it", exc_info=True)
-                owed.clear()
-                ended = 0
-            if not ended:
-                for _ in range(done):
-                    items.task_done()
-                done = 0
+                owed.forget()
+            owed.acknowledge(items)
+
+
+@dataclass
+class _Owed:
+    """What a projector's next cursor pass owes: the runs it wrote since the last one (their files need not
+    be read back), how many records it took, and how many queue items wait to be marked done until that
+    pass has run (``drain`` joins the queue: it returns once the runs are passed, not only written)."""
+
+    written: set[str] = field(default_factory=set)
+    records: int = 0
+    items: int = 0
+    last: float = -PASS_EVERY_S
+
+    def took(self, items: int, records: list[RunRecord]) -> None:
+        self.items, self.records = self.items + items, self.records + len(records)
+
+    def wait(self) -> float | None:
+        """How long the thread may wait for a record: until the pass owed falls due; with none, for ever."""
+        return max(0.0, self.last + PASS_EVERY_S - time.monotonic()) if self.items else None
+
+    def due(self) -> bool:
+        return time.monotonic() - self.last >= PASS_EVERY_S
+
+    def run(self) -> None:
+        """The pass, when a record is owed one (a flush with nothing written runs none)."""
+        if self.records:
+            self.last = time.monotonic()
+            catch_up(written=frozenset(self.written))
+        self.forget()
+
+    def forget(self) -> None:
+        self.written.clear()
+        self.records = 0
+
+    def acknowledge(self, items: queue.Queue[RunRecord | None]) -> None:
+        """Once no pass is owed, every item taken is done."""
+        if not self.records:
+            for _ in range(self.items):
+                items.task_done()
+            self.items = 0
 
 
 _projector = _Projector()

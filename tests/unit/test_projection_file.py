@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.projection import indented, write_all, write_atomically
+from tasks.projection_files import indented, write_all, write_atomically
 
 CONTENT = {
     "run_id": "r1",
