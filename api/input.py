@@ -11,12 +11,17 @@ route reads it from there.
 It runs in every route's handler (``CheckedRoute``, the route class of every router: ``checked_router``)
 before FastAPI reads the request, rather than as an app-wide dependency: a dependency is solved again on
 every request, and solving it cost several times the check itself.
+
+A hot route may also be served plainly (``served_plainly``): a handler of its own that reads a request it
+can take at once (the body its model accepts, the path its pattern accepts) without FastAPI's per-request
+machinery, and hands every other request to FastAPI's route, which reads it as the OpenAPI says and refuses
+it in the error shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -31,6 +36,13 @@ def _is_json(content_type: str | None) -> bool:
         return False
     mime = content_type.partition(";")[0].strip().lower()
     return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
+
+
+def is_plain_json(request: Request) -> bool:
+    """Whether the request's body is declared ``application/json`` (any parameters), which FastAPI reads as
+    JSON too: what a handler ``served_plainly`` reads (any other type is FastAPI's to read or refuse)."""
+    content_type = request.headers.get("content-type")
+    return content_type is not None and content_type.partition(";")[0].strip().lower() == "application/json"
 
 
 def _strings_problem(request: Request) -> tuple[tuple[str, ...], str] | None:
@@ -69,14 +81,37 @@ async def checked_input(request: Request) -> None:
         raise RequestValidationError([{"type": "value_error", "loc": where, "msg": problem}])
 
 
+Plain = Callable[[Request], Awaitable[Response | None]]
+E = TypeVar("E", bound=Callable[..., Any])
+_PLAIN = "__parkway_served_plainly__"
+
+
+def served_plainly(plain: Plain) -> Callable[[E], E]:
+    """Mark an endpoint as served by ``plain`` whenever ``plain`` gives a response (after ``checked_input``):
+    ``None`` hands the request, unread by it, to FastAPI's route for the endpoint. ``plain`` must do all the
+    endpoint does for a request it takes (the same checks, the same call, the same response, byte for byte),
+    and take only requests the endpoint would accept: the endpoint stays the contract (the OpenAPI, every
+    refusal). Its router must be included with no dependencies of the include's own: ``plain`` solves none."""
+
+    def mark(endpoint: E) -> E:
+        setattr(endpoint, _PLAIN, plain)
+        return endpoint
+
+    return mark
+
+
 class CheckedRoute(APIRoute):
-    """A route whose handler refuses what ``checked_input`` refuses before FastAPI reads the request."""
+    """A route whose handler refuses what ``checked_input`` refuses before FastAPI reads the request, and that
+    is served plainly where its endpoint says so (``served_plainly``)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        plain: Plain | None = getattr(self.endpoint, _PLAIN, None)
 
         async def checked(request: Request) -> Response:
             await checked_input(request)
+            if plain is not None and (response := await plain(request)) is not None:
+                return response
             return await handler(request)
 
         return checked

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from fastapi import Path, Query
+from fastapi import Path, Query, Request, Response
 
 from api import errors
 from api.deps import (
@@ -15,13 +16,14 @@ from api.deps import (
     SessionDep,
     TextFilter,
     TokenDep,
+    bearer,
     in_thread,
     presented,
     refused,
     token_holder,
 )
 from api.errors import ApiError, documented
-from api.input import checked_router
+from api.input import checked_router, is_plain_json, served_plainly
 from api.metrics import ANSWERS
 from api.schemas import (
     ID,
@@ -85,6 +87,24 @@ def read_interaction(interaction_id: InteractionId, principal: PrincipalDep, ses
     return InteractionOut.of(view)
 
 
+_ID = re.compile(ID)
+
+
+async def _answer_plainly(request: Request) -> Response | None:
+    """``answer`` for a request whose id, JSON body and credentials it can read at once: no dependency solved,
+    and the receipt the store built rendered by ``AnswerReceiptOut``'s serializer without validating it again.
+    ``None`` for any other request: FastAPI's route reads it, and refuses it in the error shape (422)."""
+    interaction_id = request.path_params["interaction_id"]
+    if not _ID.fullmatch(interaction_id) or not is_plain_json(request):
+        return None
+    try:
+        body = AnswerIn.model_validate(await request.json())  # the JSON parse ``checked_input`` kept
+    except ValueError:  # not JSON, or not an answer (pydantic's ValidationError is a ValueError)
+        return None
+    receipt = await in_thread(_answer, interaction_id, body, presented(await bearer(request)))
+    return Response(AnswerReceiptOut.model_construct(**receipt).model_dump_json(), media_type="application/json")
+
+
 @router.post(
     "/{interaction_id}/answer",
     response_model=AnswerReceiptOut,
@@ -92,10 +112,11 @@ def read_interaction(interaction_id: InteractionId, principal: PrincipalDep, ses
     summary="Answer: the first response wins; an exact retry gets the same receipt",
     responses=documented(401, 403, 404, 409, 410, 413, 422, models=errors.INTERACTION_OUTCOMES),
 )
+@served_plainly(_answer_plainly)
 async def answer(interaction_id: InteractionId, body: AnswerIn, credentials: TokenDep) -> dict[str, Any]:
     # The hot path: one hop off the event loop, and the caller read by its token in the answer's first
     # statement (a human or an admin; a bad token is a 401 and an agent a 403, before anything about the
-    # interaction is told): no round trip of its own.
+    # interaction is told): no round trip of its own. A request ``_answer_plainly`` can read never gets here.
     return await in_thread(_answer, interaction_id, body, presented(credentials))
 
 
