@@ -99,8 +99,8 @@ async def _answer_plainly(request: Request) -> Response | None:
         return None
     try:
         body = AnswerIn.model_validate(await request.json())  # the JSON parse ``checked_input`` kept
-    except ValueError:  # not JSON, or not an answer (pydantic's ValidationError is a ValueError)
-        return None
+    except Exception:  # not JSON (a parse error, nested past the parser's depth), or not an answer
+        return None  # FastAPI's route reads it again and refuses it its own way
     receipt = await in_thread(_answer, interaction_id, body, presented(await bearer(request)))
     return Response(AnswerReceiptOut.model_construct(**receipt).model_dump_json(), media_type="application/json")
 

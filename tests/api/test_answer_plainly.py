@@ -100,6 +100,7 @@ def test_what_the_plain_handler_takes__and_what_it_leaves_to_fastapi(actors: Act
         request("i" * 64, valid, ROUTED, "t"),  # JSON of another type
         request("i" * 64, valid, None, "t"),  # no type: FastAPI refuses it
         request("i" * 64, b"{", PLAIN, "t"),  # not JSON
+        request("i" * 64, b"[" * 5000 + b"]" * 5000, PLAIN, "t"),  # past the parser's depth
         request("i" * 64, b"", PLAIN, "t"),
         request("i" * 64, b'{"value": 1}', PLAIN, "t"),  # not an answer
     ]
