@@ -73,8 +73,10 @@ def refused(exc: Unauthenticated | WrongKind) -> ApiError:
     return _wrong_kind(exc.name, exc.kind, exc.kinds if exc.kind in OPERATORS else OPERATORS)
 
 
-def _token(authorization: str | None) -> str | None:
-    scheme, _, token = (authorization or "").partition(" ")
+def bearer_token(request: Request) -> str | None:
+    """The request's bearer token, read as ``bearer`` (``TokenDep``) reads it, or ``None``: the same, in one call
+    rather than a dependency solved and its credentials built."""
+    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
@@ -83,7 +85,7 @@ def authentication_problem(request: Request) -> ApiError | None:
     if not request.url.path.startswith("/v1/"):
         return None
     try:
-        identify(_token(request.headers.get("authorization")))
+        identify(bearer_token(request))
     except ApiError as exc:
         return exc
     return None

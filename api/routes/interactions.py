@@ -6,6 +6,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from fastapi import Path, Query, Request, Response
+from pydantic_core import to_json
 
 from api import errors
 from api.deps import (
@@ -16,7 +17,7 @@ from api.deps import (
     SessionDep,
     TextFilter,
     TokenDep,
-    bearer,
+    bearer_token,
     in_thread,
     presented,
     refused,
@@ -92,8 +93,10 @@ _ID = re.compile(ID)
 
 async def _answer_plainly(request: Request) -> Response | None:
     """``answer`` for a request whose id, JSON body and credentials it can read at once: no dependency solved,
-    and the receipt the store built rendered by ``AnswerReceiptOut``'s serializer without validating it again.
-    ``None`` for any other request: FastAPI's route reads it, and refuses it in the error shape (422)."""
+    and the receipt the store built (``AnswerReceiptOut``'s fields, in its order) rendered by pydantic's
+    encoder as the response model would render it, without validating it again (tests/api/test_answer_plainly
+    compares the bytes). ``None`` for any other request: FastAPI's route reads it, and refuses it in the
+    error shape (422)."""
     interaction_id = request.path_params["interaction_id"]
     if not _ID.fullmatch(interaction_id) or not is_plain_json(request):
         return None
@@ -101,8 +104,8 @@ async def _answer_plainly(request: Request) -> Response | None:
         body = AnswerIn.model_validate(await request.json())  # the JSON parse ``checked_input`` kept
     except Exception:  # not JSON (a parse error, nested past the parser's depth), or not an answer
         return None  # FastAPI's route reads it again and refuses it its own way
-    receipt = await in_thread(_answer, interaction_id, body, presented(await bearer(request)))
-    return Response(AnswerReceiptOut.model_construct(**receipt).model_dump_json(), media_type="application/json")
+    receipt = await in_thread(_answer, interaction_id, body, bearer_token(request))
+    return Response(to_json(receipt), media_type="application/json")
 
 
 @router.post(

@@ -61,6 +61,8 @@ def test_every_refusal__the_same_either_way(client: TestClient, actors: Actors) 
         (window, valid, {}, 401),  # no token
         (window, valid, {"Authorization": "Bearer pk_nobody"}, 401),
         (window, valid, {"Authorization": "Basic abc"}, 401),  # not a bearer token
+        (window, valid, {"Authorization": "Bearer   "}, 401),
+        (window, valid, {"Authorization": "bearer  pk_nobody "}, 401),
         (window, valid, agent, 403),
         ("i" * 64, valid, human, 404),
         ("i" * 65, valid, human, 422),  # not an id: FastAPI's
