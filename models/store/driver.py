@@ -90,16 +90,17 @@ def _cursor(conn: Connection, rows: Any = None) -> psycopg.Cursor[Any]:
 _KEPT = "parkway.driver_cursors"  # the pooled connection's ``info`` key of the cursors ``rows`` keeps on it
 
 
-def _kept_cursor(conn: Connection, sql: str) -> psycopg.Cursor[Any]:
+def _kept_cursor(conn: Connection, sql: str, rows: Any = None) -> psycopg.Cursor[Any]:
     """The cursor kept on this pooled connection for the statement ``sql``, made at its first execution there
     (SQLAlchemy clears ``info`` when it replaces a connection it found dead). psycopg keeps a cursor's
     adaptation (the dumpers of the parameters' types, the loaders of the result's columns) while the same
     query object runs on it again: each statement of the hot path on a cursor of its own looks them up once
-    per connection, not per execution. (A kept cursor holds its last result until its next execution.)"""
+    per connection, not per execution. (A kept cursor holds its last result until its next execution.)
+    ``rows``: its row factory (psycopg's default, tuples, when ``None``)."""
     kept: dict[str, psycopg.Cursor[Any]] = conn.connection.info.setdefault(_KEPT, {})
     cursor = kept.get(sql)
     if cursor is None:
-        cursor = kept[sql] = _cursor(conn)
+        cursor = kept[sql] = _cursor(conn, rows)
     return cursor
 
 
@@ -122,17 +123,15 @@ def _raise(
 
 def call(on: Connection | Session, sql: str, params: Mapping[str, Any]) -> Any:
     """The first row (a named tuple of the result's columns) of ``sql``, a fixed text calling a server-side
-    function, run once on the connection's psycopg cursor in its transaction (or in autocommit). Its
-    errors are raised without the parameters."""
+    function, run once on the connection's psycopg cursor kept for it (``_kept_cursor``) in its transaction
+    (or in autocommit). Its errors are raised without the parameters."""
     conn = on if isinstance(on, Connection) else on.connection()
-    cursor = _cursor(conn, namedtuple_row)
+    cursor = _kept_cursor(conn, sql, namedtuple_row)
     try:
         cursor.execute(sql, params)
         return cursor.fetchone()
     except psycopg.Error as error:
         _raise(conn, cursor, error, sql, params, hide=True)
-    finally:
-        cursor.close()
 
 
 def in_autocommit(on: Connection | Session) -> bool:
