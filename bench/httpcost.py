@@ -5,7 +5,9 @@ answered by ``tasks.sdk.answer`` on ``--threads`` threads, and ``n`` more over H
 /v1/interactions/{id}/answer``) from ``--http-clients`` keep-alive clients, the two alternating over
 ``--reps``; CPU per answer of this process (the producer), the API process and the database's backends
 (/proc, user + system). The HTTP answer's extra is ``http total - python total``: the API's parsing,
-validation, authentication and response on top of the answer the SDK makes. ``--profile OUT.pstats``
+validation, authentication and response on top of the answer the SDK makes. ``--ab TREE`` serves the API
+from another checkout too (this interpreter and its packages, that tree's code), and each rep answers
+through both servers in turn: the API's CPU of the two trees, paired rep by rep. ``--profile OUT.pstats``
 runs the API under ``bench.apiprofile`` (cProfile of every thread, by its CPU clock) instead: where the
 API's time goes, its figures slowed by the profiler.
 
@@ -48,6 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help="sample the API (the thread holding the GIL) with py-spy in each HTTP rep: raw stacks in PATH.<rep>",
     )
+    p.add_argument("--ab", type=Path, metavar="TREE", help="also serve the API from TREE; compare the two, paired")
     p.add_argument("--db-name", default="parkway_bench_http", help="PostgreSQL database to create (and drop)")
     p.add_argument("--redis-db", type=int, default=14, help="preferred Redis index (default 14)")
     args = p.parse_args(argv)
@@ -124,28 +127,44 @@ def run(bench: Any) -> str:
     from bench.cases.httpapi import api_server
 
     args = bench.args
-    samples: dict[str, dict[str, list[float]]] = {"python": {}, "http": {}}
-    with api_server(bench, profile=args.profile) as base:
-        if base is None:
+    modes = ["python", "http", *(["http ab"] if args.ab else [])]
+    samples: dict[str, dict[str, list[float]]] = {mode: {} for mode in modes}
+    with contextlib.ExitStack() as servers:
+        bases = {"http": servers.enter_context(api_server(bench, profile=args.profile))}
+        pids = {"http": bench.api_pid}
+        if args.ab:
+            bases["http ab"] = servers.enter_context(api_server(bench, tree=args.ab.resolve()))
+            pids["http ab"] = bench.api_pid
+        urls = {mode: url for mode, url in bases.items() if url is not None}
+        if len(urls) < len(bases):
             raise RuntimeError(f"the API did not start: {bench.skipped}")
-        measure(bench, "http", base)  # warm-up: the API's first requests, the pools' connections
+        for mode, url in urls.items():  # warm-up: each API's first requests, the pools' connections
+            bench.api_pid = pids[mode]
+            measure(bench, "http", url)
         for rep in range(args.reps):
-            for mode in ("python", "http") if rep % 2 == 0 else ("http", "python"):
+            for mode in modes if rep % 2 == 0 else modes[::-1]:
+                bench.api_pid = pids.get(mode, pids["http"])
                 spy = Path(f"{args.py_spy}.{rep + 1}") if args.py_spy and mode == "http" else None
                 with sampled(bench, spy):
-                    cpu = measure(bench, mode, base)
+                    cpu = measure(bench, "python" if mode == "python" else "http", urls.get(mode, urls["http"]))
                 for kind, ms in cpu.items():
                     samples[mode].setdefault(kind, []).append(ms)
-                log(f"  rep {rep + 1} {mode:6}: " + ", ".join(f"{k} {v:.3f}" for k, v in cpu.items()) + " ms")
+                log(f"  rep {rep + 1} {mode:7}: " + ", ".join(f"{k} {v:.3f}" for k, v in cpu.items()) + " ms")
     extra = [h - p for h, p in zip(samples["http"]["total"], samples["python"]["total"], strict=True)]
+    heads = [f"in process ({args.threads} threads)", f"over HTTP ({args.http_clients} clients)"]
+    heads += [f"over HTTP, the API from {args.ab}"] if args.ab else []
     lines = [
         f"CPU per answer, ms, median (min-max) of {args.reps} reps of {args.n} answers each, workers stopped",
         "",
-        "| process | in process (" + f"{args.threads} threads) | over HTTP ({args.http_clients} clients) |",
-        "|---|---|---|",
+        "| process | " + " | ".join(heads) + " |",
+        "|---" * (len(heads) + 1) + "|",
     ]
-    lines += [f"| {kind} | {cell(samples['python'][kind])} | {cell(samples['http'][kind])} |" for kind in KINDS]
+    lines += [f"| {kind} | " + " | ".join(cell(samples[m][kind]) for m in modes) + " |" for kind in KINDS]
     lines += ["", f"HTTP's extra CPU per answer (http total - python total, per rep): {cell(extra)} ms"]
+    if args.ab:
+        for kind in ("api", "api loop", "api threads"):
+            ratios = [a / b for a, b in zip(samples["http"][kind], samples["http ab"][kind], strict=True) if b]
+            lines.append(f"{kind}, this tree / {args.ab.name}'s, per rep: {cell(ratios) if ratios else '-'}")
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from bench.cases.common import Bench
 from bench.harness import (
+    ROOT,
     free_port,
     spawn,
     stop_process,
@@ -20,9 +21,10 @@ from bench.plugin.parkway_bench_http import KeepAliveClient
 
 
 @contextlib.contextmanager
-def api_server(bench: Bench, *, profile: Path | None = None) -> Iterator[str | None]:
+def api_server(bench: Bench, *, profile: Path | None = None, tree: Path = ROOT) -> Iterator[str | None]:
     """Start ``uvicorn api.app:app``; yields its base URL, or ``None`` (reason in ``bench.skipped``).
-    ``profile``: under ``bench.apiprofile``, its pstats written there when the server stops."""
+    ``profile``: under ``bench.apiprofile``, its pstats written there when the server stops. ``tree``: the
+    source tree it serves (another checkout: its code, with this interpreter and its packages)."""
     import importlib.util
 
     if importlib.util.find_spec("api.app") is None:
@@ -30,13 +32,13 @@ def api_server(bench: Bench, *, profile: Path | None = None) -> Iterator[str | N
         yield None
         return
     port = free_port()
-    log_path = bench.services.out_dir / "logs" / "api.log"
+    log_path = bench.services.out_dir / "logs" / ("api.log" if tree == ROOT else f"api-{tree.name}.log")
     server = ["bench.apiprofile", str(profile)] if profile is not None else ["uvicorn"]
     cmd = [
         sys.executable, "-m", *server, "api.app:app", "--host", "127.0.0.1", "--port", str(port),
         "--log-level", "warning", "--no-access-log",
     ]  # fmt: skip
-    proc = spawn(cmd, env=bench.services.child_env(), log_path=log_path)
+    proc = spawn(cmd, env=bench.services.child_env(PYTHONPATH=str(tree)), log_path=log_path, cwd=tree)
     base = f"http://127.0.0.1:{port}"
     try:
         import httpx
