@@ -5,12 +5,10 @@ kind checks happen here: the store is handed the principal they found."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import functools
-import queue
-import threading
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Query, Request
@@ -128,60 +126,17 @@ def _wrong_kind(name: str, kind: str, kinds: tuple[str, ...]) -> ApiError:
     return ApiError(403, errors.WRONG_KIND.format(kinds=" or ".join(kinds), kind=kind, name=name))
 
 
-class _Hop:
-    """The API's thread pool: ``size`` threads fed by one queue, each result handed back to the waiting loop by
-    one ``call_soon_threadsafe``. What ``run_in_executor`` does in three futures (a concurrent one, its
-    asyncio twin, and the callbacks that copy one into the other under the first one's lock), in one."""
-
-    def __init__(self, size: int) -> None:
-        self.calls: queue.SimpleQueue[_Call] = queue.SimpleQueue()
-        for number in range(size):  # all at once: an idle thread waits on the queue and costs nothing
-            threading.Thread(target=self._serve, name=f"parkway-api_{number}", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            loop, future, call = self.calls.get()
-            if future.cancelled():  # its caller left before it started (as an executor's work item)
-                continue
-            try:
-                result = call()
-            except BaseException as exc:  # handed to the caller, as an executor would
-                settle: Callable[[], None] = functools.partial(_failed, future, exc)
-            else:
-                settle = functools.partial(_done, future, result)
-            del future, call
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits for it
-                loop.call_soon_threadsafe(settle)
-            del settle
-
-
-_Call = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
-
-
-def _done(future: asyncio.Future[Any], result: Any) -> None:
-    if not future.cancelled():
-        future.set_result(result)
-
-
-def _failed(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if not future.cancelled():
-        future.set_exception(exc)
-
-
-_hop: list[_Hop] = []
+_executor: list[ThreadPoolExecutor] = []
 
 
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:
-    """Run blocking work (the database, the broker) off the event loop in one hop to the API's thread pool
-    (``_Hop``) of ``PARKWAY_DB_POOL_SIZE`` threads (more could only wait for a connection), in a copy of
-    this context. A hop costs a third of the CPU of anyio's (which FastAPI uses for sync routes: a cancel
-    scope and a capacity limiter each), and less again than ``run_in_executor``'s."""
-    if not _hop:
-        _hop.append(_Hop(get_settings().db_pool_size))
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-    _hop[0].calls.put((loop, future, functools.partial(contextvars.copy_context().run, fn, *args)))
-    return await future
+    """Run blocking work (the database, the broker) off the event loop in one hop to a plain thread pool
+    of ``PARKWAY_DB_POOL_SIZE`` threads (more could only wait for a connection). A hop costs a third of
+    the CPU of anyio's (which FastAPI uses for sync routes: a cancel scope and a capacity limiter each)."""
+    if not _executor:
+        _executor.append(ThreadPoolExecutor(get_settings().db_pool_size, thread_name_prefix="parkway-api"))
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(_executor[0], call)
 
 
 def require(*kinds: str) -> Callable[[Principal], Awaitable[Principal]]:
