@@ -16,6 +16,14 @@ per completion. Chunks run A B, B A, …: read the median of B ÷ A per pair.
 ``--traced-b``: side B traces every span to a local OTLP/HTTP sink (bench/receiver.py), by the standard
 ``OTEL_*`` variables only; with the same tree as A and B, what tracing costs a pool child per completion,
 its export thread included (issue 44).
+``--traced-a``: A traced too (two traced trees, or one tree with two settings, compared). ``--env-a`` /
+``--env-b NAME=VALUE``: a variable for one side only (e.g. ``OTEL_TRACES_SAMPLER=always_off``: B makes its spans
+but records and exports none). Each chunk also reports its main thread, its other threads (the projector, the
+batch span processor's export thread) and the garbage collector's time (wall, in any thread), median and mean: a
+full collection is rare, so its cost shows in the mean.
+``--grind DIR``: no pairing; one side (TREE_A; traced with ``--traced-b``) under callgrind, counting instructions
+only while it drives its chunks (not while it answers them), one file per thread in DIR: instruction counts do
+not move with the host's load, so two trees or settings compare exactly (``callgrind_annotate``).
 ``--py-spy PATH``: no pairing; one side (TREE_A) sampled by ``py-spy record --gil`` (every thread) while its
 chunks run, its collapsed stacks written to PATH.
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import runpy
 import shutil
@@ -62,6 +71,16 @@ class Child:
         self.expect: Any = "committed" if task_name is None else True  # a resume's outcome, or the CAS's
         self.trace = build_tracer(task.name, task, app=app, eager=False, hostname="workerpair")
         self.others: dict[int, float] = {}
+        self.split = (0.0, 0.0)  # the last run's main thread and other threads, ms
+        self.collecting = [0.0, 0.0]  # the garbage collector: wall time (s) in collections, the last start
+        gc.callbacks.append(self._collection)
+
+    def _collection(self, phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self.collecting[1] = now
+        else:
+            self.collecting[0] += now - self.collecting[1]
 
     def settle(self) -> None:
         """Wait for the projector to finish what it was given; later chunks count no thread's CPU before now."""
@@ -84,8 +103,9 @@ class Child:
             assert outcome[0] == self.expect, outcome
         main = time.thread_time() - began
         others = _threads_cpu()
-        spent, self.others = main + sum(others.values()) - sum(self.others.get(t, 0.0) for t in others), others
-        return spent * 1000
+        rest, self.others = sum(others.values()) - sum(self.others.get(t, 0.0) for t in others), others
+        self.split = main * 1000, rest * 1000
+        return (main + rest) * 1000
 
 
 def _threads_cpu() -> dict[int, float]:
@@ -96,6 +116,16 @@ def _threads_cpu() -> dict[int, float]:
             with contextlib.suppress(OSError):  # a thread that ended meanwhile
                 used[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
     return used
+
+
+_GRIND = {"on": False}  # --grind: this side runs under callgrind, counting only while it drives
+
+
+def _grinding(on: bool) -> None:
+    """Switch callgrind's counting for this process (``callgrind_control`` reaches it through vgdb)."""
+    if _GRIND["on"]:
+        switch = f"--instr={'on' if on else 'off'}"
+        subprocess.run(["callgrind_control", switch, str(os.getpid())], check=True, capture_output=True)
 
 
 def _answered(parked: list[Any]) -> list[str]:
@@ -147,12 +177,17 @@ def _run_side(admin_url: str, name: str, chunk: int, chunks: int, profile: str |
         start = _backends(admin_url, name)
         if profiler is not None:
             profiler.enable()
+        collected = child.collecting[0]
+        _grinding(True)
         client = child.run(ids)
+        _grinding(False)
         if profiler is not None:
             profiler.disable()
         end = _backends(admin_url, name)
         backends = sum(end.values()) - sum(start.get(pid, 0.0) for pid in end)
-        print(f"{backends / chunk:.4f} {client / chunk:.4f}", flush=True)
+        main_ms, rest_ms, gc_ms = *child.split, (child.collecting[0] - collected) * 1000
+        print(f"{backends / chunk:.4f} {client / chunk:.4f} {main_ms / chunk:.4f} {rest_ms / chunk:.4f} "
+              f"{gc_ms / chunk:.4f}", flush=True)  # fmt: skip
     if profiler is not None and profile:
         profiler.dump_stats(profile)
 
@@ -168,24 +203,32 @@ def main() -> int:
     parser.add_argument("--py-spy", default=None, help="sample TREE_A's side with py-spy into this file (no pairing)")
     parser.add_argument("--floor", action="store_true", help="a third side: bench.cas in TREE_A, the floor")
     parser.add_argument("--traced-b", action="store_true", help="B traced to a local OTLP sink (TREE_B may be TREE_A)")
+    parser.add_argument("--grind", default=None, help="run TREE_A's side under callgrind, its output in this folder")
+    parser.add_argument("--traced-a", action="store_true", help="A traced too (two traced trees compared)")
+    parser.add_argument("--env-a", action="append", default=[], metavar="NAME=VALUE", help="a variable for A's side")
+    parser.add_argument("--env-b", action="append", default=[], metavar="NAME=VALUE", help="a variable for B's side")
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
+        _GRIND["on"] = bool(args.grind)
         side(args.admin_url, args.chunk, args.pairs, args.profile, args.floor)
         return 0
-    solo = bool(args.profile or args.py_spy)
+    solo = bool(args.profile or args.py_spy or args.grind)
     trees = {"A": args.tree_a} if solo else {"A": args.tree_a, "B": args.tree_b}
     if None in trees.values():
         parser.error("two trees, or one with --profile or --py-spy")
-    with _otlp_sink() if args.traced_b else contextlib.nullcontext() as sink:
+    with _otlp_sink() if args.traced_b or args.traced_a else contextlib.nullcontext() as sink:
         traced = _traced_env(sink) if sink else {}
-        sides = {label: _start(args, tree, env=traced if label == "B" else {}) for label, tree in trees.items()}
+        tracing = {"A": args.traced_a or solo, "B": True}  # --traced-b with --profile or --py-spy: the solo side traced
+        given = {"A": dict(v.split("=", 1) for v in args.env_a), "B": dict(v.split("=", 1) for v in args.env_b)}
+        sides = {label: _start(args, tree, env={**(traced if tracing[label] else {}), **given[label]})
+                 for label, tree in trees.items()}  # fmt: skip
         if args.floor and not solo:
             sides[FLOOR] = _start(args, args.tree_a, floor=True)
         for process in sides.values():
             assert process.stdout is not None and process.stdout.readline().strip() == "ready"
         spy = _spy(args.py_spy, sides["A"].pid) if args.py_spy else None
-        figures: dict[str, list[tuple[float, float]]] = {label: [] for label in sides}
+        figures: dict[str, list[tuple[float, ...]]] = {label: [] for label in sides}
         order = list(sides)
         for k in range(args.pairs):
             for label in order if k % 2 == 0 else order[::-1]:
@@ -199,12 +242,14 @@ def main() -> int:
             process.wait()
     if solo:
         xs = [x[1] for x in figures["A"]]
-        where = args.profile or args.py_spy
+        where = args.profile or args.py_spy or args.grind
         print(f"the tree's process, ms per completion (sampled): {statistics.median(xs):.3f}; in {where}")
         return 0
-    if args.traced_b:
-        print("B traces every span (100 % sampling) over OTLP/HTTP to bench/receiver.py; A is untraced")
-    _report(figures["A"], figures["B"], (("the worker (all its threads)", 1), ("PostgreSQL", 0)))
+    if args.traced_b or args.traced_a:
+        which = "A and B trace" if args.traced_a else "B traces"
+        untraced = "" if args.traced_a else "; A is untraced"
+        print(f"{which} every span (100 % sampling) over OTLP/HTTP to bench/receiver.py{untraced}")
+    _report(figures["A"], figures["B"], PARTS)
     if args.floor:
         _above_floor(figures["A"], figures["B"], figures[FLOOR])
     return 0
@@ -253,6 +298,11 @@ def _start(
                "--pairs", str(args.pairs), *(["--floor"] if floor else [])]  # fmt: skip
     if args.profile:
         command += ["--profile", str(Path(args.profile).resolve())]
+    if args.grind:  # callgrind, counting only while the side drives its chunks (it switches itself: _grinding)
+        out = str(Path(args.grind).resolve() / "callgrind.out.%p")
+        command += ["--grind", args.grind]
+        command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
+                   f"--callgrind-out-file={out}", *command]  # fmt: skip
     env = {**os.environ, **(env or {}), "PYTHONPATH": str(Path(tree).resolve())}
     return subprocess.Popen(command, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -266,7 +316,28 @@ def _spy(path: str, pid: int) -> subprocess.Popen[bytes]:
     return spy
 
 
-_chunk, _report = _PGPAIR["_chunk"], _PGPAIR["_report"]  # a chunk's two figures: the backends', the tree's
+def _report(a: list[tuple[float, ...]], b: list[tuple[float, ...]], labels: Any) -> None:
+    """Each figure's median (and mean: a rare full collection shows there) for A and B, and B ÷ A per pair."""
+    for label, i in labels:
+        xs, ys = [x[i] for x in a], [y[i] for y in b]
+        ratios = [y / x for x, y in zip(xs, ys, strict=True) if x > 0]
+        spread = [f"{statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f}; mean {statistics.fmean(v):.3f})"
+                  for v in (xs, ys, ratios) if v]  # fmt: skip
+        print(f"{label}, ms per completion: A {spread[0]}, B {spread[1]}; B ÷ A per pair "
+              f"{spread[2] if ratios else '-'}, {len(ratios)} pairs")  # fmt: skip
+
+
+# A chunk's figures, per completion: the backends', the tree's process, its main thread, its other threads, and the
+# garbage collector's time in any thread (wall, while collecting).
+PARTS = (("the worker (all its threads)", 1), ("… its main thread", 2), ("… its other threads", 3),
+         ("… garbage collection (wall)", 4), ("PostgreSQL", 0))  # fmt: skip
+
+
+def _chunk(process: subprocess.Popen[str]) -> tuple[float, ...]:
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("go\n")
+    process.stdin.flush()
+    return tuple(float(x) for x in process.stdout.readline().split())
 
 
 if __name__ == "__main__":

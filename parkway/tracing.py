@@ -14,7 +14,6 @@ import os
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -153,14 +152,15 @@ class _Span:
         self.name, self.kind, self.follows, self.root, self.attributes = name, kind, follows, root, attributes
 
     def __enter__(self) -> Any:
-        stored = [tp for tp in self.follows if tp]
+        stored = [tp for tp in self.follows if tp] if self.follows else ()
         parent = span_context(stored.pop(0)) if self.root and stored and _state["parent"] else None  # not a link too
         context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else _NEW_TRACE if self.root else None
         named = {f"parkway.{k}": v for k, v in self.attributes.items() if v is not None}
         started = self.started = _state["tracer"].start_span(
             self.name, context=context, kind=KINDS[self.kind], links=links(*stored) if stored else (),
             attributes=named, record_exception=False, set_status_on_exception=False)  # fmt: skip
-        self.tokens = otel_context.attach(trace.set_span_in_context(started)), _CURRENT.set(Current.of(started))
+        within = None if self.root else _CURRENT.get()  # a child in Parkway's span: its trace id's text is the same
+        self.tokens = otel_context.attach(trace.set_span_in_context(started)), _CURRENT.set(Current.of(started, within))
         return started
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
@@ -172,22 +172,26 @@ class _Span:
         started.end()
 
 
-@dataclass(frozen=True, slots=True)
 class Current:
-    """A span with its ids in hex, formatted once: what every statement, event and log line in it reads."""
+    """A span with its ids in hex, formatted once: what every statement, event and log line in it reads (set
+    once, never changed: a plain class, as a frozen dataclass sets each field through ``object.__setattr__``)."""
 
-    span: Any
-    trace_id: str
-    span_id: str
-    traceparent: str
+    __slots__ = ("span", "span_id", "trace_id", "trace_int", "traceparent")
+
+    def __init__(self, span: Any, trace_int: int, trace_id: str, span_id: str, traceparent: str) -> None:
+        self.span, self.trace_int, self.trace_id = span, trace_int, trace_id
+        self.span_id, self.traceparent = span_id, traceparent
 
     @staticmethod
-    def of(found: Any) -> Current | None:
+    def of(found: Any, within: Current | None = None) -> Current | None:
+        """``found``'s ids; ``within``: the span it may be a child of, whose trace id's text it reuses."""
         context = found.get_span_context()
         if not context.is_valid:
             return None
-        trace_hex, span_hex = f"{context.trace_id:032x}", f"{context.span_id:016x}"
-        return Current(found, trace_hex, span_hex, f"00-{trace_hex}-{span_hex}-{context.trace_flags:02x}")
+        trace_int = context.trace_id
+        trace_hex = within.trace_id if within is not None and within.trace_int == trace_int else f"{trace_int:032x}"
+        span_hex = f"{context.span_id:016x}"
+        return Current(found, trace_int, trace_hex, span_hex, f"00-{trace_hex}-{span_hex}-{context.trace_flags:02x}")
 
 
 # Parkway's innermost span, as ``span`` began it (one context variable read, where OpenTelemetry's current span
