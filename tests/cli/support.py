@@ -20,7 +20,8 @@ from pathlib import Path
 from sqlalchemy import Connection, create_engine
 
 from parkway import embedded
-from tests.support import ROOT, wait_for
+from tests import forkserver
+from tests.support import FORK_WORKERS, ROOT, wait_for
 
 
 def embedded_env(**extra: str) -> dict[str, str]:
@@ -37,6 +38,11 @@ def free_port() -> int:
 
 
 def parkway(*args: str, env: dict[str, str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m parkway.cli *args`` in ``env`` and ``cwd``, its output captured: forked from the suite's fork
+    server (tests/forkserver.py; ``PARKWAY_TEST_FORK=0``: a fresh process), ending as a fresh process ends
+    (its exit handlers run: the embedded PostgreSQL a command started is stopped)."""
+    if FORK_WORKERS:
+        return forkserver.run("parkway.cli", list(args), env=env, cwd=cwd, timeout=timeout, at_exit=True)
     return subprocess.run(
         [sys.executable, "-m", "parkway.cli", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
     )
