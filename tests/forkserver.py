@@ -4,11 +4,12 @@ was those imports, paid again by each of the suite's worker starts.
 
 Each child is still a real ``celery`` process running celery's own command line (``parkway.cli_celery``) in
 a session of its own, with its own environment, working directory and log, killed by the tests with real
-signals; only the libraries above and Parkway's models (``PRELOAD_MODELS``, which read no setting as they are
-imported) come already imported. Nothing that reads a setting is imported before the fork, so every setting a
-child reads from its environment is read after it, as in a fresh process. One server per
-pytest process, started on first use; ``spawn`` returns a ``Forked``, which answers as ``subprocess.Popen``
-does for what the suite asks of its workers (``pid``, ``poll``, ``wait``, ``returncode``, signals).
+signals; only the libraries above and Parkway's models and API modules (``PRELOAD_PACKAGES``, which read no
+setting as they are imported) come already imported. Nothing that reads a setting is imported before the
+fork, so every setting a child reads from its environment is read after it, as in a fresh process. The
+suite's ``parkway`` commands are forked the same way. One server per pytest process, started on first use;
+``spawn`` returns a ``Forked``, which answers as ``subprocess.Popen`` does for what the suite asks of its
+workers (``pid``, ``poll``, ``wait``, ``returncode``, signals).
 """
 
 from __future__ import annotations
@@ -163,10 +164,13 @@ def run(
 def _run_child(request: dict[str, Any]) -> None:
     """In the forked child: become the requested ``python -m`` process; never returns (with ``at_exit``, it
     leaves by ``SystemExit`` through the server's loop, so the interpreter exits as a fresh process's does)."""
-    code = _child(request)
-    if request["at_exit"]:
-        raise SystemExit(code)
-    os._exit(code)
+    code = 1
+    try:
+        code = _child(request)
+    finally:
+        if not request["at_exit"]:
+            os._exit(code)  # whatever happened: a child never goes back to the server's loop
+    raise SystemExit(code)
 
 
 def _child(request: dict[str, Any]) -> int:

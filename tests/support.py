@@ -99,15 +99,6 @@ def wait_for(condition: Callable[[], T], *, timeout: float = 30.0, sweep: bool =
         poll = min(poll * 1.5, POLL_CAP_S)
 
 
-def at_once(count: int, call: Callable[[], T]) -> list[T]:
-    """``call()`` ``count`` times at the same time, each on a thread of its own (processes started together,
-    as ``stack.parkway`` starts one): the results in order."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(count) as pool:
-        return [future.result() for future in [pool.submit(call) for _ in range(count)]]
-
-
 def read_stream(read: Callable[[int], tuple[list[T], int]], after: int, through: int, *, what: str) -> list[T]:
     """Everything a stream reader (``cursor -> (events, next cursor)``) gives from ``after`` until its cursor
     passes ``through``, polled as a client polls. One read may stop short of events final a moment ago: the

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from sqlalchemy import func, select, update
@@ -22,7 +24,6 @@ from tests.acceptance.seeding import SharedWorker, shape, started_runs
 from tests.support import (
     HUMAN,
     Stack,
-    at_once,
     continuations,
     effects,
     event_types,
@@ -33,6 +34,15 @@ from tests.support import (
     wait_parked,
     wait_status,
 )
+
+T = TypeVar("T")
+
+
+def at_once(count: int, call: Callable[[], T]) -> list[T]:
+    """``call()`` ``count`` times at the same time, each on a thread of its own (``stack.parkway``'s processes
+    started together): the results in order."""
+    with ThreadPoolExecutor(count) as pool:
+        return [future.result() for future in [pool.submit(call) for _ in range(count)]]
 
 
 @pytest.fixture(scope="module")
