@@ -4,18 +4,22 @@ was those imports, paid again by each of the suite's worker starts.
 
 Each child is still a real ``celery`` process running celery's own command line (``parkway.cli_celery``) in
 a session of its own, with its own environment, working directory and log, killed by the tests with real
-signals; only the libraries above come already imported. Nothing of Parkway is imported before the fork, so
-every setting a child reads from its environment is read after it, as in a fresh process. One server per
-pytest process, started on first use; ``spawn`` returns a ``Forked``, which answers as ``subprocess.Popen``
-does for what the suite asks of its workers (``pid``, ``poll``, ``wait``, ``returncode``, signals).
+signals; only the libraries above and Parkway's models and API modules (``PRELOAD_PACKAGES``, which read no
+setting as they are imported) come already imported. Nothing that reads a setting is imported before the
+fork, so every setting a child reads from its environment is read after it, as in a fresh process. The
+suite's ``parkway`` commands are forked the same way. One server per pytest process, started on first use;
+``spawn`` returns a ``Forked``, which answers as ``subprocess.Popen`` does for what the suite asks of its
+workers (``pid``, ``poll``, ``wait``, ``returncode``, signals).
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib
 import json
 import os
+import pkgutil
 import random
 import runpy
 import select
@@ -30,7 +34,22 @@ from typing import Any
 
 PRELOAD = ("sqlalchemy.orm", "sqlalchemy.dialects.postgresql.psycopg", "psycopg", "pydantic", "kombu", "celery",
            "celery.app.base", "celery.worker", "celery.apps.worker", "celery.concurrency.prefork", "billiard",
-           "redis", "fastapi", "starlette.applications", "uvicorn.main", "httpx")  # fmt: skip
+           "redis", "fastapi", "starlette.applications", "uvicorn.main", "httpx", "jsonschema", "jinja2",
+           "prometheus_client",
+           # celery's subcommands, as ``parkway.cli_celery`` imports them (``celery.bin.base`` builds its
+           # pygments lexer as it loads); not ``celery.bin.celery`` itself, which reads the plugged-in ones, nor
+           # ``amqp``, whose REPL cli_celery leaves out
+           "celery.bin.base", "celery.bin.beat", "celery.bin.worker", "celery.bin.call", "celery.bin.control",
+           "celery.bin.events", "celery.bin.graph", "celery.bin.list", "celery.bin.logtool", "celery.bin.migrate",
+           "celery.bin.multi", "celery.bin.purge", "celery.bin.result", "celery.bin.shell",
+           "celery.bin.upgrade")  # fmt: skip
+# Parkway's models (tables, the store, the reads: every process of ours imports them) and the API's modules,
+# with the kernel modules they import, and the ORM's mappers configured. They read no setting and no
+# environment variable as they are imported (``_preload`` checks that the settings were never read): whatever
+# a child reads, it reads after the fork, as in a fresh process. What does read them at import (the Celery
+# app and what imports it: ``tasks``, ``beat``, the workflows, and the modules below) is left to each child.
+PRELOAD_PACKAGES = ("models", "api")
+NOT_PRELOADED = frozenset({"api.app", "api.routes.webhooks", "api.routes.worker_protocol"})
 
 
 class Forked:
@@ -109,24 +128,27 @@ def spawn(
     log: Path,
     append: bool = False,
     err: Path | None = None,
+    at_exit: bool = False,
 ) -> Forked:
     """``python -m module *args`` as a child of the fork server, in its own session, stdout and stderr to ``log``
-    (after what it holds, with ``append``; stderr to ``err`` when given)."""
+    (after what it holds, with ``append``; stderr to ``err`` when given). ``at_exit``: the child ends as the
+    interpreter does, running its exit handlers (``atexit``: an embedded PostgreSQL a command started is
+    stopped as it exits), not at once."""
     global _server
     if _server is None or _server.proc.poll() is not None:
         _server = _Server()
     request = {"op": "spawn", "module": module, "args": args, "env": env, "cwd": str(cwd), "log": str(log),
-               "append": append, "err": None if err is None else str(err)}  # fmt: skip
+               "append": append, "err": None if err is None else str(err), "at_exit": at_exit}  # fmt: skip
     return Forked(_server, _server.ask(request)["pid"])
 
 
 def run(
-    module: str, args: list[str], *, env: dict[str, str], cwd: Path, timeout: float
+    module: str, args: list[str], *, env: dict[str, str], cwd: Path, timeout: float, at_exit: bool = False
 ) -> subprocess.CompletedProcess[str]:
     """As ``subprocess.run([python, "-m", module, *args], capture_output=True, text=True, timeout=...)``."""
     with tempfile.TemporaryDirectory(prefix="parkway-run-") as folder:
         out, err = Path(folder) / "out", Path(folder) / "err"
-        child = spawn(module, args, env=env, cwd=cwd, log=out, err=err)
+        child = spawn(module, args, env=env, cwd=cwd, log=out, err=err, at_exit=at_exit)
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -140,7 +162,19 @@ def run(
 
 
 def _run_child(request: dict[str, Any]) -> None:
-    """In the forked child: become the requested ``python -m`` process; never returns."""
+    """In the forked child: become the requested ``python -m`` process; never returns (with ``at_exit``, it
+    leaves by ``SystemExit`` through the server's loop, so the interpreter exits as a fresh process's does)."""
+    code = 1
+    try:
+        code = _child(request)
+    finally:
+        if not request["at_exit"]:
+            os._exit(code)  # whatever happened: a child never goes back to the server's loop
+    raise SystemExit(code)
+
+
+def _child(request: dict[str, Any]) -> int:
+    """Run the requested module as ``__main__``: its exit code."""
     code = 1
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's own, not a fresh process's
@@ -154,13 +188,19 @@ def _run_child(request: dict[str, Any]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.stdout.reconfigure(write_through=True)  # type: ignore[union-attr]  # PYTHONUNBUFFERED, as a start
-        sys.stderr.reconfigure(write_through=True)  # type: ignore[union-attr]
+        # PYTHONUNBUFFERED and PYTHONIOENCODING, as a start reads them
+        encoding, _, errors = request["env"].get("PYTHONIOENCODING", "").partition(":")
+        text = {"encoding": encoding or None, "errors": errors or None}
+        sys.stdout.reconfigure(write_through=True, **text)  # type: ignore[union-attr]
+        sys.stderr.reconfigure(write_through=True, **text)  # type: ignore[union-attr]
         sys.argv = [request["module"], *request["args"]]
+        sys.path.insert(0, request["cwd"])  # as ``python -m`` puts the current directory first
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        if exit_.code is not None and not isinstance(exit_.code, int):
+            print(exit_.code, file=sys.stderr)  # as the interpreter prints a message it exits with
     except BaseException:  # a crash is the log's business, as in a fresh process
         import traceback
 
@@ -168,12 +208,32 @@ def _run_child(request: dict[str, Any]) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
+    return code
+
+
+def _preload() -> None:
+    for name in PRELOAD:
+        importlib.import_module(name)
+    for name in PRELOAD_PACKAGES:
+        package = importlib.import_module(name)
+        for module in pkgutil.walk_packages(package.__path__, f"{name}."):
+            if module.name not in NOT_PRELOADED:
+                importlib.import_module(module.name)
+    from sqlalchemy.orm import configure_mappers
+
+    from parkway.settings import get_settings
+
+    configure_mappers()
+    if get_settings.cache_info().currsize or "tasks.celery_app" in sys.modules:
+        # a setting read here would be this server's, not each child's
+        raise RuntimeError(f"importing {PRELOAD_PACKAGES} read the settings: name the module in NOT_PRELOADED")
+    # What is loaded so far lives as long as each child: out of the collector's sight, a child's collections
+    # (billiard's before each pool process it forks, the interpreter's own) no longer walk all of it again.
+    gc.freeze()
 
 
 def _serve(path: Path) -> None:
-    for name in PRELOAD:
-        importlib.import_module(name)
+    _preload()
     statuses: dict[int, int] = {}
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path) + ".tmp")

@@ -87,7 +87,10 @@ def test_sweeps_from_processes_without_the_module__leave_the_wait_to_the_worker_
 
 
 def test_a_mixed_fleet__every_wait_resumes_on_a_worker_that_has_its_version_none_interrupted(stack: Stack) -> None:
-    # Given workers of releases A and B on the same queues, and runs of both releases' workflows
+    # Given workers of releases A and B on the same queues (and no other: an earlier test's, killed, stays live
+    # until its last heartbeat's ttl, and a delivery handed on to it would wait for the sweep), and runs of both
+    # releases' workflows
+    wait_for(lambda: not _live_nodes(), timeout=30, what="no live worker")
     a, b = _release(stack, "a"), _release(stack, "b")
     runs = {run_id: name for name in "ab" for run_id in (start(f"{name}.ask") for _ in range(6))}
     for run_id in runs:

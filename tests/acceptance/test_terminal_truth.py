@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from sqlalchemy import func, select, update
@@ -23,9 +23,7 @@ from tasks.sdk import answer
 from tests.acceptance.seeding import SharedWorker, shape, started_runs
 from tests.support import (
     HUMAN,
-    ROOT,
     Stack,
-    child_env,
     continuations,
     effects,
     event_types,
@@ -36,6 +34,15 @@ from tests.support import (
     wait_parked,
     wait_status,
 )
+
+T = TypeVar("T")
+
+
+def at_once(count: int, call: Callable[[], T]) -> list[T]:
+    """``call()`` ``count`` times at the same time, each on a thread of its own (``stack.parkway``'s processes
+    started together): the results in order."""
+    with ThreadPoolExecutor(count) as pool:
+        return [future.result() for future in [pool.submit(call) for _ in range(count)]]
 
 
 @pytest.fixture(scope="module")
@@ -239,17 +246,8 @@ def test_completed_run__survives_sigkill_of_everything_and_two_sweeps(
     worker.kill()
     beat.kill()
     shared.worker()
-    sweeps = [
-        subprocess.Popen(
-            [sys.executable, "-m", "parkway.cli", "sweep", "--once"],
-            cwd=ROOT,
-            env=child_env(stack.database_url),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for _ in range(2)
-    ]
-    assert [p.wait(timeout=60) for p in sweeps] == [0, 0]
+    sweeps = at_once(2, lambda: stack.parkway("sweep", "--once"))
+    assert [p.returncode for p in sweeps] == [0, 0], [p.stderr for p in sweeps]
     again = run_row(run_id)
     assert (again.status, again.completed_at, again.finished_by) == ("completed", done.completed_at, done.finished_by)
     _agree(workspace, run_id)
@@ -274,20 +272,12 @@ def test_two_sweeps_at_once__each_due_row_republished_exactly_once(stack: Stack)
             .values(enqueued_at=utcnow() - timedelta(seconds=60))
         )
     # When two sweep processes run at the same time
-    sweeps = [
-        subprocess.Popen(
-            [sys.executable, "-m", "parkway.cli", "sweep", "--once", "--json", "--batch", "1000"],
-            cwd=ROOT,
-            env=child_env(stack.database_url, PARKWAY_REENQUEUE_AFTER_S="30"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outputs = [p.communicate(timeout=120) for p in sweeps]
-    assert [p.returncode for p in sweeps] == [0, 0], outputs
-    reports = [json.loads(out) for out, _ in outputs]
+    sweeps = at_once(
+        2, lambda: stack.parkway("sweep", "--once", "--json", "--batch", "1000", timeout=120,
+                                 PARKWAY_REENQUEUE_AFTER_S="30")
+    )  # fmt: skip
+    assert [p.returncode for p in sweeps] == [0, 0], [(p.stdout, p.stderr) for p in sweeps]
+    reports = [json.loads(p.stdout) for p in sweeps]
     # Then every row was republished once: by one sweep or the other, never both
     assert sum(r["republished"] for r in reports) >= 1000
     ours = set(run_ids)

@@ -1,7 +1,11 @@
-"""Running ``parkway`` as a user does: a subprocess on the embedded defaults, in a home of its own.
+"""Running ``parkway`` as a user does: a process of its own on the embedded defaults, in a home of its own.
 
 The test session's ``PARKWAY_*`` settings (tests/conftest.py puts them in ``os.environ``) are left out
 of the child's environment, so it truly runs on the embedded PostgreSQL and the embedded Valkey of its home.
+Each command (and ``parkway up``) is forked from the suite's fork server (tests/forkserver.py: the libraries
+and models already imported, nothing that reads a setting), in a session of its own, with only that
+environment, and ends as a fresh process does; ``PARKWAY_TEST_FORK=0`` starts each as a fresh process. What
+``parkway up`` starts is started by it, as a user's would be.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from pathlib import Path
 from sqlalchemy import Connection, create_engine
 
 from parkway import embedded
-from tests.support import ROOT, wait_for
+from tests import forkserver
+from tests.support import FORK_WORKERS, ROOT, wait_for
 
 
 def embedded_env(**extra: str) -> dict[str, str]:
@@ -37,9 +42,26 @@ def free_port() -> int:
 
 
 def parkway(*args: str, env: dict[str, str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m parkway.cli *args`` in ``env`` and ``cwd``, its output captured: forked from the suite's fork
+    server (tests/forkserver.py; ``PARKWAY_TEST_FORK=0``: a fresh process), ending as a fresh process ends
+    (its exit handlers run: the embedded PostgreSQL a command started is stopped)."""
+    if FORK_WORKERS:
+        return forkserver.run("parkway.cli", list(args), env=env, cwd=cwd, timeout=timeout, at_exit=True)
     return subprocess.run(
         [sys.executable, "-m", "parkway.cli", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
     )
+
+
+def launch(
+    args: list[str], *, env: dict[str, str], cwd: Path, out: Path, err: Path
+) -> subprocess.Popen[bytes] | forkserver.Forked:
+    """``python -m parkway.cli *args`` started in a session of its own, its stdout and stderr to ``out`` and
+    ``err``: forked from the fork server as ``parkway`` is (``PARKWAY_TEST_FORK=0``: a fresh process)."""
+    if FORK_WORKERS:
+        return forkserver.spawn("parkway.cli", args, env=env, cwd=cwd, log=out, err=err, at_exit=True)
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        return subprocess.Popen([sys.executable, "-m", "parkway.cli", *args], cwd=cwd, env=env, stdout=stdout,
+                                stderr=stderr, start_new_session=True)  # fmt: skip
 
 
 def child_pids(stdout: str) -> dict[str, int]:
@@ -56,7 +78,7 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def stop(proc: subprocess.Popen[bytes], groups: list[int], *, grace: float = 20) -> None:
+def stop(proc: subprocess.Popen[bytes] | forkserver.Forked, groups: list[int], *, grace: float = 20) -> None:
     """Stop a ``parkway`` process and everything it started, whatever state the test left them in:
     SIGINT first (it stops its children), then SIGKILL to its group and to each child's group."""
     if proc.poll() is None:
@@ -77,7 +99,7 @@ def stop(proc: subprocess.Popen[bytes], groups: list[int], *, grace: float = 20)
 class Up:
     """A ``parkway up`` started by a test, its stdout and stderr in files."""
 
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | forkserver.Forked
     home: Path
     out: Path
     err: Path
@@ -115,10 +137,9 @@ def start_up(
     env.update(extra_env or {})
     api_port, flower_port = free_port(), free_port()
     out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
-    cmd = [sys.executable, "-m", "parkway.cli", "up", "--port", str(api_port), "--flower-port", str(flower_port),
-           "--concurrency", "1", "--grace", "30", *args]  # fmt: skip
-    with open(out, "wb") as stdout, open(err, "wb") as stderr:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
+    cmd = ["up", "--port", str(api_port), "--flower-port", str(flower_port), "--concurrency", "1", "--grace", "30",
+           *args]  # fmt: skip
+    proc = launch(cmd, env=env, cwd=tmp_path, out=out, err=err)
     return Up(proc, home, out, err, env, f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{flower_port}")
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +28,7 @@ from tests.cli.support import (
     free_port,
     group_alive,
     home_database,
+    launch,
     parkway,
     start_up,
     stop,
@@ -204,15 +203,13 @@ def _taken_port(answers_http: bool) -> Iterator[int]:
 
 def _up_until_it_exits(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, str, str]:
     """``parkway up --no-flower`` run until it exits by itself (two minutes at most): code, stdout, stderr."""
-    cmd = [sys.executable, "-m", "parkway.cli", "up", "--no-flower", "--grace", "20", *args]
-    proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
+    out, err = tmp_path / "until.out", tmp_path / "until.err"
+    proc = launch(["up", "--no-flower", "--grace", "20", *args], env=env, cwd=tmp_path, out=out, err=err)
     try:
-        out, err = proc.communicate(timeout=120)
+        code = proc.wait(timeout=120)
     finally:
         stop(proc, [])
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    return code, out.read_text(errors="replace"), err.read_text(errors="replace")
 
 
 @pytest.mark.parametrize("answers_http", [False, True], ids=["silent", "answers-healthz"])
