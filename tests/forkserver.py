@@ -137,6 +137,9 @@ def spawn(
     global _server
     if _server is None or _server.proc.poll() is not None:
         _server = _Server()
+    for path in (log, err):  # there once this returns, as a Popen's redirected files are: the child opens them later
+        if path is not None:
+            path.touch()
     request = {"op": "spawn", "module": module, "args": args, "env": env, "cwd": str(cwd), "log": str(log),
                "append": append, "err": None if err is None else str(err), "at_exit": at_exit}  # fmt: skip
     return Forked(_server, _server.ask(request)["pid"])
