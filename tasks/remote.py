@@ -47,14 +47,18 @@ def advertise(principal_id: str, worker: str, serves: list[str]) -> None:
     """A lease call is the remote worker's heartbeat in the registry (``store.advertise``, ``remote``, with its
     principal: work is routed to it only on targets it may lease): the row is rewritten only when what it
     serves changed or its heartbeat is older than a quarter of its TTL, so a busy worker's lease calls and
-    completions read it and write nothing."""
+    completions read it and write nothing. A worker back after its row ran out takes over what was made for
+    Celery meanwhile that only remote workers serve (``store.route_to_remote``)."""
     steps, continuations = split_serves(serves)
     ttl_s = get_settings().remote_worker_ttl_s
     advert = store.Advert(id=worker_row_id(principal_id, worker), node=worker, pid=0, steps=tuple(steps),
                           continuations=tuple(continuations), ttl_s=ttl_s, remote=True,
                           refresh_s=ttl_s / 4, principal_id=principal_id)  # fmt: skip
     with single_statement(durable=False) as conn:  # a heartbeat lost in a crash is made again by the next call
-        store.advertise(conn, advert)
+        back = store.advertise(conn, advert)
+    if back:  # what was made while it was away, for Celery, is its own if only remote workers serve it
+        with single_statement() as conn:
+            store.route_to_remote(conn, steps=steps, continuations=continuations)
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ from models.store.workers import (
     api_heartbeat,
     ever_advertised,
     live_workers,
+    route_to_remote,
     serving,
     withdraw,
 )
@@ -249,6 +250,7 @@ __all__ = [
     "review_progress",
     "revoke_grant",
     "rotate_secret",
+    "route_to_remote",
     "running_reviews",
     "serving",
     "set_title",

@@ -80,15 +80,21 @@ def held_by(lease_id: Any, holder: Any) -> Any:
     )
 
 
+def of_keys_served() -> Any:
+    """The continuation is of a key served: a step name of ``:steps`` (a start) or a ``name@version`` of
+    ``:conts`` (a resume)."""
+    return or_(
+        and_(CONT.c.kind == word(ContinuationKind.START), CONT.c.name == any_(bindparam("steps", type_=_KEYS))),
+        and_(CONT.c.kind == word(ContinuationKind.RESUME), CONT.c.name == any_(bindparam("conts", type_=_KEYS))),
+    )
+
+
 def _lease() -> Any:
     """Up to ``:n`` remote continuations of the keys served (``:steps`` for starts, ``:conts`` for resumes)
     of runs on targets ``:pid`` may lease, ready or under an expired lease, attempts left, oldest first
     (``ix_continuations_remote``), skipping rows another lease call holds -> claimed, attempts + 1, each
     under a lease id of its own."""
-    served = or_(
-        and_(CONT.c.kind == word(ContinuationKind.START), CONT.c.name == any_(bindparam("steps", type_=_KEYS))),
-        and_(CONT.c.kind == word(ContinuationKind.RESUME), CONT.c.name == any_(bindparam("conts", type_=_KEYS))),
-    )
+    served = of_keys_served()
     left = CONT.c.attempts < bindparam("max_attempts")
     live = CONT.c.status.in_(words((ContinuationStatus.READY, ContinuationStatus.CLAIMED)))
     # Every key served, as one array: the index's condition (``served`` then tells starts from resumes).

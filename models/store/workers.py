@@ -14,7 +14,21 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Boolean, Select, String, any_, bindparam, case, delete, func, literal, or_, select, union_all
+from sqlalchemy import (
+    Boolean,
+    Select,
+    String,
+    any_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
@@ -36,10 +50,10 @@ from models.served import (
     served,
     stamp_presence,
 )
-from models.status import ContinuationKind
+from models.status import ContinuationKind, ContinuationStatus
 from models.store.driver import DriverStatement
-from models.store.leases import may_lease
-from models.store.sql import CONT, RUN, Executor, by_name
+from models.store.leases import may_lease, of_keys_served
+from models.store.sql import CONT, RUN, Executor, by_name, word
 from models.webhook_tables import PushHandler
 
 FORGET_AFTER_S = 24 * 3600  # a worker that stopped heartbeating this long ago is no longer listed at all
@@ -98,23 +112,26 @@ def _advertise() -> Any:
     fleet = bindparam("fleet", type_=String)
     present = stamp_presence(fleet, worker.c.expires_at, fleet.is_not(None))
     forgotten = delete(WORKERS).where(WORKERS.c.expires_at < db_now(-FORGET_AFTER_S)).cte("forgotten")
-    return select(worker.c.id).add_cte(seen, present.cte("present"), forgotten)
+    # Read in the statement's snapshot, so before its upsert: the worker was not listed live until now.
+    was_live = select(WORKERS.c.id).where(WORKERS.c.id == bindparam("id"), live()).exists()
+    return select(worker.c.id, (~was_live).label("back")).add_cte(seen, present.cte("present"), forgotten)
 
 
 _ADVERTISE = DriverStatement(_advertise)
 
 
-def advertise(conn: Executor, advert: Advert) -> None:
+def advertise(conn: Executor, advert: Advert) -> bool:
     """none|live|expired -> live for the worker ``advert.id``, its keys replaced and its heartbeat stamped;
     each key's ``last_seen_at`` -> now; its fleet present (``models.served.stamp_presence``). One statement:
     the start and every heartbeat (a worker whose row was forgotten, or whose heartbeats stopped for a while,
     is simply live again). A row (or key) stamped
-    within ``advert.refresh_s`` and serving the same keys is left as it is."""
+    within ``advert.refresh_s`` and serving the same keys is left as it is. ``True`` when the worker is back:
+    it was not listed live before this call (what was made meanwhile may be routed to it: ``route_to_remote``)."""
     params = {"id": advert.id, "node": advert.node, "pid": advert.pid, "steps": list(advert.steps),
               "conts": list(advert.continuations), "ttl_s": advert.ttl_s, "remote": advert.remote,
               "refresh_s": -advert.refresh_s, "principal_id": advert.principal_id,
               "fleet": advert.fleet}  # fmt: skip
-    _ADVERTISE.rows(conn, params)
+    return any(row.back for row in _ADVERTISE.rows(conn, params))
 
 
 def withdraw(conn: Executor, worker_id: str) -> bool:
@@ -250,6 +267,27 @@ def remote_only(kind: Any, key: Any, target: Any) -> Any:
     wait calls too). Decided when the continuation is made (``models.store.runs.ready_continuation``) and
     again whenever the sweep re-routes it (``models.store.sweep``)."""
     return func.parkway_remote_only(literal(kind.value) if isinstance(kind, ContinuationKind) else kind, key, target)
+
+
+@cache
+def _route_to_remote() -> Any:
+    target = select(RUN.c.target).where(RUN.c.id == CONT.c.run_id).correlate_except(RUN).scalar_subquery()
+    return (
+        update(CONT)
+        .where(CONT.c.status == word(ContinuationStatus.READY), ~CONT.c.remote, of_keys_served(),
+               remote_only(CONT.c.kind, CONT.c.name, target))
+        .values(remote=True)
+        .returning(CONT.c.id)
+    )  # fmt: skip
+
+
+def route_to_remote(conn: Executor, *, steps: list[str], continuations: list[str]) -> int:
+    """ready (for Celery) -> ready for remote workers' leases, for the continuations of these keys that only
+    remote workers serve now (``remote_only``, the rule the answer and the sweep route by): what was made while
+    no worker of its key was live, once a remote worker that serves it is back (its lease call), rather than
+    when the sweep next re-routes it. A Celery delivery of one still queued then claims nothing (remote work
+    is never claimed by Celery). How many were routed."""
+    return len(conn.execute(_route_to_remote(), {"steps": steps, "conts": continuations}).all())
 
 
 def sorted_keys(keys: Sequence[str]) -> tuple[str, ...]:

@@ -93,6 +93,29 @@ def test_work_made_while_a_remote_worker_served_its_key__runs_on_the_python_work
     assert effects(run_id, "a.done") == 1
 
 
+RESUME_IS_REMOTE = text("SELECT remote FROM continuations WHERE run_id = :r AND kind = 'resume'")
+
+
+def test_work_made_while_no_worker_was_live__goes_to_the_remote_worker_as_its_lease_calls_come_back(
+    stack: Stack, api: Proto
+) -> None:
+    # Given a run parked from outside on proto.decide@1, which only the remote worker serves, no Celery worker
+    # and no sweep, and a remote worker that has not called for longer than its registry row lives
+    proto = api.for_test()
+    run_id = proto.park()
+    pass_time(120)
+
+    # When the wait is answered meanwhile: nothing live serves its key, so its continuation is made for Celery
+    proto.answer(run_id, {"code": "123456", "note": "ok"})
+    assert read_now(RESUME_IS_REMOTE, r=run_id) is False
+
+    # Then the remote worker's next lease call, which makes it live again, takes it (no sweep re-routes it)
+    item = proto.lease_one(run_id)
+    assert (item["kind"], item["key"]) == ("resume", "proto.decide@1")
+    assert proto.complete(item["lease_id"], {"type": "complete", "result": "done"}).status_code == 200
+    assert wait_status(run_id, "completed").result == "done"
+
+
 def test_an_api_outage_longer_than_the_grace__interrupts_no_remote_wait_and_it_completes_after(
     stack: Stack, uvicorn: ApiServer, api: Proto
 ) -> None:
