@@ -15,8 +15,8 @@ from models.clock import db_now
 from models.served import WORKERS, served
 from models.status import ContinuationStatus, InteractionStatus
 from models.store.runs import Due
-from models.store.sql import CONT, RUN, Executor, skip_locked, word
-from models.store.workers import remote_only
+from models.store.sql import CONT, Executor, skip_locked, word
+from models.store.workers import now_remote_only
 from models.tables import Continuation, Interaction, SweepTotal
 
 # The totals' row that counts passes, idle ones too (an idle pass logs nothing; this is where it is seen).
@@ -40,10 +40,9 @@ def _mark_for_republish() -> Any:
     batch = skip_locked(
         select(CONT.c.id).where(_STALE_READY).order_by(CONT.c.enqueued_at.asc().nulls_first()).limit(bindparam("n"))
     ).cte("batch")
-    # Re-routed on the way (``models.store.workers.remote_only``): work only remote workers serve now is left
+    # Re-routed on the way (``models.store.workers.now_remote_only``): work only remote workers serve now is left
     # to their lease calls, never published to Celery.
-    target = select(RUN.c.target).where(RUN.c.id == CONT.c.run_id).correlate_except(RUN).scalar_subquery()
-    remote = remote_only(CONT.c.kind, CONT.c.name, target)
+    remote = now_remote_only()
     return (
         update(CONT)
         .where(CONT.c.id == batch.c.id, _STALE_READY)

@@ -269,16 +269,21 @@ def remote_only(kind: Any, key: Any, target: Any) -> Any:
     return func.parkway_remote_only(literal(kind.value) if isinstance(kind, ContinuationKind) else kind, key, target)
 
 
+def now_remote_only() -> Any:
+    """The continuation row (of ``CONT`` in the statement) is for remote workers now: ``remote_only`` of its
+    kind, its key and its run's target. The sweep's re-route and ``route_to_remote`` decide by it."""
+    target = select(RUN.c.target).where(RUN.c.id == CONT.c.run_id).correlate_except(RUN).scalar_subquery()
+    return remote_only(CONT.c.kind, CONT.c.name, target)
+
+
 @cache
 def _route_to_remote() -> Any:
-    target = select(RUN.c.target).where(RUN.c.id == CONT.c.run_id).correlate_except(RUN).scalar_subquery()
     return (
         update(CONT)
-        .where(CONT.c.status == word(ContinuationStatus.READY), ~CONT.c.remote, of_keys_served(),
-               remote_only(CONT.c.kind, CONT.c.name, target))
+        .where(CONT.c.status == word(ContinuationStatus.READY), ~CONT.c.remote, of_keys_served(), now_remote_only())
         .values(remote=True)
         .returning(CONT.c.id)
-    )  # fmt: skip
+    )
 
 
 def route_to_remote(conn: Executor, *, steps: list[str], continuations: list[str]) -> int:
