@@ -22,8 +22,10 @@ from parkway.settings import get_settings
 
 EVENT_TYPES = frozenset(
     {"run.created", *(f"run.{s}" for s in RunStatus if s not in (RunStatus.RUNNING, RunStatus.WAITING))}
-    | {f"step.{s}" for s in StepStatus if s != StepStatus.RUNNING}
-    | {"interaction.asked", "interaction.reminded", "interaction.escalated", "interaction.delegated"}
+    # A step's events: ``step.resumed`` when its continuation commits (``resuming`` is derived, never an event).
+    | {"step.parked", "step.resumed"}
+    | {f"step.{s}" for s in StepStatus if s not in (StepStatus.RUNNING, StepStatus.PARKED, StepStatus.RESUMING)}
+    | {f"interaction.{t}" for t in ("asked", "responded", "reminded", "escalated", "delegated")}
     | {f"interaction.{s}" for s in InteractionStatus if s != InteractionStatus.PENDING}
     | {"continuation.ready", "continuation.dead"}
     | {"toolcall.intent", "toolcall.authorized", "toolcall.settled", "toolcall.possibly_ran"}

@@ -6,12 +6,14 @@ from __future__ import annotations
 import base64
 import json
 import time
+from typing import get_args
 
 import pytest
 import standardwebhooks
 from pydantic import ValidationError
 
-from models.webhooks import unknown_event_types
+from api.event_schemas import FAMILIES
+from models.webhooks import EVENT_TYPES, unknown_event_types
 from parkway.netguard import UnsafeUrl, check_url, split_url
 from parkway.settings import Settings
 from tasks.webhook_http import _retry_after, message_id, signature
@@ -52,6 +54,15 @@ def test_check_url__an_allowed_network_lets_a_private_address_through() -> None:
 def test_event_types__types_families_and_star() -> None:
     assert unknown_event_types(["run.completed", "interaction.*", "*", "review.interrupted"]) == []
     assert unknown_event_types(["run.complete", "runs.*", "interaction"]) == ["run.complete", "runs.*", "interaction"]
+
+
+def test_event_types__are_the_types_the_event_log_writes() -> None:
+    """A subscription may name each type the API describes (``step.resumed``, ``interaction.responded``) and
+    ``webhook.failing``, and nothing the log never holds (``step.resuming`` is a derived status, no event)."""
+    written = {t for cls in FAMILIES.values() for t in get_args(cls.model_fields["type"].annotation)}
+    assert set(EVENT_TYPES) == written | {"webhook.failing"}
+    assert unknown_event_types(["step.resumed", "interaction.responded"]) == []
+    assert unknown_event_types(["step.resuming"]) == ["step.resuming"]
 
 
 def test_settings__webhook_values_read_and_refused(monkeypatch: pytest.MonkeyPatch) -> None:
