@@ -59,6 +59,8 @@ class Settings(BaseModel):
     version_grace_s: float = Field(default=600.0, ge=0)
     # A link from a run page's event to its trace: a template such as https://jaeger.example/trace/{trace_id}.
     trace_url: str = ""
+    # How a resume's span follows the wait it ends (docs/operations.md "Tracing"): link, or parent.
+    trace_waits: str = "link"
     worker_heartbeat_s: float = Field(default=10.0, gt=0)  # a worker is live for 3 heartbeats after each
     # A remote worker (docs/worker-protocol.md) is live this long after each of its lease calls.
     remote_worker_ttl_s: float = Field(default=60.0, gt=0)
@@ -99,6 +101,14 @@ class Settings(BaseModel):
     def _delays(cls, value: str) -> str:
         if any(d < 0 for d in _floats(value)):
             raise ValueError("webhook retry delays are seconds, none negative: 5,300,1800")
+        return value
+
+    @field_validator("trace_waits")
+    @classmethod
+    def _trace_waits(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value not in ("link", "parent"):
+            raise ValueError("a resume's span either links to the wait it ends or is its child: link or parent")
         return value
 
     @field_validator("public_url")

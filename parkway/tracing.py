@@ -121,8 +121,10 @@ def publisher(traceparent: str | None) -> tuple[str | None, ...]:
 
 def follows_wait() -> bool:
     """``PARKWAY_TRACE_WAITS=parent``: a resume is the child of what it follows, not a new linked trace (read
-    once, as tracing is set up)."""
-    return os.environ.get("PARKWAY_TRACE_WAITS", "link").strip().lower() == "parent"
+    once, as tracing is set up, from the settings, which refused any other value than ``link`` at start)."""
+    from parkway.settings import get_settings  # as tracing is set up, never as this module loads
+
+    return get_settings().trace_waits == "parent"
 
 
 def span(

@@ -145,6 +145,7 @@ def environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]
         ("PARKWAY_DATABASE_URL", "hunter2@localhost/parkway", "PostgreSQL only"),
         ("PARKWAY_PUBLIC_URL", "parkway.example.com/hunter2", "http(s)://host"),
         ("PARKWAY_PUBLIC_URL", "ftp://hunter2.example.com", "http(s)://host"),
+        ("PARKWAY_TRACE_WAITS", "parnet-hunter2", "link or parent"),
     ],
 )
 def test_invalid_setting__refused_by_its_variable_never_its_value(
@@ -185,3 +186,10 @@ def test_public_url__links_start_with_it__default_the_api_s_own_address(environm
     environment.setenv("PARKWAY_PUBLIC_URL", " https://parkway.example.com/ops/ ")
     reset_settings()
     assert get_settings().public_base == "https://parkway.example.com/ops"
+
+
+def test_trace_waits__link_unless_parent__in_any_case(environment: pytest.MonkeyPatch) -> None:
+    assert get_settings().trace_waits == "link"
+    environment.setenv("PARKWAY_TRACE_WAITS", " Parent ")
+    reset_settings()
+    assert get_settings().trace_waits == "parent"
