@@ -11,10 +11,12 @@ options, the subcommands, what they run) is celery's ``main`` as it is.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
+import os
 import sys
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 PLUGGED = "celery.commands"  # the entry-point group celery reads its plugged-in subcommands from
 
@@ -43,8 +45,30 @@ def main(argv: list[str]) -> int:
 
         command.celery.add_command(flower)
     sys.argv = [sys.argv[0], *argv]
+    if "flower" in argv and "--persistent=False" in argv:
+        _exit_without_waiting(command.main)
     code: int = command.main()  # click's: it exits itself
     return code
+
+
+def _exit_without_waiting(run: Callable[[], Any]) -> NoReturn:
+    """Run Flower's command, then end the process as soon as it returns (on SIGTERM too), not after Flower's
+    inspect threads: each waits up to ``--inspect_timeout`` for replies nobody reads once its loop has
+    stopped, which held a ``parkway up`` stopped soon after its start for that long. Flower keeps no state
+    here (``--persistent=False``), so its exit handler has nothing to save."""
+    try:
+        run()
+        code: Any = 0
+    except SystemExit as exc:  # click's exit, or Flower's own on SIGTERM
+        code = exc.code
+    if not isinstance(code, int):
+        if code is not None:
+            print(code, file=sys.stderr)
+        code = 0 if code is None else 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
