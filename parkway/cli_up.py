@@ -258,10 +258,10 @@ def add_commands(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     up.add_argument(
         "--concurrency", type=int, default=2, help="processes of the worker and of the outbound worker (default 2 each)"
     )
-    up.add_argument("--grace", type=float, default=30.0, help="seconds children get to stop after SIGTERM")
+    up.add_argument("--grace", type=float, default=30.0, help="seconds children get to stop after SIGTERM (30)")
     up.add_argument("--restarts", type=int, default=5, help="restarts of one child allowed within the window (5)")
     up.add_argument("--restart-window", type=float, default=60.0, help="the window of --restarts, seconds (60)")
-    up.add_argument("--startup-timeout", type=float, default=60.0, help="seconds to wait for every child to be ready")
+    up.add_argument("--startup-timeout", type=float, default=60.0, help="seconds every child may take to be ready (60)")
     up.set_defaults(fn=cmd_up)
     logs = add_parser(
         "logs",
