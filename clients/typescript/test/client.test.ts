@@ -63,8 +63,8 @@ test("retries: bounded by retryForMs, then the last error; a request that may no
   const client = await serve((req, res) => {
     asked += 1;
     if (req.url === "/v1/handlers") return void res.socket?.destroy();
-    res.writeHead(503, { "retry-after": "0" }).end('{"error":"unavailable","detail":"restarting"}');
-  }, 300);
+    res.writeHead(503, { "retry-after": "1" }).end('{"error":"unavailable","detail":"restarting"}');
+  }, 3_000); // a second ask at 1 s even when the first answer is slow (a loaded host), none past 3 s
   await assert.rejects(client.getRun("down"), Unavailable);
   assert.ok(asked > 1, `asked ${asked} times`);
   asked = 0;
