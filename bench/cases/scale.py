@@ -259,7 +259,7 @@ def case_scale(bench: Bench, url: str) -> None:
             after = seed_waits.relation_bytes(engine)
             storage[size] = (sum(after.values()) - sum(before.values())) / (size - have)
             bench.record("scale", {"size": size, "seed_s": seeding[size], "bytes": after, "bytes_before": before})
-            events = (after["events"] - before["events"]) / (size - have)
+            events = (after["event_batches"] - before["event_batches"]) / (size - have)
             log(
                 f"    {size - have:,} waits seeded in {seeding[size]:.1f}s; "
                 f"{storage[size]:,.0f} B a wait (events {events:,.0f})"
