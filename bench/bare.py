@@ -40,18 +40,19 @@ CONSUME_SQL = (
 )
 
 app = Celery("bare", broker=os.environ.get("BENCH_BARE_BROKER_URL", "redis://127.0.0.1:6379/13"))
-# Parkway's delivery settings (tasks.celery_app), restated: the baseline must import nothing of Parkway.
-app.conf.update(
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    task_ignore_result=True,
-    result_backend=None,
-    task_serializer="json",
-    accept_content=["json"],
-    task_default_queue=QUEUE,
-    worker_hijack_root_logger=False,
-)
+# Parkway's delivery settings (tasks.celery_app), restated: the baseline must import nothing of Parkway
+# (the ladder's app, bench.ladder_app, takes them from here).
+DELIVERY: dict[str, Any] = {
+    "task_acks_late": True,
+    "task_reject_on_worker_lost": True,
+    "worker_prefetch_multiplier": 1,
+    "task_ignore_result": True,
+    "result_backend": None,
+    "task_serializer": "json",
+    "accept_content": ["json"],
+    "worker_hijack_root_logger": False,
+}
+app.conf.update(DELIVERY, task_default_queue=QUEUE)
 
 _conns: dict[tuple[int, str], psycopg.Connection[Any]] = {}
 _KINDS = {

@@ -7,7 +7,9 @@ exit (Ctrl-C included). Results: a table on stdout and ``bench/out/results-<time
 
 Its last case, ``bare``, is ``bench.ab``: Parkway driven through its public entry points beside a Celery
 app with nothing of Parkway in it (``bench.bare``), with the ratios issue 20 asks for. ``--ab TREE`` runs
-only that, for this tree and TREE, their reps alternating.
+only that, for this tree and TREE, their reps alternating. ``python -m bench.ladder`` measures, beside the
+same baselines and Parkway, the contract's own floor: minimal implementations adding one contract element at
+a time (issue 42; ``bench.ladder_sql`` lists the rungs).
 """
 
 from __future__ import annotations
