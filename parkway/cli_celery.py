@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 PLUGGED = "celery.commands"  # the entry-point group celery reads its plugged-in subcommands from
+STATELESS_FLOWER = "--persistent=False"  # how parkway up runs Flower: nothing to save at exit
 
 
 def _plugging_nothing(read: Callable[..., Any]) -> Callable[..., Any]:
@@ -45,7 +46,7 @@ def main(argv: list[str]) -> int:
 
         command.celery.add_command(flower)
     sys.argv = [sys.argv[0], *argv]
-    if "flower" in argv and "--persistent=False" in argv:
+    if "flower" in argv and STATELESS_FLOWER in argv:
         _exit_without_waiting(command.main)
     code: int = command.main()  # click's: it exits itself
     return code

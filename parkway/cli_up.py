@@ -24,6 +24,7 @@ from parkway.children import (
     stop_children,
     stop_signals,
 )
+from parkway.cli_celery import STATELESS_FLOWER
 from parkway.cli_migrate import cmd_migrate, database_shown
 from parkway.errors import ConfigError
 from parkway.locks import hold_for_life
@@ -97,7 +98,7 @@ def _commands(
         # Never an open Flower, and its login never on a command line (ps shows those): Flower reads it
         # from FLOWER_BASIC_AUTH in its environment.
         commands["flower"] = (
-            [*celery, "flower", "--address=127.0.0.1", f"--port={args.flower_port}", "--persistent=False",
+            [*celery, "flower", "--address=127.0.0.1", f"--port={args.flower_port}", STATELESS_FLOWER,
              "--inspect_timeout=10000"],
             [FLOWER_LISTENING],
             {**env, "FLOWER_BASIC_AUTH": flower_auth},
